@@ -1,0 +1,5 @@
+import sys
+
+from mbde_core.cli.main import main
+
+sys.exit(main())

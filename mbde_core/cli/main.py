@@ -1,0 +1,77 @@
+"""The ``mbde`` command line: a thin dispatcher over one module per subcommand.
+
+Subcommand modules are imported lazily (``mbde --help`` stays instant); each module
+defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
+User errors (:class:`mbde_core.errors.MbdeError`) are printed as one line on stderr and
+exit with status 2, never with a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (name, module, one-line help). Order = order shown by `mbde --help`.
+COMMANDS: list[tuple[str, str, str]] = [
+    ("info", "mbde_core.cli.cmd_info", "describe a mechanism YAML: points, bodies, coordinates, DOF, branches"),
+    ("simulate-free", "mbde_core.cli.cmd_simulate_free", "simulate a mechanism without sensors and print energy/constraint drift"),
+    ("inverse-dynamics", "mbde_core.cli.cmd_inverse_dynamics", "driver force/torque needed to follow a prescribed coordinate trajectory"),
+]
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    lines = "\n".join(f"  {name:<22} {helptext}" for name, _, helptext in COMMANDS)
+    p = argparse.ArgumentParser(
+        prog="mbde",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="mbde: multibody-dynamics-based state estimation for planar mechanisms.",
+        epilog=f"commands:\n{lines}\n\nRun `mbde COMMAND --help` for the options of a command.",
+    )
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_argument("command", nargs="?", help="one of the commands below")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    table = {name: (module, helptext) for name, module, helptext in COMMANDS}
+    if not argv or argv[0] not in table:
+        parser = _top_parser()
+        args, _ = parser.parse_known_args(argv)
+        if args.version:
+            from mbde_core import __version__
+
+            print(f"mbde {__version__}")
+            return 0
+        if args.command is None:
+            parser.print_help()
+            return 0 if not argv else 2
+        parser.print_usage(sys.stderr)
+        print(f"mbde: error: unknown command {args.command!r} (see `mbde --help`)", file=sys.stderr)
+        return 2
+    name = argv[0]
+    module_name, helptext = table[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(
+        prog=f"mbde {name}",
+        description=getattr(module, "DESCRIPTION", helptext),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    from mbde_core.errors import MbdeError
+
+    try:
+        return int(module.run(args) or 0)
+    except MbdeError as err:
+        print(f"mbde {name}: error: {err}", file=sys.stderr)
+        return err.exit_status
+    except KeyboardInterrupt:
+        print(f"mbde {name}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

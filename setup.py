@@ -1,0 +1,62 @@
+"""mbde: multibody-dynamics-based state estimation (ROS 2 ament_python package)."""
+import os
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "mbde"
+
+
+def tree(folder):
+    """data_files entries installing `folder` recursively under share/mbde/<folder>."""
+    out = {}
+    for path in glob(os.path.join(folder, "**", "*"), recursive=True):
+        if os.path.isfile(path):
+            out.setdefault(os.path.join("share", PACKAGE, os.path.dirname(path)), []).append(path)
+    return sorted(out.items())
+
+
+NODES = [
+    # (executable, module:function) -- the ROS 2 nodes of mbde_nodes
+]
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    description="Multibody-dynamics-based state estimation for planar mechanisms (ROS 2)",
+    license="BSD-3-Clause",
+    python_requires=">=3.10",
+    packages=find_packages(include=["mbde_core", "mbde_core.*", "mbde_nodes", "mbde_nodes.*"]),
+    include_package_data=True,
+    package_data={"mbde_core": ["data/*", "data/**/*"]},
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
+        ("share/" + PACKAGE, ["package.xml"]),
+        # the mbde_msgs definitions, read at run time by the ROS-free bag code
+        ("share/" + PACKAGE + "/msg", sorted(glob("mbde_msgs/msg/*.msg"))),
+    ]
+    + tree("config")
+    + tree("launch")
+    + tree("rviz"),
+    install_requires=[
+        "numpy>=1.21",
+        "scipy>=1.8",
+        "pyyaml>=5.4",
+        "transforms3d>=0.4",
+        "rosbags>=0.9.23,<0.12",
+        "matplotlib>=3.5",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=7",
+            "mcap>=1.1",
+            "mcap-ros2-support>=0.5",
+            "filterpy==1.4.5",
+        ],
+    },
+    entry_points={
+        "console_scripts": ["mbde = mbde_core.cli:main"]
+        + [f"{name} = {target}" for name, target in NODES],
+    },
+    zip_safe=True,
+)
