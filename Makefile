@@ -1,11 +1,15 @@
 # mbde developer entry points. Both targets bootstrap .venv (standard-library venv)
 # and `pip install -e '.[test]'` when setup.py changed since the last install.
+# `make test` then runs test/ros in .venv-ros (real rclpy wheels and mbde_msgs, made
+# by tools/ros_venv.sh): a venv of its own, since those wheels re-exec every Python.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+ROS_VENV  := .venv-ros
+ROS_STAMP := $(ROS_VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv ros-venv clean
 
 $(STAMP): setup.py setup.cfg
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,11 +19,19 @@ $(STAMP): setup.py setup.cfg
 
 venv: $(STAMP)
 
+$(ROS_STAMP): tools/ros_venv.sh tools/ros_venv.constraints.txt setup.py setup.cfg $(shell find mbde_msgs -type f)
+	PYTHON=$(PYTHON) bash tools/ros_venv.sh
+	touch $(ROS_STAMP)
+
+ros-venv: $(ROS_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m mbde_core.demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q test
+	$(PY) -m pytest -q test --ignore=test/ros
+	$(MAKE) --no-print-directory ros-venv
+	$(ROS_VENV)/bin/python -m pytest -q test/ros
 
 clean:
 	rm -rf $(VENV) build install log .pytest_cache
