@@ -1,0 +1,196 @@
+"""BagReader: read a rosbag2 bag (sqlite3 or mcap) without ROS, via ``rosbags``.
+
+Messages decode with :func:`mbde_core.rosio.typestore.get_typestore` (this checkout's
+``mbde_msgs`` definitions, whatever the bag embeds); types unknown to it decode from the
+bag's own definitions. rclpy/Fast DDS can append up to a few alignment bytes more than
+``rosbags`` accepts ("CDR message size mismatch", e.g. JointState with an empty
+``effort``): :func:`deserialize` retries with up to :data:`MAX_TRAILING_PADDING` trailing
+bytes removed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mbde_core.errors import DataError
+from mbde_core.rosio.bagerrors import bag_error, one_line
+from mbde_core.rosio.stamps import ns_to_sec
+from mbde_core.rosio.typestore import build_typestore, get_typestore
+
+MAX_TRAILING_PADDING = 8  # bytes trimmed at most when a CDR message is too long
+
+
+def deserialize(typestore, data, typename: str):
+    """CDR bytes -> message, tolerating up to MAX_TRAILING_PADDING surplus trailing bytes.
+
+    Raises DataError (one line) if the bytes do not decode as typename.
+    """
+    try:
+        return typestore.deserialize_cdr(data, typename)
+    except Exception as exc:  # rosbags: SerdeError, AssertionError (<0.10), struct.error, ...
+        first = exc
+    data = bytes(data)
+    for cut in range(1, MAX_TRAILING_PADDING + 1):
+        if len(data) - cut < 4:
+            break
+        try:
+            return typestore.deserialize_cdr(data[:-cut], typename)
+        except Exception:
+            continue
+    raise DataError(one_line(f"cannot decode {typename} ({len(data)} bytes): "
+                              f"{type(first).__name__}: {first}"))
+
+
+class BagReader:
+    """Read a rosbag2 bag (directory with metadata.yaml; sqlite3 or mcap storage).
+
+    Opens on construction (DataError if missing/incomplete/corrupt); use as a context
+    manager or call close(). ``skipped``: topic -> number of undecodable messages skipped;
+    ``skip_reasons``: topic -> first reason.
+    """
+
+    def __init__(self, path, typestore=None):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise DataError(f"{self.path}: no such bag")
+        if self.path.is_dir() and not (self.path / "metadata.yaml").is_file():
+            raise DataError(f"{self.path}: not a rosbag2 bag (no metadata.yaml)")
+        if not self.path.is_dir():
+            raise DataError(f"{self.path}: not a rosbag2 bag directory")
+        self.typestore = get_typestore() if typestore is None else typestore
+        self._foreign = None  # private typestore for types defined only inside the bag
+        self.skipped: dict[str, int] = {}
+        self.skip_reasons: dict[str, str] = {}
+        from rosbags.rosbag2 import Reader
+
+        try:
+            self._reader = Reader(self.path)
+            self._reader.open()
+        except Exception as exc:
+            raise bag_error(self.path, "cannot open bag", exc) from None
+        self._conns = list(self._reader.connections)
+
+    # -- metadata
+    def topics(self) -> list[tuple[str, str, int]]:
+        """[(topic, type, message count)] in the order stored in the bag."""
+        counts: dict[tuple[str, str], int] = {}
+        for c in self._conns:
+            counts[(c.topic, c.msgtype)] = counts.get((c.topic, c.msgtype), 0) + c.msgcount
+        return [(topic, typ, n) for (topic, typ), n in counts.items()]
+
+    @property
+    def message_count(self) -> int:
+        """Total number of messages."""
+        return int(self._reader.message_count)
+
+    @property
+    def start(self) -> float | None:
+        """Bag time of the first message [s]; None for an empty bag."""
+        return ns_to_sec(self._reader.start_time) if self.message_count else None
+
+    @property
+    def end(self) -> float | None:
+        """Bag time of the last message [s]; None for an empty bag."""
+        return ns_to_sec(self._reader.end_time - 1) if self.message_count else None
+
+    @property
+    def duration(self) -> float:
+        """end - start [s] (0 for an empty or one-message bag)."""
+        return ns_to_sec(self._reader.end_time - 1 - self._reader.start_time) \
+            if self.message_count else 0.0
+
+    # -- messages
+    def raw_messages(self, topics=None):
+        """Yield (topic, t_ns, typename, data bytes) in bag-time order, undecoded.
+
+        After the last message, a topic yielding fewer/more messages than the bag lists
+        raises DataError (storages written without checksums can lose records silently).
+        """
+        conns = self._select(topics)
+        if not conns:
+            return
+        listed: dict[tuple[str, str], int] = {}
+        for c in conns:
+            listed[(c.topic, c.msgtype)] = listed.get((c.topic, c.msgtype), 0) + c.msgcount
+        seen = dict.fromkeys(listed, 0)
+        try:
+            for conn, t_ns, data in self._reader.messages(connections=conns):
+                seen[(conn.topic, conn.msgtype)] += 1
+                yield conn.topic, t_ns, conn.msgtype, data
+        except DataError:
+            raise
+        except Exception as exc:
+            raise bag_error(self.path, "corrupt bag", exc) from None
+        for key, count in listed.items():  # no checksums: records can vanish silently
+            if seen[key] != count:
+                raise DataError(f"{self.path}: corrupt bag: {seen[key]} readable "
+                                f"messages on {key[0]}, the bag lists {count}")
+
+    def messages(self, topics=None, *, strict: bool = False):
+        """Yield (topic, t_sec, msg) in bag-time order, decoded with the mbde typestore.
+
+        topics: iterable of topic names (None = all); a name not in the bag raises
+        DataError. Undecodable messages are counted in ``skipped`` and skipped, or raise
+        DataError if strict.
+        """
+        for topic, t_ns, typename, data in self.raw_messages(topics):
+            try:
+                msg = deserialize(self._store_for(typename), data, typename)
+            except DataError as exc:
+                if strict:
+                    raise DataError(f"{self.path}: {topic} at t={ns_to_sec(t_ns)}: {exc}") from None
+                self.skipped[topic] = self.skipped.get(topic, 0) + 1
+                self.skip_reasons.setdefault(topic, str(exc))
+                continue
+            yield topic, ns_to_sec(t_ns), msg
+
+    def close(self) -> None:
+        """Release the bag files (idempotent)."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            try:
+                reader.close()
+            except Exception:
+                pass
+
+    def __enter__(self) -> "BagReader":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+    def _select(self, topics):
+        if topics is None:
+            return self._conns
+        wanted = {topics} if isinstance(topics, str) else set(topics)
+        missing = wanted - {c.topic for c in self._conns}
+        if missing:
+            raise DataError(f"{self.path}: no topic(s) {sorted(missing)} in bag "
+                            f"(has {sorted({c.topic for c in self._conns})})")
+        return [c for c in self._conns if c.topic in wanted]
+
+    def _store_for(self, typename: str):
+        """The typestore decoding typename; foreign types come from the bag's definitions
+        and go into a private store (the shared one is never modified)."""
+        if typename in self.typestore.types:
+            return self.typestore
+        if self._foreign is not None and typename in self._foreign.types:
+            return self._foreign
+        conn = next(c for c in self._conns if c.msgtype == typename)
+        text = getattr(conn.msgdef, "data", conn.msgdef) or ""
+        if not text:
+            raise DataError(f"unknown message type {typename} and the bag has no definition")
+        from rosbags.typesys import get_types_from_idl, get_types_from_msg
+
+        if self._foreign is None:
+            self._foreign = build_typestore()
+        try:
+            if text.startswith("=" * 80 + "\nIDL: "):
+                self._foreign.register(get_types_from_idl(text))
+            else:
+                self._foreign.register(get_types_from_msg(text, typename))
+        except Exception as exc:
+            raise DataError(one_line(f"cannot use the bag's definition of {typename}: {exc}"))
+        if typename not in self._foreign.types:
+            raise DataError(f"the bag's definition does not define {typename}")
+        return self._foreign
