@@ -16,6 +16,12 @@ from pathlib import Path
 
 import pytest
 
+try:
+    import rclpy  # noqa: F401
+except ImportError as exc:  # e.g. `pytest test` from .venv
+    raise ImportError("test/ros needs real rclpy: it runs in .venv-ros (`make test`, or "
+                      "`make ros-venv && .venv-ros/bin/python -m pytest test/ros`)") from exc
+
 import rosutil
 
 HERE = Path(__file__).resolve().parent
@@ -59,7 +65,7 @@ def ros_env(monkeypatch, tmp_path, ros_log_root):
                     "RMW_IMPLEMENTATION"):
             monkeypatch.setenv(key, env[key])
         monkeypatch.setenv("ROS_LOG_DIR", str(ros_log_root / "test_process"))
-        for key in ("ROS_LOCALHOST_ONLY", "ROS_DISCOVERY_SERVER"):
+        for key in rosutil.STALE_VARS:
             monkeypatch.delenv(key, raising=False)
         yield {"domain_id": claim.domain_id, "env": env, "log_dir": tmp_path}
     finally:

@@ -29,8 +29,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-DOMAIN_IDS = range(1, 102)  # 1..101: clear of the ports of higher ids and of 0 (default)
+# 1..101: not the default 0, and (on Linux) below the ids whose DDS ports fall into the
+# ephemeral port range.
+DOMAIN_IDS = range(1, 102)
 RMW = "rmw_fastrtps_cpp"
+# Variables that would take DDS off loopback or off this test's domain if inherited.
+STALE_VARS = ("ROS_LOCALHOST_ONLY", "ROS_DISCOVERY_SERVER", "ROS_SUPER_CLIENT",
+              "FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE",
+              "RMW_FASTRTPS_USE_QOS_FROM_XML")
 
 
 # --------------------------------------------------------------------------- domain
@@ -74,8 +80,7 @@ def ros_environment(domain_id: int, log_dir: os.PathLike | str, base: Mapping[st
     LD_LIBRARY_PATH and the flag that stops their bootstrap from re-executing children).
     """
     env = dict(os.environ if base is None else base)
-    for stale in ("ROS_LOCALHOST_ONLY", "ROS_DISCOVERY_SERVER", "FASTRTPS_DEFAULT_PROFILES_FILE",
-                  "FASTDDS_DEFAULT_PROFILES_FILE", "RMW_FASTRTPS_USE_QOS_FROM_XML"):
+    for stale in STALE_VARS:
         env.pop(stale, None)
     env.update(
         ROS_DOMAIN_ID=str(domain_id),
@@ -344,6 +349,7 @@ class ProbeNode:
         self.executor.add_node(self.node)
         self._collectors: list[Collector] = []
         self._error: BaseException | None = None
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._spin, name=f"spin-{name}", daemon=True)
         self._thread.start()
 
@@ -351,7 +357,7 @@ class ProbeNode:
         from rclpy.executors import ExternalShutdownException, ShutdownException
 
         try:
-            while self.context.ok():
+            while not self._stop.is_set() and self.context.ok():
                 self.executor.spin_once(timeout_sec=0.05)
         except (ExternalShutdownException, ShutdownException):
             pass
@@ -391,13 +397,13 @@ class ProbeNode:
         return self.node.create_publisher(msg_type, topic, qos)
 
     def close(self) -> None:
-        for col in self._collectors:
-            col.close()
-        self._collectors.clear()
-        self.executor.shutdown(timeout_sec=5.0)
-        self.context.try_shutdown()
+        # Stop the spin thread first, so no entity is destroyed under a running wait.
+        self._stop.set()
         self._thread.join(timeout=5.0)
-        self.node.destroy_node()
+        self.executor.shutdown(timeout_sec=5.0)
+        self._collectors.clear()
+        self.node.destroy_node()  # with its subscriptions and publishers
+        self.context.try_shutdown()
         self.check()
 
     def __enter__(self) -> "ProbeNode":

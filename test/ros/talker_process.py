@@ -21,7 +21,10 @@ from mbde_msgs.msg import MechanismState
 
 
 def mechanism_state(i: int) -> MechanismState:
-    """Deterministic content of message ``i``: every field set, so the receiver can check it."""
+    """Deterministic content of message ``i``, so the receiver can check it: every field
+    set for even ``i``; for odd ``i`` the covariance and the trailing input arrays are
+    empty (an estimator without them), the case where ``rclpy.serialization`` output and
+    rosbags disagree (see test_ros_env.py)."""
     m = MechanismState()
     m.header.stamp.sec = 1000 + i
     m.header.stamp.nanosec = 500_000_000
@@ -35,11 +38,16 @@ def mechanism_state(i: int) -> MechanismState:
     m.zd = [3.0]
     m.zdd = [1e-300]
     m.covariance = [0.1, 0.01, 0.01, 0.2]
-    m.branch = i % 2
-    m.branch_probabilities = [0.75, 0.25] if i % 2 == 0 else [0.25, 0.75]
+    m.branch = 1 - i % 2
+    m.branch_probabilities = [0.25, 0.75] if m.branch else [0.75, 0.25]
     m.input_names = ["motor"]
     m.input_forces = [float(i) * 1.5]
     m.input_covariance = [0.04]
+    if i % 2:
+        m.covariance = []
+        m.input_names = []
+        m.input_forces = []
+        m.input_covariance = []
     return m
 
 
