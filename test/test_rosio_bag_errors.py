@@ -8,9 +8,10 @@ import pytest
 
 from mbde_core.errors import DataError
 from mbde_core.rosio import convert as cv
-from mbde_core.rosio.bag import BagReader, BagWriter, bag_info, deserialize
+from mbde_core.rosio.bag import MAX_TRAILING_PADDING, BagReader, BagWriter, bag_info, deserialize
 from mbde_core.rosio.factory import RosbagsFactory
 from mbde_core.rosio.typestore import build_typestore, get_typestore
+from mbde_core.types import MechanismSnapshot, ParticleCloud
 
 F = RosbagsFactory()
 REPO_MSG = Path(__file__).resolve().parents[1] / "mbde_msgs" / "msg"
@@ -97,33 +98,64 @@ def test_overwritten_storage_file(tmp_path, storage, start, stop):
 
 
 # ------------------------------------------------------------------ the Fast DDS padding wrinkle
-def padded_joint_state():
-    """JointState with empty effort as rosbags serializes it, plus the 4 alignment bytes
-    rclpy/Fast DDS appends (payload padded to a multiple of 8)."""
-    msg = cv.joint_state_msg(F, 1.5, ["crank"], [0.25], velocities=[np.nan])
-    raw = bytes(get_typestore().serialize_cdr(msg, cv.JOINT_STATE))
-    assert (len(raw) - 4) % 8 == 4
-    return raw + b"\x00" * 4
+def rclpy_like_bytes(msg, typename, surplus):
+    """msg serialized by rosbags plus ``surplus`` non-zero bytes, as rclpy/Fast DDS emits
+    them (measured with the Jazzy wheels: +4 B for a JointState with empty effort, +8 B
+    with empty velocity and effort, +24 B for a MechanismState with every optional array
+    empty; the extra bytes are uninitialised, not zero)."""
+    raw = bytes(get_typestore().serialize_cdr(msg, typename))
+    return raw + bytes((0x61 + i) % 256 for i in range(surplus))
 
 
-def test_plain_rosbags_rejects_the_padding_we_tolerate():
-    raw = padded_joint_state()
+E = np.zeros(0)
+PADDED = [  # (id, typename, message, surplus bytes)
+    ("joint_state_no_effort", cv.JOINT_STATE,
+     cv.joint_state_msg(F, 1.5, ["crank"], [0.25], velocities=[np.nan]), 4),
+    ("joint_state_positions_only", cv.JOINT_STATE, cv.joint_state_msg(F, 1.5, ["crank"], [0.25]), 8),
+    ("mechanism_state_all_empty", cv.MECHANISM_STATE,
+     cv.mechanism_state_msg(F, MechanismSnapshot(1.5, E, E, E, np.ones(1), E, E), [], ["th"]), 24),
+]
+
+
+class NoInternals:
+    """A typestore exposing only the public API (forces deserialize's fallback path)."""
+
+    def __init__(self, store):
+        self.deserialize_cdr = store.deserialize_cdr
+
+
+@pytest.mark.parametrize("typename, msg, surplus", [p[1:] for p in PADDED], ids=[p[0] for p in PADDED])
+@pytest.mark.parametrize("store", ["rosbags", "public-api-only"])
+def test_plain_rosbags_rejects_the_padding_we_tolerate(typename, msg, surplus, store):
+    raw = rclpy_like_bytes(msg, typename, surplus)
     with pytest.raises(Exception) as info:  # SerdeError; a bare AssertionError before 0.11
-        get_typestore().deserialize_cdr(raw, cv.JOINT_STATE)
+        get_typestore().deserialize_cdr(raw, typename)
     assert "size mismatch" in str(info.value) or isinstance(info.value, AssertionError)
-    msg = deserialize(get_typestore(), raw, cv.JOINT_STATE)
-    assert cv.joint_state_values(msg, ["crank"]) == [0.25]
-    assert np.isnan(cv.joint_state_values(msg, ["crank"], "velocity")[0])
+    ts = get_typestore() if store == "rosbags" else NoInternals(get_typestore())
+    back = deserialize(ts, raw, typename)
+    assert plain_fields(back) == plain_fields(msg)
+
+
+def plain_fields(msg):
+    return repr({k: (v.tolist() if isinstance(v, np.ndarray) else repr(v))
+                 for k, v in vars(msg).items()})
+
+
+def test_too_much_surplus_is_refused():
+    msg = cv.joint_state_msg(F, 1.5, ["crank"], [0.25])
+    raw = rclpy_like_bytes(msg, cv.JOINT_STATE, MAX_TRAILING_PADDING + 8)
+    with pytest.raises(DataError, match="cannot decode sensor_msgs/msg/JointState"):
+        deserialize(get_typestore(), raw, cv.JOINT_STATE)
 
 
 @pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
 def test_padded_and_broken_messages_in_a_bag(tmp_path, storage):
-    good = padded_joint_state()
+    good = rclpy_like_bytes(PADDED[1][2], cv.JOINT_STATE, 8)
     with BagWriter(tmp_path / "bag", storage) as bag:
         bag.add_topic("/joint_states", cv.JOINT_STATE, "sensor")
         bag.write_raw("/joint_states", 1.5, good)
         bag.write_raw("/joint_states", 1.6, good[:20])  # truncated message
-        bag.write_raw("/joint_states", 1.7, good + b"\x00" * 16)  # far too long
+        bag.write_raw("/joint_states", 1.7, good + bytes(MAX_TRAILING_PADDING))  # far too long
         bag.write_raw("/joint_states", 1.8, good)
     with BagReader(tmp_path / "bag") as reader:
         got = [(t, cv.joint_state_values(m, ["crank"])) for _, t, m in reader.messages()]
@@ -160,7 +192,6 @@ def test_mbde_types_decode_with_our_definitions_not_the_bags(tmp_path):
     with open(msg_dir / "ParticleSet.msg", "a") as fh:
         fh.write("uint8 LAYOUT_VERSION=2\n")
     other = build_typestore(msg_dir)
-    from mbde_core.types import ParticleCloud
 
     cloud = ParticleCloud(2.0, np.ones((3, 1)), np.zeros((3, 1)), np.zeros(3, int),
                           np.full(3, 1 / 3), 3.0, 1)

@@ -14,9 +14,9 @@ version >= 0.9.23; format 9 needs >= 0.10.4; mcap needs >= 0.10.10). Messages ar
 - Errors: a missing, incomplete or corrupt bag raises :class:`DataError` with one line
   naming the path and the problem. Messages that do not decode are skipped and counted
   (``BagReader.skipped``) unless ``strict=True``.
-- rclpy/Fast DDS can append up to a few alignment bytes more than ``rosbags`` accepts
-  (CDR size mismatch, e.g. JointState with an empty ``effort``): decoding retries with up
-  to :data:`MAX_TRAILING_PADDING` trailing bytes removed.
+- rclpy/Fast DDS can append more trailing bytes than ``rosbags`` accepts (CDR size
+  mismatch, e.g. JointState with an empty ``effort``): decoding accepts up to
+  :data:`MAX_TRAILING_PADDING` surplus bytes after the message.
 """
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ Messages decode with :func:`mbde_core.rosio.typestore.get_typestore` (this check
 ``mbde_msgs`` definitions, whatever the bag embeds); types unknown to it decode from the
 bag's own definitions. rclpy/Fast DDS can append up to a few alignment bytes more than
 ``rosbags`` accepts ("CDR message size mismatch", e.g. JointState with an empty
-``effort``): :func:`deserialize` retries with up to :data:`MAX_TRAILING_PADDING` trailing
-bytes removed.
+``effort``): :func:`deserialize` accepts up to :data:`MAX_TRAILING_PADDING` surplus
+bytes after the message.
 """
 from __future__ import annotations
 
@@ -16,28 +16,53 @@ from mbde_core.rosio.bagerrors import bag_error, one_line
 from mbde_core.rosio.stamps import ns_to_sec
 from mbde_core.rosio.typestore import build_typestore, get_typestore
 
-MAX_TRAILING_PADDING = 8  # bytes trimmed at most when a CDR message is too long
+MAX_TRAILING_PADDING = 256  # surplus bytes accepted after a CDR message's last field
 
 
 def deserialize(typestore, data, typename: str):
     """CDR bytes -> message, tolerating up to MAX_TRAILING_PADDING surplus trailing bytes.
 
-    Raises DataError (one line) if the bytes do not decode as typename.
+    rosbags refuses more than 3 bytes after the last field; rclpy/Fast DDS buffers carry
+    the serializer's size estimate instead (measured: +4 B for a JointState with empty
+    effort, +8 B with empty velocity and effort, +24 B for a MechanismState with every
+    optional array empty), and those bytes are not zero. Raises DataError (one line) if
+    the bytes do not decode as typename.
     """
     try:
         return typestore.deserialize_cdr(data, typename)
-    except Exception as exc:  # rosbags: SerdeError, AssertionError (<0.10), struct.error, ...
+    except Exception as exc:  # rosbags: SerdeError, AssertionError (<0.11), struct.error, ...
         first = exc
     data = bytes(data)
-    for cut in range(1, MAX_TRAILING_PADDING + 1):
+    msg = _decode_prefix(typestore, data, typename)
+    if msg is not None:
+        return msg
+    raise DataError(one_line(f"cannot decode {typename} ({len(data)} bytes): "
+                             f"{type(first).__name__}: {first}"))
+
+
+def _decode_prefix(typestore, data: bytes, typename: str):
+    """The message encoded at the start of data if at most MAX_TRAILING_PADDING bytes
+    follow it, else None."""
+    if len(data) < 4 or data[:2] not in (b"\x00\x00", b"\x00\x01"):
+        return None
+    try:  # rosbags' generated decoder reports where the message ends (0.9.23 .. 0.11)
+        msgdef = typestore.get_msgdef(typename)
+        decode = msgdef.deserialize_cdr_le if data[1] else msgdef.deserialize_cdr_be
+        msg, end = decode(memoryview(data)[4:], 0, msgdef.cls, typestore)
+    except Exception:
+        msg, end = None, None
+    if msg is not None and isinstance(end, int):
+        return msg if 0 <= len(data) - 4 - end <= MAX_TRAILING_PADDING else None
+    # decoder internals unavailable: rosbags accepts <= 3 surplus bytes, so cutting
+    # 4, 8, 12, ... bytes meets every surplus up to MAX_TRAILING_PADDING
+    for cut in range(4, MAX_TRAILING_PADDING + 4, 4):
         if len(data) - cut < 4:
             break
         try:
             return typestore.deserialize_cdr(data[:-cut], typename)
         except Exception:
             continue
-    raise DataError(one_line(f"cannot decode {typename} ({len(data)} bytes): "
-                              f"{type(first).__name__}: {first}"))
+    return None
 
 
 class BagReader:
