@@ -119,7 +119,7 @@ class BagWriter:
             data = self.typestore.serialize_cdr(msg, typename)
         except Exception as exc:
             raise bag_error(self.path, f"cannot serialize {typename} for {topic} at t={t_sec}",
-                         exc) from None
+                            exc) from None
         self._write(topic, conn, t_sec, data)
 
     def write_raw(self, topic: str, t_sec: float, data: bytes) -> None:
