@@ -43,7 +43,7 @@ setup(
         "scipy>=1.8",
         "pyyaml>=5.4",
         "transforms3d>=0.4",
-        "rosbags>=0.9.23,<0.12",
+        "rosbags>=0.10.10,<0.12",
         "matplotlib>=3.5",
     ],
     extras_require={

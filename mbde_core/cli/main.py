@@ -14,7 +14,6 @@ import sys
 # (name, module, one-line help). Order = order shown by `mbde --help`.
 COMMANDS: list[tuple[str, str, str]] = [
     ("info", "mbde_core.cli.cmd_info", "describe a mechanism YAML: points, bodies, coordinates, DOF, branches"),
-    ("simulate-free", "mbde_core.cli.cmd_simulate_free", "simulate a mechanism without sensors and print energy/constraint drift"),
     ("inverse-dynamics", "mbde_core.cli.cmd_inverse_dynamics", "driver force/torque needed to follow a prescribed coordinate trajectory"),
 ]
 

@@ -1,0 +1,1 @@
+"""Configuration file handling shared by every mbde YAML reader."""

@@ -1,0 +1,1 @@
+"""Multibody engine: kinematics, branches, dynamics, inverse dynamics and integrators."""

@@ -1,0 +1,112 @@
+"""Forward dynamics in independent coordinates (R-matrix method) and inverse dynamics.
+
+Forward dynamics (paper 000 eq. 12, paper 003 eq. 3):
+
+    zdd = (R^T M R)^{-1} R^T (Q - M R' zd),   qdd = R zdd + R' zd
+
+obtained by premultiplying M qdd + Phi_q^T lambda = Q by R^T (Phi_q R = 0).
+A second, independent formulation solves the Lagrange-multiplier system
+[[M, Phi_q^T], [Phi_q, 0]] [qdd; lambda] = [Q; -(Phi_q)' qd] (paper 003 eq. 1); both
+agree to rounding and the tests check it.
+
+Inverse dynamics: the generalized forces tau on driven coordinates d (a valid set of
+independent coordinates) that produce a given motion satisfy
+R^T (M qdd - Q - E_d tau) = 0, i.e. (E_d^T R)^T tau = R^T (M qdd - Q).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mbde_core.engine import kinematics
+from mbde_core.engine.linalg import solve
+
+
+@dataclass
+class DynamicsEval:
+    """Result of one forward-dynamics evaluation (batched or single).
+
+    zdd: (N, g); qdd: (N, n); R: (N, n, g); rdzd: (N, n) = R'zd; phi_q: (N, m, n);
+    Mbar: (N, g, g) = R^T M R; Qbar: (N, g) = R^T (Q - M R'zd); Q: (N, n).
+    """
+
+    zdd: np.ndarray
+    qdd: np.ndarray
+    R: np.ndarray
+    rdzd: np.ndarray
+    phi_q: np.ndarray
+    Mbar: np.ndarray
+    Qbar: np.ndarray
+    Q: np.ndarray
+
+
+def evaluate(mech, t: float, q: np.ndarray, qd: np.ndarray, extra_Q=None, extra_zdd=None) -> DynamicsEval:
+    """R-matrix forward dynamics for a batch q, qd (N, n) (always batched).
+
+    extra_Q: optional (N, n) additional generalized forces; extra_zdd: optional (N, g)
+    acceleration added to zdd (the acceleration noise v of paper 000 eq. 11).
+    """
+    J = mech.phi_q(q)
+    R = kinematics.r_matrix(mech, q, phi_q=J)
+    rdzd = kinematics.rdot_zd(mech, q, qd, phi_q=J)
+    Q = mech.forces(t, q, qd)
+    if extra_Q is not None:
+        Q = Q + extra_Q
+    MR = np.einsum("ij,njk->nik", mech.M, R)
+    Mbar = np.einsum("nji,njk->nik", R, MR)
+    Qbar = np.einsum("nji,nj->ni", R, Q - rdzd @ mech.M.T)
+    zdd = solve(Mbar, Qbar)
+    if extra_zdd is not None:
+        zdd = zdd + extra_zdd
+    qdd = np.einsum("nij,nj->ni", R, zdd) + rdzd
+    return DynamicsEval(zdd, qdd, R, rdzd, J, Mbar, Qbar, Q)
+
+
+def forward(mech, t: float, q, qd, extra_Q=None):
+    """(zdd, qdd) for a single state (n,) or a batch (N, n)."""
+    q = np.asarray(q, dtype=float)
+    single = q.ndim == 1
+    qb = q[None] if single else q
+    qdb = np.asarray(qd, dtype=float).reshape(qb.shape)
+    eq = None if extra_Q is None else np.asarray(extra_Q, dtype=float).reshape(qb.shape)
+    ev = evaluate(mech, t, qb, qdb, extra_Q=eq)
+    return (ev.zdd[0], ev.qdd[0]) if single else (ev.zdd, ev.qdd)
+
+
+def forward_lagrange(mech, t: float, q, qd):
+    """(qdd, lambda) by the Lagrange-multiplier (index-1) formulation, single state."""
+    q = np.asarray(q, dtype=float)
+    qd = np.asarray(qd, dtype=float)
+    J = mech.phi_q(q)
+    m = J.shape[0]
+    A = np.block([[mech.M, J.T], [J, np.zeros((m, m))]])
+    b = np.concatenate([mech.forces(t, q, qd), -mech.phi_q_dot_qd(q, qd)])
+    x = np.linalg.solve(A, b)
+    return x[: mech.n], x[mech.n :]
+
+
+def inverse(mech, t: float, q, qd, qdd, driven=None) -> np.ndarray:
+    """Generalized forces on the driven coordinates that produce the motion (q, qd, qdd).
+
+    q, qd, qdd: (n,) consistent with the constraints (e.g. from kinematics.full_state).
+    driven: coordinate indices (g,), default the mechanism's independent coordinates.
+    Returns tau (g,): the force/torque each driver applies (positive along the coordinate).
+    """
+    q = np.asarray(q, dtype=float)
+    J = mech.phi_q(q)
+    R = kinematics.r_matrix(mech, q, phi_q=J)
+    rhs = R.T @ (mech.M @ np.asarray(qdd, dtype=float) - mech.forces(t, q, qd))
+    d = mech.independent if driven is None else np.asarray(driven)
+    return np.linalg.solve(R[d, :].T, rhs)
+
+
+def energy_drift(mech, qs: np.ndarray, qds: np.ndarray) -> float:
+    """Relative energy drift of a trajectory: max |E(t) - E(0)| / max_t T(t).
+
+    Normalised by the peak kinetic energy (the energy actually exchanged), because the
+    total energy has an arbitrary zero (the potential's reference).
+    """
+    E = mech.energy(qs, qds)
+    scale = max(float(np.max(mech.kinetic_energy(qds))), 1e-300)
+    return float(np.max(np.abs(E - E[0])) / scale)

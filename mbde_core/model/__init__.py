@@ -1,0 +1,1 @@
+"""Mechanism models: YAML loading, natural coordinates, constraints, mass and loads."""

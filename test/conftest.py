@@ -1,0 +1,40 @@
+"""Shared fixtures: repository paths and shipped mechanisms."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.normpath(os.path.join(REPO, os.pardir, "shared"))
+MECH_DIR = os.path.join(REPO, "config", "mechanisms")
+MSC_DIR = os.path.join(SHARED, "reference", "msc-adams-fourbar")
+
+
+def mech_path(name: str) -> str:
+    return os.path.join(MECH_DIR, name + ".yaml")
+
+
+def run_mbde(*args, cwd=None, timeout=600):
+    """Run the mbde command line in a subprocess; returns CompletedProcess (text)."""
+    return subprocess.run(
+        [sys.executable, "-m", "mbde_core.cli", *map(str, args)],
+        capture_output=True, text=True, cwd=cwd or REPO, timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def fourbar():
+    from mbde_core.model.mechanism import load_mechanism
+
+    return load_mechanism(mech_path("fourbar"))
+
+
+@pytest.fixture(scope="session")
+def mechanisms():
+    from mbde_core.model.mechanism import load_mechanism
+
+    names = ["fourbar", "fourbar_pf", "fivebar", "slider_crank", "pendulum"]
+    return {n: load_mechanism(mech_path(n)) for n in names}
