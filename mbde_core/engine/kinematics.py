@@ -20,7 +20,7 @@ from mbde_core.engine.linalg import solve
 
 
 def _phi_tol(mech) -> float:
-    return 1e-12 * max(1.0, mech.length_scale**2)
+    return 1e-14 * max(1.0, mech.length_scale**2)
 
 
 def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):

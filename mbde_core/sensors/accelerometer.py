@@ -1,0 +1,83 @@
+"""Accelerometers: specific force f = a_P - g at a point, projected on sensing axes.
+
+Body-mounted (paper 004 eqs. 44-51): the point P has body-frame coordinates (xi, eta)
+(origin at the body's first point, x axis towards the second), so
+r_P = C(xi, eta) [r_i; r_j] and a_P = C [a_i; a_j] (C constant, natural coordinates);
+each sensing axis k makes the angle alpha_k with the body x axis:
+e_k = Rot(alpha_k) d / |d|, and h_k = e_k . (a_P - g). Then dh/dqdd = e_k^T C,
+dh/dq = [(I - d^ d^T) / |d|] Rot(-alpha_k) (a_P - g) (w.r.t. d), dh/dqd = 0.
+Point-mounted (e.g. on a slider block that only translates): axes at fixed angles in
+the world frame (or relative to a slider's track), h_k = e_k . (a_P - g).
+At rest an accelerometer reads -g projected on its axes. Published as sensor_msgs/Imu
+linear_acceleration.x (first axis) and .y (second axis) [m/s^2].
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mbde_core.sensors.base import Sensor
+from mbde_core.sensors.geometry import basis_vector, body_columns, rotation, scatter_d
+
+
+class Accelerometer(Sensor):
+    kind = "accelerometer"
+    uses_qdd = True
+
+    def __init__(self, mech, name, *, axes, body: int = -1, offset=(0.0, 0.0), point: int = -1, **kw):
+        self.axes = [float(a) for a in axes]
+        self.dim = len(self.axes)
+        self.channels = ["accel_x", "accel_y"][: self.dim]
+        self.body = body
+        self.point = point
+        self.offset = tuple(float(v) for v in offset)
+        if body >= 0:
+            C, (i, j) = mech.body_point_matrix(body, self.offset)
+            self._C = C
+            self._cols = body_columns(mech, body)[3]
+        else:
+            self._cols = (mech.px[point], mech.py[point])
+        super().__init__(mech, name, **kw)
+
+    def _point_accel(self, qdd):
+        x = np.concatenate([qdd, np.zeros((qdd.shape[0], 1))], axis=1)
+        if self.body >= 0:
+            basis = x[:, list(self._cols)]  # (N, 4) = [a_i, a_j]
+            return basis @ self._C.T
+        return x[:, list(self._cols)]
+
+    def _axes(self, q):
+        """(N, dim, 2) unit sensing axes."""
+        if self.body >= 0:
+            d, _ = basis_vector(self.mech, self.body, q)
+            u = d / np.linalg.norm(d, axis=1, keepdims=True)
+            return np.stack([u @ rotation(a).T for a in self.axes], axis=1)
+        e = np.array([[np.cos(a), np.sin(a)] for a in self.axes])
+        return np.broadcast_to(e, (q.shape[0], self.dim, 2))
+
+    def _h(self, q, qd, qdd):
+        f = self._point_accel(qdd) - self.mech.gravity
+        return np.einsum("nkc,nc->nk", self._axes(q), f)
+
+    def _jac(self, q, qd, qdd):
+        N = q.shape[0]
+        Hq, Hqd, Hqdd = self._zeros(N)
+        E = self._axes(q)
+        f = self._point_accel(qdd) - self.mech.gravity
+        if self.body >= 0:
+            xi, yi, xj, yj = self._cols
+            d, _ = basis_vector(self.mech, self.body, q)
+            nd = np.linalg.norm(d, axis=1)
+            u = d / nd[:, None]
+            for k, a in enumerate(self.axes):
+                row = E[:, k] @ self._C  # (N, 4): e_k^T C on [xi, yi, xj, yj]
+                for c, col in enumerate((xi, yi, xj, yj)):
+                    Hqdd[:, k, col] += row[:, c]
+                w = f @ rotation(a)  # Rot(-a) f  (row-vector form)
+                g = (w - u * np.sum(u * w, axis=1, keepdims=True)) / nd[:, None]
+                scatter_d(Hq, k, self._cols, g[:, 0], g[:, 1])
+        else:
+            cx, cy = self._cols
+            for k in range(self.dim):
+                Hqdd[:, k, cx] += E[:, k, 0]
+                Hqdd[:, k, cy] += E[:, k, 1]
+        return Hq, Hqd, Hqdd

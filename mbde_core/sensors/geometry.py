@@ -1,0 +1,56 @@
+"""Body-frame geometry shared by the sensor models (batched).
+
+A body's frame has its origin at the body's first point and its x axis along
+d = P_j - P_i (first to second point). Column indices map derivatives w.r.t. d or a
+point back to q; column n collects fixed points and is discarded.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def body_columns(mech, body: int):
+    """(i, j, L, (xi, yi, xj, yj)) for a body: basis points, length, q columns."""
+    i, j, L = mech.body_basis[body]
+    return i, j, L, (mech.px[i], mech.py[i], mech.px[j], mech.py[j])
+
+
+def basis_vector(mech, body: int, q, qd=None):
+    """d (N, 2) and, if qd is given, d' (N, 2) of a body."""
+    i, j, _, _ = body_columns(mech, body)
+    P = mech.points(q)
+    d = P[:, j] - P[:, i]
+    if qd is None:
+        return d, None
+    V = mech.point_velocities(qd)
+    return d, V[:, j] - V[:, i]
+
+
+def scatter_d(J, row, cols, gx, gy):
+    """Add a gradient w.r.t. d = P_j - P_i (gx, gy (N,)) into J[:, row, :]."""
+    xi, yi, xj, yj = cols
+    J[:, row, xj] += gx
+    J[:, row, yj] += gy
+    J[:, row, xi] -= gx
+    J[:, row, yi] -= gy
+
+
+def body_angle_and_gradient(d):
+    """theta = atan2(dy, dx) (N,) and dtheta/dd (N, 2) = (-dy, dx) / |d|^2."""
+    s = d[:, 0] ** 2 + d[:, 1] ** 2
+    return np.arctan2(d[:, 1], d[:, 0]), np.stack([-d[:, 1] / s, d[:, 0] / s], axis=1)
+
+
+def omega_and_gradients(d, dd):
+    """Angular velocity w = (d x d') / |d|^2 (N,), dw/dd (N, 2), dw/dd' (N, 2)."""
+    s = d[:, 0] ** 2 + d[:, 1] ** 2
+    c = d[:, 0] * dd[:, 1] - d[:, 1] * dd[:, 0]
+    w = c / s
+    gd = np.stack([dd[:, 1] / s - 2.0 * c * d[:, 0] / s**2, -dd[:, 0] / s - 2.0 * c * d[:, 1] / s**2], axis=1)
+    gdd = np.stack([-d[:, 1] / s, d[:, 0] / s], axis=1)
+    return w, gd, gdd
+
+
+def rotation(alpha: float) -> np.ndarray:
+    c, s = np.cos(alpha), np.sin(alpha)
+    return np.array([[c, -s], [s, c]])
