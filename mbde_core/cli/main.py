@@ -15,6 +15,8 @@ import sys
 COMMANDS: list[tuple[str, str, str]] = [
     ("info", "mbde_core.cli.cmd_info", "describe a mechanism YAML: points, bodies, coordinates, DOF, branches"),
     ("inverse-dynamics", "mbde_core.cli.cmd_inverse_dynamics", "driver force/torque needed to follow a prescribed coordinate trajectory"),
+    ("simulate", "mbde_core.cli.cmd_simulate", "simulate a scenario (ground truth + noisy sensors) into a ROS 2 bag"),
+    ("bag-info", "mbde_core.cli.cmd_bag_info", "list a ROS 2 bag's topics, types, message counts, rates and duration"),
 ]
 
 

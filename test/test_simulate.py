@@ -1,0 +1,430 @@
+"""Ground-truth simulator and `mbde simulate` / `mbde bag-info`: drift-free truth, energy,
+speed controller, seeded noise streams, sampling grids, and bags that read back
+identically with rosbags (sqlite3) and with the independent mcap readers (mcap)."""
+import io
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import REPO, mech_path, run_mbde
+from mbde_core.cli.main import main as mbde
+from mbde_core.engine import dynamics
+from mbde_core.rosio import convert as cv
+from mbde_core.rosio.stamps import ns_to_sec, sec_to_ns
+from mbde_core.rosio.typestore import get_typestore
+from mbde_core.scenario import Scenario, load_scenario
+from mbde_core.scenario.description import scenario_from_bag
+from mbde_core.simulator import noise_rng, run
+from mbde_core.simulator.bag import write_simulation_bag
+from mbde_core.simulator.progress import ProgressBar
+
+SCEN_DIR = os.path.join(REPO, "config", "scenarios")
+SHIPPED = sorted(f[:-5] for f in os.listdir(SCEN_DIR) if f.endswith(".yaml"))
+GT, GT_JS, DESC = "/mbde/ground_truth", "/mbde/ground_truth/joint_states", "/mbde/description"
+
+
+def scen(name):
+    return os.path.join(SCEN_DIR, name + ".yaml")
+
+
+# Every sensor kind on the slider-crank, driven by the speed controller: exercises every
+# message conversion, the true input and reference sensors.
+ALL_SENSORS = {
+    "name": "all_sensors",
+    "mechanism": mech_path("slider_crank"),
+    "sensors": [
+        {"name": "gyro_rod", "type": "gyroscope", "body": "rod", "period": 0.002, "frame_id": "rod_gyro",
+         "noise": {"sigma": 0.01}},
+        {"name": "acc_slider", "type": "accelerometer", "slider": "slider", "period": 0.001, "noise": {"sigma": 0.05}},
+        {"name": "acc_rod", "type": "accelerometer", "body": "rod", "offset": [0.1, 0.0], "axes": [0, "pi/2"],
+         "period": 0.004, "noise": {"sigma": [0.1, 0.2], "quantization": 0.01}},
+        {"name": "imu_crank", "type": "imu", "body": "crank", "offset": [0.03, 0], "period": 0.005,
+         "noise": {"sigma": [0.01, 0.1, 0.3]}},
+        {"name": "enc_crank", "type": "encoder", "body": "crank", "period": 0.003, "joint_name": "crank_joint",
+         "counts_per_revolution": 4096, "noise": {"sigma": 0.001}},
+        {"name": "lin", "type": "slider_position", "slider": "slider", "period": 0.001, "noise": {"sigma": 1e-4}},
+    ],
+    "reference_sensors": [{"name": "ref_enc", "type": "encoder", "body": "crank", "period": 0.001, "noise": {"sigma": 0}}],
+    "unmodelled_loads": [{"type": "point_damping", "point": "P2", "c": 1.0}],
+    "speed_controller": {"coordinate": "theta", "target": {"steps": [[0, 20], [0.05, 30]]}, "kp": 1.2, "ki": 40,
+                         "torque_limit": 5},
+    "initial_state": {"velocity": {"theta": 5.0}},
+    "duration": 0.1,
+    "step": 0.001,
+    "start_time": 1000.25,   # a later start: stamps stay ns-exact
+    "ground_truth_period": 0.002,
+    "seed": 7,
+}
+
+
+@pytest.fixture(scope="module")
+def all_sensors():
+    sc = Scenario(ALL_SENSORS, file="all_sensors.yaml")
+    return sc, run(sc)
+
+
+# ------------------------------------------------------------------------------ shipped files
+EXPECTED_TOPICS = {  # scenario: {sensor topic: (type, rate Hz)}
+    "pf_sim": {"/mbde/sensors/gyro_rocker": (cv.IMU, 200)},
+    "pf_rig_branch0": {"/mbde/sensors/gyro_rocker": (cv.IMU, 1 / 0.006),
+                       "/mbde/reference/crank_encoder": (cv.JOINT_STATE, 1 / 0.006)},
+    "pf_rig_branch1": {"/mbde/sensors/gyro_rocker": (cv.IMU, 1 / 0.006),
+                       "/mbde/reference/crank_encoder": (cv.JOINT_STATE, 1 / 0.006)},
+    "fourbar_gyro": {"/mbde/sensors/gyro_coupler": (cv.IMU, 200)},
+    "fourbar_encoder": {"/mbde/sensors/encoder_crank": (cv.JOINT_STATE, 200)},
+    "fivebar_gyro": {"/mbde/sensors/gyro_coupler1": (cv.IMU, 200), "/mbde/sensors/gyro_coupler2": (cv.IMU, 200)},
+    "fivebar_encoder": {"/mbde/sensors/encoder_crank1": (cv.JOINT_STATE, 200),
+                        "/mbde/sensors/encoder_crank2": (cv.JOINT_STATE, 200)},
+    "adekf_slider_crank": {"/mbde/sensors/accel_slider": (cv.IMU, 1000),
+                           "/mbde/reference/motor_encoder": (cv.JOINT_STATE, 1000)},
+}
+
+
+def check_bag_info(info, name, duration):
+    want = dict(EXPECTED_TOPICS[name])
+    want[DESC] = (cv.STRING, None)
+    want[GT] = want[GT_JS] = (cv.MECHANISM_STATE, 1000)
+    want[GT_JS] = (cv.JOINT_STATE, 1000)
+    got = {t["topic"]: t for t in info["topics"]}
+    assert set(got) == set(want)
+    for topic, (typ, rate) in want.items():
+        assert got[topic]["type"] == typ
+        if rate is None:
+            assert got[topic]["count"] == 1
+        else:
+            assert got[topic]["rate_hz"] == pytest.approx(rate, rel=0.01)
+            assert got[topic]["count"] == int(duration * rate + 1e-6) + 1
+    assert info["duration"] == pytest.approx(duration, abs=1e-9)
+
+
+def test_shipped_scenarios_expected_topics_are_complete():
+    assert sorted(EXPECTED_TOPICS) == SHIPPED
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_scenario_simulates(tmp_path, capsys, name):
+    out = tmp_path / "bag"
+    assert mbde(["simulate", scen(name), "--out", str(out), "--set", "duration=0.12"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""  # no progress bar when stderr is not a terminal
+    assert f"scenario {name}:" in captured.out and "max |Phi| = " in captured.out
+    assert mbde(["bag-info", str(out), "--json"]) == 0
+    check_bag_info(json.loads(capsys.readouterr().out), name, 0.12)
+    assert mbde(["bag-info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "/mbde/ground_truth/joint_states  sensor_msgs/msg/JointState" in text and "1000.000" in text
+    back = scenario_from_bag(out)  # the bag alone rebuilds truth, sensors and estimator model
+    assert back.name == name and back.duration == 0.12
+    assert back.estimator_mechanism().gravity.tolist() == load_scenario(scen(name)).estimator_mechanism().gravity.tolist()
+
+
+def test_full_run_through_the_cli(tmp_path):
+    """pf_sim unmodified (10 s, 10001 steps): drift-free, energy conserved, expected rates."""
+    out = tmp_path / "pf_sim"
+    proc = run_mbde("simulate", scen("pf_sim"), "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "" and "ground truth: 10001 samples" in proc.stdout
+    proc = run_mbde("bag-info", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    check_bag_info(json.loads(proc.stdout), "pf_sim", 10.0)
+    sc = load_scenario(scen("pf_sim"))
+    mech = sc.truth_mechanism()
+    q, qd, t = read_truth(out, mech)
+    assert len(t) == 10001 and t[-1] == 10.0
+    assert np.max(np.abs(mech.phi(q))) < 1e-8  # drift-free over the whole run
+    assert np.max(np.abs(np.einsum("nij,nj->ni", mech.phi_q(q), qd))) < 1e-9 * np.max(np.abs(qd))
+    # trapezoidal ALI3-P: energy error bounded (O(h^2) oscillation), no drift over 10 s
+    assert dynamics.energy_drift(mech, q, qd) < 5e-3
+    E = mech.energy(q, qd)
+    assert abs(E[-1] - E[0]) < 5e-3 * np.max(mech.kinetic_energy(qd))
+
+
+def read_truth(path, mech=None):
+    from rosbags.rosbag2 import Reader
+
+    store = get_typestore()
+    qs, qds, ts = [], [], []
+    with Reader(path) as reader:
+        conns = [c for c in reader.connections if c.topic == GT_JS]
+        for conn, t_ns, raw in reader.messages(connections=conns):
+            msg = store.deserialize_cdr(raw, conn.msgtype)
+            assert msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec == t_ns
+            qs.append(msg.position)
+            qds.append(msg.velocity)
+            ts.append(ns_to_sec(t_ns))
+    return np.array(qs), np.array(qds), np.array(ts)
+
+
+# ------------------------------------------------------------------------------ physics
+@pytest.mark.parametrize("name, duration", [("fourbar_gyro", 0.6), ("fivebar_gyro", 0.6), ("pf_rig_branch1", 0.4)])
+def test_truth_is_drift_free_and_conserves_energy(name, duration):
+    sc = load_scenario(scen(name), [f"duration={duration}", "ground_truth_rate=200"])
+    r = run(sc)
+    mech = sc.truth_mechanism()
+    assert r.phi_max.max() < 1e-8 and np.max(np.abs(mech.phi(r.q))) < 1e-8
+    J = mech.phi_q(r.q)
+    # velocity constraints to the integrator's tolerance, acceleration constraints to rounding
+    vel = np.einsum("nij,nj->ni", J, r.qd)
+    assert np.max(np.abs(vel)) < 1e-9 * np.max(np.abs(J)) * np.max(np.abs(r.qd))
+    acc = np.einsum("nij,nj->ni", J, r.qdd) + mech.phi_q_dot_qd(r.q, r.qd)
+    assert np.max(np.abs(acc)) < 1e-12 * np.max(np.abs(J)) * np.max(np.abs(r.qdd))
+    assert set(r.branch.tolist()) == {sc.initial_state.branch}
+    E = mech.energy(r.q, r.qd)
+    peak = np.max(mech.kinetic_energy(r.qd))
+    assert peak > 1e-3 * abs(mech.potential_energy(r.q[0]) - mech.potential_energy(r.q).min())  # it moves
+    if sc.unmodelled_loads:  # the rig's joint friction dissipates energy
+        assert np.all(np.diff(E) < 1e-9 * peak) and E[-1] < E[0] - 0.1 * peak
+    else:
+        assert dynamics.energy_drift(mech, r.q, r.qd) < 5e-3
+
+
+def test_speed_controller_tracks_the_profile():
+    """Paper 004's 40 -> 50 -> 60 rad/s steps (compressed to 0.6 s each): from 0.3 s after
+    each step on, the mean speed is within 0.5 % and every sample within 4 % of the target
+    (the ripple is the slider-crank's angle-dependent inertia at twice the crank frequency)."""
+    sc = load_scenario(scen("adekf_slider_crank"), ["duration=1.8", "speed_controller.target.steps=[[0, 40], [0.6, 50], [1.2, 60]]"])
+    r = run(sc)
+    k = sc.truth_mechanism().coordinate_names.index("theta")
+    w = r.qd[:, k]
+    for t0, target in ((0.0, 40), (0.6, 50), (1.2, 60)):
+        sel = (r.t >= t0 + 0.3) & (r.t < t0 + 0.6 - 1e-9)
+        err = w[sel] - target
+        assert abs(err.mean()) < 0.005 * target and np.abs(err).max() < 0.04 * target, (target, err.mean(), np.abs(err).max())
+        assert np.abs(w[(r.t >= t0) & (r.t < t0 + 0.01)] - target).max() > 5  # a real transient at each step
+    torque = r.inputs[:, 0]
+    assert r.input_names == ["motor"] and np.abs(torque).max() == 5.0  # saturates at the limit on each step
+    assert np.array_equal(r.effort[:, k], torque) and not np.delete(r.effort, k, axis=1).any()
+    # each snapshot's qdd is the forward dynamics of the truth with the recorded torque
+    tm = sc.truth_model()
+    for i in range(0, len(r.t), 97):
+        tm.inputs["motor"].value = torque[i]
+        qdd = dynamics.forward(tm.mechanism, r.t[i], r.q[i], r.qd[i])[1]
+        assert np.allclose(qdd, r.qdd[i], rtol=1e-9, atol=1e-9 * np.abs(r.qdd[i]).max())
+
+
+# ------------------------------------------------------------------------------ noise, grids
+def test_sampling_grid_and_noise_streams(all_sensors):
+    sc, r = all_sensors
+    for s in sc.all_sensors:
+        stamps, values = r.measurements[s.name]
+        every = sc.sensor_every[s.name]
+        assert len(stamps) == sc.n_steps // every + 1
+        ns = [sec_to_ns(t) for t in stamps]
+        assert ns == [sc.start_ns + j * every * sc.step_ns for j in range(len(stamps))]
+        assert values.shape == (len(stamps), s.dim)
+    assert [sec_to_ns(t) for t in r.t] == [sc.start_ns + j * 2 * sc.step_ns for j in range(51)]
+    # noise = reading - h(true state at the same instant), from the sensor's own stream
+    mech = sc.truth_mechanism()
+    for s in sc.all_sensors:
+        stamps, values = r.measurements[s.name]
+        idx = np.searchsorted(r.t, stamps)
+        on_truth = idx < len(r.t)
+        on_truth[on_truth] &= r.t[idx[on_truth]] == stamps[on_truth]
+        true = s.h(r.q[idx[on_truth]], r.qd[idx[on_truth]], r.qdd[idx[on_truth]])
+        noise = s.residual(values[on_truth], true)
+        assert np.all(np.abs(noise) < 6 * s.noise.sigma + s.noise.quantization + 1e-12)
+        rng = noise_rng(sc.seed, s.name)
+        first = s.noise.sigma * rng.standard_normal(s.dim)
+        if not s.noise.quantization.any():
+            assert np.allclose(noise[0], first, rtol=1e-9, atol=1e-12)
+    quantized = r.measurements["acc_rod"][1] / 0.01
+    assert np.allclose(quantized, np.round(quantized), atol=1e-9)
+    # a noise-free reference sensor reads h exactly (every other sample lies on the truth grid)
+    stamps, values = r.measurements["ref_enc"]
+    idx = np.searchsorted(r.t, stamps[::2])
+    assert np.array_equal(r.t[idx], stamps[::2])
+    assert np.array_equal(values[::2, 0], sc.reference_sensors["ref_enc"].h(r.q[idx])[:, 0])
+
+
+def test_noise_statistics_and_reproducibility():
+    sc = load_scenario(scen("fivebar_gyro"), ["duration=0.5", "sensors[0].period=0.001", "sensors[1].period=0.001",
+                                              "sensors[1].noise.bias=0.05"])
+    r = run(sc)
+    for s, bias in zip(sc.sensors, (0.0, 0.05)):
+        _, values = r.measurements[s.name]
+        noise = values[:, 0] - s.h(r.q, r.qd, r.qdd)[:, 0]
+        assert len(noise) == 501
+        assert abs(noise.mean() - bias) < 4 * s.noise.sigma[0] / math.sqrt(501)
+        assert noise.std() == pytest.approx(math.radians(1), rel=0.1)
+    again = run(sc)
+    for name in sc.sensors.names:
+        assert np.array_equal(again.measurements[name][1], r.measurements[name][1])
+    other = run(sc.with_overrides(seed=sc.seed + 1))
+    assert np.array_equal(other.q, r.q)  # the truth does not depend on the seed
+    assert not np.array_equal(other.measurements["gyro_coupler1"][1], r.measurements["gyro_coupler1"][1])
+    # removing a sensor leaves the other sensor's stream unchanged
+    solo = run(sc.with_overrides(settings=["sensors=[%s]" % json.dumps(sc.raw["sensors"][1])]))
+    assert list(solo.measurements) == ["gyro_coupler2"]
+    assert np.array_equal(solo.measurements["gyro_coupler2"][1], r.measurements["gyro_coupler2"][1])
+
+
+def test_dropout_loses_samples():
+    sc = Scenario(dict(ALL_SENSORS, sensors=[{"name": "g", "type": "gyroscope", "body": "rod", "period": 0.001,
+                                               "noise": {"sigma": 0.01, "dropout": 0.5}}], reference_sensors=[],
+                       duration=0.2), file="dropout.yaml")
+    stamps, _ = run(sc).measurements["g"]
+    assert 60 < len(stamps) < 141  # of 201 samples, p = 0.5 (> 5 sigma margins)
+
+
+# ------------------------------------------------------------------------------ bags
+def expected_messages(sc, r):
+    """{topic: [(t_ns, content)]} predicted from the in-memory run."""
+    out = {GT: [], GT_JS: []}
+    for i, t in enumerate(r.t):
+        out[GT].append((sec_to_ns(t), r.q[i].tolist(), r.qdd[i].tolist(), r.zd[i].tolist(), int(r.branch[i]),
+                        r.inputs[i].tolist()))
+        out[GT_JS].append((sec_to_ns(t), r.q[i].tolist(), r.qd[i].tolist(), r.effort[i].tolist()))
+    for s in sc.all_sensors:
+        stamps, values = r.measurements[s.name]
+        out[s.topic] = [(sec_to_ns(t), v.tolist()) for t, v in zip(stamps, values)]
+    return out
+
+
+def decode(topic, msg, sensors_by_topic):
+    stamp_ns = msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
+    if topic == GT:
+        return stamp_ns, list(msg.q), list(msg.qdd), list(msg.zd), int(msg.branch), list(msg.input_forces)
+    if topic == GT_JS:
+        return stamp_ns, list(msg.position), list(msg.velocity), list(msg.effort)
+    s = sensors_by_topic[topic]
+    if s.msg_type == cv.JOINT_STATE:
+        assert list(msg.name) == s.channels
+        return stamp_ns, cv.joint_state_values(msg, s.channels)
+    return stamp_ns, cv.imu_values(msg, s.channels).tolist()
+
+
+@pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
+def test_bag_reads_back_identically_with_rosbags(tmp_path, all_sensors, storage):
+    from rosbags.rosbag2 import Reader
+
+    sc, r = all_sensors
+    summary = write_simulation_bag(sc, tmp_path / "bag", storage)
+    assert summary.truth_samples == len(r.t) and summary.phi_max == r.phi_max.max()
+    want = expected_messages(sc, r)
+    by_topic = {s.topic: s for s in sc.all_sensors}
+    got = {}
+    store = get_typestore()
+    with Reader(tmp_path / "bag") as reader:
+        for conn, t_ns, raw in reader.messages():
+            msg = store.deserialize_cdr(raw, conn.msgtype)
+            if conn.topic == DESC:
+                assert t_ns == sc.start_ns and conn.msgtype == cv.STRING
+                desc = yaml.safe_load(msg.data)
+                continue
+            item = decode(conn.topic, msg, by_topic)
+            assert item[0] == t_ns  # header stamp == bag time, to the nanosecond
+            got.setdefault(conn.topic, []).append(item)
+            if conn.topic in by_topic:
+                s = by_topic[conn.topic]
+                assert msg.header.frame_id == s.frame_id
+                if s.msg_type == cv.IMU:
+                    check_imu_covariances(msg, s)
+            else:
+                assert msg.header.frame_id == "world"
+    assert got == want  # float64-exact, bag-time order
+    assert desc["scenario"]["seed"] == 7 and desc["truth"]["inputs"] == ["motor"]
+    assert [d["topic"] for d in desc["topics"]["sensors"] if d["reference"]] == ["/mbde/reference/ref_enc"]
+
+
+def check_imu_covariances(msg, sensor):
+    var = sensor.noise.variance()
+    assert msg.orientation_covariance[0] == -1.0
+    gyro = "gyro_z" in sensor.channels
+    accel = any(c.startswith("accel") for c in sensor.channels)
+    assert (msg.angular_velocity_covariance[0] == -1.0) == (not gyro)
+    assert (msg.linear_acceleration_covariance[0] == -1.0) == (not accel)
+    for c, v in zip(sensor.channels, var):
+        vec, axis, cov = cv.IMU_CHANNELS[c]
+        assert getattr(msg, cov)[{"x": 0, "y": 4, "z": 8}[axis]] == v
+
+
+@pytest.mark.filterwarnings("ignore:the .*mcap_ros1.reader. module is deprecated:DeprecationWarning")
+def test_mcap_decodes_with_independent_readers(tmp_path, all_sensors):
+    from mcap.reader import make_reader
+    from mcap_ros2.decoder import DecoderFactory
+
+    sc, r = all_sensors
+    write_simulation_bag(sc, tmp_path / "bag", "mcap")
+    (path,) = list((tmp_path / "bag").glob("*.mcap"))
+    want = expected_messages(sc, r)
+    by_topic = {s.topic: s for s in sc.all_sensors}
+    got = {}
+    with open(path, "rb") as fh:
+        reader = make_reader(fh, decoder_factories=[DecoderFactory()])
+        for _, channel, message, ros in reader.iter_decoded_messages():
+            if channel.topic == DESC:
+                assert yaml.safe_load(ros.data)["scenario"]["name"] == "all_sensors"
+                continue
+            item = decode(channel.topic, ros, by_topic)
+            assert item[0] == message.log_time
+            got.setdefault(channel.topic, []).append(item)
+    assert got == want
+
+
+def test_force_and_existing_output(tmp_path, capsys):
+    out = tmp_path / "bag"
+    args = ["simulate", scen("pf_sim"), "--out", str(out), "--set", "duration=0.01"]
+    assert mbde(args) == 0
+    capsys.readouterr()
+    assert mbde(args) == 2
+    assert capsys.readouterr().err.strip() == f"mbde simulate: error: {out}: already exists (use --force to replace it)"
+    assert mbde(args + ["--force", "--set", "duration=0.02"]) == 0
+    assert "ground truth: 21 samples" in capsys.readouterr().out
+    other = tmp_path / "notabag"
+    other.mkdir()
+    (other / "keep.txt").write_text("precious")
+    assert mbde(["simulate", scen("pf_sim"), "--out", str(other), "--force", "--set", "duration=0.01"]) == 2
+    assert "is not a rosbag2 bag directory; not replacing it" in capsys.readouterr().err
+    assert (other / "keep.txt").read_text() == "precious"
+
+
+@pytest.fixture(scope="module", params=["sqlite3", "mcap"])
+def small_bag(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(request.param) / "good"
+    sc = load_scenario(scen("fourbar_encoder"), ["duration=0.05"])
+    write_simulation_bag(sc, out, request.param)
+    return out
+
+
+@pytest.mark.parametrize("damage", ["missing", "no metadata", "truncated", "garbage", "bad metadata"])
+def test_bag_info_on_broken_bags(tmp_path, capsys, small_bag, damage):
+    bag = tmp_path / "bag"
+    shutil.copytree(small_bag, bag)
+    (data,) = [p for p in bag.iterdir() if p.suffix in (".db3", ".mcap")]
+    if damage == "missing":
+        shutil.rmtree(bag)
+    elif damage == "no metadata":
+        (bag / "metadata.yaml").unlink()
+    elif damage == "truncated":
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    elif damage == "garbage":
+        raw = bytearray(data.read_bytes())
+        raw[len(raw) // 3: len(raw) // 3 + 3000] = bytes(3000)
+        data.write_bytes(bytes(raw))
+    else:
+        (bag / "metadata.yaml").write_text("rosbag2_bagfile_information: [1, 2\n")
+    assert mbde(["bag-info", str(bag)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mbde bag-info: error: {bag}") and captured.out == ""
+    assert mbde(["bag-info", str(small_bag)]) == 0  # the intact copy still reads
+
+
+def test_progress_bar_only_on_a_terminal():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, pipe = Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        bar = ProgressBar("simulating x", stream=stream, fps=1e9)
+        for k in range(0, 11):
+            bar(k, 10)
+        bar.close()
+    assert pipe.getvalue() == ""
+    assert "simulating x [" in tty.getvalue() and "100.0%" in tty.getvalue() and tty.getvalue().endswith("\n")
