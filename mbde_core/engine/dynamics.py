@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mbde_core.engine import kinematics
+from mbde_core.engine import fastpath, kinematics
 from mbde_core.engine.linalg import solve
 
 
@@ -47,6 +47,9 @@ def evaluate(mech, t: float, q: np.ndarray, qd: np.ndarray, extra_Q=None, extra_
     extra_Q: optional (N, n) additional generalized forces; extra_zdd: optional (N, g)
     acceleration added to zdd (the acceleration noise v of paper 000 eq. 11).
     """
+    K = fastpath.kernels(mech)
+    if K is not None:
+        return _evaluate_fast(mech, K, t, np.asarray(q, dtype=float), np.asarray(qd, dtype=float), extra_Q, extra_zdd)
     J = mech.phi_q(q)
     R = kinematics.r_matrix(mech, q, phi_q=J)
     rdzd = kinematics.rdot_zd(mech, q, qd, phi_q=J)
@@ -63,10 +66,60 @@ def evaluate(mech, t: float, q: np.ndarray, qd: np.ndarray, extra_Q=None, extra_
     return DynamicsEval(zdd, qdd, R, rdzd, J, Mbar, Qbar, Q)
 
 
+def _evaluate_fast(mech, K, t, q, qd, extra_Q, extra_zdd) -> DynamicsEval:
+    """evaluate() on the generated kernels: batch-last evaluation, dense results."""
+    N, n, g = q.shape[0], mech.n, mech.dof
+    x, v = fastpath.soa(q, n), fastpath.soa(qd, n)
+    eQ = None if extra_Q is None else fastpath.soa(extra_Q, n)
+    ez = None if extra_zdd is None else fastpath.soa(extra_zdd, g)
+    V = K.vector
+    with np.errstate(all="ignore"):
+        tr = V.trig(x)
+        J = V.jac(x, tr)
+        zdd, qdd, R, rd, Mbar, Qbar = fastpath.v_dynamics(mech, K, t, x, v, tr, J, eQ, ez)
+        Q = fastpath.v_forces(mech, K, t, x, v, eQ)
+        jv = V.jac_values(x, tr)
+    st = fastpath.stack
+    Rd = np.empty((N, n, g))
+    for i, row in enumerate(R):
+        for k, val in enumerate(row):
+            Rd[:, i, k] = val
+    Md = np.empty((N, g, g))
+    for i, row in enumerate(Mbar):
+        for k, val in enumerate(row):
+            Md[:, i, k] = val
+    Jd = np.zeros((N, K.m * n))
+    for f, val in zip(K.jac_flat, jv):
+        Jd[:, f] = val
+    return DynamicsEval(st(zdd, N).T, st(qdd, N).T, Rd, st(rd, N).T, Jd.reshape(N, K.m, n), Md, st(Qbar, N).T, st(Q, N).T)
+
+
 def forward(mech, t: float, q, qd, extra_Q=None):
     """(zdd, qdd) for a single state (n,) or a batch (N, n)."""
     q = np.asarray(q, dtype=float)
     single = q.ndim == 1
+    K = fastpath.kernels(mech)
+    if K is not None:
+        if single:
+            x = q.tolist()
+            v = np.asarray(qd, dtype=float).reshape(mech.n).tolist()
+            eQ = None if extra_Q is None else np.asarray(extra_Q, dtype=float).reshape(mech.n).tolist()
+            S = K.scalar
+            try:
+                tr = S.trig(x)
+                out = fastpath.s_dynamics(mech, K, t, x, v, tr, S.jac(x, tr), eQ)
+                return np.array(out[0]), np.array(out[1])
+            except fastpath.SCALAR_ERRORS:
+                pass
+        else:
+            N = q.shape[0]
+            x, v = fastpath.soa(q, mech.n), fastpath.soa(qd, mech.n)
+            eQ = None if extra_Q is None else fastpath.soa(extra_Q, mech.n)
+            V = K.vector
+            with np.errstate(all="ignore"):
+                tr = V.trig(x)
+                out = fastpath.v_dynamics(mech, K, t, x, v, tr, V.jac(x, tr), eQ)
+            return fastpath.stack(out[0], N).T, fastpath.stack(out[1], N).T
     qb = q[None] if single else q
     qdb = np.asarray(qd, dtype=float).reshape(qb.shape)
     eq = None if extra_Q is None else np.asarray(extra_Q, dtype=float).reshape(qb.shape)

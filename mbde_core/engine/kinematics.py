@@ -10,17 +10,23 @@ ch. 4; paper 003 eq. 2; paper 000 eq. 12):
   (R'zd)[z] = 0 and (R'zd)[d] = -Phi_q,d^{-1} (Phi_q)' qd.
 
 Every function accepts a single state (q: (n,)) or a batch (q: (N, n)); results keep
-that leading axis.
+that leading axis. How they run:
+
+- batch, mechanism with generated kernels (:mod:`fastpath`): batch-last evaluation of
+  the generated straight-line code (results are Fortran-ordered (N, n) views);
+- single state: Phi, Phi_q from the kernels, then the dense algebra below without a
+  batch axis and with LAPACK solves -- bit-for-bit the results of the batched generic
+  code for N = 1, at a fraction of its overhead (the integrators' inner loops use the
+  faster generated solves instead, equal to rounding);
+- otherwise (no kernels, an explicit ``phi_q`` or ``independent``): the generic code.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from mbde_core.engine import fastpath
+from mbde_core.engine.fastpath import phi_tol as _phi_tol
 from mbde_core.engine.linalg import solve
-
-
-def _phi_tol(mech) -> float:
-    return 1e-14 * max(1.0, mech.length_scale**2)
 
 
 def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
@@ -30,6 +36,13 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
     Returns (q, ok) with ok a bool (or (N,) bool array): converged to |Phi| <= 1e-12 L^2.
     Steps are limited to one mechanism length so far-away guesses do not blow up.
     """
+    K = fastpath.kernels(mech) if independent is None else None
+    q_guess = np.asarray(q_guess, dtype=float)
+    if K is not None and q_guess.ndim == 2:
+        N = q_guess.shape[0]
+        Z = np.asarray(z, dtype=float).reshape(N, mech.dof).T
+        q, ok, _ = fastpath.v_position(mech, K, Z, q_guess.T, max_iter)
+        return q.T, ok
     iz = mech.independent if independent is None else np.asarray(independent)
     dep = mech.dependent if independent is None else np.setdiff1d(np.arange(mech.n), iz)
     q = np.array(q_guess, dtype=float, copy=True)
@@ -37,6 +50,8 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
     if single:
         q = q[None]
     q[:, iz] = np.asarray(z, dtype=float).reshape(q.shape[0], len(iz))
+    if single and K is not None:
+        return _solve_position_single(mech, q[0], dep, max_iter)
     tol = _phi_tol(mech)
     max_step = mech.length_scale
     with np.errstate(all="ignore"):
@@ -62,6 +77,32 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
     return (q[0], bool(ok[0])) if single else (q, ok)
 
 
+def _solve_position_single(mech, q, dep, max_iter):
+    """The Newton iteration above for one state, without the batch axis."""
+    tol = _phi_tol(mech)
+    max_step = mech.length_scale
+    phi = None
+    with np.errstate(all="ignore"):
+        for _ in range(max_iter):
+            phi = mech.phi(q)
+            if not np.max(np.abs(phi)) > tol:
+                break
+            J = mech.phi_q(q)[:, dep]
+            try:
+                dq = np.linalg.solve(J, -phi)
+            except np.linalg.LinAlgError:
+                dq = np.linalg.lstsq(J, -phi, rcond=None)[0]
+            norm = np.max(np.abs(dq))
+            if norm > max_step:
+                dq *= max_step / norm
+            q[dep] += dq
+            phi = None
+        if phi is None:
+            phi = mech.phi(q)
+    ok = bool(np.all(np.abs(phi) <= 1e3 * tol) and np.all(np.isfinite(q)))
+    return q, ok
+
+
 def _lstsq_batch(J, rhs):
     out = np.zeros((J.shape[0], J.shape[2]))
     for k in range(J.shape[0]):
@@ -69,57 +110,86 @@ def _lstsq_batch(J, rhs):
     return out
 
 
+def _batched_kernel(mech, q, phi_q, fn, *args):
+    """Rows of the generated ``fn(J, tr, *args)`` at a batch q (N, n), or None.
+
+    None: use the dense code (single state, explicit phi_q or no kernels). args are
+    (N, k) arrays, passed batch-last.
+    """
+    K = fastpath.kernels(mech) if phi_q is None and q.ndim == 2 else None
+    if K is None:
+        return None
+    V = K.vector
+    x = np.ascontiguousarray(q.T)
+    with np.errstate(all="ignore"):
+        tr = V.trig(x)
+        return getattr(V, fn)(V.jac(x, tr), tr, *[fastpath.soa(a, a.shape[-1]) for a in args])
+
+
+def _jacobian(mech, q, phi_q):
+    """Phi_q at q (n,) or (N, n) unless given."""
+    return mech.phi_q(q) if phi_q is None else np.asarray(phi_q, dtype=float)
+
+
 def r_matrix(mech, q, phi_q=None):
     """R: (n, g) or (N, n, g) with qd = R zd (columns span the null space of Phi_q)."""
     q = np.asarray(q, dtype=float)
-    single = q.ndim == 1
-    J = mech.phi_q(q[None] if single else q) if phi_q is None else (phi_q[None] if single else phi_q)
-    N = J.shape[0]
-    R = np.zeros((N, mech.n, mech.dof))
-    R[:, mech.independent, np.arange(mech.dof)] = 1.0
-    R[:, mech.dependent, :] = -solve(J[:, :, mech.dependent], J[:, :, mech.independent])
-    return R[0] if single else R
+    rows = _batched_kernel(mech, q, phi_q, "rmatrix")
+    if rows is not None:
+        out = np.empty((q.shape[0], mech.n, mech.dof))
+        for i, row in enumerate(rows):
+            for k, v in enumerate(row):
+                out[:, i, k] = v
+        return out
+    J = _jacobian(mech, q, phi_q)
+    R = np.zeros(q.shape[:-1] + (mech.n, mech.dof))
+    R[..., mech.independent, np.arange(mech.dof)] = 1.0
+    R[..., mech.dependent, :] = -solve(J[..., mech.dependent], J[..., mech.independent])
+    return R
 
 
 def velocity(mech, q, zd, phi_q=None):
     """qd = R zd: (n,) or (N, n) from zd (g,) or (N, g)."""
     q = np.asarray(q, dtype=float)
-    single = q.ndim == 1
-    qb = q[None] if single else q
-    zd = np.asarray(zd, dtype=float).reshape(qb.shape[0], mech.dof)
-    J = mech.phi_q(qb) if phi_q is None else (phi_q[None] if single else phi_q)
-    qd = np.zeros_like(qb)
-    qd[:, mech.independent] = zd
-    rhs = -np.einsum("nij,nj->ni", J[:, :, mech.independent], zd)
-    qd[:, mech.dependent] = solve(J[:, :, mech.dependent], rhs)
-    return qd[0] if single else qd
+    zd = np.asarray(zd, dtype=float).reshape(q.shape[:-1] + (mech.dof,))
+    vals = _batched_kernel(mech, q, phi_q, "velocity", zd)
+    if vals is not None:
+        return fastpath.stack(vals, q.shape[0]).T
+    J = _jacobian(mech, q, phi_q)
+    qd = np.zeros_like(q)
+    qd[..., mech.independent] = zd
+    rhs = -np.einsum("...ij,...j->...i", J[..., mech.independent], zd)
+    qd[..., mech.dependent] = solve(J[..., mech.dependent], rhs)
+    return qd
 
 
 def rdot_zd(mech, q, qd, phi_q=None):
     """R'zd: (n,) or (N, n), the acceleration obtained with zdd = 0."""
     q = np.asarray(q, dtype=float)
-    single = q.ndim == 1
-    qb = q[None] if single else q
-    qdb = np.asarray(qd, dtype=float).reshape(qb.shape)
-    J = mech.phi_q(qb) if phi_q is None else (phi_q[None] if single else phi_q)
-    out = np.zeros_like(qb)
-    out[:, mech.dependent] = solve(J[:, :, mech.dependent], -mech.phi_q_dot_qd(qb, qdb))
-    return out[0] if single else out
+    qd = np.asarray(qd, dtype=float).reshape(q.shape)
+    vals = _batched_kernel(mech, q, phi_q, "acceleration", q, qd, np.zeros(q.shape[:-1] + (mech.dof,)))
+    if vals is not None:
+        return fastpath.stack(vals, q.shape[0]).T
+    J = _jacobian(mech, q, phi_q)
+    out = np.zeros_like(q)
+    out[..., mech.dependent] = solve(J[..., mech.dependent], -mech.phi_q_dot_qd(q, qd))
+    return out
 
 
 def acceleration(mech, q, qd, zdd, phi_q=None):
     """qdd = R zdd + R'zd: (n,) or (N, n) from zdd (g,) or (N, g)."""
     q = np.asarray(q, dtype=float)
-    single = q.ndim == 1
-    qb = q[None] if single else q
-    qdb = np.asarray(qd, dtype=float).reshape(qb.shape)
-    zdd = np.asarray(zdd, dtype=float).reshape(qb.shape[0], mech.dof)
-    J = mech.phi_q(qb) if phi_q is None else (phi_q[None] if single else phi_q)
-    out = np.zeros_like(qb)
-    out[:, mech.independent] = zdd
-    rhs = -mech.phi_q_dot_qd(qb, qdb) - np.einsum("nij,nj->ni", J[:, :, mech.independent], zdd)
-    out[:, mech.dependent] = solve(J[:, :, mech.dependent], rhs)
-    return out[0] if single else out
+    qd = np.asarray(qd, dtype=float).reshape(q.shape)
+    zdd = np.asarray(zdd, dtype=float).reshape(q.shape[:-1] + (mech.dof,))
+    vals = _batched_kernel(mech, q, phi_q, "acceleration", q, qd, zdd)
+    if vals is not None:
+        return fastpath.stack(vals, q.shape[0]).T
+    J = _jacobian(mech, q, phi_q)
+    out = np.zeros_like(q)
+    out[..., mech.independent] = zdd
+    rhs = -mech.phi_q_dot_qd(q, qd) - np.einsum("...ij,...j->...i", J[..., mech.independent], zdd)
+    out[..., mech.dependent] = solve(J[..., mech.dependent], rhs)
+    return out
 
 
 def full_state(mech, q_guess, z, zd, zdd=None):
@@ -128,7 +198,7 @@ def full_state(mech, q_guess, z, zd, zdd=None):
     Returns (q, qd, qdd, ok); qdd is None if zdd is None.
     """
     q, ok = solve_position(mech, z, q_guess)
-    J = mech.phi_q(q)
+    J = None if (np.ndim(q) == 2 and fastpath.kernels(mech) is not None) else mech.phi_q(q)
     qd = velocity(mech, q, zd, phi_q=J)
     qdd = None if zdd is None else acceleration(mech, q, qd, zdd, phi_q=J)
     return q, qd, qdd, ok

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbde_core.errors import ConfigError
+from mbde_core.model import codegen
 from mbde_core.model.constraints import ConstraintSet
 from mbde_core.model.inertia import body_gravity_force, body_mass_matrix, body_point_coefficients
 from mbde_core.model.loader import load_mechanism_spec
@@ -38,6 +39,7 @@ class Mechanism:
     """
 
     def __init__(self, spec: MechanismSpec):
+        self._kernels = None  # generated fast kernels (codegen), built once z is chosen
         self.spec = spec
         self.name = spec.name
         pts = spec.points
@@ -98,6 +100,9 @@ class Mechanism:
             Qg[[px[s.point], py[s.point]]] += s.mass * self.gravity
         self.M = M[:n, :n].copy()
         self.Q_gravity = Qg[:n].copy()
+        # the generated kernels embed these values: make accidental in-place edits fail
+        self.M.setflags(write=False)
+        self.Q_gravity.setflags(write=False)
         self.loads = LoadSet(spec.loads, n, px, py, spec.bodies)
 
         # -- rank, independent coordinates, assembly -----------------------------------------
@@ -120,6 +125,7 @@ class Mechanism:
         else:
             self.independent = coordinates.choose_independent(self, q_guess)
         self.dependent = np.setdiff1d(np.arange(n), self.independent)
+        self._kernels = codegen.build(self)
         for col in spec.initial_position:
             if col not in self.independent:
                 raise ConfigError(spec.file, f"initial_position.{self.coordinate_names[col]}", f"only independent coordinates ({', '.join(self.independent_names)}) can be given")
@@ -140,6 +146,31 @@ class Mechanism:
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "Mechanism":
         return cls(load_mechanism_spec(path))
+
+    # -- generated kernels (see mbde_core.model.codegen) ------------------------------------
+    def _fast(self):
+        """The generated kernels if they match the current model, else None.
+
+        Kernels embed M, the constraints, the loads and the choice of z; if one of those
+        attributes was replaced after construction they are regenerated once.
+        """
+        K = self._kernels
+        if K is not None and K.valid_for(self):
+            return K
+        if K is None:
+            return None
+        self._kernels = K = codegen.build(self)
+        return K
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_kernels"] = state["_kernels"] is not None  # compiled code does not pickle
+        return state
+
+    def __setstate__(self, state):
+        rebuild = state.pop("_kernels", False)
+        self.__dict__.update(state)
+        self._kernels = codegen.build(self) if rebuild else None
 
     def _raw_q0(self) -> np.ndarray:
         q = np.zeros(self.n)
@@ -219,6 +250,9 @@ class Mechanism:
 
     def phi(self, q: np.ndarray) -> np.ndarray:
         """Constraint residuals Phi(q): (m,) or (N, m)."""
+        K = self._fast()
+        if K is not None:
+            return _kernel_eval(K, "phi", q)
         qb, single = self._batch(q)
         out = self.constraints.phi(qb, self.points(qb))
         if len(self.keep_rows) != self.constraints.m:
@@ -227,6 +261,9 @@ class Mechanism:
 
     def phi_q(self, q: np.ndarray) -> np.ndarray:
         """Constraint Jacobian: (m, n) or (N, m, n)."""
+        K = self._fast()
+        if K is not None:
+            return _kernel_jacobian(K, q)
         qb, single = self._batch(q)
         out = self.constraints.jacobian(qb, self.points(qb))
         if len(self.keep_rows) != self.constraints.m:
@@ -235,6 +272,9 @@ class Mechanism:
 
     def phi_q_dot_qd(self, q: np.ndarray, qd: np.ndarray) -> np.ndarray:
         """(d Phi_q / dt) qd: (m,) or (N, m) -- the right-hand side term of the acceleration problem."""
+        K = self._fast()
+        if K is not None:
+            return _kernel_eval(K, "jdot", q, qd)
         qb, single = self._batch(q)
         qdb = np.asarray(qd, dtype=float).reshape(qb.shape)
         out = self.constraints.jacobian_dot_qd(qb, qdb, self.points(qb), self.point_velocities(qdb))
@@ -245,6 +285,9 @@ class Mechanism:
     # -- forces and energy -------------------------------------------------------------------
     def forces(self, t: float, q: np.ndarray, qd: np.ndarray) -> np.ndarray:
         """Generalized forces Q(t, q, qd) = gravity + loads: (n,) or (N, n)."""
+        K = self._fast()
+        if K is not None and self.loads:
+            return _kernel_eval(K, "forces", q, qd, t=t)
         qb, single = self._batch(q)
         if not self.loads:
             Q = np.broadcast_to(self.Q_gravity, qb.shape).copy()
@@ -321,6 +364,57 @@ class Mechanism:
         if spec.independent is None:
             spec = spec.replace(independent=tuple(int(i) for i in self.independent))
         return Mechanism(spec)
+
+
+def _kernel_eval(K, name: str, q, qd=None, t=None) -> np.ndarray:
+    """Phi ('phi'), (Phi_q)' qd ('jdot') or Q ('forces') by the generated kernels."""
+    q = np.asarray(q, dtype=float)
+    n = K.n
+    if q.ndim == 1:
+        S = K.scalar
+        x = q.tolist()
+        if name == "forces":
+            v = np.asarray(qd, dtype=float).reshape(n).tolist()
+            return np.array(S.forces(x, v, K.time_values(t)))
+        tr = S.trig(x)
+        if name == "phi":
+            return np.array(S.phi(x, tr))
+        return np.array(S.jdot(x, np.asarray(qd, dtype=float).reshape(n).tolist(), tr))
+    V = K.vector
+    N = q.shape[0]
+    x = np.ascontiguousarray(q.T)
+    with np.errstate(all="ignore"):
+        if name == "forces":
+            vals = V.forces(x, np.ascontiguousarray(np.asarray(qd, dtype=float).reshape(N, n).T), K.time_values(t))
+        elif name == "phi":
+            vals = V.phi(x, V.trig(x))
+        else:
+            vals = V.jdot(x, np.ascontiguousarray(np.asarray(qd, dtype=float).reshape(N, n).T), V.trig(x))
+    out = np.empty((N, len(vals)))
+    for k, v in enumerate(vals):
+        out[:, k] = v
+    return out
+
+
+def _kernel_jacobian(K, q) -> np.ndarray:
+    """Dense Phi_q (m, n) or (N, m, n) from the generated structural non-zeros."""
+    q = np.asarray(q, dtype=float)
+    m, n = K.m, K.n
+    if q.ndim == 1:
+        S = K.scalar
+        x = q.tolist()
+        out = np.zeros(m * n)
+        out[K.jac_flat] = S.jac_values(x, S.trig(x))
+        return out.reshape(m, n)
+    V = K.vector
+    N = q.shape[0]
+    x = np.ascontiguousarray(q.T)
+    with np.errstate(all="ignore"):
+        vals = V.jac_values(x, V.trig(x))
+    out = np.zeros((N, m * n))
+    for f, v in zip(K.jac_flat, vals):
+        out[:, f] = v
+    return out.reshape(N, m, n)
 
 
 def load_mechanism(path: str | os.PathLike) -> Mechanism:

@@ -1,0 +1,1 @@
+"""Speed benchmarks (command modules printing tables; never run by the test suite)."""

@@ -1,0 +1,328 @@
+"""Fast paths of the engine on a mechanism's generated kernels.
+
+:mod:`mbde_core.model.codegen` compiles, per mechanism, straight-line code for Phi,
+Phi_q, (Phi_q)' qd, the solves with the dependent block, the generalized forces and the
+R-matrix dynamics. This module runs the engine's algorithms on them in two layouts:
+
+- single state: Python lists of floats through the ``scalar`` kernels (no numpy call
+  inside a Newton iteration or a dynamics evaluation);
+- batch: batch-last (structure of arrays) (n, N) arrays through the ``vector`` kernels:
+  every generated statement is one numpy operation over all N states, on contiguous rows.
+
+The public functions of :mod:`kinematics`, :mod:`dynamics` and the integrators dispatch
+here when the mechanism has kernels (:func:`kernels`) and the call uses nothing the
+kernels do not cover (an explicit ``phi_q``, another set of independent coordinates);
+otherwise, and whenever a single-state kernel meets an arithmetic exception (exactly
+singular block, infinite input), the generic numpy code runs. Both agree to rounding.
+
+Batched results are returned as transposed views ``x.T`` of the batch-last arrays:
+(N, n) arrays in Fortran order, so chaining steps never copies (``x.T`` of such an array
+is again contiguous).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SCALAR_ERRORS = (ArithmeticError, ValueError)  # raised by math/float ops on bad input
+
+
+def kernels(mech):
+    """The mechanism's generated kernels, or None (generic code must be used)."""
+    K = getattr(mech, "_kernels", None)
+    if K is None or not K.valid_for(mech):
+        return None
+    return K
+
+
+def phi_tol(mech) -> float:
+    return 1e-14 * max(1.0, mech.length_scale**2)
+
+
+def stack(vals, N: int) -> np.ndarray:
+    """(k, N) array from k values, each an (N,) array or a float (broadcast)."""
+    out = np.empty((len(vals), N))
+    for k, v in enumerate(vals):
+        out[k] = v
+    return out
+
+
+def soa(x, n: int) -> np.ndarray:
+    """Batch-last (n, N) contiguous array of a batch (N, n) (free for our own outputs)."""
+    return np.ascontiguousarray(np.asarray(x, dtype=float).reshape(-1, n).T)
+
+
+def _maxabs(vals) -> float:
+    """max |v| of floats, NaN if any is NaN (as numpy's max)."""
+    m = 0.0
+    for v in vals:
+        a = abs(v)
+        if a > m:
+            m = a
+        elif a != a:
+            return a
+    return m
+
+
+# ----------------------------------------------------------------------------------------
+# single state (lists of floats)
+
+
+def s_position(mech, K, z, guess, max_iter: int):
+    """Newton-Raphson for the dependent coordinates, one state.
+
+    z: g floats; guess: n floats. Returns (q list, ok, tr) with the semantics of
+    :func:`kinematics.solve_position`. Raises ArithmeticError/ValueError on an exactly
+    singular block or non-finite input (the caller falls back to the generic code).
+    """
+    S = K.scalar
+    q = list(guess)
+    for k, c in enumerate(K.iz):
+        q[c] = float(z[k])
+    tol = phi_tol(mech)
+    max_step = mech.length_scale
+    dep = K.dep
+    tr = S.trig(q)
+    ph = None
+    for it in range(max_iter):
+        if it and not K.angles_fixed:
+            tr = S.trig(q)
+        ph = S.phi(q, tr)
+        if not _maxabs(ph) > tol:  # converged (NaN also stops: it never converges)
+            break
+        dq = S.newton_step(S.jac(q, tr), tr, ph)
+        norm = _maxabs(dq)
+        if norm > max_step:
+            f = max_step / norm
+            dq = [d * f for d in dq]
+        for c, d in zip(dep, dq):
+            q[c] += d
+        ph = None
+    if ph is None:
+        if not K.angles_fixed:
+            tr = S.trig(q)
+        ph = S.phi(q, tr)
+    lim = 1e3 * tol
+    ok = all(abs(v) <= lim for v in ph) and all(map(math.isfinite, q))
+    return q, ok, tr
+
+
+def s_forces(mech, K, t, q, qd, extra_Q=None):
+    """Q (n floats) = gravity + loads (+ extra_Q)."""
+    Q = K.scalar.forces(q, qd, K.time_values(t))
+    if extra_Q is not None:
+        Q = [a + float(b) for a, b in zip(Q, extra_Q)]
+    return Q
+
+
+def s_dynamics(mech, K, t, q, qd, tr, J, extra_Q=None, ez=None):
+    """Generated R-matrix dynamics of one state: (zdd, qdd, R, rdzd, Mbar, Qbar)."""
+    return K.scalar.dynamics(J, tr, q, qd, s_forces(mech, K, t, q, qd, extra_Q), ez)
+
+
+# ----------------------------------------------------------------------------------------
+# batch (batch-last arrays)
+
+
+def v_position(mech, K, Z, G, max_iter: int):
+    """Newton-Raphson for N states at once.
+
+    Z: (g, N); G: (n, N) guesses. Returns (q (n, N), ok (N,), tr). Each state iterates
+    until |Phi| <= tol (then its update is zero), as :func:`kinematics.solve_position`.
+    A state whose step is not finite (exactly singular block) takes the least-squares
+    step instead, as the generic code does when LAPACK reports a singular matrix.
+    """
+    V = K.vector
+    q = np.array(G, dtype=float)  # copy, (n, N)
+    N = q.shape[1]
+    q[K.independent] = Z
+    tol = phi_tol(mech)
+    max_step = mech.length_scale
+    dep = K.dependent
+    tr = V.trig(q)
+    ph = None
+    with np.errstate(all="ignore"):
+        for it in range(max_iter):
+            if it and not K.angles_fixed:
+                tr = V.trig(q)
+            ph = stack(V.phi(q, tr), N)
+            err = np.max(np.abs(ph), axis=0)
+            done = ~(err > tol)  # NaN counts as done (failed): it never converges
+            if done.all():
+                break
+            dq = stack(V.newton_step(V.jac(q, tr), tr, ph), N)
+            bad = ~np.isfinite(dq).all(axis=0) & ~done
+            if bad.any():
+                dq[:, bad] = _lstsq_steps(mech, q[:, bad], ph[:, bad])
+            if done.any():
+                dq[:, done] = 0.0
+            norm = np.max(np.abs(dq), axis=0)
+            big = norm > max_step
+            if big.any():
+                dq[:, big] *= max_step / norm[big]
+            q[dep] += dq
+            ph = None
+        if ph is None:
+            if not K.angles_fixed:
+                tr = V.trig(q)
+            ph = stack(V.phi(q, tr), N)
+        ok = np.all(np.abs(ph) <= 1e3 * tol, axis=0) & np.all(np.isfinite(q), axis=0)
+    return q, ok, tr
+
+
+def _lstsq_steps(mech, q, ph):
+    """Least-squares Newton steps (m, k) for states q (n, k) with residuals ph (m, k)."""
+    J = mech.constraints.jacobian(q.T, mech.points(q.T))
+    if len(mech.keep_rows) != mech.constraints.m:
+        J = J[:, mech.keep_rows]
+    J = J[:, :, mech.dependent]
+    out = np.zeros((J.shape[2], q.shape[1]))
+    for k in range(q.shape[1]):
+        out[:, k] = np.linalg.lstsq(J[k], -ph[:, k], rcond=None)[0]
+    return out
+
+
+def v_forces(mech, K, t, q, qd, extra_Q=None):
+    """Q as n rows (arrays or floats) = gravity + loads (+ extra_Q (n, N))."""
+    Q = K.vector.forces(q, qd, K.time_values(t))
+    if extra_Q is not None:
+        Q = tuple(a + b for a, b in zip(Q, extra_Q))
+    return Q
+
+
+def v_dynamics(mech, K, t, q, qd, tr, J, extra_Q=None, ez=None):
+    """Generated R-matrix dynamics of N states (rows of q, qd (n, N))."""
+    return K.vector.dynamics(J, tr, q, qd, v_forces(mech, K, t, q, qd, extra_Q), ez)
+
+
+# ----------------------------------------------------------------------------------------
+# integrator backends: the same algorithm text runs on one state or on a batch
+#
+# Vectors are lists of floats (Single) or batch-last (k, N) arrays (Batch). ``ctx`` is
+# (tr, J) at a configuration, kept so that the dynamics evaluated right after a position
+# problem reuses its Jacobian. ``dyn`` returns (zdd, qdd, R, rdzd) with R as n rows of
+# g values (floats, or (N,) arrays / floats for a batch).
+
+
+class Single:
+    """Integrator backend for one state: vectors are lists of floats."""
+
+    def __init__(self, mech, K):
+        self.mech, self.K = mech, K
+
+    @staticmethod
+    def vec(x):
+        return np.asarray(x, dtype=float).reshape(-1).tolist()
+
+    @staticmethod
+    def take(x, idx):
+        return [x[i] for i in idx]
+
+    @staticmethod
+    def axpy(x, a, y):
+        """x + a y."""
+        return [xi + a * yi for xi, yi in zip(x, y)]
+
+    @staticmethod
+    def add(x, y):
+        return [xi + yi for xi, yi in zip(x, y)]
+
+    @staticmethod
+    def sub(x, y):
+        return [xi - yi for xi, yi in zip(x, y)]
+
+    @staticmethod
+    def comb(x, a, terms):
+        """x + a (t0 + 2 t1 + 2 t2 + t3) (the RK4 update, in the generic code's order)."""
+        t0, t1, t2, t3 = terms
+        return [xi + a * (p + 2.0 * u + 2.0 * v + w) for xi, p, u, v, w in zip(x, t0, t1, t2, t3)]
+
+    @staticmethod
+    def rmul(R, dz):
+        """R dz (n,) for R as n rows of g."""
+        if len(dz) == 1:
+            d = dz[0]
+            return [row[0] * d for row in R]
+        return [sum(r * d for r, d in zip(row, dz)) for row in R]
+
+    def context(self, q):
+        S = self.K.scalar
+        tr = S.trig(q)
+        return tr, S.jac(q, tr)
+
+    def rmatrix(self, ctx):
+        return self.K.scalar.rmatrix(ctx[1], ctx[0])
+
+    def assemble(self, guess, z, zd):
+        """(q, qd, ok, ctx) from a guess and independent (z, zd); ctx = (tr, J) at q."""
+        K = self.K
+        q, ok, tr = s_position(self.mech, K, z, guess, 30)
+        J = K.scalar.jac(q, tr)
+        return q, list(K.scalar.velocity(J, tr, zd)), ok, (tr, J)
+
+    def dyn(self, t, q, qd, ctx, v=None):
+        tr, J = ctx
+        zdd, qdd, R, rd, _, _ = s_dynamics(self.mech, self.K, t, q, qd, tr, J, ez=v)
+        return list(zdd), list(qdd), R, list(rd)
+
+
+class Batch:
+    """Integrator backend for N states: vectors are batch-last (k, N) arrays."""
+
+    def __init__(self, mech, K, N):
+        self.mech, self.K, self.N = mech, K, N
+
+    @staticmethod
+    def vec(x):
+        return soa(x, np.shape(x)[-1])
+
+    @staticmethod
+    def take(x, idx):
+        return x[idx]
+
+    @staticmethod
+    def axpy(x, a, y):
+        return x + a * y
+
+    @staticmethod
+    def add(x, y):
+        return x + y
+
+    @staticmethod
+    def sub(x, y):
+        return x - y
+
+    @staticmethod
+    def comb(x, a, terms):
+        t0, t1, t2, t3 = terms
+        return x + a * (t0 + 2.0 * t1 + 2.0 * t2 + t3)
+
+    def rmul(self, R, dz):
+        g = len(dz)
+        return stack([row[0] * dz[0] if g == 1 else sum(row[k] * dz[k] for k in range(g)) for row in R], self.N)
+
+    def context(self, q):
+        V = self.K.vector
+        with np.errstate(all="ignore"):
+            tr = V.trig(q)
+            return tr, V.jac(q, tr)
+
+    def rmatrix(self, ctx):
+        with np.errstate(all="ignore"):
+            return self.K.vector.rmatrix(ctx[1], ctx[0])
+
+    def assemble(self, guess, z, zd):
+        K = self.K
+        with np.errstate(all="ignore"):
+            q, ok, tr = v_position(self.mech, K, z, guess, 30)
+            J = K.vector.jac(q, tr)
+            qd = stack(K.vector.velocity(J, tr, zd), self.N)
+        return q, qd, ok, (tr, J)
+
+    def dyn(self, t, q, qd, ctx, v=None):
+        tr, J = ctx
+        N = self.N
+        with np.errstate(all="ignore"):
+            zdd, qdd, R, rd, _, _ = v_dynamics(self.mech, self.K, t, q, qd, tr, J, ez=v)
+        return stack(zdd, N), stack(qdd, N), R, stack(rd, N)

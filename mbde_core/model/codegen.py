@@ -1,0 +1,763 @@
+"""Generated straight-line kernels for one mechanism's kinematics and dynamics.
+
+Why: the constraint rows of a planar linkage are a handful of short polynomials of the
+natural coordinates (|P_j - P_i|^2 - L^2, linear rigid-polygon and slider rows, and the
+sin/cos rows of the angle coordinates). Evaluated through gathered numpy arrays, a
+four-bar's Phi costs ~20 us, almost all of it interpreter and array-creation overhead.
+So, once per :class:`~mbde_core.model.mechanism.Mechanism`, the constraint index arrays,
+the mass matrix and the loads are turned into Python source with one assignment per
+non-zero quantity (constants folded in, structural zeros dropped). The source is compiled
+twice, with the same text:
+
+- ``scalar`` backend: ``sin``/``cos`` are :mod:`math` functions and the inputs are
+  Python floats (single states: a four-bar Phi costs ~1 us);
+- ``vector`` backend: ``sin``/``cos`` are numpy ufuncs and the inputs are (N,) rows of a
+  batch-last (n, N) array, so every statement is one vectorised operation over all
+  particles (structure of arrays: contiguous rows, no gathers).
+
+Generated functions (``q``/``qd``: sequences of n values; ``tr``: sines and cosines of
+the relative angles from ``trig``; ``J``: the tuple returned by ``jac``)::
+
+    trig(q) -> tr
+    phi(q, tr) -> Phi of the kept constraint rows (m,)
+    jac(q, tr) -> J: the variable entries of Phi_q and the dependent-block determinants
+    jac_values(q, tr) -> every structural non-zero of Phi_q (pattern jac_rows, jac_cols)
+    jdot(q, qd, tr) -> (Phi_q)' qd (m,)
+    newton_step(J, tr, r) -> x_d with Phi_q,d x_d = -r      (dependent order)
+    dsolve(J, tr, b) -> x_d with Phi_q,d x_d = b
+    velocity(J, tr, zd) -> qd (n,) with Phi_q qd = 0, qd[z] = zd
+    acceleration(J, tr, q, qd, zdd) -> qdd (n,), qdd[z] = zdd
+    rmatrix(J, tr) -> R as n rows of g values
+    forces(q, qd, tv) -> Q (n,): gravity + loads (tv: values of the loads' time functions)
+    dynamics(J, tr, q, qd, Q, ez) -> (zdd, qdd, R, rdzd, Mbar, Qbar), R-matrix method
+
+Solves with the dependent block Phi_q,d use its structural non-zero pattern, permuted
+to block lower-triangular form (a perfect matching rows <-> dependent columns, then the
+strongly connected components of the row graph in dependency order, Tarjan): the
+four-bar's 4x4 block becomes the crank's 2x2 block then the coupler-rocker dyad's 2x2
+block. 1x1 blocks divide, 2x2 blocks use Cramer's rule (forward stable for 2x2) with
+the determinants computed once in ``jac``; larger blocks (e.g. a triad) call a dense
+partially pivoted elimination (``SOLVE``). det Phi_q,d is the product of the diagonal
+blocks' determinants, so the split adds no singularity, and since there is no pivoting
+branch the same code runs on floats and on arrays. Results equal the generic numpy
+evaluators (:mod:`mbde_core.model.constraints`, LAPACK) to rounding.
+
+:func:`build` returns None when the structure is not supported (e.g. no square
+dependent block); callers then use the generic evaluators.
+"""
+from __future__ import annotations
+
+import math
+import re
+from types import SimpleNamespace
+
+import numpy as np
+
+# ----------------------------------------------------------------------------------------
+# A tiny symbolic layer: values are c * name (name None: the constant c).
+
+
+class Sym:
+    """A value ``c * name`` of the generated code, or the constant ``c`` (name None)."""
+
+    __slots__ = ("c", "name")
+
+    def __init__(self, c: float, name: str | None = None):
+        self.c = float(c)
+        self.name = name if c != 0.0 else None
+
+    @property
+    def zero(self) -> bool:
+        return self.c == 0.0
+
+    def expr(self) -> str:
+        """Python expression of this value."""
+        if self.name is None:
+            return repr(self.c)
+        if self.c == 1.0:
+            return self.name
+        if self.c == -1.0:
+            return f"-{self.name}"
+        return f"{self.c!r}*{self.name}"
+
+
+ZERO = Sym(0.0)
+
+
+def var(name: str) -> Sym:
+    return Sym(1.0, name)
+
+
+class Emitter:
+    """Collects the statements of one generated function body."""
+
+    def __init__(self, prefix: str):
+        self.lines: list[str] = []
+        self.prefix = prefix
+        self._k = 0
+
+    def fresh(self) -> str:
+        self._k += 1
+        return f"{self.prefix}{self._k}"
+
+    def let(self, expr: str, name: str | None = None) -> Sym:
+        name = name or self.fresh()
+        self.lines.append(f"{name} = {expr}")
+        return var(name)
+
+    def lin(self, terms, name: str | None = None) -> Sym:
+        """Sum of products ``coef * f1 * f2 * ...``; terms are tuples (coef, *factors).
+
+        Factors are Syms or numbers. Zero terms are dropped, constants folded; a single
+        scaled variable is returned without emitting anything (its factor is carried in
+        the Sym and folded into whatever uses it).
+        """
+        mons: list[tuple[float, list[str]]] = []
+        const = 0.0
+        for coef, *factors in terms:
+            c = float(coef)
+            names = []
+            for f in factors:
+                if isinstance(f, Sym):
+                    c *= f.c
+                    if f.name is not None:
+                        names.append(f.name)
+                else:
+                    c *= float(f)
+            if c == 0.0:
+                continue
+            if names:
+                mons.append((c, names))
+            else:
+                const += c
+        if not mons:
+            return Sym(const)
+        if name is None and const == 0.0 and len(mons) == 1:
+            c, names = mons[0]
+            if len(names) == 1:
+                return Sym(c, names[0])
+            return Sym(c, self.let("*".join(names)).name)
+        sign = 1.0
+        if name is None:
+            # factor out the most common coefficient when exact (no multiplication is
+            # emitted for it: it is carried by the returned Sym), with the sign that
+            # leaves the most positive terms
+            mags = [abs(c) for c, _ in mons]
+            f = max(set(mags), key=lambda v: (mags.count(v), v == 1.0, v))
+            exact = all((c / f) * f == c for c, _ in mons) and (const / f) * f == const
+            if exact and f != 1.0:
+                sign, const = f, const / f
+                mons = [(c / f, names) for c, names in mons]
+            if sum(c < 0 for c, _ in mons) > len(mons) / 2:
+                sign, const = -sign, -const
+                mons = [(-c, names) for c, names in mons]
+        mons.sort(key=lambda mn: mn[0] < 0)  # a positive term first: no unary minus
+        parts = []
+        for k, (c, names) in enumerate(mons):
+            body = "*".join(names) if abs(c) == 1.0 else f"{abs(c)!r}*" + "*".join(names)
+            if k == 0:
+                parts.append(body if c > 0 else f"-{body}")
+            else:
+                parts.append((" + " if c > 0 else " - ") + body)
+        if const != 0.0:
+            parts.append((" + " if const > 0 else " - ") + repr(abs(const)))
+        return Sym(sign, self.let("".join(parts), name).name)
+
+    def div(self, a: Sym, b: Sym) -> Sym:
+        """a / b."""
+        if a.zero:
+            return ZERO
+        if b.name is None:
+            return Sym(a.c / b.c, a.name)
+        num = a.name if a.name is not None else "1.0"
+        return Sym(a.c / b.c, self.let(f"{num}/{b.name}").name)
+
+    def named(self, s: Sym, name: str) -> Sym:
+        """Bind s to a given variable name (coefficient 1)."""
+        self.lines.append(f"{name} = {s.expr()}")
+        return var(name)
+
+
+# ----------------------------------------------------------------------------------------
+# Structure: block lower-triangular form of the dependent block.
+
+
+def _matching(rows_cols: dict[int, list[int]], cols: list[int]) -> dict[int, int] | None:
+    """Perfect matching row -> column (augmenting paths); None if structurally singular."""
+    match_col: dict[int, int] = {}
+
+    def augment(r, seen):
+        for c in rows_cols[r]:
+            if c in seen:
+                continue
+            seen.add(c)
+            if c not in match_col or augment(match_col[c], seen):
+                match_col[c] = r
+                return True
+        return False
+
+    for r in rows_cols:
+        if not augment(r, set()):
+            return None
+    if len(match_col) != len(cols):
+        return None
+    return {r: c for c, r in match_col.items()}
+
+
+def _tarjan(nodes: list[int], edges: dict[int, list[int]]) -> list[list[int]]:
+    """Strongly connected components; each is emitted after those it has edges to."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            out.append(sorted(comp))
+
+    for v in nodes:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def block_triangular(pattern: dict[tuple[int, int], Sym], m: int, dep: list[int]):
+    """[(rows, cols)] diagonal blocks of Phi_q,d in solve order, or None if singular."""
+    rows_cols = {r: [c for c in dep if (r, c) in pattern] for r in range(m)}
+    match = _matching(rows_cols, dep)
+    if match is None:
+        return None
+    row_of_col = {c: r for r, c in match.items()}
+    edges = {r: [row_of_col[c] for c in rows_cols[r] if row_of_col[c] != r] for r in range(m)}
+    blocks = []
+    for comp in _tarjan(list(range(m)), edges):
+        blocks.append((comp, [match[r] for r in comp]))
+    return blocks
+
+
+# ----------------------------------------------------------------------------------------
+# Emission of the mechanism's quantities.
+
+
+class _Model:
+    """Symbolic description of one mechanism, read from a Mechanism under construction."""
+
+    def __init__(self, mech):
+        self.mech = mech
+        self.n = mech.n
+        cs = mech.constraints
+        self.cs = cs
+        self.keep = [int(r) for r in mech.keep_rows]
+        self.m = len(self.keep)
+        self.iz = [int(i) for i in mech.independent]
+        self.dep = [int(i) for i in mech.dependent]
+        self.g = len(self.iz)
+        self.rel = [int(c) for c in mech.rel_columns]
+        self.xy = np.asarray(mech.fixed_xy, dtype=float)
+
+    # -- coordinates of points ------------------------------------------------------------
+    def X(self, p) -> Sym:
+        c = int(self.mech.px[p])
+        return var(f"q{c}") if c < self.n else Sym(self.xy[p, 0])
+
+    def Y(self, p) -> Sym:
+        c = int(self.mech.py[p])
+        return var(f"q{c}") if c < self.n else Sym(self.xy[p, 1])
+
+    def VX(self, p) -> Sym:
+        c = int(self.mech.px[p])
+        return var(f"v{c}") if c < self.n else ZERO
+
+    def VY(self, p) -> Sym:
+        c = int(self.mech.py[p])
+        return var(f"v{c}") if c < self.n else ZERO
+
+    def kind(self, row):
+        """('d', k) distance k, ('l', k) linear row k, ('a', k) angle k of a constraint row."""
+        cs = self.cs
+        nd, nl = cs.rows_d.size, cs.rows_lin.size
+        if row < nd:
+            return "d", row
+        if row < nd + nl:
+            return "l", row - nd
+        return "a", row - nd - nl
+
+    # -- Phi, Phi_q, (Phi_q)' qd --------------------------------------------------------------
+    def rows(self, em: Emitter, want: str):
+        """Per kept row: Phi (want='phi'), Jacobian entries {col: Sym} ('jac') or jdot ('jdot')."""
+        cs = self.cs
+        out = []
+        for row in self.keep:
+            kind, k = self.kind(row)
+            if kind == "d":
+                i, j = int(cs.d_i[k]), int(cs.d_j[k])
+                if want == "jdot":
+                    wx = em.lin([(1, self.VX(j)), (-1, self.VX(i))])
+                    wy = em.lin([(1, self.VY(j)), (-1, self.VY(i))])
+                    out.append(em.lin([(2.0, wx, wx), (2.0, wy, wy)]))
+                    continue
+                dx = em.lin([(1, self.X(j)), (-1, self.X(i))])
+                dy = em.lin([(1, self.Y(j)), (-1, self.Y(i))])
+                if want == "phi":
+                    out.append(em.lin([(1, dx, dx), (1, dy, dy), (-float(cs.d_L2[k]),)]))
+                else:
+                    ent = {}
+                    for p, sgn in ((j, 2.0), (i, -2.0)):
+                        for col, d in ((int(self.mech.px[p]), dx), (int(self.mech.py[p]), dy)):
+                            if col < self.n:
+                                ent[col] = Sym(sgn * d.c, d.name)
+                    out.append(ent)
+            elif kind == "l":
+                A = cs._A_lin[k, : self.n]
+                if want == "phi":
+                    terms = [(float(A[c]), var(f"q{c}")) for c in range(self.n) if A[c] != 0.0]
+                    out.append(em.lin(terms + [(float(cs._c_lin[k]),)]))
+                elif want == "jac":
+                    out.append({c: Sym(float(A[c])) for c in range(self.n) if A[c] != 0.0})
+                else:
+                    out.append(ZERO)
+            else:
+                a, b, c = int(cs.a_a[k]), int(cs.a_b[k]), int(cs.a_c[k])
+                s, co = var(f"s{c}"), var(f"c{c}")
+                vx = em.lin([(1, self.X(b)), (-1, self.X(a))])
+                vy = em.lin([(1, self.Y(b)), (-1, self.Y(a))])
+                if want == "phi":
+                    out.append(em.lin([(1, s, vx), (-1, co, vy)]))
+                elif want == "jac":
+                    ent = {}
+                    for p, sgn in ((b, 1.0), (a, -1.0)):
+                        cx, cy = int(self.mech.px[p]), int(self.mech.py[p])
+                        if cx < self.n:
+                            ent[cx] = Sym(sgn, s.name)
+                        if cy < self.n:
+                            ent[cy] = Sym(-sgn, co.name)
+                    ent[c] = em.lin([(1, co, vx), (1, s, vy)])
+                    out.append(ent)
+                else:
+                    thd = var(f"v{c}")
+                    wx = em.lin([(1, self.VX(b)), (-1, self.VX(a))])
+                    wy = em.lin([(1, self.VY(b)), (-1, self.VY(a))])
+                    u1 = em.lin([(-1, s, vx), (1, co, vy)])
+                    u2 = em.lin([(1, co, wx), (1, s, wy)])
+                    out.append(em.lin([(1, thd, thd, u1), (2.0, thd, u2)]))
+        return out
+
+    # -- generalized forces -----------------------------------------------------------------------
+    def forces(self, em: Emitter):
+        """Q (n,) Syms: loads in order, then gravity (as Mechanism.forces); time values f<k>."""
+        mech = self.mech
+        terms = [[] for _ in range(self.n + 1)]
+        tf = []  # time functions, in the order of the tv argument
+
+        def tvar(fn):
+            tf.append(fn)
+            return var(f"f{len(tf) - 1}")
+
+        basis = mech.loads.basis
+        cache: dict = {}
+
+        def d_of(body):
+            if ("d", body) not in cache:
+                i, j, L2 = basis[body]
+                dx = em.lin([(1, self.X(j)), (-1, self.X(i))])
+                dy = em.lin([(1, self.Y(j)), (-1, self.Y(i))])
+                cache[("d", body)] = (i, j, L2, dx, dy)
+            return cache[("d", body)]
+
+        def add_torque(body, T):
+            i, j, L2, dx, dy = d_of(body)
+            xi, yi, xj, yj = (int(mech.px[i]), int(mech.py[i]), int(mech.px[j]), int(mech.py[j]))
+            fx = em.lin([(-1.0 / L2, T, dy)])
+            fy = em.lin([(1.0 / L2, T, dx)])
+            terms[xj].append((1, fx))
+            terms[yj].append((1, fy))
+            terms[xi].append((-1, fx))
+            terms[yi].append((-1, fy))
+
+        def omega(body):
+            if ("w", body) not in cache:
+                i, j, L2, dx, dy = d_of(body)
+                ddx = em.lin([(1, self.VX(j)), (-1, self.VX(i))])
+                ddy = em.lin([(1, self.VY(j)), (-1, self.VY(i))])
+                cache[("w", body)] = em.lin([(1.0 / L2, dx, ddy), (-1.0 / L2, dy, ddx)])
+            return cache[("w", body)]
+
+        for ld in mech.spec.loads:
+            if ld.kind == "force":
+                terms[int(mech.px[ld.point])].append((1, tvar(ld.value[0])))
+                terms[int(mech.py[ld.point])].append((1, tvar(ld.value[1])))
+            elif ld.kind == "generalized_force":
+                terms[int(ld.coordinate)].append((1, tvar(ld.value[0])))
+            elif ld.kind == "torque":
+                add_torque(ld.body, tvar(ld.value[0]))
+            elif ld.kind == "joint_damping":
+                w = omega(ld.body)
+                if ld.body2 >= 0:
+                    T = em.lin([(-ld.c, w), (ld.c, omega(ld.body2))])
+                else:
+                    T = em.lin([(-ld.c, w)])
+                add_torque(ld.body, T)
+                if ld.body2 >= 0:
+                    add_torque(ld.body2, Sym(-T.c, T.name))
+            elif ld.kind == "point_damping":
+                p = ld.point
+                terms[int(mech.px[p])].append((-ld.c, self.VX(p)))
+                terms[int(mech.py[p])].append((-ld.c, self.VY(p)))
+            else:  # pragma: no cover - the loader validates kinds
+                raise ValueError(ld.kind)
+        Qg = mech.Q_gravity
+        Q = [em.lin(terms[i] + [(float(Qg[i]),)]) for i in range(self.n)]
+        return Q, tf
+
+
+def _dense_expr(rows) -> str:
+    return "(" + ", ".join("(" + ", ".join(s.expr() for s in row) + ",)" for row in rows) + ",)"
+
+
+class _Solver:
+    """Emits solves with Phi_q,d (block triangular) and small dense g x g systems."""
+
+    def __init__(self, model: _Model, jpat: dict[tuple[int, int], Sym], blocks, dets):
+        self.md = model
+        self.jpat = jpat
+        self.blocks = blocks
+        self.dets = dets  # per block: Sym determinant (2x2 blocks) or None
+
+    def dep(self, em: Emitter, rhs: list[Sym]) -> dict[int, Sym]:
+        """x over dependent columns with Phi_q,d x = rhs (rhs per kept row)."""
+        J = self.jpat
+        x: dict[int, Sym] = {}
+        for (rows, cols), det in zip(self.blocks, self.dets):
+            b = []
+            for r in rows:
+                terms = [(1, rhs[r])] + [(-1, J[(r, c)], xc) for c, xc in x.items() if (r, c) in J]
+                b.append(em.lin(terms))
+            if len(rows) == 1:
+                x[cols[0]] = em.div(b[0], J[(rows[0], cols[0])])
+            elif len(rows) == 2:
+                (r1, r2), (c1, c2) = rows, cols
+                a11, a12 = J.get((r1, c1), ZERO), J.get((r1, c2), ZERO)
+                a21, a22 = J.get((r2, c1), ZERO), J.get((r2, c2), ZERO)
+                x[c1] = em.div(em.lin([(1, a22, b[0]), (-1, a12, b[1])]), det)
+                x[c2] = em.div(em.lin([(1, a11, b[1]), (-1, a21, b[0])]), det)
+            else:
+                A = [[J.get((r, c), ZERO) for c in cols] for r in rows]
+                names = [em.fresh() for _ in cols]
+                em.lines.append(f"{', '.join(names)}, = SOLVE({_dense_expr(A)}, ({', '.join(s.expr() for s in b)},))")
+                for c, nm in zip(cols, names):
+                    x[c] = var(nm)
+        return x
+
+    @staticmethod
+    def small(em: Emitter, A: list[list[Sym]], b: list[Sym]) -> list[Sym]:
+        """Solve a small dense system A x = b (the g x g reduced mass matrix)."""
+        k = len(b)
+        if k == 1:
+            return [em.div(b[0], A[0][0])]
+        if k == 2:
+            det = em.lin([(1, A[0][0], A[1][1]), (-1, A[0][1], A[1][0])])
+            return [
+                em.div(em.lin([(1, A[1][1], b[0]), (-1, A[0][1], b[1])]), det),
+                em.div(em.lin([(1, A[0][0], b[1]), (-1, A[1][0], b[0])]), det),
+            ]
+        names = [em.fresh() for _ in range(k)]
+        em.lines.append(f"{', '.join(names)}, = SOLVE({_dense_expr(A)}, ({', '.join(s.expr() for s in b)},))")
+        return [var(nm) for nm in names]
+
+
+# ----------------------------------------------------------------------------------------
+# Source generation.
+
+
+def _tuple(items) -> str:
+    items = list(items)
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+_IDENT = re.compile(r"\b[A-Za-z_][A-Za-z_0-9]*\b")
+
+
+class _Source:
+    """The generated module: functions added one by one."""
+
+    def __init__(self):
+        self.funcs: list[str] = []
+
+    def add(self, header: str, doc: str, em: Emitter, ret: str, inputs, always: str = ""):
+        """def header: unpack the used names of ``inputs`` [(names, argument)], body, return."""
+        used = set(_IDENT.findall("\n".join(em.lines) + " " + ret + " " + always))
+        pro = always
+        for names, arg in inputs:
+            if any(nm in used for nm in names):
+                pro += f"    {', '.join(names)}, = {arg}\n"
+        body = "".join(f"    {ln}\n" for ln in em.lines)
+        self.funcs.append(f"def {header}:\n    \"\"\"{doc}\"\"\"\n{pro}{body}    return {ret}\n")
+
+    def text(self) -> str:
+        return "\n\n".join(self.funcs)
+
+
+def generate(mech):
+    """(source text, metadata dict) of the kernels of ``mech``, or None if unsupported."""
+    md = _Model(mech)
+    n, m, g = md.n, md.m, md.g
+    if m == 0 or g == 0 or len(md.dep) != m:
+        return None
+    Q_ = (["q%d" % i for i in range(n)], "q")
+    V_ = (["v%d" % i for i in range(n)], "qd")
+    T_ = ([nm for c in md.rel for nm in ("s%d" % c, "c%d" % c)], "tr")
+    src = _Source()
+    tr_exprs = [e for c in md.rel for e in (f"sin(q[{c}])", f"cos(q[{c}])")]
+    src.funcs.append(f"def trig(q):\n    \"\"\"sin, cos of the relative angles.\"\"\"\n    return {_tuple(tr_exprs)}\n")
+
+    em = Emitter("t")
+    ret = _tuple(s.expr() for s in md.rows(em, "phi"))
+    src.add("phi(q, tr)", "Phi (m,).", em, ret, [Q_, T_])
+
+    # Jacobian: structural pattern, block-triangular structure, 2x2 determinants
+    em = Emitter("j")
+    jpat: dict[tuple[int, int], Sym] = {}
+    for r, ent in enumerate(md.rows(em, "jac")):
+        for c, s in ent.items():
+            if not s.zero:
+                jpat[(r, c)] = s
+    blocks = block_triangular(jpat, m, md.dep)
+    if blocks is None:
+        return None
+    pattern = sorted(jpat)
+    values = Emitter("j")
+    values.lines = list(em.lines)
+    src.add("jac_values(q, tr)", "All structural non-zeros of Phi_q (pattern order).", values,
+            _tuple(jpat[k].expr() for k in pattern), [Q_, T_])
+    dets = []
+    for rows, cols in blocks:
+        if len(rows) == 2:
+            (r1, r2), (c1, c2) = rows, cols
+            a11, a12 = jpat.get((r1, c1), ZERO), jpat.get((r1, c2), ZERO)
+            a21, a22 = jpat.get((r2, c1), ZERO), jpat.get((r2, c2), ZERO)
+            dets.append(em.lin([(1, a11, a22), (-1, a12, a21)]))
+        else:
+            dets.append(None)
+    jnames = []
+    for s in list(jpat.values()) + [d for d in dets if d is not None]:
+        if s.name is not None and s.name not in jnames:
+            jnames.append(s.name)
+    src.add("jac(q, tr)", "Variable entries of Phi_q and the 2x2 block determinants.", em, _tuple(jnames), [Q_, T_])
+    J_pro = f"    {', '.join(jnames)}, = J\n" if jnames else ""
+    solver = _Solver(md, jpat, blocks, dets)
+
+    em = Emitter("t")
+    ret = _tuple(s.expr() for s in md.rows(em, "jdot"))
+    src.add("jdot(q, qd, tr)", "(Phi_q)' qd (m,).", em, ret, [Q_, V_, T_])
+
+    for name, arg, sign, doc in (("newton_step", "r", -1.0, "x_d with Phi_q,d x_d = -r."),
+                                 ("dsolve", "b", 1.0, "x_d with Phi_q,d x_d = b.")):
+        em = Emitter("t")
+        x = solver.dep(em, [Sym(sign, f"{arg}{k}") for k in range(m)])
+        src.add(f"{name}(J, tr, {arg})", doc, em, _tuple(x[c].expr() for c in md.dep),
+                [T_, ([f"{arg}{k}" for k in range(m)], arg)], J_pro)
+
+    def zcols(em, zv):
+        """-sum_k Phi_q[r, z_k] zv[k] for every kept row r."""
+        return [em.lin([(-1, jpat[(r, c)], zv[k]) for k, c in enumerate(md.iz) if (r, c) in jpat]) for r in range(m)]
+
+    def full(x, zv):
+        out = [ZERO] * n
+        for k, c in enumerate(md.iz):
+            out[c] = zv[k]
+        for c in md.dep:
+            out[c] = x[c]
+        return out
+
+    def r_columns(em):
+        R = [[ZERO] * g for _ in range(n)]
+        for k, c in enumerate(md.iz):
+            R[c][k] = Sym(1.0)
+            xk = solver.dep(em, [Sym(-jpat[(r, c)].c, jpat[(r, c)].name) if (r, c) in jpat else ZERO for r in range(m)])
+            for cd in md.dep:
+                R[cd][k] = xk[cd]
+        return R
+
+    ZD = [f"zd{k}" for k in range(g)]
+    em = Emitter("t")
+    zv = [var(nm) for nm in ZD]
+    x = solver.dep(em, zcols(em, zv))
+    src.add("velocity(J, tr, zd)", "qd (n,) from zd (g,).", em, _tuple(s.expr() for s in full(x, zv)), [T_, (ZD, "zd")], J_pro)
+
+    ZDD = [f"zdd{k}" for k in range(g)]
+    em = Emitter("t")
+    zv = [var(nm) for nm in ZDD]
+    jd = md.rows(em, "jdot")
+    zc = zcols(em, zv)
+    x = solver.dep(em, [em.lin([(-1, jd[r]), (1, zc[r])]) for r in range(m)])
+    src.add("acceleration(J, tr, q, qd, zdd)", "qdd (n,) from zdd (g,).", em, _tuple(s.expr() for s in full(x, zv)),
+            [Q_, V_, T_, (ZDD, "zdd")], J_pro)
+
+    em = Emitter("t")
+    R = r_columns(em)
+    src.add("rmatrix(J, tr)", "R (n rows of g).", em, _tuple(_tuple(s.expr() for s in row) for row in R), [T_], J_pro)
+
+    em = Emitter("t")
+    Q, time_fns = md.forces(em)
+    src.add("forces(q, qd, tv)", "Q (n,) = loads + gravity.", em, _tuple(s.expr() for s in Q),
+            [Q_, V_, ([f"f{k}" for k in range(len(time_fns))], "tv")])
+
+    # R-matrix forward dynamics
+    em = Emitter("t")
+    M = np.asarray(mech.M, dtype=float)
+    R = r_columns(em)
+    jd = md.rows(em, "jdot")
+    xr = solver.dep(em, [Sym(-s.c, s.name) for s in jd])
+    rd = full(xr, [ZERO] * g)
+    MR = [[em.lin([(M[i, j], R[j][k]) for j in range(n) if M[i, j] != 0.0]) for k in range(g)] for i in range(n)]
+    Mbar = [[ZERO] * g for _ in range(g)]
+    for k in range(g):
+        for l in range(k, g):
+            Mbar[k][l] = Mbar[l][k] = em.lin([(1, R[i][k], MR[i][l]) for i in range(n)])
+    Qs = [var(f"Q{i}") for i in range(n)]
+    # Qbar = R^T (Q - M rdzd) = R^T Q - (M R)^T rdzd   (M is symmetric)
+    Qbar = [em.lin([(1, R[i][k], Qs[i]) for i in range(n)] + [(-1, MR[i][k], rd[i]) for i in range(n)]) for k in range(g)]
+    zv = [em.named(s, f"zdd{k}") for k, s in enumerate(_Solver.small(em, Mbar, Qbar))]
+    em.lines.append("if ez is not None:")
+    em.lines += [f"    zdd{k} = zdd{k} + ez[{k}]" for k in range(g)]
+    qdd = [em.lin([(1, R[i][k], zv[k]) for k in range(g)] + [(1, rd[i])]) for i in range(n)]
+    ret = "(" + ", ".join([
+        _tuple(s.expr() for s in zv),
+        _tuple(s.expr() for s in qdd),
+        _tuple(_tuple(s.expr() for s in row) for row in R),
+        _tuple(s.expr() for s in rd),
+        _tuple(_tuple(s.expr() for s in row) for row in Mbar),
+        _tuple(s.expr() for s in Qbar),
+    ]) + ")"
+    src.add("dynamics(J, tr, q, qd, Q, ez)", "(zdd, qdd, R, rdzd, Mbar, Qbar) by the R-matrix method; ez: extra zdd or None.",
+            em, ret, [Q_, V_, T_, ([f"Q{i}" for i in range(n)], "Q")], J_pro)
+    return src.text(), {"pattern": pattern, "blocks": blocks, "time_fns": time_fns}
+
+
+# ----------------------------------------------------------------------------------------
+# Backends.
+
+
+def _solve_dense_py(A, b):
+    """Gaussian elimination with partial pivoting on Python floats (blocks of size >= 3)."""
+    k = len(b)
+    a = [list(row) + [bi] for row, bi in zip(A, b)]
+    for col in range(k):
+        piv = max(range(col, k), key=lambda r: abs(a[r][col]))
+        if piv != col:
+            a[col], a[piv] = a[piv], a[col]
+        p = a[col][col]
+        if p == 0.0:
+            raise ZeroDivisionError("singular block")
+        for r in range(col + 1, k):
+            f = a[r][col] / p
+            if f != 0.0:
+                ar, ac = a[r], a[col]
+                for c in range(col + 1, k + 1):
+                    ar[c] -= f * ac[c]
+    x = [0.0] * k
+    for r in range(k - 1, -1, -1):
+        acc = a[r][k]
+        for c in range(r + 1, k):
+            acc -= a[r][c] * x[c]
+        x[r] = acc / a[r][r]
+    return tuple(x)
+
+
+def _solve_dense_np(A, b):
+    """Batch-last elimination with partial pivoting: entries are (N,) arrays or floats."""
+    from mbde_core.engine.linalg import eliminate_batch_last
+
+    k = len(b)
+    N = max((np.size(v) for row in A for v in row), default=1)
+    N = max(N, max(np.size(v) for v in b))
+    At = np.empty((k, k, N))
+    Bt = np.empty((k, 1, N))
+    for i in range(k):
+        for j in range(k):
+            At[i, j] = A[i][j]
+        Bt[i, 0] = b[i]
+    X = eliminate_batch_last(At, Bt)
+    return tuple(X[i, 0] for i in range(k))
+
+
+_SCALAR_NS = {"sin": math.sin, "cos": math.cos, "SOLVE": _solve_dense_py, "__builtins__": {}}
+_VECTOR_NS = {"sin": np.sin, "cos": np.cos, "SOLVE": _solve_dense_np, "__builtins__": {}}
+
+_FUNCS = ("trig", "phi", "jac", "jac_values", "jdot", "newton_step", "dsolve", "velocity", "acceleration", "rmatrix", "forces", "dynamics")
+
+
+class Kernels:
+    """Compiled kernels of one mechanism (see the module docstring).
+
+    Attributes: ``scalar`` and ``vector`` (namespaces of the generated functions),
+    ``source`` (the generated text), ``jac_rows``/``jac_cols`` (pattern of
+    ``jac_values``), ``blocks`` (diagonal blocks of Phi_q,d as (kept rows, columns)),
+    ``angles_fixed`` (every relative angle is an independent coordinate, so ``tr`` is
+    constant while solving the position problem), ``time_fns`` (the loads' time
+    functions, evaluated by :meth:`time_values`), ``has_loads``, and the identities of
+    the model arrays the code was generated from (see :meth:`valid_for`).
+    """
+
+    def __init__(self, mech, source: str, meta: dict):
+        self.source = source
+        self.n, self.m, self.g = mech.n, len(mech.keep_rows), mech.dof
+        self.independent = np.array(mech.independent, dtype=np.intp)
+        self.dependent = np.array(mech.dependent, dtype=np.intp)
+        self.iz = [int(i) for i in mech.independent]
+        self.dep = [int(i) for i in mech.dependent]
+        pat = meta["pattern"]
+        self.jac_rows = np.array([r for r, _ in pat], dtype=np.intp)
+        self.jac_cols = np.array([c for _, c in pat], dtype=np.intp)
+        self.jac_flat = self.jac_rows * self.n + self.jac_cols
+        self.blocks = meta["blocks"]
+        self.time_fns = meta["time_fns"]
+        self.has_loads = bool(mech.spec.loads)
+        rel = set(int(c) for c in mech.rel_columns)
+        self.angles_fixed = rel.issubset(set(self.iz))
+        code = compile(source, f"<mbde kernels: {mech.name}>", "exec")
+        self.scalar = SimpleNamespace(**self._exec(code, _SCALAR_NS))
+        self.vector = SimpleNamespace(**self._exec(code, _VECTOR_NS))
+        self._model = self._identity(mech)
+
+    @staticmethod
+    def _exec(code, ns):
+        env = dict(ns)
+        exec(code, env)  # noqa: S102 - our own generated source
+        return {k: env[k] for k in _FUNCS}
+
+    @staticmethod
+    def _identity(mech):
+        return (mech.M, mech.Q_gravity, mech.independent, mech.dependent, mech.keep_rows, mech.constraints,
+                mech.loads, mech.spec, mech.fixed_xy)
+
+    def valid_for(self, mech) -> bool:
+        """True if the model objects are still those the code was generated from."""
+        return all(a is b for a, b in zip(self._identity(mech), self._model))
+
+    def time_values(self, t: float) -> tuple:
+        return tuple(f(t) for f in self.time_fns)
+
+
+def build(mech) -> Kernels | None:
+    """Kernels of a fully constructed Mechanism, or None if its structure is unsupported."""
+    out = generate(mech)
+    if out is None:
+        return None
+    source, meta = out
+    return Kernels(mech, source, meta)
