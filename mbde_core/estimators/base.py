@@ -1,0 +1,84 @@
+"""The estimator interface shared by every observer (FilterPy-like vocabulary).
+
+An estimator works on a fixed step: ``predict(dt)`` advances its state from ``t`` to
+``t + dt`` with the multibody model; ``update(measurements, gates)`` fuses the readings
+taken at the current time; ``estimate()`` returns a :class:`MechanismSnapshot` with z, zd,
+zdd, the full q, qd, qdd, the covariance of [z, zd], branch probabilities where
+meaningful, and estimated inputs. The :class:`mbde_core.estimators.stage.EstimatorStage`
+drives this interface both in ``mbde replay`` and in the live ROS node.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mbde_core.types import MechanismSnapshot, Measurement, ParticleCloud
+
+
+@dataclass
+class InitialState:
+    """Initial guess: z (g,), zd (g,), their standard deviations, optional q hint and branch."""
+
+    z: np.ndarray
+    zd: np.ndarray
+    sigma_z: np.ndarray
+    sigma_zd: np.ndarray
+    q_hint: np.ndarray | None = None
+    branch: int | None = None
+
+
+@dataclass
+class UpdateResult:
+    """What an update did: accepted/rejected sensor names, and the innovation statistics.
+
+    nis: normalised innovation squared y^T S^-1 y of the accepted readings (None if the
+    estimator has no Gaussian innovation); dof: its degrees of freedom (sum of channel
+    dimensions); innovation: the stacked innovation y (for whiteness tests).
+    """
+
+    accepted: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    nis: float | None = None
+    dof: int = 0
+    innovation: np.ndarray | None = None
+    normalized_innovation: np.ndarray | None = None
+
+
+class Estimator:
+    """Base class. Subclasses implement reset/predict/update/estimate.
+
+    Parameters: mech (Mechanism, the estimator's model, possibly with model errors),
+    sensors (SensorSet: models of every sensor it may receive), config (dict of this
+    estimator's options, already validated), rng (numpy Generator, for stochastic
+    estimators).
+    """
+
+    name = "estimator"
+    tracks_branches = False
+
+    def __init__(self, mech, sensors, config: dict, rng: np.random.Generator | None = None):
+        self.mech = mech
+        self.sensors = sensors
+        self.config = config
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.t = 0.0
+
+    def reset(self, t: float, init: InitialState) -> None:
+        raise NotImplementedError
+
+    def predict(self, dt: float) -> None:
+        raise NotImplementedError
+
+    def update(self, measurements: list[Measurement], gates: dict[str, float] | None = None) -> UpdateResult:
+        raise NotImplementedError
+
+    def estimate(self) -> MechanismSnapshot:
+        raise NotImplementedError
+
+    def particles(self) -> ParticleCloud | None:
+        return None
+
+    def diagnostics(self) -> dict:
+        """Estimator-specific numbers for /diagnostics (e.g. ESS, resets)."""
+        return {}

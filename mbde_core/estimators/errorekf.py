@@ -1,0 +1,219 @@
+"""errorEKF: error-state (indirect) EKF over an independent multibody simulation (paper 003 sec. 3.3).
+
+A multibody simulation runs with any engine integrator (``integrator`` option: euler,
+rk4, trapezoidal, midpoint, symplectic_euler, ali3p). The Kalman filter estimates only
+the error of the independent coordinates dx = [dz, dzd] (optionally extended, see
+below), so its prediction is (eqs. 21-22)::
+
+    dx_k^- = 0,      P_k^- = F P_{k-1}^+ F^T + Sigma^P,    F = [[I, dt I], [0, I]]
+
+The update is a conventional EKF update on dx (innovation o - h(simulation state), the
+chain-rule Jacobian of :mod:`reduced`). The estimated errors are fed back to the
+simulation and the error state returns to zero: positions are corrected through the
+velocity problem (dq = R dz, linear, then one position-problem solve restores the
+constraints exactly) and velocities by the velocity problem with zd + dzd.
+
+Variant with acceleration error and unknown inputs (``estimate_acceleration``,
+``inputs``): the error state becomes [dz, dzd, da, du] with a persistent acceleration
+offset a (g,) and input forces u (k generalized forces on the listed coordinates),
+both random walks applied to the simulation as zdd += a + B u, B = dzdd/du =
+(R^T M R)^{-1} R^T E. Then F gains the blocks dzd' = da + B du and dz' (via dt^2/2),
+and accelerometers see them through dh/da = H_qdd R, dh/du = H_qdd R B. Estimated
+inputs are reported in the snapshot (input_names, inputs, input_cov).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mbde_core.engine import dynamics, kinematics
+from mbde_core.engine.integrators import MBState, get_integrator
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.base import Estimator, InitialState
+from mbde_core.estimators.kalman import ekf_update
+from mbde_core.estimators.noise import kinematic_plant_noise
+from mbde_core.estimators.reduced import ReducedModel
+from mbde_core.types import MechanismSnapshot
+
+
+class ErrorEKF(Estimator):
+    name = "errorekf"
+    DEFAULTS = {
+        "integrator": "euler",
+        "estimate_acceleration": False,
+        "acceleration_bias_psd": 1.0,   # [(unit/s^2)^2 / s] random walk of the acceleration offset
+        "inputs": [],                   # [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}]
+    }
+
+    @staticmethod
+    def validate_config(cfg, file, path):
+        from mbde_core.engine.integrators import INTEGRATOR_NAMES
+
+        if cfg["integrator"] not in INTEGRATOR_NAMES:
+            raise ConfigError(file, f"{path}.integrator", f"must be one of {', '.join(INTEGRATOR_NAMES)}")
+        for k, item in enumerate(cfg["inputs"]):
+            if not isinstance(item, dict) or "coordinate" not in item:
+                raise ConfigError(file, f"{path}.inputs[{k}]", "expected {coordinate: name, psd: value, sigma0: value}")
+
+    def __init__(self, mech, sensors, config, rng=None):
+        super().__init__(mech, sensors, config, rng)
+        self.model = ReducedModel(mech, sensors)
+        self.integrator = get_integrator(config["integrator"])
+        self.g = g = mech.dof
+        self.acc = bool(config.get("estimate_acceleration", False))
+        self.input_specs = list(config.get("inputs", []))
+        try:
+            self.input_cols = [mech.coordinate_index(s["coordinate"]) for s in self.input_specs]
+        except (KeyError, IndexError) as exc:
+            raise ConfigError("<estimator config>", "errorekf.inputs", str(exc.args[0])) from None
+        self.k = len(self.input_cols)
+        self.na = g if self.acc else 0
+        self.dim = 2 * g + self.na + self.k
+        self.a = np.zeros(g)
+        self.u = np.zeros(self.k)
+        self.state = MBState(mech.q0.copy(), mech.qd0.copy())
+        self.P = np.eye(self.dim)
+        self._sigma = {k: float(v) ** 2 for k, v in (config.get("sensor_sigma") or {}).items()}
+        self.failures = 0
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _extra_zdd(self, q):
+        extra = self.a.copy()
+        if self.k:
+            extra = extra + self.model.input_gain(q, self.input_cols) @ self.u
+        return extra
+
+    def _extra_Q(self):
+        if not self.k:
+            return None
+        Q = np.zeros(self.mech.n)
+        Q[self.input_cols] = self.u
+        return Q
+
+    def _accelerations(self, q, qd):
+        """(zdd, qdd) of the simulation including the estimated offset and inputs."""
+        zdd, qdd = dynamics.forward(self.mech, self.t, q, qd, extra_Q=self._extra_Q())
+        if self.acc:
+            zdd = zdd + self.a
+            qdd = qdd + kinematics.r_matrix(self.mech, q) @ self.a
+        return zdd, qdd
+
+    # -- interface ----------------------------------------------------------------------------
+    def reset(self, t: float, init: InitialState) -> None:
+        self.t = float(t)
+        g = self.g
+        guess = self.mech.q0 if init.q_hint is None else init.q_hint
+        q, ok = kinematics.solve_position(self.mech, init.z, guess)
+        if not ok:
+            raise ValueError("the initial state cannot be assembled")
+        qd = kinematics.velocity(self.mech, q, init.zd)
+        self.state = MBState(q, qd)
+        self.a = np.zeros(g)
+        self.u = np.array([float(s.get("initial", 0.0)) for s in self.input_specs])
+        diag = [np.broadcast_to(init.sigma_z, (g,)), np.broadcast_to(init.sigma_zd, (g,))]
+        if self.acc:
+            diag.append(np.full(g, float(self.config.get("acceleration_sigma0", 1.0))))
+        if self.k:
+            diag.append(np.array([float(s.get("sigma0", 1.0)) for s in self.input_specs]))
+        self.P = np.diag(np.concatenate(diag) ** 2)
+        self.failures = 0
+
+    def _F_and_Q(self, dt, q):
+        g, na, k = self.g, self.na, self.k
+        F = np.eye(self.dim)
+        F[:g, g : 2 * g] = dt * np.eye(g)
+        if self.config["transition_jacobian"] == "full":
+            x = np.concatenate([q[self.model.iz], self.state.qd[self.model.iz]])
+            A = self.model.transition_jacobian(self.t, x, q, "full", extra_Q=self._extra_Q())
+            F[g : 2 * g, : 2 * g] += dt * A[g:, :]
+        if na:
+            F[:g, 2 * g : 2 * g + na] = 0.5 * dt * dt * np.eye(g)
+            F[g : 2 * g, 2 * g : 2 * g + na] = dt * np.eye(g)
+        if k:
+            B = self.model.input_gain(q, self.input_cols)
+            F[:g, 2 * g + na :] = 0.5 * dt * dt * B
+            F[g : 2 * g, 2 * g + na :] = dt * B
+        pn = self.config["plant_noise"]
+        Qd = np.zeros((self.dim, self.dim))
+        Qd[: 2 * g, : 2 * g] = kinematic_plant_noise(g, dt, pn["acceleration_psd"], pn.get("velocity_psd", 0.0))
+        if na:
+            Qd[2 * g : 2 * g + na, 2 * g : 2 * g + na] = np.eye(g) * float(self.config["acceleration_bias_psd"]) * dt
+        if k:
+            psd = np.array([float(s.get("psd", 1.0)) for s in self.input_specs])
+            Qd[2 * g + na :, 2 * g + na :] = np.diag(psd * dt)
+        return F, Qd
+
+    def predict(self, dt: float) -> None:
+        q = self.state.q
+        F, Qd = self._F_and_Q(dt, q)
+        extra = self._extra_zdd(q) if (self.acc or self.k) else None
+        new = self.integrator.step(self.mech, self.t, MBState(self.state.q, self.state.qd), dt, extra_zdd=extra)
+        self.t += dt
+        if np.all(new.ok) and np.all(np.isfinite(new.q)):
+            self.state = MBState(new.q, new.qd)
+        else:
+            self.failures += 1
+        self.P = F @ self.P @ F.T + Qd
+        self.P = 0.5 * (self.P + self.P.T)
+
+    def update(self, measurements, gates=None):
+        g, na = self.g, self.na
+        names = [m.sensor for m in measurements]
+        dims = [self.sensors[n].dim for n in names]
+        o = np.concatenate([np.asarray(m.value, float) for m in measurements])
+        q, qd = self.state.q, self.state.qd
+        uses_qdd = self.sensors.uses_qdd(names)
+        qdd = self._accelerations(q, qd)[1] if uses_qdd else None
+        pred = self.model.predict_measurements(names, q, qd, qdd)
+        y = self.model.residual(names, o, pred)
+        Hx = self.model.measurement_jacobian(names, self.t, q, qd, qdd, extra_Q=self._extra_Q())
+        H = np.zeros((Hx.shape[0], self.dim))
+        H[:, : 2 * g] = Hx
+        if uses_qdd and (na or self.k):
+            R = kinematics.r_matrix(self.mech, q)
+            Hqdd = np.concatenate([self.sensors[n].jacobians(q, qd, qdd)[2] for n in names], axis=0)
+            if na:
+                H[:, 2 * g : 2 * g + na] = Hqdd @ R
+            if self.k:
+                H[:, 2 * g + na :] = Hqdd @ R @ self.model.input_gain(q, self.input_cols)
+        Rm = self.model.covariance(names, {n: np.full(self.sensors[n].dim, self._sigma[n]) for n in names if n in self._sigma})
+        dx, self.P, res = ekf_update(np.zeros(self.dim), self.P, names, dims, y, H, Rm, gates)
+        if res.accepted:
+            self._correct(dx)
+        return res
+
+    def _correct(self, dx):
+        """Feed the estimated errors back to the simulation (error state back to zero)."""
+        g, na = self.g, self.na
+        mech = self.mech
+        q, qd = self.state.q, self.state.qd
+        R = kinematics.r_matrix(mech, q)
+        z = q[mech.independent] + dx[:g]
+        zd = qd[mech.independent] + dx[g : 2 * g]
+        q_new, ok = kinematics.solve_position(mech, z, q + R @ dx[:g])
+        if not ok:
+            self.failures += 1
+            return
+        qd_new = kinematics.velocity(mech, q_new, zd)
+        self.state = MBState(q_new, qd_new)
+        if na:
+            self.a = self.a + dx[2 * g : 2 * g + na]
+        if self.k:
+            self.u = self.u + dx[2 * g + na :]
+
+    def estimate(self) -> MechanismSnapshot:
+        g, na = self.g, self.na
+        q, qd = self.state.q, self.state.qd
+        zdd, qdd = self._accelerations(q, qd)
+        iz = self.mech.independent
+        snap = MechanismSnapshot(
+            stamp=self.t, q=q.copy(), qd=qd.copy(), qdd=qdd, z=q[iz].copy(), zd=qd[iz].copy(), zdd=zdd,
+            cov=self.P[: 2 * g, : 2 * g].copy(),
+        )
+        if self.k:
+            snap.input_names = [self.mech.coordinate_names[c] for c in self.input_cols]
+            snap.inputs = self.u.copy()
+            snap.input_cov = self.P[2 * g + na :, 2 * g + na :].copy()
+        return snap
+
+    def diagnostics(self) -> dict:
+        return {"assembly_failures": self.failures}

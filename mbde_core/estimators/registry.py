@@ -1,0 +1,28 @@
+"""Estimators by name (module imported lazily)."""
+from __future__ import annotations
+
+import importlib
+
+# name -> (module, class)
+_TABLE = {
+    "ukf": ("mbde_core.estimators.ukf", "UKF"),
+    "errorekf": ("mbde_core.estimators.errorekf", "ErrorEKF"),
+    "dekf": ("mbde_core.estimators.dekf", "DEKF"),
+    "cekf": ("mbde_core.estimators.cekf", "CEKF"),
+    "diekfpm": ("mbde_core.estimators.diekfpm", "DIEKFpm"),
+    "pf": ("mbde_core.estimators.pf", "ParticleFilter"),
+    "adekf": ("mbde_core.estimators.adekf", "ADEKF"),
+}
+ESTIMATOR_NAMES = tuple(_TABLE)
+
+
+def estimator_class(name: str):
+    if name not in _TABLE:
+        raise KeyError(f"unknown estimator {name!r} (choose from {', '.join(ESTIMATOR_NAMES)})")
+    module, cls = _TABLE[name]
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_estimator(name: str, mech, sensors, config: dict, rng=None):
+    """Build estimator ``name`` for a mechanism model and its sensors."""
+    return estimator_class(name)(mech, sensors, config, rng)
