@@ -1,0 +1,40 @@
+"""mbde bench NAME: benchmarks that reproduce the papers' experiments and print tables.
+
+Each benchmark is a module ``mbde_core.bench.<name>`` with ``HELP``, ``add_arguments(parser)``
+and ``run(args) -> int``. Speed targets are reported by these tables, never asserted in
+unit tests.
+"""
+from __future__ import annotations
+
+import importlib
+
+HELP = "benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004)"
+DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and figures into --out.
+
+  accuracy   paper 003 matrix: {fourbar, fivebar} x {encoders, gyroscopes} x sensor period
+             {1, 5, 10, 15} x gravity error {1, 4} m/s^2 x seeded runs, all observers
+  speed      us per filter step of each observer; our UKF vs FilterPy's with the same model
+  pf         paper 000 particle-filter experiments (convergence, branches, sweep, speed)
+  adekf      paper 004 ADE-KF experiments (slider-crank, exact vs learned map, MSC Adams)
+
+Run `mbde bench NAME --help` for the options of each."""
+
+BENCHES = ("accuracy", "speed", "pf", "adekf")
+
+
+def add_arguments(p):
+    sub = p.add_subparsers(dest="bench", metavar="NAME", required=True)
+    for name in BENCHES:
+        try:
+            mod = importlib.import_module(f"mbde_core.bench.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"mbde_core.bench.{name}":
+                raise
+            continue
+        sp = sub.add_parser(name, help=getattr(mod, "HELP", name), description=mod.__doc__)
+        mod.add_arguments(sp)
+        sp.set_defaults(_bench_module=mod)
+
+
+def run(args) -> int:
+    return int(args._bench_module.run(args) or 0)
