@@ -132,15 +132,21 @@ class ErrorEKF(Estimator):
             B = self.model.input_gain(q, self.input_cols)
             F[:g, 2 * g + na :] = 0.5 * dt * dt * B
             F[g : 2 * g, 2 * g + na :] = dt * B
-        pn = self.config["plant_noise"]
         Qd = np.zeros((self.dim, self.dim))
-        Qd[: 2 * g, : 2 * g] = kinematic_plant_noise(g, dt, pn["acceleration_psd"], pn.get("velocity_psd", 0.0))
+        Qd[: 2 * g, : 2 * g] = self._kinematic_noise(dt)
         if na:
             Qd[2 * g : 2 * g + na, 2 * g : 2 * g + na] = np.eye(g) * float(self.config["acceleration_bias_psd"]) * dt
         if k:
             psd = np.array([float(s.get("psd", 1.0)) for s in self.input_specs])
             Qd[2 * g + na :, 2 * g + na :] = np.diag(psd * dt)
         return F, Qd
+
+    def _kinematic_noise(self, dt):
+        cache = self.__dict__.setdefault("_qd_cache", {})
+        if dt not in cache:
+            pn = self.config["plant_noise"]
+            cache[dt] = kinematic_plant_noise(self.g, dt, pn["acceleration_psd"], pn.get("velocity_psd", 0.0))
+        return cache[dt]
 
     def predict(self, dt: float) -> None:
         q = self.state.q

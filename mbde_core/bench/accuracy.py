@@ -1,0 +1,235 @@
+"""Paper 003 accuracy matrix: {fourbar, fivebar} x {encoders, gyroscopes} x sensor period
+{1, 5, 10, 15} filter steps (5 ms) x gravity error {1, 4} m/s^2 x N seeded runs, all observers.
+
+Scenarios: config/scenarios/{fourbar,fivebar}_{gyro,encoder}.yaml (paper 003 sec. 4: encoders
+sigma 1 deg, gyroscopes sigma 1 deg/s; FourBars1/FiveBars1 moving under gravity). The
+truth is simulated once per scenario; each variant samples its readings from it with its
+own seed; the estimator's model has the gravity magnitude changed by the error. Every
+observer runs through its EstimatorStage with the options of --config (default
+config/estimators/default.yaml) and starts from the true initial state.
+
+Writes DIR/accuracy.csv (one row per run), DIR/accuracy.json (means over runs), figures
+DIR/rmse_<mechanism>_<sensors>.png (RMSE vs sensor period per observer, paper 003
+figs. 3-6) and DIR/cost.png (mean step time per observer, fig. 7), and prints the tables.
+A run that raises or produces non-finite estimates counts as failed (shown as "fail").
+"""
+from __future__ import annotations
+
+import csv
+import json
+import multiprocessing
+import os
+import time
+
+import numpy as np
+
+HELP = "paper 003 accuracy matrix (RMSE vs sensor period, gravity error, sensors) for all observers"
+CASES = {
+    "fourbar_gyro": ("fourbar", "gyroscopes"),
+    "fourbar_encoder": ("fourbar", "encoders"),
+    "fivebar_gyro": ("fivebar", "gyroscopes"),
+    "fivebar_encoder": ("fivebar", "encoders"),
+}
+OBSERVERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm")
+FILTER_STEP = 0.005
+
+_TRUTHS = {}  # filled in the parent before forking the workers
+
+
+def add_arguments(p):
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--runs", type=int, default=20, help="seeded runs per cell (paper: 20; default %(default)s)")
+    p.add_argument("--periods", default="1,5,10,15", help="sensor periods in filter steps (default %(default)s)")
+    p.add_argument("--gravity-errors", default="1,4", help="gravity errors [m/s^2] (default %(default)s)")
+    p.add_argument("--estimators", default=",".join(OBSERVERS), help="observers (default %(default)s)")
+    p.add_argument("--cases", default=",".join(CASES), help="scenarios (default %(default)s)")
+    p.add_argument("--duration", type=float, default=5.0, help="simulated seconds per run (default %(default)s)")
+    p.add_argument("--config", help="estimator config YAML (default config/estimators/default.yaml)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: CPU count)")
+
+
+def _run_task(task):
+    """One (case, period, gravity error, run): every observer on the same readings."""
+    from mbde_core.estimators import make_estimator
+    from mbde_core.estimators.base import InitialState
+    from mbde_core.estimators.metrics import coordinate_errors
+    from mbde_core.estimators.stage import EstimatorStage
+
+    case, period, gerr, run, names, configs = task
+    truth = _TRUTHS[case]
+    sc = truth.scenario.with_overrides(gravity_error=gerr)
+    mech = sc.estimator_mechanism()
+    sensors = sc.estimator_sensors()
+    meas = truth.measurements(truth.scenario.sensors, period * FILTER_STEP, seed=10_000 * (run + 1) + int(1000 * gerr) + period)
+    init = sc.estimator_initial_state()
+    angular = np.isin(mech.independent, mech.rel_columns)
+    rows = []
+    for name in names:
+        cfg = configs[name]
+        row = {"case": case, "mechanism": CASES[case][0], "sensors": CASES[case][1], "period_steps": period,
+               "gravity_error": gerr, "run": run, "estimator": name}
+        t0 = time.perf_counter()
+        try:
+            est = make_estimator(name, mech, sensors, cfg, rng=np.random.default_rng(run))
+            sig = cfg.get("initial_sigma", {"z": 0.05, "zd": 0.5})
+            start = InitialState(init.z, init.zd, np.full(mech.dof, sig["z"]), np.full(mech.dof, sig["zd"]), init.q, init.branch)
+            stage = EstimatorStage(est, cfg["step"], lambda t: start, keep=True)
+            stage.feed(meas)
+            stage.advance_to(truth.t[-1] + 1e-9)
+            stage.flush()
+            recs = stage.records
+            stamps = np.array([r.estimate.stamp for r in recs])
+            tz, tzd, _ = truth.at(stamps)
+            z = np.array([r.estimate.z for r in recs])
+            zd = np.array([r.estimate.zd for r in recs])
+            ez = coordinate_errors(z, tz, angular)
+            ok = bool(np.all(np.isfinite(ez)) and np.all(np.isfinite(zd)))
+            row.update(rmse_z=float(np.sqrt(np.mean(ez**2))) if ok else float("nan"),
+                       rmse_zd=float(np.sqrt(np.mean((zd - tzd) ** 2))) if ok else float("nan"),
+                       step_us=float(np.mean([r.cost for r in recs]) * 1e6), failed=not ok)
+        except Exception as exc:  # a diverging observer must not stop the benchmark
+            row.update(rmse_z=float("nan"), rmse_zd=float("nan"), step_us=float("nan"), failed=True,
+                       error=f"{type(exc).__name__}: {exc}"[:200])
+        row["wall_s"] = time.perf_counter() - t0
+        rows.append(row)
+    return rows
+
+
+def run(args) -> int:
+    from mbde_core.bench.common import TruthRecord, config_path
+    from mbde_core.errors import DataError
+    from mbde_core.estimators.config_schema import load_estimator_configs
+    from mbde_core.scenario import load_scenario
+    from mbde_core.simulator.progress import ProgressBar
+
+    names = [n.strip() for n in args.estimators.split(",") if n.strip()]
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    bad = [c for c in cases if c not in CASES]
+    if bad:
+        raise DataError(f"--cases: unknown {', '.join(bad)} (choose from {', '.join(CASES)})")
+    periods = [int(p) for p in args.periods.split(",")]
+    gerrs = [float(g) for g in args.gravity_errors.split(",")]
+    configs = load_estimator_configs(args.config or config_path("estimators", "default.yaml"), names)
+    os.makedirs(args.out, exist_ok=True)
+    t_start = time.perf_counter()
+    for case in cases:
+        sc = load_scenario(config_path("scenarios", f"{case}.yaml"))
+        _TRUTHS[case] = TruthRecord(sc, args.duration)
+        print(f"truth {case}: {args.duration:g} s simulated in {_TRUTHS[case].wall_time:.1f} s")
+    tasks = [(c, p, g, r, names, configs) for c in cases for p in periods for g in gerrs for r in range(args.runs)]
+    rows = []
+    bar = ProgressBar("accuracy")
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(max(1, args.jobs)) as pool:
+        for k, out in enumerate(pool.imap_unordered(_run_task, tasks)):
+            rows.extend(out)
+            bar(k + 1, len(tasks))
+    bar.close()
+    rows.sort(key=lambda r: (r["case"], r["gravity_error"], r["period_steps"], r["estimator"], r["run"]))
+    _write_csv(os.path.join(args.out, "accuracy.csv"), rows)
+    summary = _summarise(rows)
+    with open(os.path.join(args.out, "accuracy.json"), "w", encoding="utf-8") as fh:
+        json.dump({"runs": args.runs, "duration_s": args.duration, "filter_step_s": FILTER_STEP,
+                   "cells": summary}, fh, indent=2, default=lambda x: None)
+    print(format_tables(summary, names, periods))
+    _figures(args.out, summary, names, periods, gerrs)
+    print(f"\n{len(tasks)} variants x {len(names)} observers in {time.perf_counter() - t_start:.0f} s; "
+          f"wrote {args.out}/accuracy.csv, accuracy.json, rmse_*.png, cost.png")
+    return 0
+
+
+def _write_csv(path, rows):
+    keys = ["case", "mechanism", "sensors", "period_steps", "gravity_error", "run", "estimator", "rmse_z", "rmse_zd",
+            "step_us", "failed", "wall_s", "error"]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+
+def _summarise(rows):
+    cells = {}
+    for r in rows:
+        key = (r["case"], r["gravity_error"], r["period_steps"], r["estimator"])
+        cells.setdefault(key, []).append(r)
+    out = []
+    for (case, g, p, name), rs in sorted(cells.items()):
+        ok = [r for r in rs if not r["failed"]]
+        out.append({
+            "case": case, "gravity_error": g, "period_steps": p, "estimator": name, "runs": len(rs), "failed": len(rs) - len(ok),
+            "rmse_z": float(np.mean([r["rmse_z"] for r in ok])) if ok else None,
+            "rmse_zd": float(np.mean([r["rmse_zd"] for r in ok])) if ok else None,
+            "step_us": float(np.nanmean([r["step_us"] for r in rs])) if any(np.isfinite(r["step_us"]) for r in rs) else None,
+        })
+    return out
+
+
+def format_tables(summary, names, periods) -> str:
+    """Text tables: mean RMSE of z [rad] and zd [rad/s] per observer and sensor period."""
+    lines = []
+    groups = {}
+    for c in summary:
+        groups.setdefault((c["case"], c["gravity_error"]), {})[(c["estimator"], c["period_steps"])] = c
+    for (case, g), cells in groups.items():
+        for quantity, unit in (("rmse_z", "rad"), ("rmse_zd", "rad/s")):
+            lines.append(f"\n{case}, gravity error {g:g} m/s^2: mean {quantity} [{unit}] (failed runs in parentheses)")
+            lines.append(f"{'observer':<10}" + "".join(f"{'T=' + str(p):>14}" for p in periods) + f"{'us/step':>10}")
+            for name in names:
+                vals = []
+                for p in periods:
+                    c = cells.get((name, p))
+                    if c is None:
+                        vals.append(f"{'-':>14}")
+                        continue
+                    v = "fail" if c[quantity] is None else f"{c[quantity]:.3g}"
+                    if c["failed"]:
+                        v += f" ({c['failed']})"
+                    vals.append(f"{v:>14}")
+                cost = [cells[(name, p)]["step_us"] for p in periods if (name, p) in cells and cells[(name, p)]["step_us"]]
+                lines.append(f"{name:<10}" + "".join(vals) + f"{np.mean(cost) if cost else float('nan'):>10.0f}")
+    return "\n".join(lines)
+
+
+def _figures(out, summary, names, periods, gerrs):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = sorted({c["case"] for c in summary})
+    for case in cases:
+        fig, axes = plt.subplots(2, len(gerrs), figsize=(5.5 * len(gerrs), 7), squeeze=False)
+        for j, g in enumerate(gerrs):
+            for i, (q, unit) in enumerate((("rmse_z", "rad"), ("rmse_zd", "rad/s"))):
+                ax = axes[i, j]
+                for name in names:
+                    ys = []
+                    for p in periods:
+                        c = next((c for c in summary if c["case"] == case and c["gravity_error"] == g
+                                  and c["period_steps"] == p and c["estimator"] == name), None)
+                        ys.append(np.nan if c is None or c[q] is None else c[q])
+                    ax.semilogy(periods, ys, "o-", label=name)
+                ax.set_xlabel("sensor period [filter steps of 5 ms]")
+                ax.set_ylabel(f"RMSE {q[5:]} [{unit}]")
+                ax.set_title(f"{case}, gravity error {g:g} m/s^2")
+                ax.set_xticks(periods)
+                ax.grid(True, which="both", alpha=0.3)
+                ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, f"rmse_{case}.png"), dpi=100)
+        plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    mechs = sorted({c["case"].split("_")[0] for c in summary})
+    width = 0.8 / max(len(mechs), 1)
+    for k, m in enumerate(mechs):
+        vals = [np.nanmean([c["step_us"] for c in summary if c["case"].startswith(m) and c["estimator"] == n and c["step_us"]] or [np.nan])
+                for n in names]
+        ax.bar(np.arange(len(names)) + k * width, vals, width, label=m)
+    ax.set_xticks(np.arange(len(names)) + width * (len(mechs) - 1) / 2)
+    ax.set_xticklabels(names)
+    ax.set_ylabel("mean step time [us]")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "cost.png"), dpi=100)
+    plt.close(fig)
