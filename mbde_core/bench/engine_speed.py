@@ -3,10 +3,13 @@
 Prints the time per call of the engine's hot paths through their public API:
 
 - single state, on ``fourbar`` and ``fivebar``: Phi, Phi_q, the position problem from
-  a predictor guess q + h qd (what every integrator step does), forward dynamics, and
-  one step of euler / rk4 / ali3p / midpoint (dt = 1 ms);
-- small batches (the UKF's 5 sigma points: one batched Euler step);
-- batched RK4 on ``fourbar_pf`` for N = 1e2 .. 1e5 particles, as particle-steps/s.
+  a predictor guess q + h qd, the velocity problem, the R matrix, forward dynamics, and
+  one step of euler / rk4 / ali3p / midpoint (dt = 1 ms) from a state that carries its
+  accelerations (as in a simulation or filter loop, where the previous step gave them);
+- small batches (the UKF's 5 sigma points: one batched Euler step of fresh states,
+  without accelerations);
+- batched RK4 on ``fourbar_pf`` for N = 1e2 .. 1e5 particles (states carrying their
+  accelerations, as a particle filter's), as particle-steps/s.
 
 Times are the best of several repeats (``timeit`` style), so they measure the code, not
 the machine's load. Speed is proven here, never asserted in unit tests.
@@ -69,9 +72,10 @@ def single_state_rows(name: str, budget: float):
         ("phi_q_dot_qd", lambda: mech.phi_q_dot_qd(q, qd)),
         ("position problem", lambda: kinematics.solve_position(mech, z1, guess)),
         ("velocity problem", lambda: kinematics.velocity(mech, q, qd[mech.independent])),
+        ("R matrix", lambda: kinematics.r_matrix(mech, q)),
         ("forward dynamics", lambda: dynamics.forward(mech, 0.0, q, qd)),
     ]
-    state = MBState(q, qd)
+    state = MBState(q, qd, dynamics.forward(mech, 0.0, q, qd)[1])
     for integ in ("euler", "rk4", "ali3p", "midpoint"):
         it = get_integrator(integ)
         rows.append((f"{integ} step", lambda it=it: it.step(mech, 0.0, state, h)))
@@ -92,7 +96,7 @@ def particle_rows(name: str, sizes, budget: float):
     out = []
     for N in sizes:
         q, qd = moving_states(mech, N, seed=3)
-        state = MBState(q, qd)
+        state = MBState(q, qd, dynamics.forward(mech, 0.0, q, qd)[1])
         t = best_time(lambda: rk4.step(mech, 0.0, state, 1e-3), budget, repeats=3)
         out.append((name, N, t, N / t))
     return out

@@ -17,13 +17,21 @@ formulation of the mbde-matlab and libmbse toolkits):
 
 Constraints hold to the Newton tolerance at every step, so long simulations do not
 drift. Single states only (the simulator integrates one ground truth).
+
+Speed (same arithmetic as the textbook form above, operation for operation, so results
+are unchanged to the last bit): Phi and Phi_q come from the mechanism's generated
+kernels; the force Jacobians are evaluated only when a load depends on q or qd (gravity,
+constant and time-dependent forces have none: K = C = 0, and M - 0 = M exactly); the
+projection matrix is factorised once with LAPACK getrf and the 2 x ``projections``
+solves reuse it through getrs, called directly (no argument-checking wrappers).
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
+from scipy.linalg import lapack
 
-from mbde_core.engine import dynamics
+from mbde_core.engine import dynamics, fastpath
 from mbde_core.engine.integrators import MBState
 
 
@@ -55,6 +63,7 @@ class ALI3P:
 
             R0 = kinematics.r_matrix(mech, q0)
             Qe = M @ R0 @ np.asarray(extra_zdd, dtype=float).reshape(mech.dof)
+        ev = _Evaluator(mech, t1, Qe)
         # penalty scaled to the mass matrix and the geometry
         alpha = self.penalty * max(np.max(np.abs(np.diag(M))), 1e-12) / max(mech.length_scale, 1e-12) ** 2
         qdh = -((2.0 / h) * q0 + qd0)
@@ -66,36 +75,97 @@ class ALI3P:
         for _ in range(self.max_iter):
             qd1 = (2.0 / h) * q1 + qdh
             qdd1 = (4.0 / h**2) * q1 + qddh
-            Phi = mech.phi(q1)
-            J = mech.phi_q(q1)
-            Q = mech.forces(t1, q1, qd1)
-            if Qe is not None:
-                Q = Q + Qe
-            Kf, Cf = mech.force_jacobians(t1, q1, qd1)
-            fq = M - 0.5 * h * Cf + 0.25 * h * h * (alpha * J.T @ J - Kf)
+            Phi = ev.phi(q1)
+            J = ev.phi_q(q1)
+            Q = ev.forces(q1, qd1)
+            Kf, Cf = ev.force_jacobians(q1, qd1)
+            if Kf is None:  # = the line below with K = C = 0
+                fq = M + 0.25 * h * h * (alpha * J.T @ J)
+            else:
+                fq = M - 0.5 * h * Cf + 0.25 * h * h * (alpha * J.T @ J - Kf)
             f = 0.25 * h * h * (M @ qdd1 + J.T @ (alpha * Phi + lam) - Q)
             dq = -np.linalg.solve(fq, f)
             q1 = q1 + dq
-            lam = lam + alpha * mech.phi(q1)
+            lam = lam + alpha * ev.phi(q1)
             if np.max(np.abs(dq)) <= self.tol * scale:
                 ok = True
                 break
         qd_star = (2.0 / h) * q1 + qdh
         qdd_star = (4.0 / h**2) * q1 + qddh
-        J = mech.phi_q(q1)
-        Kf, Cf = mech.force_jacobians(t1, q1, qd_star)
-        W = M - 0.5 * h * Cf - 0.25 * h * h * Kf
+        J = ev.phi_q(q1)
+        Kf, Cf = ev.force_jacobians(q1, qd_star)
+        W = M if Kf is None else M - 0.5 * h * Cf - 0.25 * h * h * Kf
         fq = W + 0.25 * h * h * alpha * J.T @ J
-        lu = scipy.linalg.lu_factor(fq)
+        lu = _LU(fq)
         # Each projection divides the constraint violation by ~ h^2 alpha ||Phi_q||^2 / ||W||;
         # repeating it (same factorisation) drives it to rounding level.
         qd1 = qd_star
         for _ in range(self.projections):
-            qd1 = scipy.linalg.lu_solve(lu, W @ qd1)
-        rhs_a = 0.25 * h * h * alpha * J.T @ mech.phi_q_dot_qd(q1, qd1)
+            qd1 = lu.solve(W @ qd1)
+        rhs_a = 0.25 * h * h * alpha * J.T @ ev.phi_q_dot_qd(q1, qd1)
         qdd1 = qdd_star
         for _ in range(self.projections):
-            qdd1 = scipy.linalg.lu_solve(lu, W @ qdd1 - rhs_a)
-        ok = ok and bool(np.max(np.abs(mech.phi(q1))) <= 1e-9 * max(1.0, mech.length_scale**2))
+            qdd1 = lu.solve(W @ qdd1 - rhs_a)
+        ok = ok and bool(np.max(np.abs(ev.phi(q1))) <= 1e-9 * max(1.0, mech.length_scale**2))
         return MBState(q1 if single else q1[None], qd1 if single else qd1[None],
                        qdd1 if single else qdd1[None], ok if single else np.array([ok]))
+
+
+class _Evaluator:
+    """Phi, Phi_q, (Phi_q)' qd, Q and the force Jacobians of one state at time t1.
+
+    With generated kernels: Phi, Phi_q and (Phi_q)' qd straight from them, Q = Q_gravity
+    without loads (the value Mechanism.forces returns), and force Jacobians None when no
+    load depends on q or qd (they are zero). Otherwise the Mechanism's methods.
+    """
+
+    def __init__(self, mech, t1, Qe):
+        self.mech, self.t1, self.Qe = mech, t1, Qe
+        self.K = fastpath.kernels(mech)
+        loads = mech.loads
+        self.constant_jacobians = not (loads.position_dependent or loads.velocity_dependent)
+
+    def phi(self, q):
+        K = self.K
+        if K is None:
+            return self.mech.phi(q)
+        x = q.tolist()
+        return np.array(K.scalar.phi(x, K.scalar.trig(x)))
+
+    def phi_q(self, q):
+        return self.mech.phi_q(q)
+
+    def phi_q_dot_qd(self, q, qd):
+        return self.mech.phi_q_dot_qd(q, qd)
+
+    def forces(self, q, qd):
+        mech = self.mech
+        Q = mech.Q_gravity if (self.K is not None and not mech.loads) else mech.forces(self.t1, q, qd)
+        return Q if self.Qe is None else Q + self.Qe
+
+    def force_jacobians(self, q, qd):
+        """(dQ/dq, dQ/dqd), or (None, None) when both are zero."""
+        if self.constant_jacobians:
+            return None, None
+        return self.mech.force_jacobians(self.t1, q, qd)
+
+
+class _LU:
+    """LU factors of a square matrix: scipy.linalg.lu_factor/lu_solve without the wrappers.
+
+    Same LAPACK routines (getrf/getrs), so the same numbers; non-finite input raises the
+    same ValueError as the wrappers' checks.
+    """
+
+    def __init__(self, A):
+        if not np.all(np.isfinite(A)):
+            scipy.linalg.lu_factor(A)  # raises ValueError
+        self.lu, self.piv, info = lapack.dgetrf(A)
+        if info != 0:  # singular (warns) or bad argument (raises): the wrapper decides
+            self.lu, self.piv = scipy.linalg.lu_factor(A)
+
+    def solve(self, b):
+        if not np.all(np.isfinite(b)):
+            scipy.linalg.lu_solve((self.lu, self.piv), b)  # raises ValueError
+        x, info = lapack.dgetrs(self.lu, self.piv, b)
+        return x

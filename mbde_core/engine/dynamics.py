@@ -132,8 +132,11 @@ def forward_lagrange(mech, t: float, q, qd):
     q = np.asarray(q, dtype=float)
     qd = np.asarray(qd, dtype=float)
     J = mech.phi_q(q)
-    m = J.shape[0]
-    A = np.block([[mech.M, J.T], [J, np.zeros((m, m))]])
+    m, n = J.shape
+    A = np.zeros((n + m, n + m))  # [[M, Phi_q^T], [Phi_q, 0]]
+    A[:n, :n] = mech.M
+    A[:n, n:] = J.T
+    A[n:, :n] = J
     b = np.concatenate([mech.forces(t, q, qd), -mech.phi_q_dot_qd(q, qd)])
     x = np.linalg.solve(A, b)
     return x[: mech.n], x[mech.n :]

@@ -21,7 +21,10 @@ is again contiguous).
 """
 from __future__ import annotations
 
+import ctypes
 import math
+import os
+import sys
 
 import numpy as np
 
@@ -30,10 +33,49 @@ SCALAR_ERRORS = (ArithmeticError, ValueError)  # raised by math/float ops on bad
 
 def kernels(mech):
     """The mechanism's generated kernels, or None (generic code must be used)."""
-    K = getattr(mech, "_kernels", None)
-    if K is None or not K.valid_for(mech):
-        return None
-    return K
+    fast = getattr(mech, "_fast", None)
+    return None if fast is None else fast()
+
+
+# ----------------------------------------------------------------------------------------
+# large batches and the C allocator
+#
+# A batched kernel call creates ~100 short-lived (N,) temporaries. With glibc's default
+# malloc settings, freeing them shrinks the heap (trim threshold 128 kB) and the next
+# ones grow it again: every temporary of N >~ 5000 values then costs page faults, which
+# doubles the time of a batched RK4 step. ``tune_allocator`` raises the trim threshold
+# (256 MB) and the mmap threshold (32 MB, glibc's own upper bound for its adaptive
+# threshold) once per process, with two mallopt calls through ctypes; freed memory is
+# then kept for reuse instead of being returned to the OS at once. Set the environment
+# variable MBDE_MALLOC_TUNING=0 to leave the allocator alone: batches then run in chunks
+# of CHUNK_UNTUNED states, whose temporaries stay small (slower, ~1.5x at N = 1e4).
+
+CHUNK_TUNED = 65536  # bounds the temporaries' memory (~50 live (N,) arrays)
+CHUNK_UNTUNED = 2048
+_TUNED: bool | None = None
+
+
+def tune_allocator() -> bool:
+    """Apply the malloc settings above (glibc only, once); True if they are in effect."""
+    global _TUNED
+    if _TUNED is None:
+        _TUNED = False
+        if os.environ.get("MBDE_MALLOC_TUNING", "1") != "0" and sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None)
+                libc.gnu_get_libc_version  # noqa: B018 - glibc only
+                m_trim_threshold, m_mmap_threshold = -1, -3
+                _TUNED = bool(libc.mallopt(m_trim_threshold, 256 << 20)) and bool(libc.mallopt(m_mmap_threshold, 32 << 20))
+            except (OSError, AttributeError):
+                _TUNED = False
+    return _TUNED
+
+
+def chunk_size(N: int) -> int:
+    """States per chunk for a batch of N (tunes the allocator for large batches)."""
+    if N <= CHUNK_UNTUNED:
+        return N
+    return CHUNK_TUNED if tune_allocator() else CHUNK_UNTUNED
 
 
 def phi_tol(mech) -> float:
@@ -53,7 +95,7 @@ def soa(x, n: int) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(x, dtype=float).reshape(-1, n).T)
 
 
-def _maxabs(vals) -> float:
+def maxabs(vals) -> float:
     """max |v| of floats, NaN if any is NaN (as numpy's max)."""
     m = 0.0
     for v in vals:
@@ -72,9 +114,10 @@ def _maxabs(vals) -> float:
 def s_position(mech, K, z, guess, max_iter: int):
     """Newton-Raphson for the dependent coordinates, one state.
 
-    z: g floats; guess: n floats. Returns (q list, ok, tr) with the semantics of
-    :func:`kinematics.solve_position`. Raises ArithmeticError/ValueError on an exactly
-    singular block or non-finite input (the caller falls back to the generic code).
+    z: g floats; guess: n floats. Returns (q list, ok, tr, J) with the semantics of
+    :func:`kinematics.solve_position`, tr and J (``jac``) at the returned q. Raises
+    ArithmeticError/ValueError on an exactly singular block or non-finite input (the
+    caller falls back to the generic code).
     """
     S = K.scalar
     q = list(guess)
@@ -84,28 +127,22 @@ def s_position(mech, K, z, guess, max_iter: int):
     max_step = mech.length_scale
     dep = K.dep
     tr = S.trig(q)
-    ph = None
-    for it in range(max_iter):
+    for it in range(max_iter + 1):
         if it and not K.angles_fixed:
             tr = S.trig(q)
-        ph = S.phi(q, tr)
-        if not _maxabs(ph) > tol:  # converged (NaN also stops: it never converges)
+        ph, J = S.phijac(q, tr)
+        if it == max_iter or not maxabs(ph) > tol:  # converged (NaN also stops: it never converges)
             break
-        dq = S.newton_step(S.jac(q, tr), tr, ph)
-        norm = _maxabs(dq)
+        dq = S.newton_step(J, tr, ph)
+        norm = maxabs(dq)
         if norm > max_step:
             f = max_step / norm
             dq = [d * f for d in dq]
         for c, d in zip(dep, dq):
             q[c] += d
-        ph = None
-    if ph is None:
-        if not K.angles_fixed:
-            tr = S.trig(q)
-        ph = S.phi(q, tr)
     lim = 1e3 * tol
     ok = all(abs(v) <= lim for v in ph) and all(map(math.isfinite, q))
-    return q, ok, tr
+    return q, ok, tr, J
 
 
 def s_forces(mech, K, t, q, qd, extra_Q=None):
@@ -125,50 +162,56 @@ def s_dynamics(mech, K, t, q, qd, tr, J, extra_Q=None, ez=None):
 # batch (batch-last arrays)
 
 
-def v_position(mech, K, Z, G, max_iter: int):
+def v_position(mech, K, Z, G, max_iter: int, copy: bool = True):
     """Newton-Raphson for N states at once.
 
-    Z: (g, N); G: (n, N) guesses. Returns (q (n, N), ok (N,), tr). Each state iterates
+    Z: (g, N); G: (n, N) guesses (updated in place if not copy: a float64 C-contiguous
+    temporary of the caller). Returns (q (n, N), ok (N,), tr). Each state iterates
     until |Phi| <= tol (then its update is zero), as :func:`kinematics.solve_position`.
     A state whose step is not finite (exactly singular block) takes the least-squares
     step instead, as the generic code does when LAPACK reports a singular matrix.
+    The bookkeeping of the generic code (per-state convergence, step limit) runs only
+    when needed: one reduction tells whether every state converged, another whether
+    every step is finite and below the limit.
     """
     V = K.vector
-    q = np.array(G, dtype=float)  # copy, (n, N)
+    q = np.array(G, dtype=float) if copy else G  # (n, N)
     N = q.shape[1]
-    q[K.independent] = Z
+    if K.g == 1:
+        q[K.iz[0]] = Z[0]
+    else:
+        q[K.independent] = Z
     tol = phi_tol(mech)
     max_step = mech.length_scale
     dep = K.dependent
     tr = V.trig(q)
-    ph = None
     with np.errstate(all="ignore"):
-        for it in range(max_iter):
+        for it in range(max_iter + 1):
             if it and not K.angles_fixed:
                 tr = V.trig(q)
-            ph = stack(V.phi(q, tr), N)
-            err = np.max(np.abs(ph), axis=0)
-            done = ~(err > tol)  # NaN counts as done (failed): it never converges
+            ph, J = V.phijac(q, tr)
+            ph = stack(ph, N)
+            aph = np.abs(ph)
+            if it == max_iter or aph.max() <= tol:  # every state converged (False with a NaN)
+                break
+            done = ~(aph.max(axis=0) > tol)  # NaN counts as done (failed): it never converges
             if done.all():
                 break
-            dq = stack(V.newton_step(V.jac(q, tr), tr, ph), N)
-            bad = ~np.isfinite(dq).all(axis=0) & ~done
-            if bad.any():
-                dq[:, bad] = _lstsq_steps(mech, q[:, bad], ph[:, bad])
-            if done.any():
+            dq = stack(V.newton_step(J, tr, ph), N)
+            if not np.abs(dq).max() <= max_step:  # a large or non-finite step somewhere
+                bad = ~np.isfinite(dq).all(axis=0) & ~done
+                if bad.any():
+                    dq[:, bad] = _lstsq_steps(mech, q[:, bad], ph[:, bad])
                 dq[:, done] = 0.0
-            norm = np.max(np.abs(dq), axis=0)
-            big = norm > max_step
-            if big.any():
-                dq[:, big] *= max_step / norm[big]
+                norm = np.max(np.abs(dq), axis=0)
+                big = norm > max_step
+                if big.any():
+                    dq[:, big] *= max_step / norm[big]
+            elif done.any():
+                dq[:, done] = 0.0
             q[dep] += dq
-            ph = None
-        if ph is None:
-            if not K.angles_fixed:
-                tr = V.trig(q)
-            ph = stack(V.phi(q, tr), N)
-        ok = np.all(np.abs(ph) <= 1e3 * tol, axis=0) & np.all(np.isfinite(q), axis=0)
-    return q, ok, tr
+        ok = (aph.max(axis=0) <= 1e3 * tol) & np.isfinite(q).all(axis=0)
+    return q, ok, tr, J
 
 
 def _lstsq_steps(mech, q, ph):
@@ -200,9 +243,33 @@ def v_dynamics(mech, K, t, q, qd, tr, J, extra_Q=None, ez=None):
 # integrator backends: the same algorithm text runs on one state or on a batch
 #
 # Vectors are lists of floats (Single) or batch-last (k, N) arrays (Batch). ``ctx`` is
-# (tr, J) at a configuration, kept so that the dynamics evaluated right after a position
-# problem reuses its Jacobian. ``dyn`` returns (zdd, qdd, R, rdzd) with R as n rows of
-# g values (floats, or (N,) arrays / floats for a batch).
+# (tr, J) at a configuration. ``advance`` solves a position problem and runs the
+# generated ``post`` kernel there (velocity qd = R zd and the dynamics in one body),
+# returning a :class:`Stage` whose fields are converted to vectors only when used.
+
+
+class Stage:
+    """Kernel outputs at an assembled configuration: qd, zdd, qdd, R (n rows of g), rd = R'zd.
+
+    ``raw`` holds the kernel's tuples; ``vec`` converts a tuple to the backend's vector.
+    """
+
+    __slots__ = ("raw", "_vec", "_cache")
+
+    def __init__(self, raw, vec):
+        self.raw, self._vec, self._cache = raw, vec, {}
+
+    def _get(self, k):
+        c = self._cache
+        if k not in c:
+            c[k] = self._vec(self.raw[k])
+        return c[k]
+
+    qd = property(lambda self: self._get("qd"))
+    zdd = property(lambda self: self._get("zdd"))
+    qdd = property(lambda self: self._get("qdd"))
+    rd = property(lambda self: self._get("rd"))
+    R = property(lambda self: self.raw["R"])
 
 
 class Single:
@@ -254,17 +321,22 @@ class Single:
     def rmatrix(self, ctx):
         return self.K.scalar.rmatrix(ctx[1], ctx[0])
 
-    def assemble(self, guess, z, zd):
-        """(q, qd, ok, ctx) from a guess and independent (z, zd); ctx = (tr, J) at q."""
-        K = self.K
-        q, ok, tr = s_position(self.mech, K, z, guess, 30)
-        J = K.scalar.jac(q, tr)
-        return q, list(K.scalar.velocity(J, tr, zd)), ok, (tr, J)
-
-    def dyn(self, t, q, qd, ctx, v=None):
+    def start(self, t, q, qd, ctx, v=None):
+        """Stage at a given state (q, qd) (its dynamics, extra acceleration v added)."""
         tr, J = ctx
-        zdd, qdd, R, rd, _, _ = s_dynamics(self.mech, self.K, t, q, qd, tr, J, ez=v)
-        return list(zdd), list(qdd), R, list(rd)
+        zdd, qdd, R, rd = self.K.scalar.dynamics_t(J, tr, q, qd, self.K.time_values(t), v)
+        return Stage({"zdd": zdd, "qdd": qdd, "R": R, "rd": rd}, list)
+
+    def advance(self, t, guess, z, zd, v=None, full=True):
+        """(q, ok, stage): position problem from ``guess``, then velocity and dynamics.
+
+        ``guess`` may be overwritten. full: also qdd (else stage.qdd is unavailable).
+        """
+        K = self.K
+        S = K.scalar
+        q, ok, tr, J = s_position(self.mech, K, z, guess, 30)
+        qd, zdd, qdd, R, rd = S.post(J, tr, q, zd, K.time_values(t), v, full)
+        return q, ok, Stage({"qd": qd, "zdd": zdd, "qdd": qdd, "R": R, "rd": rd}, list)
 
 
 class Batch:
@@ -272,6 +344,7 @@ class Batch:
 
     def __init__(self, mech, K, N):
         self.mech, self.K, self.N = mech, K, N
+        self._stack = lambda vals: stack(vals, N)
 
     @staticmethod
     def vec(x):
@@ -312,17 +385,16 @@ class Batch:
         with np.errstate(all="ignore"):
             return self.K.vector.rmatrix(ctx[1], ctx[0])
 
-    def assemble(self, guess, z, zd):
-        K = self.K
-        with np.errstate(all="ignore"):
-            q, ok, tr = v_position(self.mech, K, z, guess, 30)
-            J = K.vector.jac(q, tr)
-            qd = stack(K.vector.velocity(J, tr, zd), self.N)
-        return q, qd, ok, (tr, J)
-
-    def dyn(self, t, q, qd, ctx, v=None):
+    def start(self, t, q, qd, ctx, v=None):
         tr, J = ctx
-        N = self.N
         with np.errstate(all="ignore"):
-            zdd, qdd, R, rd, _, _ = v_dynamics(self.mech, self.K, t, q, qd, tr, J, ez=v)
-        return stack(zdd, N), stack(qdd, N), R, stack(rd, N)
+            zdd, qdd, R, rd = self.K.vector.dynamics_t(J, tr, q, qd, self.K.time_values(t), v)
+        return Stage({"zdd": zdd, "qdd": qdd, "R": R, "rd": rd}, self._stack)
+
+    def advance(self, t, guess, z, zd, v=None, full=True):
+        K = self.K
+        V = K.vector
+        with np.errstate(all="ignore"):
+            q, ok, tr, J = v_position(self.mech, K, z, guess, 30, copy=False)
+            qd, zdd, qdd, R, rd = V.post(J, tr, q, zd, K.time_values(t), v, full)
+        return q, ok, Stage({"qd": qd, "zdd": zdd, "qdd": qdd, "R": R, "rd": rd}, self._stack)

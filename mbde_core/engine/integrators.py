@@ -108,15 +108,18 @@ class _Generic:
     def rmatrix(self, ctx):
         return kinematics.r_matrix(self.mech, ctx[0], phi_q=ctx[1])
 
-    def assemble(self, guess, z, zd):
+    def _stage(self, t, q, qd, v):
+        ev = dynamics.evaluate(self.mech, t, q, qd, extra_zdd=v)
+        return fastpath.Stage({"qd": qd, "zdd": ev.zdd, "qdd": ev.qdd, "R": ev.R, "rd": ev.rdzd}, lambda x: x)
+
+    def start(self, t, q, qd, ctx, v=None):
+        return self._stage(t, q, qd, v)
+
+    def advance(self, t, guess, z, zd, v=None, full=True):
         mech = self.mech
         q, ok = kinematics.solve_position(mech, z, guess)
-        J = mech.phi_q(q)
-        return q, kinematics.velocity(mech, q, zd, phi_q=J), ok, (q, J)
-
-    def dyn(self, t, q, qd, ctx, v=None):
-        ev = dynamics.evaluate(self.mech, t, q, qd, extra_zdd=v)
-        return ev.zdd, ev.qdd, ev.R, ev.rdzd
+        qd = kinematics.velocity(mech, q, zd, phi_q=mech.phi_q(q))
+        return q, ok, self._stage(t, q, qd, v)
 
 
 def _backend(mech, state: MBState):
@@ -131,15 +134,11 @@ def _backend(mech, state: MBState):
     return fastpath.Batch(mech, K, q.shape[0]), K.independent, False
 
 
-CHUNK = 2048  # batches run in chunks of this many states: temporaries stay in cache
-
-
 def _run(mech, state, extra_zdd, algorithm):
     """Run ``algorithm(B, iz, q, qd, qdd, v) -> (q1, qd1, qdd1, ok)`` on the best backend.
 
-    Batches on the generated kernels run chunk by chunk (the states are independent):
-    numpy temporaries of a few thousand values stay in the CPU cache and avoid the page
-    faults of large short-lived allocations, ~2-5x faster for N >= 5000.
+    Large batches on the generated kernels run chunk by chunk (the states are
+    independent), see :func:`fastpath.chunk_size`.
     """
     B, iz, single = _backend(mech, state)
     if isinstance(B, fastpath.Single):
@@ -154,13 +153,14 @@ def _run(mech, state, extra_zdd, algorithm):
         q, qd = B.vec(state.q), B.vec(state.qd)
         qdd = None if state.qdd is None else B.vec(state.qdd)
         v = None if extra_zdd is None else B.vec(np.asarray(extra_zdd, dtype=float).reshape(N, mech.dof))
-        if N <= CHUNK:
+        chunk = fastpath.chunk_size(N)
+        if N <= chunk:
             q1, qd1, qdd1, ok = algorithm(B, iz, q, qd, qdd, v)
             return MBState(q1.T, qd1.T, qdd1.T, ok)
         out = np.empty((3, n, N))
         ok = np.empty(N, dtype=bool)
-        for a in range(0, N, CHUNK):
-            c = slice(a, min(a + CHUNK, N))
+        for a in range(0, N, chunk):
+            c = slice(a, min(a + chunk, N))
             Bc = fastpath.Batch(mech, B.K, c.stop - c.start)
             res = algorithm(Bc, iz, q[:, c], qd[:, c], None if qdd is None else qdd[:, c], None if v is None else v[:, c])
             out[0, :, c], out[1, :, c], out[2, :, c], ok[c] = res
@@ -171,16 +171,17 @@ def _run(mech, state, extra_zdd, algorithm):
 
 
 def _start(B, t, iz, q, qd, qdd, v):
-    """(a, ctx, rd) at the initial state: a = zdd (+ v), rd = R'zd (predictor curvature)."""
+    """(a, rd) at the initial state: a = zdd (+ v), rd = R'zd (predictor curvature)."""
     ctx = B.context(q)
     if qdd is None:
-        a, _, _, rd = B.dyn(t, q, qd, ctx)
+        st = B.start(t, q, qd, ctx)
+        a, rd = st.zdd, st.rd
     else:
         a = B.take(qdd, iz)
         rd = B.sub(qdd, B.rmul(B.rmatrix(ctx), a))  # qdd = R zdd + R'zd
     if v is not None:
         a = B.add(a, v)
-    return a, ctx, rd
+    return a, rd
 
 
 class _IndependentIntegrator:
@@ -200,7 +201,7 @@ class _IndependentIntegrator:
             return dynamics.evaluate(mech, t, q, qd, extra_zdd=v).zdd
         B = fastpath.Batch(mech, K, q.shape[0])
         x = B.vec(q)
-        return B.dyn(t, x, B.vec(qd), B.context(x), None if v is None else B.vec(v))[0].T
+        return B.start(t, x, B.vec(qd), B.context(x), None if v is None else B.vec(v)).zdd.T
 
     def _assemble(self, mech, t, q_guess, z, zd):
         q, ok = kinematics.solve_position(mech, z, q_guess)
@@ -220,12 +221,12 @@ class ExplicitEuler(_IndependentIntegrator):
 
     def step(self, mech, t, state: MBState, h, extra_zdd=None) -> MBState:
         def euler(B, iz, q, qd, qdd, v):
-            a, _, rd = _start(B, t, iz, q, qd, qdd, v)
+            a, rd = _start(B, t, iz, q, qd, qdd, v)
             z1 = B.axpy(B.take(q, iz), h, B.take(qd, iz))
             zd1 = B.axpy(B.take(qd, iz), h, a)
-            guess = B.axpy(B.axpy(q, h, qd), 0.5 * h * h, rd)
-            q1, qd1, ok, c1 = B.assemble(guess, z1, zd1)
-            return q1, qd1, B.dyn(t + h, q1, qd1, c1)[1], ok
+            # z1 is on the path z0 + s zd0 (zdd = 0) through q0: second-order predictor
+            q1, ok, s1 = B.advance(t + h, B.axpy(B.axpy(q, h, qd), 0.5 * h * h, rd), z1, zd1)
+            return q1, s1.qd, s1.qdd, ok
 
         return _run(mech, state, extra_zdd, euler)
 
@@ -237,26 +238,22 @@ class RK4(_IndependentIntegrator):
     def step(self, mech, t, state: MBState, h, extra_zdd=None) -> MBState:
         def rk4(B, iz, q, qd, qdd, v):
             z0, zd0 = B.take(q, iz), B.take(qd, iz)
-            a1, _, rd = _start(B, t, iz, q, qd, qdd, v)
+            a1, rd = _start(B, t, iz, q, qd, qdd, v)
             # stage 2: z0 + h/2 zd0 is on the path z0 + s zd0 (zdd = 0) through q0
             z2, zd2 = B.axpy(z0, 0.5 * h, zd0), B.axpy(zd0, 0.5 * h, a1)
-            guess = B.axpy(B.axpy(q, 0.5 * h, qd), 0.125 * h * h, rd)
-            q2, qd2, ok2, c = B.assemble(guess, z2, zd2)
-            a2, _, R, rd = B.dyn(t + 0.5 * h, q2, qd2, c, v)
+            q2, ok2, s2 = B.advance(t + 0.5 * h, B.axpy(B.axpy(q, 0.5 * h, qd), 0.125 * h * h, rd), z2, zd2, v, False)
             # stage 3: z3 - z2 = O(h^2): first order from q2
-            z3, zd3 = B.axpy(z0, 0.5 * h, zd2), B.axpy(zd0, 0.5 * h, a2)
-            q3, qd3, ok3, c = B.assemble(B.add(q2, B.rmul(R, B.sub(z3, z2))), z3, zd3)
-            a3, _, R, rd = B.dyn(t + 0.5 * h, q3, qd3, c, v)
+            z3, zd3 = B.axpy(z0, 0.5 * h, zd2), B.axpy(zd0, 0.5 * h, s2.zdd)
+            q3, ok3, s3 = B.advance(t + 0.5 * h, B.add(q2, B.rmul(s2.R, B.sub(z3, z2))), z3, zd3, v, False)
             # stage 4: z4 - z3 = h/2 zd3 + O(h^3): second order from q3
-            z4, zd4 = B.axpy(z0, h, zd3), B.axpy(zd0, h, a3)
-            guess = B.axpy(B.add(q3, B.rmul(R, B.sub(z4, z3))), 0.125 * h * h, rd)
-            q4, qd4, ok4, c = B.assemble(guess, z4, zd4)
-            a4, _, R, _ = B.dyn(t + h, q4, qd4, c, v)
-            # result: z1 - z4 = O(h^2)
+            z4, zd4 = B.axpy(z0, h, zd3), B.axpy(zd0, h, s3.zdd)
+            guess = B.axpy(B.add(q3, B.rmul(s3.R, B.sub(z4, z3))), 0.125 * h * h, s3.rd)
+            q4, ok4, s4 = B.advance(t + h, guess, z4, zd4, v, False)
+            # result: z1 - z4 = O(h^2): first order from q4
             z1 = B.comb(z0, h / 6.0, (zd0, zd2, zd3, zd4))
-            zd1 = B.comb(zd0, h / 6.0, (a1, a2, a3, a4))
-            q1, qd1, ok, c = B.assemble(B.add(q4, B.rmul(R, B.sub(z1, z4))), z1, zd1)
-            return q1, qd1, B.dyn(t + h, q1, qd1, c)[1], ok & ok2 & ok3 & ok4
+            zd1 = B.comb(zd0, h / 6.0, (a1, s2.zdd, s3.zdd, s4.zdd))
+            q1, ok, s1 = B.advance(t + h, B.add(q4, B.rmul(s4.R, B.sub(z1, z4))), z1, zd1)
+            return q1, s1.qd, s1.qdd, ok & ok2 & ok3 & ok4
 
         return _run(mech, state, extra_zdd, rk4)
 
@@ -321,18 +318,23 @@ class _Variational:
         self.max_iter = max_iter
 
     def step(self, mech, t, state: MBState, h, extra_zdd=None) -> MBState:
-        q0, qd0, _, single = state.batch()
-        N, n = q0.shape
+        # a single state keeps its (n,) shape (no batch axis: less numpy overhead)
+        q0 = np.asarray(state.q, dtype=float)
+        qd0 = np.asarray(state.qd, dtype=float).reshape(q0.shape)
+        single = q0.ndim == 1
+        n = q0.shape[-1]
         m = mech.m
         M = mech.M
         p0 = qd0 @ M.T
         J0 = mech.phi_q(q0)
+        J0T = np.swapaxes(J0, -1, -2)
         Qe = None
         if extra_zdd is not None:
             R0 = kinematics.r_matrix(mech, q0, phi_q=J0)
-            v = np.asarray(extra_zdd, dtype=float).reshape(N, mech.dof)
-            Qe = np.einsum("ij,njk,nk->ni", M, R0, v)
+            v = np.asarray(extra_zdd, dtype=float).reshape(q0.shape[:-1] + (mech.dof,))
+            Qe = np.einsum("ij,...jk,...k->...i", M, R0, v)
         tf = t + 0.5 * h if self.midpoint else t + h
+        loaded = self.midpoint and (mech.loads.position_dependent or mech.loads.velocity_dependent or Qe is not None)
 
         def force(q1):
             if self.midpoint:
@@ -343,36 +345,36 @@ class _Variational:
             return F if Qe is None else F + Qe
 
         q1 = q0 + h * qd0
-        lam = np.zeros((N, m))
+        lam = np.zeros(q0.shape[:-1] + (m,))
         tol = 1e-12 * max(1.0, mech.length_scale**2)
-        ok = np.zeros(N, dtype=bool)
+        step_tol = 1e-13 * max(1.0, mech.length_scale)
+        A = np.zeros(q0.shape[:-1] + (n + m, n + m))
+        A[..., :n, n:] = J0T
         for _ in range(self.max_iter):
-            G1 = (q1 - q0) @ M.T - h * p0 + np.einsum("nji,nj->ni", J0, lam)
+            G1 = (q1 - q0) @ M.T - h * p0 + np.einsum("...ji,...j->...i", J0, lam)
             if self.midpoint:
                 G1 -= 0.5 * h * h * force(q1)
             G2 = mech.phi(q1)
-            A = np.zeros((N, n + m, n + m))
-            A[:, :n, :n] = M
-            if self.midpoint and (mech.loads.position_dependent or mech.loads.velocity_dependent or Qe is not None):
+            A[..., :n, :n] = M
+            if loaded:
                 K, C = mech.force_jacobians(tf, 0.5 * (q0 + q1), (q1 - q0) / h)
-                A[:, :n, :n] -= 0.5 * h * h * (0.5 * K + C / h)
-            A[:, :n, n:] = np.transpose(J0, (0, 2, 1))
-            A[:, n:, :n] = mech.phi_q(q1)
-            rhs = -np.concatenate([G1, G2], axis=1)
+                A[..., :n, :n] -= 0.5 * h * h * (0.5 * K + C / h)
+            A[..., n:, :n] = mech.phi_q(q1)
+            rhs = -np.concatenate([G1, G2], axis=-1)
             dy = solve(A, rhs)
-            q1 = q1 + dy[:, :n]
-            lam = lam + dy[:, n:]
-            ok = (np.max(np.abs(dy[:, :n]), axis=1) <= 1e-13 * max(1.0, mech.length_scale)) & (
-                np.max(np.abs(G2), axis=1) <= 1e3 * tol
-            )
+            q1 = q1 + dy[..., :n]
+            lam = lam + dy[..., n:]
+            ok = (np.max(np.abs(dy[..., :n]), axis=-1) <= step_tol) & (np.max(np.abs(G2), axis=-1) <= 1e3 * tol)
             if ok.all():
                 break
-        ok = np.all(np.abs(mech.phi(q1)) <= 1e3 * tol, axis=1)
+        ok = np.all(np.abs(mech.phi(q1)) <= 1e3 * tol, axis=-1)
         F1 = force(q1)
         p1 = (q1 - q0) @ M.T / h + (0.5 * h if self.midpoint else h) * F1
         qd1 = project_momentum(mech, q1, p1)
-        qdd1 = dynamics.evaluate(mech, t + h, q1, qd1).qdd
-        return MBState.make(q1, qd1, qdd1, ok, single)
+        qdd1 = dynamics.forward(mech, t + h, q1, qd1)[1]
+        if single:
+            return MBState(q1, qd1, qdd1, bool(ok))
+        return MBState(q1, qd1, qdd1, ok)
 
 
 class VariationalMidpoint(_Variational):
@@ -388,16 +390,17 @@ class SymplecticEuler(_Variational):
 
 
 def project_momentum(mech, q, p):
-    """qd from a momentum p (N, n): [[M, Phi_q^T], [Phi_q, 0]] [qd; mu] = [p; 0]."""
-    N, n = q.shape
+    """qd from a momentum p (n,) or (N, n): [[M, Phi_q^T], [Phi_q, 0]] [qd; mu] = [p; 0]."""
+    q = np.asarray(q, dtype=float)
+    n = q.shape[-1]
     m = mech.m
     J = mech.phi_q(q)
-    A = np.zeros((N, n + m, n + m))
-    A[:, :n, :n] = mech.M
-    A[:, :n, n:] = np.transpose(J, (0, 2, 1))
-    A[:, n:, :n] = J
-    rhs = np.concatenate([p, np.zeros((N, m))], axis=1)
-    return solve(A, rhs)[:, :n]
+    A = np.zeros(q.shape[:-1] + (n + m, n + m))
+    A[..., :n, :n] = mech.M
+    A[..., :n, n:] = np.swapaxes(J, -1, -2)
+    A[..., n:, :n] = J
+    rhs = np.concatenate([p, np.zeros(q.shape[:-1] + (m,))], axis=-1)
+    return solve(A, rhs)[..., :n]
 
 
 def get_integrator(name: str, **kwargs):

@@ -22,6 +22,8 @@ that leading axis. How they run:
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from mbde_core.engine import fastpath
@@ -41,7 +43,7 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
     if K is not None and q_guess.ndim == 2:
         N = q_guess.shape[0]
         Z = np.asarray(z, dtype=float).reshape(N, mech.dof).T
-        q, ok, _ = fastpath.v_position(mech, K, Z, q_guess.T, max_iter)
+        q, ok, _, _ = fastpath.v_position(mech, K, Z, q_guess.T, max_iter)
         return q.T, ok
     iz = mech.independent if independent is None else np.asarray(independent)
     dep = mech.dependent if independent is None else np.setdiff1d(np.arange(mech.n), iz)
@@ -51,7 +53,10 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
         q = q[None]
     q[:, iz] = np.asarray(z, dtype=float).reshape(q.shape[0], len(iz))
     if single and K is not None:
-        return _solve_position_single(mech, q[0], dep, max_iter)
+        try:
+            return _solve_position_single(mech, K, q[0], max_iter)
+        except fastpath.SCALAR_ERRORS:
+            pass  # non-finite input: the generic code below decides
     tol = _phi_tol(mech)
     max_step = mech.length_scale
     with np.errstate(all="ignore"):
@@ -77,30 +82,40 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
     return (q[0], bool(ok[0])) if single else (q, ok)
 
 
-def _solve_position_single(mech, q, dep, max_iter):
-    """The Newton iteration above for one state, without the batch axis."""
+def _solve_position_single(mech, K, q, max_iter):
+    """The Newton iteration above for one state, on the generated kernels.
+
+    Phi and Phi_q come from the scalar kernels (the same numbers as the generic
+    evaluators), the step from LAPACK on the dense dependent block as above: the
+    iterates are those of the generic code, bit for bit, without its array overhead.
+    """
+    S = K.scalar
+    x = q.tolist()
     tol = _phi_tol(mech)
     max_step = mech.length_scale
-    phi = None
-    with np.errstate(all="ignore"):
-        for _ in range(max_iter):
-            phi = mech.phi(q)
-            if not np.max(np.abs(phi)) > tol:
-                break
-            J = mech.phi_q(q)[:, dep]
-            try:
-                dq = np.linalg.solve(J, -phi)
-            except np.linalg.LinAlgError:
-                dq = np.linalg.lstsq(J, -phi, rcond=None)[0]
-            norm = np.max(np.abs(dq))
-            if norm > max_step:
-                dq *= max_step / norm
-            q[dep] += dq
-            phi = None
-        if phi is None:
-            phi = mech.phi(q)
-    ok = bool(np.all(np.abs(phi) <= 1e3 * tol) and np.all(np.isfinite(q)))
-    return q, ok
+    ph = None
+    for _ in range(max_iter):
+        tr = S.trig(x)
+        ph = S.phi(x, tr)
+        if not fastpath.maxabs(ph) > tol:  # converged (NaN also stops: it never converges)
+            break
+        Jd = K.dense_dependent(S.jac_values(x, tr))
+        r = -np.array(ph)
+        try:
+            dq = solve(Jd, r)
+        except np.linalg.LinAlgError:
+            dq = np.linalg.lstsq(Jd, r, rcond=None)[0]
+        norm = fastpath.maxabs(dq.tolist())
+        if norm > max_step:
+            dq *= max_step / norm
+        for c, d in zip(K.dep, dq.tolist()):
+            x[c] += d
+        ph = None
+    if ph is None:
+        ph = S.phi(x, S.trig(x))
+    lim = 1e3 * tol
+    ok = all(abs(v) <= lim for v in ph) and all(map(math.isfinite, x))
+    return np.array(x), ok
 
 
 def _lstsq_batch(J, rhs):

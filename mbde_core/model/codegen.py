@@ -21,6 +21,7 @@ the relative angles from ``trig``; ``J``: the tuple returned by ``jac``)::
     trig(q) -> tr
     phi(q, tr) -> Phi of the kept constraint rows (m,)
     jac(q, tr) -> J: the variable entries of Phi_q and the dependent-block determinants
+    phijac(q, tr) -> (phi, J) at the same q, sharing subexpressions (Newton iterations)
     jac_values(q, tr) -> every structural non-zero of Phi_q (pattern jac_rows, jac_cols)
     jdot(q, qd, tr) -> (Phi_q)' qd (m,)
     newton_step(J, tr, r) -> x_d with Phi_q,d x_d = -r      (dependent order)
@@ -30,6 +31,11 @@ the relative angles from ``trig``; ``J``: the tuple returned by ``jac``)::
     rmatrix(J, tr) -> R as n rows of g values
     forces(q, qd, tv) -> Q (n,): gravity + loads (tv: values of the loads' time functions)
     dynamics(J, tr, q, qd, Q, ez) -> (zdd, qdd, R, rdzd, Mbar, Qbar), R-matrix method
+    dynamics_t(J, tr, q, qd, tv, ez) -> (zdd, qdd, R, rdzd), Q = forces inlined (constant
+        gravity terms folded in: no operation for a zero force)
+    post(J, tr, q, zd, tv, ez, full) -> (qd, zdd, qdd, R, rdzd): velocity qd = R zd and
+        dynamics_t in one body, what an integrator needs after each position problem
+        (qdd is computed only if ``full``: intermediate Runge-Kutta stages need zdd)
 
 Solves with the dependent block Phi_q,d use its structural non-zero pattern, permuted
 to block lower-triangular form (a perfect matching rows <-> dependent columns, then the
@@ -95,15 +101,25 @@ class Emitter:
         self.lines: list[str] = []
         self.prefix = prefix
         self._k = 0
+        self._seen: dict[str, str] = {}  # expression -> variable (common subexpressions)
+        self._products: dict[str, list[str]] = {}  # variable -> factors, for a*b/a = b
 
     def fresh(self) -> str:
         self._k += 1
         return f"{self.prefix}{self._k}"
 
     def let(self, expr: str, name: str | None = None) -> Sym:
+        """A variable holding ``expr``: an existing one if the same text was emitted."""
+        if name is None and expr in self._seen:
+            return var(self._seen[expr])
         name = name or self.fresh()
         self.lines.append(f"{name} = {expr}")
+        self._seen[expr] = name
         return var(name)
+
+    def forget(self):
+        """Stop reusing earlier expressions (a variable was rebound, or lines moved)."""
+        self._seen.clear()
 
     def lin(self, terms, name: str | None = None) -> Sym:
         """Sum of products ``coef * f1 * f2 * ...``; terms are tuples (coef, *factors).
@@ -126,6 +142,8 @@ class Emitter:
                     c *= float(f)
             if c == 0.0:
                 continue
+            if len(names) == 2:  # a*b == b*a exactly: a canonical order helps reuse
+                names.sort()
             if names:
                 mons.append((c, names))
             else:
@@ -136,7 +154,9 @@ class Emitter:
             c, names = mons[0]
             if len(names) == 1:
                 return Sym(c, names[0])
-            return Sym(c, self.let("*".join(names)).name)
+            out = self.let("*".join(names))
+            self._products[out.name] = names
+            return Sym(c, out.name)
         sign = 1.0
         if name is None:
             # factor out the most common coefficient when exact (no multiplication is
@@ -151,6 +171,8 @@ class Emitter:
             if sum(c < 0 for c, _ in mons) > len(mons) / 2:
                 sign, const = -sign, -const
                 mons = [(-c, names) for c, names in mons]
+        if len(mons) == 2 and (mons[0][0] > 0) == (mons[1][0] > 0):
+            mons.sort(key=lambda mn: mn[1])  # a + b == b + a exactly: canonical order
         mons.sort(key=lambda mn: mn[0] < 0)  # a positive term first: no unary minus
         parts = []
         for k, (c, names) in enumerate(mons):
@@ -169,12 +191,18 @@ class Emitter:
             return ZERO
         if b.name is None:
             return Sym(a.c / b.c, a.name)
+        factors = self._products.get(a.name)
+        if factors is not None and b.name in factors:  # (x*b)/b = x: cancel (more accurate)
+            rest = list(factors)
+            rest.remove(b.name)
+            return self.lin([(a.c / b.c, *[var(f) for f in rest])])
         num = a.name if a.name is not None else "1.0"
         return Sym(a.c / b.c, self.let(f"{num}/{b.name}").name)
 
     def named(self, s: Sym, name: str) -> Sym:
         """Bind s to a given variable name (coefficient 1)."""
         self.lines.append(f"{name} = {s.expr()}")
+        self.forget()
         return var(name)
 
 
@@ -269,6 +297,7 @@ class _Model:
         self.g = len(self.iz)
         self.rel = [int(c) for c in mech.rel_columns]
         self.xy = np.asarray(mech.fixed_xy, dtype=float)
+        self.vel: list[Sym] | None = None  # velocities computed in the body (see ``post``)
 
     # -- coordinates of points ------------------------------------------------------------
     def X(self, p) -> Sym:
@@ -279,13 +308,17 @@ class _Model:
         c = int(self.mech.py[p])
         return var(f"q{c}") if c < self.n else Sym(self.xy[p, 1])
 
+    def V(self, c: int) -> Sym:
+        """Velocity of coordinate c: the argument qd, or a value computed in the body."""
+        return self.vel[c] if self.vel is not None else var(f"v{c}")
+
     def VX(self, p) -> Sym:
         c = int(self.mech.px[p])
-        return var(f"v{c}") if c < self.n else ZERO
+        return self.V(c) if c < self.n else ZERO
 
     def VY(self, p) -> Sym:
         c = int(self.mech.py[p])
-        return var(f"v{c}") if c < self.n else ZERO
+        return self.V(c) if c < self.n else ZERO
 
     def kind(self, row):
         """('d', k) distance k, ('l', k) linear row k, ('a', k) angle k of a constraint row."""
@@ -349,7 +382,7 @@ class _Model:
                     ent[c] = em.lin([(1, co, vx), (1, s, vy)])
                     out.append(ent)
                 else:
-                    thd = var(f"v{c}")
+                    thd = self.V(c)
                     wx = em.lin([(1, self.VX(b)), (-1, self.VX(a))])
                     wy = em.lin([(1, self.VY(b)), (-1, self.VY(a))])
                     u1 = em.lin([(-1, s, vx), (1, co, vy)])
@@ -359,69 +392,72 @@ class _Model:
 
     # -- generalized forces -----------------------------------------------------------------------
     def forces(self, em: Emitter):
-        """Q (n,) Syms: loads in order, then gravity (as Mechanism.forces); time values f<k>."""
+        """Q (n,) Syms and the loads' time functions (values f<k> in the ``tv`` argument).
+
+        Unlike the other quantities, this mirrors :meth:`LoadSet.forces` operation for
+        operation (loads accumulated in order from zero, each torque as the couple
+        -T d_y / L^2, T d_x / L^2, then gravity added), so Q is the same to the last bit.
+        """
         mech = self.mech
-        terms = [[] for _ in range(self.n + 1)]
+        acc = [[] for _ in range(self.n + 1)]  # per column: [(sign, expression)] in order
         tf = []  # time functions, in the order of the tv argument
+        basis = mech.loads.basis
 
         def tvar(fn):
             tf.append(fn)
-            return var(f"f{len(tf) - 1}")
+            return f"f{len(tf) - 1}"
 
-        basis = mech.loads.basis
-        cache: dict = {}
+        def coord(sym: Sym) -> str:
+            if sym.name is None:
+                return repr(sym.c)
+            return sym.name if sym.c == 1.0 else f"({sym.expr()})"
 
-        def d_of(body):
-            if ("d", body) not in cache:
-                i, j, L2 = basis[body]
-                dx = em.lin([(1, self.X(j)), (-1, self.X(i))])
-                dy = em.lin([(1, self.Y(j)), (-1, self.Y(i))])
-                cache[("d", body)] = (i, j, L2, dx, dy)
-            return cache[("d", body)]
+        def diff(a: Sym, b: Sym) -> str:
+            return em.let(f"{coord(a)} - {coord(b)}").name
 
-        def add_torque(body, T):
-            i, j, L2, dx, dy = d_of(body)
-            xi, yi, xj, yj = (int(mech.px[i]), int(mech.py[i]), int(mech.px[j]), int(mech.py[j]))
-            fx = em.lin([(-1.0 / L2, T, dy)])
-            fy = em.lin([(1.0 / L2, T, dx)])
-            terms[xj].append((1, fx))
-            terms[yj].append((1, fy))
-            terms[xi].append((-1, fx))
-            terms[yi].append((-1, fy))
+        def add_torque(body, T: str):
+            i, j, L2 = basis[body]
+            dx, dy = diff(self.X(j), self.X(i)), diff(self.Y(j), self.Y(i))
+            fx = em.let(f"-{T}*{dy}/{L2!r}").name
+            fy = em.let(f"{T}*{dx}/{L2!r}").name
+            for col, sign, f in ((mech.px[j], 1, fx), (mech.py[j], 1, fy), (mech.px[i], -1, fx), (mech.py[i], -1, fy)):
+                acc[int(col)].append((sign, f))
 
         def omega(body):
-            if ("w", body) not in cache:
-                i, j, L2, dx, dy = d_of(body)
-                ddx = em.lin([(1, self.VX(j)), (-1, self.VX(i))])
-                ddy = em.lin([(1, self.VY(j)), (-1, self.VY(i))])
-                cache[("w", body)] = em.lin([(1.0 / L2, dx, ddy), (-1.0 / L2, dy, ddx)])
-            return cache[("w", body)]
+            i, j, L2 = basis[body]
+            dx, dy = diff(self.X(j), self.X(i)), diff(self.Y(j), self.Y(i))
+            ddx, ddy = diff(self.VX(j), self.VX(i)), diff(self.VY(j), self.VY(i))
+            return em.let(f"({dx}*{ddy} - {dy}*{ddx})/{L2!r}").name
 
         for ld in mech.spec.loads:
             if ld.kind == "force":
-                terms[int(mech.px[ld.point])].append((1, tvar(ld.value[0])))
-                terms[int(mech.py[ld.point])].append((1, tvar(ld.value[1])))
+                acc[int(mech.px[ld.point])].append((1, tvar(ld.value[0])))
+                acc[int(mech.py[ld.point])].append((1, tvar(ld.value[1])))
             elif ld.kind == "generalized_force":
-                terms[int(ld.coordinate)].append((1, tvar(ld.value[0])))
+                acc[int(ld.coordinate)].append((1, tvar(ld.value[0])))
             elif ld.kind == "torque":
                 add_torque(ld.body, tvar(ld.value[0]))
             elif ld.kind == "joint_damping":
-                w = omega(ld.body)
-                if ld.body2 >= 0:
-                    T = em.lin([(-ld.c, w), (ld.c, omega(ld.body2))])
-                else:
-                    T = em.lin([(-ld.c, w)])
+                w2 = omega(ld.body2) if ld.body2 >= 0 else "0.0"
+                T = em.let(f"{-ld.c!r}*({omega(ld.body)} - {w2})").name
                 add_torque(ld.body, T)
                 if ld.body2 >= 0:
-                    add_torque(ld.body2, Sym(-T.c, T.name))
+                    add_torque(ld.body2, em.let(f"-{T}").name)
             elif ld.kind == "point_damping":
                 p = ld.point
-                terms[int(mech.px[p])].append((-ld.c, self.VX(p)))
-                terms[int(mech.py[p])].append((-ld.c, self.VY(p)))
+                for col, v in ((mech.px[p], self.VX(p)), (mech.py[p], self.VY(p))):
+                    acc[int(col)].append((-1, em.let(f"{ld.c!r}*{coord(v)}").name))
             else:  # pragma: no cover - the loader validates kinds
                 raise ValueError(ld.kind)
-        Qg = mech.Q_gravity
-        Q = [em.lin(terms[i] + [(float(Qg[i]),)]) for i in range(self.n)]
+        Q = []
+        for i in range(self.n):
+            g = repr(float(mech.Q_gravity[i]))
+            if not acc[i]:
+                Q.append(Sym(float(mech.Q_gravity[i])))
+                continue
+            text = "".join((" + " if sg > 0 else " - ") + e for sg, e in acc[i]).lstrip()
+            text = text[2:] if text.startswith("+ ") else "-" + text[2:]
+            Q.append(em.let(f"{g} + ({text})"))
         return Q, tf
 
 
@@ -492,6 +528,20 @@ def _tuple(items) -> str:
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z_0-9]*\b")
 
 
+def _live(lines: list[str], tail: str) -> list[str]:
+    """Drop top-level assignments whose variable is never read (dead code)."""
+    keep = [True] * len(lines)
+    needed = set(_IDENT.findall(tail))
+    for k in range(len(lines) - 1, -1, -1):
+        ln = lines[k]
+        top = not ln.startswith(" ") and " = " in ln and ln.split(" = ", 1)[0].isidentifier()
+        if top and ln.split(" = ", 1)[0] not in needed:
+            keep[k] = False
+            continue
+        needed |= set(_IDENT.findall(ln.split(" = ", 1)[1] if top else ln))
+    return [ln for ln, kp in zip(lines, keep) if kp]
+
+
 class _Source:
     """The generated module: functions added one by one."""
 
@@ -500,6 +550,7 @@ class _Source:
 
     def add(self, header: str, doc: str, em: Emitter, ret: str, inputs, always: str = ""):
         """def header: unpack the used names of ``inputs`` [(names, argument)], body, return."""
+        em.lines = _live(em.lines, ret + " " + always)
         used = set(_IDENT.findall("\n".join(em.lines) + " " + ret + " " + always))
         pro = always
         for names, arg in inputs:
@@ -558,6 +609,23 @@ def generate(mech):
         if s.name is not None and s.name not in jnames:
             jnames.append(s.name)
     src.add("jac(q, tr)", "Variable entries of Phi_q and the 2x2 block determinants.", em, _tuple(jnames), [Q_, T_])
+    # phi and jac at the same q (Newton iterations), sharing their subexpressions
+    both = Emitter("j")
+    ph = md.rows(both, "phi")
+    jrows_b = md.rows(both, "jac")
+    entries_j = [jpat[k] for k in pattern] + [d for d in dets if d is not None]
+    entries_b = [jrows_b[r][c] for r, c in pattern]
+    for (rows, cols), d in zip(blocks, dets):
+        if d is not None:
+            (r1, r2), (c1, c2) = rows, cols
+            a = [jrows_b[r].get(c, ZERO) for r, c in ((r1, c1), (r1, c2), (r2, c1), (r2, c2))]
+            entries_b.append(both.lin([(1, a[0], a[3]), (-1, a[1], a[2])]))
+    value = {}
+    for sj, sb in zip(entries_j, entries_b):
+        if sj.name is not None and sj.name not in value:
+            value[sj.name] = Sym(sb.c / sj.c, sb.name).expr()
+    src.add("phijac(q, tr)", "(phi(q, tr), jac(q, tr)) with shared subexpressions.", both,
+            f"({_tuple(s.expr() for s in ph)}, {_tuple(value[nm] for nm in jnames)})", [Q_, T_])
     J_pro = f"    {', '.join(jnames)}, = J\n" if jnames else ""
     solver = _Solver(md, jpat, blocks, dets)
 
@@ -618,34 +686,62 @@ def generate(mech):
             [Q_, V_, ([f"f{k}" for k in range(len(time_fns))], "tv")])
 
     # R-matrix forward dynamics
-    em = Emitter("t")
     M = np.asarray(mech.M, dtype=float)
+
+    def dynamics_body(em, R, Q, optional_qdd=False):
+        """Emit zdd, qdd, R'zd, Mbar, Qbar from R (n x g) and Q (n) at (q, qd)."""
+        jd = md.rows(em, "jdot")
+        rd = full(solver.dep(em, [Sym(-s.c, s.name) for s in jd]), [ZERO] * g)
+        MR = [[em.lin([(M[i, j], R[j][k]) for j in range(n) if M[i, j] != 0.0]) for k in range(g)] for i in range(n)]
+        Mbar = [[ZERO] * g for _ in range(g)]
+        for k in range(g):
+            for l in range(k, g):
+                Mbar[k][l] = Mbar[l][k] = em.lin([(1, R[i][k], MR[i][l]) for i in range(n)])
+        # Qbar = R^T (Q - M rdzd) = R^T Q - (M R)^T rdzd   (M is symmetric)
+        Qbar = [em.lin([(1, R[i][k], Q[i]) for i in range(n)] + [(-1, MR[i][k], rd[i]) for i in range(n)]) for k in range(g)]
+        zv = [em.named(s, f"zdd{k}") for k, s in enumerate(_Solver.small(em, Mbar, Qbar))]
+        em.lines.append("if ez is not None:")
+        em.lines += [f"    zdd{k} = zdd{k} + ez[{k}]" for k in range(g)]
+        mark = len(em.lines)
+        qdd = [em.lin([(1, R[i][k], zv[k]) for k in range(g)] + [(1, rd[i])]) for i in range(n)]
+        if optional_qdd:  # computed only when asked for (``full``)
+            em.lines[mark:] = ["if full:"] + ["    " + ln for ln in em.lines[mark:]] + [
+                f"    QDD = {_tuple(s.expr() for s in qdd)}", "else:", "    QDD = None"]
+            em.forget()
+            qdd = None
+        return zv, qdd, rd, Mbar, Qbar
+
+    def vec(xs):
+        return _tuple(s.expr() for s in xs)
+
+    def mat(rows):
+        return _tuple(_tuple(s.expr() for s in row) for row in rows)
+
+    TV_ = ([f"f{k}" for k in range(len(time_fns))], "tv")
+    em = Emitter("t")
     R = r_columns(em)
-    jd = md.rows(em, "jdot")
-    xr = solver.dep(em, [Sym(-s.c, s.name) for s in jd])
-    rd = full(xr, [ZERO] * g)
-    MR = [[em.lin([(M[i, j], R[j][k]) for j in range(n) if M[i, j] != 0.0]) for k in range(g)] for i in range(n)]
-    Mbar = [[ZERO] * g for _ in range(g)]
-    for k in range(g):
-        for l in range(k, g):
-            Mbar[k][l] = Mbar[l][k] = em.lin([(1, R[i][k], MR[i][l]) for i in range(n)])
-    Qs = [var(f"Q{i}") for i in range(n)]
-    # Qbar = R^T (Q - M rdzd) = R^T Q - (M R)^T rdzd   (M is symmetric)
-    Qbar = [em.lin([(1, R[i][k], Qs[i]) for i in range(n)] + [(-1, MR[i][k], rd[i]) for i in range(n)]) for k in range(g)]
-    zv = [em.named(s, f"zdd{k}") for k, s in enumerate(_Solver.small(em, Mbar, Qbar))]
-    em.lines.append("if ez is not None:")
-    em.lines += [f"    zdd{k} = zdd{k} + ez[{k}]" for k in range(g)]
-    qdd = [em.lin([(1, R[i][k], zv[k]) for k in range(g)] + [(1, rd[i])]) for i in range(n)]
-    ret = "(" + ", ".join([
-        _tuple(s.expr() for s in zv),
-        _tuple(s.expr() for s in qdd),
-        _tuple(_tuple(s.expr() for s in row) for row in R),
-        _tuple(s.expr() for s in rd),
-        _tuple(_tuple(s.expr() for s in row) for row in Mbar),
-        _tuple(s.expr() for s in Qbar),
-    ]) + ")"
+    zv, qdd, rd, Mbar, Qbar = dynamics_body(em, R, [var(f"Q{i}") for i in range(n)])
     src.add("dynamics(J, tr, q, qd, Q, ez)", "(zdd, qdd, R, rdzd, Mbar, Qbar) by the R-matrix method; ez: extra zdd or None.",
-            em, ret, [Q_, V_, T_, ([f"Q{i}" for i in range(n)], "Q")], J_pro)
+            em, "(" + ", ".join([vec(zv), vec(qdd), mat(R), vec(rd), mat(Mbar), vec(Qbar)]) + ")",
+            [Q_, V_, T_, ([f"Q{i}" for i in range(n)], "Q")], J_pro)
+
+    em = Emitter("t")
+    R = r_columns(em)
+    zv, qdd, rd, _, _ = dynamics_body(em, R, md.forces(em)[0])
+    src.add("dynamics_t(J, tr, q, qd, tv, ez)", "(zdd, qdd, R, rdzd) with Q = forces(q, qd, tv) computed inline.",
+            em, "(" + ", ".join([vec(zv), vec(qdd), mat(R), vec(rd)]) + ")", [Q_, V_, T_, TV_], J_pro)
+
+    # after a position problem: velocities qd = R zd, then the dynamics, in one body
+    em = Emitter("t")
+    R = r_columns(em)
+    zd = [var(nm) for nm in ZD]
+    md.vel = [em.lin([(1, R[i][k], zd[k]) for k in range(g)]) for i in range(n)]
+    zv, _, rd, _, _ = dynamics_body(em, R, md.forces(em)[0], optional_qdd=True)
+    qd = md.vel
+    md.vel = None
+    src.add("post(J, tr, q, zd, tv, ez, full)",
+            "(qd, zdd, qdd, R, rdzd) at an assembled q: qd = R zd, then dynamics_t (qdd None unless full).",
+            em, "(" + ", ".join([vec(qd), vec(zv), "QDD", mat(R), vec(rd)]) + ")", [Q_, T_, TV_, (ZD, "zd")], J_pro)
     return src.text(), {"pattern": pattern, "blocks": blocks, "time_fns": time_fns}
 
 
@@ -699,7 +795,12 @@ def _solve_dense_np(A, b):
 _SCALAR_NS = {"sin": math.sin, "cos": math.cos, "SOLVE": _solve_dense_py, "__builtins__": {}}
 _VECTOR_NS = {"sin": np.sin, "cos": np.cos, "SOLVE": _solve_dense_np, "__builtins__": {}}
 
-_FUNCS = ("trig", "phi", "jac", "jac_values", "jdot", "newton_step", "dsolve", "velocity", "acceleration", "rmatrix", "forces", "dynamics")
+# Mechanism attributes the generated code depends on (replacing one marks it stale)
+KERNEL_INPUTS = frozenset({"M", "Q_gravity", "independent", "dependent", "keep_rows", "constraints", "loads",
+                           "spec", "fixed_xy", "px", "py", "rel_columns", "n"})
+
+_FUNCS = ("trig", "phi", "jac", "phijac", "jac_values", "jdot", "newton_step", "dsolve", "velocity", "acceleration", "rmatrix",
+          "forces", "dynamics", "dynamics_t", "post")
 
 
 class Kernels:
@@ -710,8 +811,8 @@ class Kernels:
     ``jac_values``), ``blocks`` (diagonal blocks of Phi_q,d as (kept rows, columns)),
     ``angles_fixed`` (every relative angle is an independent coordinate, so ``tr`` is
     constant while solving the position problem), ``time_fns`` (the loads' time
-    functions, evaluated by :meth:`time_values`), ``has_loads``, and the identities of
-    the model arrays the code was generated from (see :meth:`valid_for`).
+    functions, evaluated by :meth:`time_values`), ``has_loads`` and ``stale`` (a model
+    attribute was replaced since: see ``Mechanism._fast``).
     """
 
     def __init__(self, mech, source: str, meta: dict):
@@ -725,6 +826,10 @@ class Kernels:
         self.jac_rows = np.array([r for r, _ in pat], dtype=np.intp)
         self.jac_cols = np.array([c for _, c in pat], dtype=np.intp)
         self.jac_flat = self.jac_rows * self.n + self.jac_cols
+        # entries of jac_values in the dependent block, and their place in it (m x m)
+        col_pos = {c: k for k, c in enumerate(self.dep)}
+        self._dep_sel = [k for k, c in enumerate(self.jac_cols) if int(c) in col_pos]
+        self._dep_flat = np.array([self.jac_rows[k] * self.m + col_pos[int(self.jac_cols[k])] for k in self._dep_sel], dtype=np.intp)
         self.blocks = meta["blocks"]
         self.time_fns = meta["time_fns"]
         self.has_loads = bool(mech.spec.loads)
@@ -733,7 +838,7 @@ class Kernels:
         code = compile(source, f"<mbde kernels: {mech.name}>", "exec")
         self.scalar = SimpleNamespace(**self._exec(code, _SCALAR_NS))
         self.vector = SimpleNamespace(**self._exec(code, _VECTOR_NS))
-        self._model = self._identity(mech)
+        self.stale = False  # set by Mechanism.__setattr__ when a model input is replaced
 
     @staticmethod
     def _exec(code, ns):
@@ -741,14 +846,11 @@ class Kernels:
         exec(code, env)  # noqa: S102 - our own generated source
         return {k: env[k] for k in _FUNCS}
 
-    @staticmethod
-    def _identity(mech):
-        return (mech.M, mech.Q_gravity, mech.independent, mech.dependent, mech.keep_rows, mech.constraints,
-                mech.loads, mech.spec, mech.fixed_xy)
-
-    def valid_for(self, mech) -> bool:
-        """True if the model objects are still those the code was generated from."""
-        return all(a is b for a, b in zip(self._identity(mech), self._model))
+    def dense_dependent(self, values) -> np.ndarray:
+        """Dense Phi_q,d (m, m) from the output of a scalar ``jac_values``."""
+        out = np.zeros(self.m * self.m)
+        out[self._dep_flat] = [values[k] for k in self._dep_sel]
+        return out.reshape(self.m, self.m)
 
     def time_values(self, t: float) -> tuple:
         return tuple(f(t) for f in self.time_fns)

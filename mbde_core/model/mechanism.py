@@ -149,18 +149,24 @@ class Mechanism:
 
     # -- generated kernels (see mbde_core.model.codegen) ------------------------------------
     def _fast(self):
-        """The generated kernels if they match the current model, else None.
+        """The generated kernels, or None (generic code only).
 
-        Kernels embed M, the constraints, the loads and the choice of z; if one of those
-        attributes was replaced after construction they are regenerated once.
+        Kernels embed M, the constraints, the loads and the choice of z: replacing one of
+        those attributes after construction marks them stale and they are regenerated
+        on the next use (M and Q_gravity are read-only arrays, so they cannot be edited
+        in place).
         """
         K = self._kernels
-        if K is not None and K.valid_for(self):
-            return K
-        if K is None:
-            return None
-        self._kernels = K = codegen.build(self)
+        if K is not None and K.stale:
+            self._kernels = K = codegen.build(self)
         return K
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name in codegen.KERNEL_INPUTS:
+            K = self.__dict__.get("_kernels")
+            if K is not None:
+                K.stale = True
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -170,7 +176,7 @@ class Mechanism:
     def __setstate__(self, state):
         rebuild = state.pop("_kernels", False)
         self.__dict__.update(state)
-        self._kernels = codegen.build(self) if rebuild else None
+        object.__setattr__(self, "_kernels", codegen.build(self) if rebuild else None)
 
     def _raw_q0(self) -> np.ndarray:
         q = np.zeros(self.n)
