@@ -87,7 +87,7 @@ class ALI3P:
             dq = -np.linalg.solve(fq, f)
             q1 = q1 + dq
             lam = lam + alpha * ev.phi(q1)
-            if np.max(np.abs(dq)) <= self.tol * scale:
+            if fastpath.maxabs(dq.tolist()) <= self.tol * scale:  # = np.max(np.abs(dq)), NaN included
                 ok = True
                 break
         qd_star = (2.0 / h) * q1 + qdh
@@ -106,7 +106,7 @@ class ALI3P:
         qdd1 = qdd_star
         for _ in range(self.projections):
             qdd1 = lu.solve(W @ qdd1 - rhs_a)
-        ok = ok and bool(np.max(np.abs(ev.phi(q1))) <= 1e-9 * max(1.0, mech.length_scale**2))
+        ok = ok and bool(fastpath.maxabs(ev.phi(q1).tolist()) <= 1e-9 * max(1.0, mech.length_scale**2))
         return MBState(q1 if single else q1[None], qd1 if single else qd1[None],
                        qdd1 if single else qdd1[None], ok if single else np.array([ok]))
 

@@ -66,9 +66,35 @@ def evaluate(mech, t: float, q: np.ndarray, qd: np.ndarray, extra_Q=None, extra_
     return DynamicsEval(zdd, qdd, R, rdzd, J, Mbar, Qbar, Q)
 
 
+def _evaluate_small(mech, K, t, q, qd, extra_Q, extra_zdd) -> DynamicsEval:
+    """evaluate() state by state on the scalar kernels (small batches)."""
+    N, n, g = q.shape[0], mech.n, mech.dof
+    S = K.scalar
+    fields = []
+    for k in range(N):
+        x, v = q[k].tolist(), qd[k].tolist()
+        tr = S.trig(x)
+        eQ = None if extra_Q is None else extra_Q[k].tolist()
+        ez = None if extra_zdd is None else extra_zdd[k].tolist()
+        Q = fastpath.s_forces(mech, K, t, x, v, eQ)
+        fields.append(S.dynamics(S.jac(x, tr), tr, x, v, Q, ez) + (Q, S.jac_values(x, tr)))
+    zdd, qdd, R, rd, Mbar, Qbar, Q, jv = (np.array(f, dtype=float) for f in zip(*fields))
+    Jd = np.zeros((N, K.m * n))
+    Jd[:, K.jac_flat] = jv
+    return DynamicsEval(zdd.reshape(N, g), qdd.reshape(N, n), R.reshape(N, n, g), rd.reshape(N, n),
+                        Jd.reshape(N, K.m, n), Mbar.reshape(N, g, g), Qbar.reshape(N, g), Q.reshape(N, n))
+
+
 def _evaluate_fast(mech, K, t, q, qd, extra_Q, extra_zdd) -> DynamicsEval:
     """evaluate() on the generated kernels: batch-last evaluation, dense results."""
     N, n, g = q.shape[0], mech.n, mech.dof
+    if N <= fastpath.SMALL_BATCH:
+        try:
+            eQ = None if extra_Q is None else np.asarray(extra_Q, dtype=float).reshape(N, n)
+            ez = None if extra_zdd is None else np.asarray(extra_zdd, dtype=float).reshape(N, g)
+            return _evaluate_small(mech, K, t, q, np.asarray(qd, dtype=float).reshape(N, n), eQ, ez)
+        except fastpath.SCALAR_ERRORS:
+            pass  # the batched code handles singular and non-finite states
     x, v = fastpath.soa(q, n), fastpath.soa(qd, n)
     eQ = None if extra_Q is None else fastpath.soa(extra_Q, n)
     ez = None if extra_zdd is None else fastpath.soa(extra_zdd, g)
@@ -111,7 +137,14 @@ def forward(mech, t: float, q, qd, extra_Q=None):
                 return np.array(out[0]), np.array(out[1])
             except fastpath.SCALAR_ERRORS:
                 pass
-        else:
+        elif q.shape[0] <= fastpath.SMALL_BATCH:
+            try:
+                ev = _evaluate_small(mech, K, t, q, np.asarray(qd, dtype=float).reshape(q.shape), None if extra_Q is None else
+                                     np.asarray(extra_Q, dtype=float).reshape(q.shape), None)
+                return ev.zdd, ev.qdd
+            except fastpath.SCALAR_ERRORS:
+                pass
+        if not single:
             N = q.shape[0]
             x, v = fastpath.soa(q, mech.n), fastpath.soa(qd, mech.n)
             eQ = None if extra_Q is None else fastpath.soa(extra_Q, mech.n)

@@ -50,6 +50,10 @@ def kernels(mech):
 # variable MBDE_MALLOC_TUNING=0 to leave the allocator alone: batches then run in chunks
 # of CHUNK_UNTUNED states, whose temporaries stay small (slower, ~1.5x at N = 1e4).
 
+# Batches of up to SMALL_BATCH states (e.g. a UKF's sigma points) run state by state on
+# the scalar kernels: numpy's fixed cost per operation (~0.5 us) exceeds a whole scalar
+# evaluation below ~12 states (measured crossover).
+SMALL_BATCH = 12
 CHUNK_TUNED = 65536  # bounds the temporaries' memory (~50 live (N,) arrays)
 CHUNK_UNTUNED = 2048
 _TUNED: bool | None = None

@@ -148,6 +148,20 @@ def _run(mech, state, extra_zdd, algorithm):
             return MBState(np.array(q1), np.array(qd1), np.array(qdd1), bool(ok))
         except fastpath.SCALAR_ERRORS:  # exactly singular or non-finite: the generic code decides
             B = _Generic(mech)
+    if isinstance(B, fastpath.Batch) and B.N <= fastpath.SMALL_BATCH:
+        try:  # state by state on the scalar kernels (see fastpath.SMALL_BATCH)
+            S = fastpath.Single(mech, B.K)
+            iz = S.K.iz
+            N, g = B.N, mech.dof
+            q, qd = np.asarray(state.q, dtype=float), np.asarray(state.qd, dtype=float)
+            qdd = None if state.qdd is None else np.asarray(state.qdd, dtype=float)
+            v = None if extra_zdd is None else np.asarray(extra_zdd, dtype=float).reshape(N, g)
+            res = [algorithm(S, iz, q[k].tolist(), qd[k].tolist(), None if qdd is None else qdd[k].tolist(),
+                             None if v is None else v[k].tolist()) for k in range(N)]
+            out = [np.array([r[i] for r in res], dtype=float).reshape(N, mech.n) for i in range(3)]
+            return MBState(out[0], out[1], out[2], np.array([bool(r[3]) for r in res]))
+        except fastpath.SCALAR_ERRORS:
+            pass  # the batched code handles singular and non-finite states
     if isinstance(B, fastpath.Batch):
         N, n = B.N, mech.n
         q, qd = B.vec(state.q), B.vec(state.qd)
@@ -199,7 +213,18 @@ class _IndependentIntegrator:
         K = fastpath.kernels(mech)
         if K is None:
             return dynamics.evaluate(mech, t, q, qd, extra_zdd=v).zdd
-        B = fastpath.Batch(mech, K, q.shape[0])
+        N = q.shape[0]
+        if N <= fastpath.SMALL_BATCH:
+            try:
+                S = fastpath.Single(mech, K)
+                rows = []
+                for k in range(N):
+                    x = q[k].tolist()
+                    rows.append(S.start(t, x, qd[k].tolist(), S.context(x), None if v is None else v[k].tolist()).zdd)
+                return np.array(rows, dtype=float).reshape(N, mech.dof)
+            except fastpath.SCALAR_ERRORS:
+                pass
+        B = fastpath.Batch(mech, K, N)
         x = B.vec(q)
         return B.start(t, x, B.vec(qd), B.context(x), None if v is None else B.vec(v)).zdd.T
 

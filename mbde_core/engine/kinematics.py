@@ -42,8 +42,14 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
     q_guess = np.asarray(q_guess, dtype=float)
     if K is not None and q_guess.ndim == 2:
         N = q_guess.shape[0]
-        Z = np.asarray(z, dtype=float).reshape(N, mech.dof).T
-        q, ok, _, _ = fastpath.v_position(mech, K, Z, q_guess.T, max_iter)
+        Z = np.asarray(z, dtype=float).reshape(N, mech.dof)
+        if N <= fastpath.SMALL_BATCH:
+            try:
+                res = [fastpath.s_position(mech, K, Z[k].tolist(), q_guess[k].tolist(), max_iter) for k in range(N)]
+                return np.array([r[0] for r in res]).reshape(N, mech.n), np.array([r[1] for r in res], dtype=bool)
+            except fastpath.SCALAR_ERRORS:
+                pass  # the batched code handles singular and non-finite states
+        q, ok, _, _ = fastpath.v_position(mech, K, Z.T, q_guess.T, max_iter)
         return q.T, ok
     iz = mech.independent if independent is None else np.asarray(independent)
     dep = mech.dependent if independent is None else np.setdiff1d(np.arange(mech.n), iz)
@@ -134,11 +140,33 @@ def _batched_kernel(mech, q, phi_q, fn, *args):
     K = fastpath.kernels(mech) if phi_q is None and q.ndim == 2 else None
     if K is None:
         return None
+    if q.shape[0] <= fastpath.SMALL_BATCH:
+        S = K.scalar
+        try:
+            rows = []
+            for k in range(q.shape[0]):
+                x = q[k].tolist()
+                tr = S.trig(x)
+                rows.append(getattr(S, fn)(S.jac(x, tr), tr, *[a[k].tolist() for a in args]))
+            return _Rows(rows)
+        except fastpath.SCALAR_ERRORS:
+            pass
     V = K.vector
     x = np.ascontiguousarray(q.T)
     with np.errstate(all="ignore"):
         tr = V.trig(x)
         return getattr(V, fn)(V.jac(x, tr), tr, *[fastpath.soa(a, a.shape[-1]) for a in args])
+
+
+class _Rows(list):
+    """Per-state kernel outputs of a small batch (see :func:`_batched_kernel`)."""
+
+
+def _vectors(vals, N) -> np.ndarray:
+    """(N, k) array from a kernel output: rows of N values, or per-state rows."""
+    if isinstance(vals, _Rows):
+        return np.array(vals, dtype=float).reshape(N, -1)
+    return fastpath.stack(vals, N).T
 
 
 def _jacobian(mech, q, phi_q):
@@ -150,6 +178,8 @@ def r_matrix(mech, q, phi_q=None):
     """R: (n, g) or (N, n, g) with qd = R zd (columns span the null space of Phi_q)."""
     q = np.asarray(q, dtype=float)
     rows = _batched_kernel(mech, q, phi_q, "rmatrix")
+    if isinstance(rows, _Rows):
+        return np.array(rows, dtype=float).reshape(q.shape[0], mech.n, mech.dof)
     if rows is not None:
         out = np.empty((q.shape[0], mech.n, mech.dof))
         for i, row in enumerate(rows):
@@ -169,7 +199,7 @@ def velocity(mech, q, zd, phi_q=None):
     zd = np.asarray(zd, dtype=float).reshape(q.shape[:-1] + (mech.dof,))
     vals = _batched_kernel(mech, q, phi_q, "velocity", zd)
     if vals is not None:
-        return fastpath.stack(vals, q.shape[0]).T
+        return _vectors(vals, q.shape[0])
     J = _jacobian(mech, q, phi_q)
     qd = np.zeros_like(q)
     qd[..., mech.independent] = zd
@@ -184,7 +214,7 @@ def rdot_zd(mech, q, qd, phi_q=None):
     qd = np.asarray(qd, dtype=float).reshape(q.shape)
     vals = _batched_kernel(mech, q, phi_q, "acceleration", q, qd, np.zeros(q.shape[:-1] + (mech.dof,)))
     if vals is not None:
-        return fastpath.stack(vals, q.shape[0]).T
+        return _vectors(vals, q.shape[0])
     J = _jacobian(mech, q, phi_q)
     out = np.zeros_like(q)
     out[..., mech.dependent] = solve(J[..., mech.dependent], -mech.phi_q_dot_qd(q, qd))
@@ -198,7 +228,7 @@ def acceleration(mech, q, qd, zdd, phi_q=None):
     zdd = np.asarray(zdd, dtype=float).reshape(q.shape[:-1] + (mech.dof,))
     vals = _batched_kernel(mech, q, phi_q, "acceleration", q, qd, zdd)
     if vals is not None:
-        return fastpath.stack(vals, q.shape[0]).T
+        return _vectors(vals, q.shape[0])
     J = _jacobian(mech, q, phi_q)
     out = np.zeros_like(q)
     out[..., mech.independent] = zdd

@@ -291,8 +291,11 @@ class Mechanism:
     # -- forces and energy -------------------------------------------------------------------
     def forces(self, t: float, q: np.ndarray, qd: np.ndarray) -> np.ndarray:
         """Generalized forces Q(t, q, qd) = gravity + loads: (n,) or (N, n)."""
+        if not self.loads:  # constant
+            shape = np.shape(q)
+            return self.Q_gravity.copy() if len(shape) == 1 else np.broadcast_to(self.Q_gravity, shape).copy()
         K = self._fast()
-        if K is not None and self.loads:
+        if K is not None:
             return _kernel_eval(K, "forces", q, qd, t=t)
         qb, single = self._batch(q)
         if not self.loads:
