@@ -32,6 +32,7 @@ import scipy.linalg
 from scipy.linalg import lapack
 
 from mbde_core.engine import dynamics, fastpath
+from mbde_core.engine.linalg import solve_one
 from mbde_core.engine.integrators import MBState
 
 
@@ -84,7 +85,7 @@ class ALI3P:
             else:
                 fq = M - 0.5 * h * Cf + 0.25 * h * h * (alpha * J.T @ J - Kf)
             f = 0.25 * h * h * (M @ qdd1 + J.T @ (alpha * Phi + lam) - Q)
-            dq = -np.linalg.solve(fq, f)
+            dq = -solve_one(fq, f)  # = numpy.linalg.solve
             q1 = q1 + dq
             lam = lam + alpha * ev.phi(q1)
             if fastpath.maxabs(dq.tolist()) <= self.tol * scale:  # = np.max(np.abs(dq)), NaN included

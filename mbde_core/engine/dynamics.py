@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbde_core.engine import fastpath, kinematics
-from mbde_core.engine.linalg import solve
+from mbde_core.engine.linalg import solve, solve_one
 
 
 @dataclass
@@ -171,7 +171,7 @@ def forward_lagrange(mech, t: float, q, qd):
     A[:n, n:] = J.T
     A[n:, :n] = J
     b = np.concatenate([mech.forces(t, q, qd), -mech.phi_q_dot_qd(q, qd)])
-    x = np.linalg.solve(A, b)
+    x = solve_one(A, b)  # = numpy.linalg.solve
     return x[: mech.n], x[mech.n :]
 
 
@@ -187,7 +187,7 @@ def inverse(mech, t: float, q, qd, qdd, driven=None) -> np.ndarray:
     R = kinematics.r_matrix(mech, q, phi_q=J)
     rhs = R.T @ (mech.M @ np.asarray(qdd, dtype=float) - mech.forces(t, q, qd))
     d = mech.independent if driven is None else np.asarray(driven)
-    return np.linalg.solve(R[d, :].T, rhs)
+    return solve_one(R[d, :].T, rhs)  # = numpy.linalg.solve
 
 
 def energy_drift(mech, qs: np.ndarray, qds: np.ndarray) -> float:

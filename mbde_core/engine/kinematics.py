@@ -49,7 +49,7 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
                 return np.array([r[0] for r in res]).reshape(N, mech.n), np.array([r[1] for r in res], dtype=bool)
             except fastpath.SCALAR_ERRORS:
                 pass  # the batched code handles singular and non-finite states
-        q, ok, _, _ = fastpath.v_position(mech, K, Z.T, q_guess.T, max_iter)
+        q, ok, _, _ = fastpath.v_position(mech, K, Z.T, fastpath.soa(q_guess, mech.n), max_iter, copy=False)
         return q.T, ok
     iz = mech.independent if independent is None else np.asarray(independent)
     dep = mech.dependent if independent is None else np.setdiff1d(np.arange(mech.n), iz)
@@ -152,7 +152,7 @@ def _batched_kernel(mech, q, phi_q, fn, *args):
         except fastpath.SCALAR_ERRORS:
             pass
     V = K.vector
-    x = np.ascontiguousarray(q.T)
+    x = fastpath.soa(q, mech.n)
     with np.errstate(all="ignore"):
         tr = V.trig(x)
         return getattr(V, fn)(V.jac(x, tr), tr, *[fastpath.soa(a, a.shape[-1]) for a in args])
@@ -169,9 +169,23 @@ def _vectors(vals, N) -> np.ndarray:
     return fastpath.stack(vals, N).T
 
 
-def _jacobian(mech, q, phi_q):
-    """Phi_q at q (n,) or (N, n) unless given."""
-    return mech.phi_q(q) if phi_q is None else np.asarray(phi_q, dtype=float)
+def _blocks(mech, q, phi_q):
+    """(Phi_q,d, Phi_q,z) at q (n,) or (N, n): slices of phi_q (or of mech.phi_q(q)).
+
+    For one state with generated kernels, built directly from the kernel's non-zeros
+    (the same numbers as slicing the dense Jacobian, without building it).
+    """
+    K = fastpath.kernels(mech) if (phi_q is None and q.ndim == 1) else None
+    if K is not None:
+        S = K.scalar
+        x = q.tolist()
+        try:
+            vals = S.jac_values(x, S.trig(x))
+            return K.dense_dependent(vals), K.dense_independent(vals)
+        except fastpath.SCALAR_ERRORS:
+            pass
+    J = mech.phi_q(q) if phi_q is None else np.asarray(phi_q, dtype=float)
+    return J[..., mech.dependent], J[..., mech.independent]
 
 
 def r_matrix(mech, q, phi_q=None):
@@ -186,10 +200,10 @@ def r_matrix(mech, q, phi_q=None):
             for k, v in enumerate(row):
                 out[:, i, k] = v
         return out
-    J = _jacobian(mech, q, phi_q)
+    Jd, Jz = _blocks(mech, q, phi_q)
     R = np.zeros(q.shape[:-1] + (mech.n, mech.dof))
     R[..., mech.independent, np.arange(mech.dof)] = 1.0
-    R[..., mech.dependent, :] = -solve(J[..., mech.dependent], J[..., mech.independent])
+    R[..., mech.dependent, :] = -solve(Jd, Jz)
     return R
 
 
@@ -200,11 +214,11 @@ def velocity(mech, q, zd, phi_q=None):
     vals = _batched_kernel(mech, q, phi_q, "velocity", zd)
     if vals is not None:
         return _vectors(vals, q.shape[0])
-    J = _jacobian(mech, q, phi_q)
+    Jd, Jz = _blocks(mech, q, phi_q)
     qd = np.zeros_like(q)
     qd[..., mech.independent] = zd
-    rhs = -np.einsum("...ij,...j->...i", J[..., mech.independent], zd)
-    qd[..., mech.dependent] = solve(J[..., mech.dependent], rhs)
+    rhs = -np.einsum("...ij,...j->...i", Jz, zd)
+    qd[..., mech.dependent] = solve(Jd, rhs)
     return qd
 
 
@@ -215,9 +229,9 @@ def rdot_zd(mech, q, qd, phi_q=None):
     vals = _batched_kernel(mech, q, phi_q, "acceleration", q, qd, np.zeros(q.shape[:-1] + (mech.dof,)))
     if vals is not None:
         return _vectors(vals, q.shape[0])
-    J = _jacobian(mech, q, phi_q)
+    Jd, _ = _blocks(mech, q, phi_q)
     out = np.zeros_like(q)
-    out[..., mech.dependent] = solve(J[..., mech.dependent], -mech.phi_q_dot_qd(q, qd))
+    out[..., mech.dependent] = solve(Jd, -mech.phi_q_dot_qd(q, qd))
     return out
 
 
@@ -229,11 +243,11 @@ def acceleration(mech, q, qd, zdd, phi_q=None):
     vals = _batched_kernel(mech, q, phi_q, "acceleration", q, qd, zdd)
     if vals is not None:
         return _vectors(vals, q.shape[0])
-    J = _jacobian(mech, q, phi_q)
+    Jd, Jz = _blocks(mech, q, phi_q)
     out = np.zeros_like(q)
     out[..., mech.independent] = zdd
-    rhs = -mech.phi_q_dot_qd(q, qd) - np.einsum("...ij,...j->...i", J[..., mech.independent], zdd)
-    out[..., mech.dependent] = solve(J[..., mech.dependent], rhs)
+    rhs = -mech.phi_q_dot_qd(q, qd) - np.einsum("...ij,...j->...i", Jz, zdd)
+    out[..., mech.dependent] = solve(Jd, rhs)
     return out
 
 

@@ -16,7 +16,14 @@ hot paths do not come here: they are generated per mechanism
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+try:  # numpy's own LAPACK gufuncs: what numpy.linalg.solve calls after its checks
+    from numpy.linalg import _umath_linalg as _gufuncs
+except ImportError:  # pragma: no cover - numpy layout change: use the public function
+    _gufuncs = None
 
 _SMALL = 6  # largest system size handled by the vectorised elimination
 _MIN_BATCH = 64  # below this, LAPACK's per-matrix loop is cheaper
@@ -31,7 +38,7 @@ def solve(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     """
     if A.ndim == 2:
         # one system: as the batched path for N = 1 (LAPACK; 1x1 divides), bit for bit
-        return B / A[0, 0] if A.shape[0] == 1 else np.linalg.solve(A, B)
+        return B / A[0, 0] if A.shape[0] == 1 else solve_one(A, B)
     vec = B.ndim == 2
     Bm = B[..., None] if vec else B
     N, m = A.shape[0], A.shape[1]
@@ -42,6 +49,22 @@ def solve(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     else:
         X = np.linalg.solve(A, Bm)
     return X[..., 0] if vec else X
+
+
+def solve_one(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """numpy.linalg.solve(A, B) for one float system (A (m, m), B (m,) or (m, k)).
+
+    Calls numpy's LAPACK gufunc directly (the same routine, so the same numbers) without
+    the wrapper's argument checks, ~2x faster for the engine's 2..10-sized systems. A
+    non-finite result (singular A, non-finite input) is recomputed by numpy.linalg.solve,
+    so errors and results are exactly numpy's.
+    """
+    if _gufuncs is not None and A.dtype == np.float64 and B.dtype == np.float64:
+        with np.errstate(all="ignore"):
+            X = (_gufuncs.solve1 if B.ndim == 1 else _gufuncs.solve)(A, B)
+        if math.isfinite(sum(X.tolist()) if X.ndim == 1 else X.sum()):
+            return X
+    return np.linalg.solve(A, B)
 
 
 def _eliminate(A: np.ndarray, B: np.ndarray) -> np.ndarray:

@@ -826,10 +826,13 @@ class Kernels:
         self.jac_rows = np.array([r for r, _ in pat], dtype=np.intp)
         self.jac_cols = np.array([c for _, c in pat], dtype=np.intp)
         self.jac_flat = self.jac_rows * self.n + self.jac_cols
-        # entries of jac_values in the dependent block, and their place in it (m x m)
-        col_pos = {c: k for k, c in enumerate(self.dep)}
-        self._dep_sel = [k for k, c in enumerate(self.jac_cols) if int(c) in col_pos]
-        self._dep_flat = np.array([self.jac_rows[k] * self.m + col_pos[int(self.jac_cols[k])] for k in self._dep_sel], dtype=np.intp)
+        # entries of jac_values in the dependent (m x m) and independent (m x g) blocks
+        dep_pos = {c: k for k, c in enumerate(self.dep)}
+        iz_pos = {c: k for k, c in enumerate(self.iz)}
+        self._dep_sel = [k for k, c in enumerate(self.jac_cols) if int(c) in dep_pos]
+        self._dep_flat = np.array([self.jac_rows[k] * self.m + dep_pos[int(self.jac_cols[k])] for k in self._dep_sel], dtype=np.intp)
+        self._iz_sel = [k for k, c in enumerate(self.jac_cols) if int(c) in iz_pos]
+        self._iz_flat = np.array([self.jac_rows[k] * self.g + iz_pos[int(self.jac_cols[k])] for k in self._iz_sel], dtype=np.intp)
         self.blocks = meta["blocks"]
         self.time_fns = meta["time_fns"]
         self.has_loads = bool(mech.spec.loads)
@@ -852,8 +855,14 @@ class Kernels:
         out[self._dep_flat] = [values[k] for k in self._dep_sel]
         return out.reshape(self.m, self.m)
 
+    def dense_independent(self, values) -> np.ndarray:
+        """Dense Phi_q,z (m, g) from the output of a scalar ``jac_values``."""
+        out = np.zeros(self.m * self.g)
+        out[self._iz_flat] = [values[k] for k in self._iz_sel]
+        return out.reshape(self.m, self.g)
+
     def time_values(self, t: float) -> tuple:
-        return tuple(f(t) for f in self.time_fns)
+        return tuple(f(t) for f in self.time_fns) if self.time_fns else ()
 
 
 def build(mech) -> Kernels | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbde_core.errors import ConfigError
+from mbde_core.engine.fastpath import soa as _soa  # (fastpath imports nothing of the model)
 from mbde_core.model import codegen
 from mbde_core.model.constraints import ConstraintSet
 from mbde_core.model.inertia import body_gravity_force, body_mass_matrix, body_point_coefficients
@@ -391,7 +392,7 @@ def _kernel_eval(K, name: str, q, qd=None, t=None) -> np.ndarray:
         return np.array(S.jdot(x, np.asarray(qd, dtype=float).reshape(n).tolist(), tr))
     V = K.vector
     N = q.shape[0]
-    x = np.ascontiguousarray(q.T)
+    x = _soa(q, n)
     with np.errstate(all="ignore"):
         if name == "forces":
             vals = V.forces(x, np.ascontiguousarray(np.asarray(qd, dtype=float).reshape(N, n).T), K.time_values(t))
@@ -417,7 +418,7 @@ def _kernel_jacobian(K, q) -> np.ndarray:
         return out.reshape(m, n)
     V = K.vector
     N = q.shape[0]
-    x = np.ascontiguousarray(q.T)
+    x = _soa(q, n)
     with np.errstate(all="ignore"):
         vals = V.jac_values(x, V.trig(x))
     out = np.zeros((N, m * n))
