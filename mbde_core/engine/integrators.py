@@ -122,66 +122,72 @@ class _Generic:
         return q, ok, self._stage(t, q, qd, v)
 
 
-def _backend(mech, state: MBState):
-    """(backend, independent indices, single) for a state: kernels if available."""
-    q = np.asarray(state.q)
-    single = q.ndim == 1
-    K = fastpath.kernels(mech)
-    if K is None:
-        return _Generic(mech), mech.independent, single
-    if single:
-        return fastpath.Single(mech, K), K.iz, True
-    return fastpath.Batch(mech, K, q.shape[0]), K.independent, False
-
-
 def _run(mech, state, extra_zdd, algorithm):
     """Run ``algorithm(B, iz, q, qd, qdd, v) -> (q1, qd1, qdd1, ok)`` on the best backend.
 
-    Large batches on the generated kernels run chunk by chunk (the states are
-    independent), see :func:`fastpath.chunk_size`.
+    With generated kernels: one state on the scalar kernels; a small batch state by
+    state on them (see :data:`fastpath.SMALL_BATCH`); a larger one batch-last, in chunks
+    (see :func:`fastpath.chunk_size`; the states are independent). A scalar kernel's
+    arithmetic exception (exactly singular block, non-finite state) hands the step to
+    the batched or generic code, which decide as before.
     """
-    B, iz, single = _backend(mech, state)
-    if isinstance(B, fastpath.Single):
-        try:
-            v = None if extra_zdd is None else B.vec(extra_zdd)
-            q1, qd1, qdd1, ok = algorithm(B, iz, B.vec(state.q), B.vec(state.qd), None if state.qdd is None else B.vec(state.qdd), v)
-            return MBState(np.array(q1), np.array(qd1), np.array(qdd1), bool(ok))
-        except fastpath.SCALAR_ERRORS:  # exactly singular or non-finite: the generic code decides
-            B = _Generic(mech)
-    if isinstance(B, fastpath.Batch) and B.N <= fastpath.SMALL_BATCH:
-        try:  # state by state on the scalar kernels (see fastpath.SMALL_BATCH)
-            S = fastpath.Single(mech, B.K)
-            iz = S.K.iz
-            N, g = B.N, mech.dof
-            q, qd = np.asarray(state.q, dtype=float), np.asarray(state.qd, dtype=float)
-            qdd = None if state.qdd is None else np.asarray(state.qdd, dtype=float)
-            v = None if extra_zdd is None else np.asarray(extra_zdd, dtype=float).reshape(N, g)
-            res = [algorithm(S, iz, q[k].tolist(), qd[k].tolist(), None if qdd is None else qdd[k].tolist(),
-                             None if v is None else v[k].tolist()) for k in range(N)]
-            out = [np.array([r[i] for r in res], dtype=float).reshape(N, mech.n) for i in range(3)]
-            return MBState(out[0], out[1], out[2], np.array([bool(r[3]) for r in res]))
-        except fastpath.SCALAR_ERRORS:
-            pass  # the batched code handles singular and non-finite states
-    if isinstance(B, fastpath.Batch):
-        N, n = B.N, mech.n
-        q, qd = B.vec(state.q), B.vec(state.qd)
-        qdd = None if state.qdd is None else B.vec(state.qdd)
-        v = None if extra_zdd is None else B.vec(np.asarray(extra_zdd, dtype=float).reshape(N, mech.dof))
-        chunk = fastpath.chunk_size(N)
-        if N <= chunk:
-            q1, qd1, qdd1, ok = algorithm(B, iz, q, qd, qdd, v)
-            return MBState(q1.T, qd1.T, qdd1.T, ok)
-        out = np.empty((3, n, N))
-        ok = np.empty(N, dtype=bool)
-        for a in range(0, N, chunk):
-            c = slice(a, min(a + chunk, N))
-            Bc = fastpath.Batch(mech, B.K, c.stop - c.start)
-            res = algorithm(Bc, iz, q[:, c], qd[:, c], None if qdd is None else qdd[:, c], None if v is None else v[:, c])
-            out[0, :, c], out[1, :, c], out[2, :, c], ok[c] = res
-        return MBState(out[0].T, out[1].T, out[2].T, ok)
+    K = fastpath.kernels(mech)
+    q = np.asarray(state.q)
+    if K is not None:
+        if q.ndim == 1:
+            try:
+                return _run_single(mech, K, state, extra_zdd, algorithm)
+            except fastpath.SCALAR_ERRORS:
+                pass
+        else:
+            if q.shape[0] <= fastpath.SMALL_BATCH:
+                try:
+                    return _run_small(mech, K, state, extra_zdd, algorithm)
+                except fastpath.SCALAR_ERRORS:
+                    pass
+            return _run_batch(mech, K, state, extra_zdd, algorithm)
     q, qd, qdd, single = state.batch()
-    q1, qd1, qdd1, ok = algorithm(B, mech.independent, q, qd, qdd, _extra(extra_zdd, q.shape[0], mech.dof))
+    q1, qd1, qdd1, ok = algorithm(_Generic(mech), mech.independent, q, qd, qdd, _extra(extra_zdd, q.shape[0], mech.dof))
     return MBState.make(q1, qd1, qdd1, ok, single)
+
+
+def _run_single(mech, K, state, extra_zdd, algorithm):
+    B = fastpath.Single(mech, K)
+    v = None if extra_zdd is None else B.vec(extra_zdd)
+    q1, qd1, qdd1, ok = algorithm(B, K.iz, B.vec(state.q), B.vec(state.qd), None if state.qdd is None else B.vec(state.qdd), v)
+    return MBState(np.array(q1), np.array(qd1), np.array(qdd1), bool(ok))
+
+
+def _run_small(mech, K, state, extra_zdd, algorithm):
+    B = fastpath.Single(mech, K)
+    q, qd = np.asarray(state.q, dtype=float), np.asarray(state.qd, dtype=float)
+    N = q.shape[0]
+    qdd = None if state.qdd is None else np.asarray(state.qdd, dtype=float)
+    v = None if extra_zdd is None else np.asarray(extra_zdd, dtype=float).reshape(N, mech.dof)
+    res = [algorithm(B, K.iz, q[k].tolist(), qd[k].tolist(), None if qdd is None else qdd[k].tolist(),
+                     None if v is None else v[k].tolist()) for k in range(N)]
+    out = [np.array([r[i] for r in res], dtype=float).reshape(N, mech.n) for i in range(3)]
+    return MBState(out[0], out[1], out[2], np.array([bool(r[3]) for r in res]))
+
+
+def _run_batch(mech, K, state, extra_zdd, algorithm):
+    N, n = np.shape(state.q)
+    vec = fastpath.Batch.vec
+    q, qd = vec(state.q), vec(state.qd)
+    qdd = None if state.qdd is None else vec(state.qdd)
+    v = None if extra_zdd is None else vec(np.asarray(extra_zdd, dtype=float).reshape(N, mech.dof))
+    chunk = fastpath.chunk_size(N)
+    if N <= chunk:
+        q1, qd1, qdd1, ok = algorithm(fastpath.Batch(mech, K, N), K.independent, q, qd, qdd, v)
+        return MBState(q1.T, qd1.T, qdd1.T, ok)
+    out = np.empty((3, n, N))
+    ok = np.empty(N, dtype=bool)
+    for a in range(0, N, chunk):
+        c = slice(a, min(a + chunk, N))
+        res = algorithm(fastpath.Batch(mech, K, c.stop - c.start), K.independent, q[:, c], qd[:, c],
+                        None if qdd is None else qdd[:, c], None if v is None else v[:, c])
+        out[0, :, c], out[1, :, c], out[2, :, c], ok[c] = res
+    return MBState(out[0].T, out[1].T, out[2].T, ok)
 
 
 def _start(B, t, iz, q, qd, qdd, v):

@@ -54,229 +54,11 @@ dependent block); callers then use the generic evaluators.
 from __future__ import annotations
 
 import math
-import re
 from types import SimpleNamespace
 
 import numpy as np
 
-# ----------------------------------------------------------------------------------------
-# A tiny symbolic layer: values are c * name (name None: the constant c).
-
-
-class Sym:
-    """A value ``c * name`` of the generated code, or the constant ``c`` (name None)."""
-
-    __slots__ = ("c", "name")
-
-    def __init__(self, c: float, name: str | None = None):
-        self.c = float(c)
-        self.name = name if c != 0.0 else None
-
-    @property
-    def zero(self) -> bool:
-        return self.c == 0.0
-
-    def expr(self) -> str:
-        """Python expression of this value."""
-        if self.name is None:
-            return repr(self.c)
-        if self.c == 1.0:
-            return self.name
-        if self.c == -1.0:
-            return f"-{self.name}"
-        return f"{self.c!r}*{self.name}"
-
-
-ZERO = Sym(0.0)
-
-
-def var(name: str) -> Sym:
-    return Sym(1.0, name)
-
-
-class Emitter:
-    """Collects the statements of one generated function body."""
-
-    def __init__(self, prefix: str):
-        self.lines: list[str] = []
-        self.prefix = prefix
-        self._k = 0
-        self._seen: dict[str, str] = {}  # expression -> variable (common subexpressions)
-        self._products: dict[str, list[str]] = {}  # variable -> factors, for a*b/a = b
-
-    def fresh(self) -> str:
-        self._k += 1
-        return f"{self.prefix}{self._k}"
-
-    def let(self, expr: str, name: str | None = None) -> Sym:
-        """A variable holding ``expr``: an existing one if the same text was emitted."""
-        if name is None and expr in self._seen:
-            return var(self._seen[expr])
-        name = name or self.fresh()
-        self.lines.append(f"{name} = {expr}")
-        self._seen[expr] = name
-        return var(name)
-
-    def forget(self):
-        """Stop reusing earlier expressions (a variable was rebound, or lines moved)."""
-        self._seen.clear()
-
-    def lin(self, terms, name: str | None = None) -> Sym:
-        """Sum of products ``coef * f1 * f2 * ...``; terms are tuples (coef, *factors).
-
-        Factors are Syms or numbers. Zero terms are dropped, constants folded; a single
-        scaled variable is returned without emitting anything (its factor is carried in
-        the Sym and folded into whatever uses it).
-        """
-        mons: list[tuple[float, list[str]]] = []
-        const = 0.0
-        for coef, *factors in terms:
-            c = float(coef)
-            names = []
-            for f in factors:
-                if isinstance(f, Sym):
-                    c *= f.c
-                    if f.name is not None:
-                        names.append(f.name)
-                else:
-                    c *= float(f)
-            if c == 0.0:
-                continue
-            if len(names) == 2:  # a*b == b*a exactly: a canonical order helps reuse
-                names.sort()
-            if names:
-                mons.append((c, names))
-            else:
-                const += c
-        if not mons:
-            return Sym(const)
-        if name is None and const == 0.0 and len(mons) == 1:
-            c, names = mons[0]
-            if len(names) == 1:
-                return Sym(c, names[0])
-            out = self.let("*".join(names))
-            self._products[out.name] = names
-            return Sym(c, out.name)
-        sign = 1.0
-        if name is None:
-            # factor out the most common coefficient when exact (no multiplication is
-            # emitted for it: it is carried by the returned Sym), with the sign that
-            # leaves the most positive terms
-            mags = [abs(c) for c, _ in mons]
-            f = max(set(mags), key=lambda v: (mags.count(v), v == 1.0, v))
-            exact = all((c / f) * f == c for c, _ in mons) and (const / f) * f == const
-            if exact and f != 1.0:
-                sign, const = f, const / f
-                mons = [(c / f, names) for c, names in mons]
-            if sum(c < 0 for c, _ in mons) > len(mons) / 2:
-                sign, const = -sign, -const
-                mons = [(-c, names) for c, names in mons]
-        if len(mons) == 2 and (mons[0][0] > 0) == (mons[1][0] > 0):
-            mons.sort(key=lambda mn: mn[1])  # a + b == b + a exactly: canonical order
-        mons.sort(key=lambda mn: mn[0] < 0)  # a positive term first: no unary minus
-        parts = []
-        for k, (c, names) in enumerate(mons):
-            body = "*".join(names) if abs(c) == 1.0 else f"{abs(c)!r}*" + "*".join(names)
-            if k == 0:
-                parts.append(body if c > 0 else f"-{body}")
-            else:
-                parts.append((" + " if c > 0 else " - ") + body)
-        if const != 0.0:
-            parts.append((" + " if const > 0 else " - ") + repr(abs(const)))
-        return Sym(sign, self.let("".join(parts), name).name)
-
-    def div(self, a: Sym, b: Sym) -> Sym:
-        """a / b."""
-        if a.zero:
-            return ZERO
-        if b.name is None:
-            return Sym(a.c / b.c, a.name)
-        factors = self._products.get(a.name)
-        if factors is not None and b.name in factors:  # (x*b)/b = x: cancel (more accurate)
-            rest = list(factors)
-            rest.remove(b.name)
-            return self.lin([(a.c / b.c, *[var(f) for f in rest])])
-        num = a.name if a.name is not None else "1.0"
-        return Sym(a.c / b.c, self.let(f"{num}/{b.name}").name)
-
-    def named(self, s: Sym, name: str) -> Sym:
-        """Bind s to a given variable name (coefficient 1)."""
-        self.lines.append(f"{name} = {s.expr()}")
-        self.forget()
-        return var(name)
-
-
-# ----------------------------------------------------------------------------------------
-# Structure: block lower-triangular form of the dependent block.
-
-
-def _matching(rows_cols: dict[int, list[int]], cols: list[int]) -> dict[int, int] | None:
-    """Perfect matching row -> column (augmenting paths); None if structurally singular."""
-    match_col: dict[int, int] = {}
-
-    def augment(r, seen):
-        for c in rows_cols[r]:
-            if c in seen:
-                continue
-            seen.add(c)
-            if c not in match_col or augment(match_col[c], seen):
-                match_col[c] = r
-                return True
-        return False
-
-    for r in rows_cols:
-        if not augment(r, set()):
-            return None
-    if len(match_col) != len(cols):
-        return None
-    return {r: c for c, r in match_col.items()}
-
-
-def _tarjan(nodes: list[int], edges: dict[int, list[int]]) -> list[list[int]]:
-    """Strongly connected components; each is emitted after those it has edges to."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-    counter = [0]
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in edges[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            out.append(sorted(comp))
-
-    for v in nodes:
-        if v not in index:
-            visit(v)
-    return out
-
-
-def block_triangular(pattern: dict[tuple[int, int], Sym], m: int, dep: list[int]):
-    """[(rows, cols)] diagonal blocks of Phi_q,d in solve order, or None if singular."""
-    rows_cols = {r: [c for c in dep if (r, c) in pattern] for r in range(m)}
-    match = _matching(rows_cols, dep)
-    if match is None:
-        return None
-    row_of_col = {c: r for r, c in match.items()}
-    edges = {r: [row_of_col[c] for c in rows_cols[r] if row_of_col[c] != r] for r in range(m)}
-    blocks = []
-    for comp in _tarjan(list(range(m)), edges):
-        blocks.append((comp, [match[r] for r in comp]))
-    return blocks
-
+from mbde_core.model.symbolic import ZERO, Emitter, Source, Sym, block_triangular, tuple_expr, var
 
 # ----------------------------------------------------------------------------------------
 # Emission of the mechanism's quantities.
@@ -520,49 +302,6 @@ class _Solver:
 # Source generation.
 
 
-def _tuple(items) -> str:
-    items = list(items)
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
-_IDENT = re.compile(r"\b[A-Za-z_][A-Za-z_0-9]*\b")
-
-
-def _live(lines: list[str], tail: str) -> list[str]:
-    """Drop top-level assignments whose variable is never read (dead code)."""
-    keep = [True] * len(lines)
-    needed = set(_IDENT.findall(tail))
-    for k in range(len(lines) - 1, -1, -1):
-        ln = lines[k]
-        top = not ln.startswith(" ") and " = " in ln and ln.split(" = ", 1)[0].isidentifier()
-        if top and ln.split(" = ", 1)[0] not in needed:
-            keep[k] = False
-            continue
-        needed |= set(_IDENT.findall(ln.split(" = ", 1)[1] if top else ln))
-    return [ln for ln, kp in zip(lines, keep) if kp]
-
-
-class _Source:
-    """The generated module: functions added one by one."""
-
-    def __init__(self):
-        self.funcs: list[str] = []
-
-    def add(self, header: str, doc: str, em: Emitter, ret: str, inputs, always: str = ""):
-        """def header: unpack the used names of ``inputs`` [(names, argument)], body, return."""
-        em.lines = _live(em.lines, ret + " " + always)
-        used = set(_IDENT.findall("\n".join(em.lines) + " " + ret + " " + always))
-        pro = always
-        for names, arg in inputs:
-            if any(nm in used for nm in names):
-                pro += f"    {', '.join(names)}, = {arg}\n"
-        body = "".join(f"    {ln}\n" for ln in em.lines)
-        self.funcs.append(f"def {header}:\n    \"\"\"{doc}\"\"\"\n{pro}{body}    return {ret}\n")
-
-    def text(self) -> str:
-        return "\n\n".join(self.funcs)
-
-
 def generate(mech):
     """(source text, metadata dict) of the kernels of ``mech``, or None if unsupported."""
     md = _Model(mech)
@@ -572,12 +311,12 @@ def generate(mech):
     Q_ = (["q%d" % i for i in range(n)], "q")
     V_ = (["v%d" % i for i in range(n)], "qd")
     T_ = ([nm for c in md.rel for nm in ("s%d" % c, "c%d" % c)], "tr")
-    src = _Source()
+    src = Source()
     tr_exprs = [e for c in md.rel for e in (f"sin(q[{c}])", f"cos(q[{c}])")]
-    src.funcs.append(f"def trig(q):\n    \"\"\"sin, cos of the relative angles.\"\"\"\n    return {_tuple(tr_exprs)}\n")
+    src.funcs.append(f"def trig(q):\n    \"\"\"sin, cos of the relative angles.\"\"\"\n    return {tuple_expr(tr_exprs)}\n")
 
     em = Emitter("t")
-    ret = _tuple(s.expr() for s in md.rows(em, "phi"))
+    ret = tuple_expr(s.expr() for s in md.rows(em, "phi"))
     src.add("phi(q, tr)", "Phi (m,).", em, ret, [Q_, T_])
 
     # Jacobian: structural pattern, block-triangular structure, 2x2 determinants
@@ -594,7 +333,7 @@ def generate(mech):
     values = Emitter("j")
     values.lines = list(em.lines)
     src.add("jac_values(q, tr)", "All structural non-zeros of Phi_q (pattern order).", values,
-            _tuple(jpat[k].expr() for k in pattern), [Q_, T_])
+            tuple_expr(jpat[k].expr() for k in pattern), [Q_, T_])
     dets = []
     for rows, cols in blocks:
         if len(rows) == 2:
@@ -608,7 +347,7 @@ def generate(mech):
     for s in list(jpat.values()) + [d for d in dets if d is not None]:
         if s.name is not None and s.name not in jnames:
             jnames.append(s.name)
-    src.add("jac(q, tr)", "Variable entries of Phi_q and the 2x2 block determinants.", em, _tuple(jnames), [Q_, T_])
+    src.add("jac(q, tr)", "Variable entries of Phi_q and the 2x2 block determinants.", em, tuple_expr(jnames), [Q_, T_])
     # phi and jac at the same q (Newton iterations), sharing their subexpressions
     both = Emitter("j")
     ph = md.rows(both, "phi")
@@ -625,19 +364,19 @@ def generate(mech):
         if sj.name is not None and sj.name not in value:
             value[sj.name] = Sym(sb.c / sj.c, sb.name).expr()
     src.add("phijac(q, tr)", "(phi(q, tr), jac(q, tr)) with shared subexpressions.", both,
-            f"({_tuple(s.expr() for s in ph)}, {_tuple(value[nm] for nm in jnames)})", [Q_, T_])
+            f"({tuple_expr(s.expr() for s in ph)}, {tuple_expr(value[nm] for nm in jnames)})", [Q_, T_])
     J_pro = f"    {', '.join(jnames)}, = J\n" if jnames else ""
     solver = _Solver(md, jpat, blocks, dets)
 
     em = Emitter("t")
-    ret = _tuple(s.expr() for s in md.rows(em, "jdot"))
+    ret = tuple_expr(s.expr() for s in md.rows(em, "jdot"))
     src.add("jdot(q, qd, tr)", "(Phi_q)' qd (m,).", em, ret, [Q_, V_, T_])
 
     for name, arg, sign, doc in (("newton_step", "r", -1.0, "x_d with Phi_q,d x_d = -r."),
                                  ("dsolve", "b", 1.0, "x_d with Phi_q,d x_d = b.")):
         em = Emitter("t")
         x = solver.dep(em, [Sym(sign, f"{arg}{k}") for k in range(m)])
-        src.add(f"{name}(J, tr, {arg})", doc, em, _tuple(x[c].expr() for c in md.dep),
+        src.add(f"{name}(J, tr, {arg})", doc, em, tuple_expr(x[c].expr() for c in md.dep),
                 [T_, ([f"{arg}{k}" for k in range(m)], arg)], J_pro)
 
     def zcols(em, zv):
@@ -665,7 +404,7 @@ def generate(mech):
     em = Emitter("t")
     zv = [var(nm) for nm in ZD]
     x = solver.dep(em, zcols(em, zv))
-    src.add("velocity(J, tr, zd)", "qd (n,) from zd (g,).", em, _tuple(s.expr() for s in full(x, zv)), [T_, (ZD, "zd")], J_pro)
+    src.add("velocity(J, tr, zd)", "qd (n,) from zd (g,).", em, tuple_expr(s.expr() for s in full(x, zv)), [T_, (ZD, "zd")], J_pro)
 
     ZDD = [f"zdd{k}" for k in range(g)]
     em = Emitter("t")
@@ -673,16 +412,16 @@ def generate(mech):
     jd = md.rows(em, "jdot")
     zc = zcols(em, zv)
     x = solver.dep(em, [em.lin([(-1, jd[r]), (1, zc[r])]) for r in range(m)])
-    src.add("acceleration(J, tr, q, qd, zdd)", "qdd (n,) from zdd (g,).", em, _tuple(s.expr() for s in full(x, zv)),
+    src.add("acceleration(J, tr, q, qd, zdd)", "qdd (n,) from zdd (g,).", em, tuple_expr(s.expr() for s in full(x, zv)),
             [Q_, V_, T_, (ZDD, "zdd")], J_pro)
 
     em = Emitter("t")
     R = r_columns(em)
-    src.add("rmatrix(J, tr)", "R (n rows of g).", em, _tuple(_tuple(s.expr() for s in row) for row in R), [T_], J_pro)
+    src.add("rmatrix(J, tr)", "R (n rows of g).", em, tuple_expr(tuple_expr(s.expr() for s in row) for row in R), [T_], J_pro)
 
     em = Emitter("t")
     Q, time_fns = md.forces(em)
-    src.add("forces(q, qd, tv)", "Q (n,) = loads + gravity.", em, _tuple(s.expr() for s in Q),
+    src.add("forces(q, qd, tv)", "Q (n,) = loads + gravity.", em, tuple_expr(s.expr() for s in Q),
             [Q_, V_, ([f"f{k}" for k in range(len(time_fns))], "tv")])
 
     # R-matrix forward dynamics
@@ -706,16 +445,16 @@ def generate(mech):
         qdd = [em.lin([(1, R[i][k], zv[k]) for k in range(g)] + [(1, rd[i])]) for i in range(n)]
         if optional_qdd:  # computed only when asked for (``full``)
             em.lines[mark:] = ["if full:"] + ["    " + ln for ln in em.lines[mark:]] + [
-                f"    QDD = {_tuple(s.expr() for s in qdd)}", "else:", "    QDD = None"]
+                f"    QDD = {tuple_expr(s.expr() for s in qdd)}", "else:", "    QDD = None"]
             em.forget()
             qdd = None
         return zv, qdd, rd, Mbar, Qbar
 
     def vec(xs):
-        return _tuple(s.expr() for s in xs)
+        return tuple_expr(s.expr() for s in xs)
 
     def mat(rows):
-        return _tuple(_tuple(s.expr() for s in row) for row in rows)
+        return tuple_expr(tuple_expr(s.expr() for s in row) for row in rows)
 
     TV_ = ([f"f{k}" for k in range(len(time_fns))], "tv")
     em = Emitter("t")
