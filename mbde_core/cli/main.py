@@ -17,6 +17,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("inverse-dynamics", "mbde_core.cli.cmd_inverse_dynamics", "driver force/torque needed to follow a prescribed coordinate trajectory"),
     ("simulate", "mbde_core.cli.cmd_simulate", "simulate a scenario (ground truth + noisy sensors) into a ROS 2 bag"),
     ("replay", "mbde_core.cli.cmd_replay", "run estimators on a ROS 2 bag; metrics.json, estimates bag, report, plots"),
+    ("render", "mbde_core.cli.cmd_render", "animate bags (truth, estimates, PF hypotheses, ellipses) into a GIF/PNG, no RViz needed"),
     ("bench", "mbde_core.cli.cmd_bench", "benchmarks: accuracy, speed, pf, adekf (tables, CSV/JSON, figures)"),
     ("bag-info", "mbde_core.cli.cmd_bag_info", "list a ROS 2 bag's topics, types, message counts, rates and duration"),
 ]

@@ -1,0 +1,498 @@
+"""Core of the ``estimator`` node: the replay stage fed from subscriptions (ROS-free).
+
+:class:`LiveEstimator` owns the estimator and its
+:class:`~mbde_core.estimators.stage.EstimatorStage` -- the stage ``mbde replay`` runs,
+built the same way (model, sensors and initial guess from the scenario / description,
+options validated by :mod:`mbde_core.estimators.config_schema`, seeded generator) -- and
+turns its steps into messages through a message factory. The node only forwards
+messages and clock readings to it and publishes what it hands back; the pure-Python
+tests drive it with ``rosbags`` messages and compare it with ``mbde replay``.
+
+Time: readings are processed in header-stamp order (``reorder_window`` re-sorts small
+arrival inversions between topics). The node clock only matters when readings are
+overdue: when no new reading has arrived for two periods of the slowest sensor + the
+reorder window + ``OVERDUE_MARGIN`` (measured on the node clock from the newest
+reading's arrival, so clock offsets and transport delays do not matter), the filter
+predicts on, by the silence at most ``max_prediction``, so outputs keep coming during
+sensor gaps while readings that are merely in flight are never overtaken. The clock is compared
+with the stamps on arrival ("stamp lag"); when they disagree by more than
+``CLOCK_TOLERANCE`` (a bag played without ``--clock``, a driver stamping with another
+clock) the clock is ignored and the diagnostics say why.
+
+Robustness (each case counted, shown in /diagnostics, nothing crashes): malformed
+messages (``sensor_reading`` raises DataError), non-finite values and stamps, late
+(out-of-order) readings, Mahalanobis-gate rejections, exceptions of the estimator
+(counted, logged, the estimator restarts at the next reading) and non-finite estimates
+(not published; restart). Resets: backward time jumps (stage or clock), long gaps, the
+``~/reset`` service.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import os
+import time as _time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+
+from mbde_core.errors import ConfigError, DataError
+from mbde_core.live.diagnostics import ERROR, OK, WARN, Status, Throttle
+from mbde_core.rosio.convert import particle_set_msg
+from mbde_core.rosio.sensor_io import estimate_messages, sensor_reading
+
+CLOCK_TOLERANCE = 2.0  # s: |clock - stamp| on arrival beyond this = different clocks
+OVERDUE_MARGIN = 0.05  # s: transport jitter tolerated before the clock drives predictions
+
+
+@dataclass
+class EstimatorOptions:
+    """Node parameters that shape the core (see :mod:`mbde_core.live.params`)."""
+
+    name: str
+    config: dict
+    seed: int = 0
+    frame_id: str = ""
+    publish_rate: float = 50.0
+    marker_rate: float = 10.0
+    particles_rate: float = 10.0
+    top_k: int = 30
+    reorder_window: float = 0.02
+    max_prediction: float = 0.5
+    backward_jump: float = 1.0
+    max_gap: float = 10.0
+
+    @classmethod
+    def from_params(cls, p: dict, config: dict) -> "EstimatorOptions":
+        return cls(p["estimator"], config, p["seed"], p["frame_id"], p["publish_rate"], p["marker_rate"],
+                   p["particles_rate"], p["particles_top_k"], p["reorder_window"], p["max_prediction"],
+                   p["backward_jump"], p["max_gap"])
+
+
+def default_config_file(name: str) -> str | None:
+    """The shipped options of estimator ``name``: ``estimators/<name>.yaml`` if the package
+    has one, else ``estimators/default.yaml`` (None if neither exists)."""
+    from mbde_core.live.paths import config_dirs
+
+    for rel in (f"estimators/{name}.yaml", "estimators/default.yaml"):
+        for base in config_dirs():
+            path = os.path.join(base, rel)
+            if os.path.isfile(path):
+                return path
+    return None
+
+
+def load_config(name: str, config_file: str = "") -> dict:
+    """Validated options of estimator ``name`` from a config file ('' = the shipped one,
+    :func:`default_config_file`; options it does not set keep the estimator's defaults)."""
+    from mbde_core.estimators.config_schema import load_estimator_configs
+    from mbde_core.live.paths import resolve
+
+    path = resolve(config_file, "estimator config file") if config_file else default_config_file(name)
+    try:
+        return load_estimator_configs(path, [name])[name]
+    except ModuleNotFoundError as exc:
+        raise ConfigError(path or "<parameters>", "estimator",
+                          f"estimator {name!r} is not available in this installation ({exc})") from None
+
+
+@dataclass
+class SensorStats:
+    """Per-sensor arrival statistics (arrivals: monotonic times of the current window)."""
+
+    name: str
+    topic: str
+    msg_type: str
+    expected_rate: float
+    received: int = 0
+    malformed: int = 0
+    last_error: str = ""
+    first_stamp: float | None = None
+    last_stamp: float | None = None
+    arrivals: list = field(default_factory=list)
+
+
+class _Window:
+    """Statistics of one diagnostics period."""
+
+    def __init__(self, now: float, counters: dict):
+        self.start = now
+        self.counters = dict(counters)
+        self.nis_sum = 0.0
+        self.nis_dof = 0
+        self.updates = 0
+        self.cost_sum = 0.0
+        self.cost_max = 0.0
+        self.steps = 0
+        self.t_first = None
+        self.t_last = None
+        self.lag_min = math.inf
+        self.resets = 0
+        self.errors = 0
+
+
+class LiveEstimator:
+    """See the module docstring.
+
+    scenario: a :class:`~mbde_core.scenario.Scenario` (its estimator model, sensors and
+    initial guess are used); options: :class:`EstimatorOptions`; factory: message
+    factory; publish(key, msg) with key in ``state``, ``joint_states``, ``particles``,
+    ``markers``; log(level, text) with level in 'info', 'warn', 'error';
+    wall: monotonic clock [s] (rates and diagnostics windows).
+    """
+
+    KEYS = ("state", "joint_states", "particles", "markers")
+
+    def __init__(self, scenario, options: EstimatorOptions, factory, publish, log=None, wall=_time.monotonic):
+        from mbde_core.estimators import make_estimator
+        from mbde_core.estimators.stage import StageCounters
+        from mbde_core.replay.runner import initial_state
+
+        self.scenario = scenario
+        self.opt = options
+        self.factory = factory
+        self.publish = publish
+        self.log = log or (lambda level, text: None)
+        self.wall = wall
+        self.mech = scenario.estimator_mechanism()
+        self.sensors = scenario.estimator_sensors()
+        if len(self.sensors) == 0:
+            raise ConfigError(scenario.file, "sensors", "the model has no sensors: nothing to estimate from")
+        init = scenario.estimator_initial_state()
+        # exactly what `mbde replay` uses (mbde_core.replay.runner.initial_state)
+        self.initial = initial_state(SimpleNamespace(mechanism=self.mech, initial_z=np.asarray(init.z, float),
+                                                     initial_zd=np.asarray(init.zd, float),
+                                                     initial_q=np.asarray(init.q, float),
+                                                     initial_branch=init.branch), options.config)
+        try:
+            self.est = make_estimator(options.name, self.mech, self.sensors, options.config,
+                                      rng=np.random.default_rng(options.seed))
+        except ModuleNotFoundError as exc:
+            raise ConfigError("<parameters>", "estimator",
+                              f"estimator {options.name!r} is not available in this installation ({exc})") from None
+        self.step = float(options.config["step"])
+        self.frame_id = options.frame_id or scenario.frame_id
+        self.topics: dict[str, list] = {}
+        self.topic_types: dict[str, str] = {}
+        self.stats: dict[str, SensorStats] = {}
+        for s in self.sensors:
+            if self.topic_types.setdefault(s.topic, s.msg_type) != s.msg_type:
+                raise ConfigError(scenario.file, f"sensors.{s.name}.topic",
+                                  f"{s.topic} carries {self.topic_types[s.topic]} for another sensor, not {s.msg_type}")
+            self.topics.setdefault(s.topic, []).append(s)
+            self.stats[s.name] = SensorStats(s.name, s.topic, s.msg_type, s.rate)
+        self.slowest_period = max(1.0 / s.rate for s in self.sensors)
+        self.counters = StageCounters()
+        self.resets: collections.Counter = collections.Counter()
+        self.errors = 0
+        self.last_error = ""
+        self.non_finite_estimates = 0
+        self.published = collections.Counter()
+        self.throttle = Throttle(10.0, wall)
+        self._drawer = None
+        self.stage = None
+        self._new_stage()
+        self.window = _Window(wall(), self.counters.as_dict())
+        self.lag = None  # clock - stamp on arrival (min over recent readings)
+        self._recent: dict = {}  # NIS and step-time lines of the last period with steps
+        self.clock_mismatch = False
+
+    # -- stage ------------------------------------------------------------------------------
+    def _new_stage(self) -> None:
+        from mbde_core.estimators.stage import EstimatorStage
+
+        cfg = self.opt.config
+        self.stage = EstimatorStage(self.est, self.step, lambda t: self.initial, gate=cfg.get("gate", 0.0),
+                                    backward_jump=self.opt.backward_jump, max_gap=self.opt.max_gap,
+                                    reorder_window=self.opt.reorder_window, on_step=self._on_step, keep=False)
+        self.stage.counters = self.counters  # counters survive resets
+        self.newest: float | None = None
+        self.newest_arrival: float | None = None
+        self.latest = None  # last StepRecord
+        self.latest_cloud = None
+        self._next = {k: -math.inf for k in self.KEYS}
+        self._pending_reset = None
+
+    def reset(self, reason: str, detail: str = "") -> None:
+        """Forget the estimate; the next reading starts a new track from the initial guess.
+
+        reason: counted in the diagnostics ('reset service', 'clock jumped back', ...);
+        detail: added to the log line only."""
+        self.resets[reason] += 1
+        self.window.resets += 1
+        self._new_stage()
+        self.log("info", f"estimator reset ({reason}{' ' + detail if detail else ''}); the next reading restarts "
+                 "it from the initial guess")
+
+    @property
+    def time(self) -> float | None:
+        """Filter time [s] (None before the first reading)."""
+        return self.stage.time
+
+    @property
+    def model_name(self) -> str:
+        return self.mech.name
+
+    # -- input ------------------------------------------------------------------------------
+    def on_message(self, topic: str, msg, now: float | None = None) -> None:
+        """A message arrived on a sensor topic; now: node clock [s] (None if unknown)."""
+        arrival = self.wall()
+        for sensor in self.topics.get(topic, ()):
+            st = self.stats[sensor.name]
+            st.received += 1
+            st.arrivals.append(arrival)
+            try:
+                m = sensor_reading(sensor, msg)
+            except (DataError, ValueError) as exc:
+                st.malformed += 1
+                st.last_error = str(exc)
+                if self.throttle(("malformed", sensor.name)):
+                    self.log("warn", f"skipping a malformed message on {topic} ({exc})")
+                continue
+            if math.isfinite(m.stamp):
+                if st.first_stamp is None:
+                    st.first_stamp = m.stamp
+                    self.log("info", f"receiving {sensor.name} on {topic} (first stamp {m.stamp:.3f} s)")
+                st.last_stamp = m.stamp
+                if now is not None:
+                    lag = now - m.stamp
+                    self.window.lag_min = min(self.window.lag_min, lag)
+                    if self.lag is None:
+                        self.lag = lag
+                if self.newest is None or m.stamp > self.newest or m.stamp < self.newest - self.opt.backward_jump:
+                    self.newest = m.stamp
+                    self.newest_arrival = now  # node clock when the newest reading arrived
+            self._guard(self.stage.feed, m)
+
+    def tick(self, now: float | None) -> None:
+        """The node clock reads ``now`` [s]: predict through overdue readings (see module doc)."""
+        if now is None or self.newest is None or self.stage.time is None or self.lag is None:
+            return
+        self.clock_mismatch = abs(self.lag) > CLOCK_TOLERANCE
+        if self.clock_mismatch:
+            if self.throttle("clock"):
+                self.log("warn", self.clock_hint())
+            return
+        if self.newest_arrival is None:
+            return
+        # time since the newest reading arrived: independent of clock offsets and transport delays
+        silence = now - self.newest_arrival
+        if silence <= self.opt.reorder_window + 2.0 * self.slowest_period + OVERDUE_MARGIN:
+            return
+        target = self.newest + min(silence, self.opt.max_prediction)
+        if target - self.opt.reorder_window > self.stage.time + self.step:
+            self._guard(self.stage.advance_to, target)
+
+    def clock_hint(self) -> str:
+        lag = self.lag if self.lag is not None else float("nan")
+        return (f"reading stamps are {lag:+.3f} s behind the node clock: they come from another clock "
+                f"(bag played without --clock and use_sim_time, or a driver stamping with another clock); "
+                f"the filter runs on the readings alone")
+
+    def _guard(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # an estimator failure must not take the node down
+            self.errors += 1
+            self.window.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+            if self.throttle("error"):
+                self.log("error", f"{self.opt.name} failed ({self.last_error}); restarting at the next reading")
+            self._pending_reset = "estimator error"
+        if self._pending_reset:
+            reason, self._pending_reset = self._pending_reset, None
+            self.reset(reason)
+
+    # -- output -----------------------------------------------------------------------------
+    def _due(self, key: str, stamp: float, rate: float) -> bool:
+        """Decimation in data time: rate [Hz]; 0 = every step for ``state``, off for the rest."""
+        if rate <= 0:
+            return key == "state"
+        nxt = self._next[key]
+        if stamp + 1e-9 >= nxt or stamp < nxt - 2.0 / rate:  # due, or time went back
+            self._next[key] = (math.floor(stamp * rate + 1e-6) + 1) / rate
+            return True
+        return False
+
+    def _on_step(self, rec) -> None:
+        w = self.window
+        w.steps += 1
+        w.cost_sum += rec.cost
+        w.cost_max = max(w.cost_max, rec.cost)
+        snap = rec.estimate
+        w.t_first = snap.stamp if w.t_first is None else w.t_first
+        w.t_last = snap.stamp
+        if rec.update is not None:
+            w.updates += 1
+            if rec.update.nis is not None and np.isfinite(rec.update.nis):
+                w.nis_sum += float(rec.update.nis)
+                w.nis_dof += int(rec.update.dof)
+        finite = all(np.all(np.isfinite(a)) for a in (snap.q, snap.qd, snap.z, snap.zd)
+                     ) and (snap.cov is None or np.all(np.isfinite(snap.cov)))
+        if not finite:
+            self.non_finite_estimates += 1
+            self._pending_reset = "non-finite estimate"
+            if self.throttle("nonfinite"):
+                self.log("error", f"{self.opt.name} produced a non-finite estimate at t = {snap.stamp:.3f} s: "
+                         "not published, restarting")
+            return
+        self.latest = rec
+        t = snap.stamp
+        if self._due("state", t, self.opt.publish_rate):
+            state, joints = estimate_messages(self.factory, snap, self.mech, self.frame_id)
+            self._emit("state", state)
+            self._emit("joint_states", joints)
+        want_cloud = self._due("particles", t, self.opt.particles_rate)
+        want_markers = self._due("markers", t, self.opt.marker_rate)
+        cloud = None
+        if want_cloud or want_markers:
+            cloud = self.est.particles()
+            if cloud is not None:
+                cloud.stamp = t
+                self.latest_cloud = cloud
+        if want_cloud and cloud is not None:
+            self._emit("particles", particle_set_msg(self.factory, cloud, self.mech.independent_names, self.frame_id))
+        if want_markers:
+            self._emit("markers", self.markers(snap, cloud))
+
+    def _emit(self, key: str, msg) -> None:
+        self.published[key] += 1
+        self.publish(key, msg)
+
+    def markers(self, snap, cloud=None):
+        """MarkerArray of an estimate (bars, ellipses, hypotheses, label)."""
+        from mbde_core.viz.markers import MechanismDrawer, estimate_shapes, marker_array
+
+        if self._drawer is None:
+            self._drawer = MechanismDrawer(self.mech)
+        w = self.window
+        nis = w.nis_sum / w.updates if w.updates else None
+        shapes = estimate_shapes(self._drawer, self.opt.name, snap, cloud, self.opt.top_k, nis=nis)
+        return marker_array(self.factory, shapes, self.frame_id, snap.stamp)
+
+    # -- diagnostics ------------------------------------------------------------------------
+    def waiting_for(self) -> list[SensorStats]:
+        """Sensors that have not delivered a valid reading yet."""
+        return [st for st in self.stats.values() if st.first_stamp is None]
+
+    def status(self, name: str, now: float | None = None, extra_problems=()) -> Status:
+        """The diagnostic status of the last period (and start a new period).
+
+        name: status name (the node's); now: node clock [s]; extra_problems: [(level,
+        text)] from the node (e.g. waiting for a topic, /clock missing).
+        """
+        wall = self.wall()
+        w = self.window
+        span = max(wall - w.start, 1e-9)
+        c = self.counters.as_dict()
+        d = {k: c[k] - w.counters.get(k, 0) for k in ("out_of_order", "non_finite", "rejected_gate",
+                                                       "unknown_sensor", "resets", "gap_resets")}
+        problems: list[tuple[int, str]] = list(extra_problems)
+        values = [("estimator", self.opt.name), ("mechanism", self.mech.name),
+                  ("model", self.scenario.name), ("independent coordinates", ", ".join(self.mech.independent_names)),
+                  ("filter step [s]", self.step)]
+        t = self.time
+        values.append(("filter time [s]", "-" if t is None else f"{t:.3f}"))
+        if t is None:
+            state = "waiting for readings"
+        elif self.clock_mismatch:
+            state = "running on readings only (clock mismatch)"
+            problems.append((WARN, "clock mismatch: " + self.clock_hint()))
+        elif now is not None and self.newest_arrival is not None and now - self.newest_arrival > max(
+                self.opt.max_prediction, 2 * self.slowest_period):
+            state = "stale"
+            problems.append((WARN, f"stale: no reading for {now - self.newest_arrival:.2f} s"))
+        else:
+            state = "running"
+        values.append(("state", state))
+        rates = []
+        for st in self.stats.values():
+            n = sum(1 for a in st.arrivals if a >= w.start)
+            rate = n / span
+            rates.append(f"{st.name} {rate:.1f} Hz")
+            values += [(f"{st.name}: topic", st.topic), (f"{st.name}: rate [Hz]", f"{rate:.1f}"),
+                       (f"{st.name}: expected rate [Hz]", f"{st.expected_rate:.1f}"),
+                       (f"{st.name}: received", st.received), (f"{st.name}: malformed", st.malformed),
+                       (f"{st.name}: fused", c["per_sensor_fused"].get(st.name, 0)),
+                       (f"{st.name}: rejected by gate", c["per_sensor_rejected"].get(st.name, 0))]
+            if st.malformed and st.last_error:
+                values.append((f"{st.name}: last malformed", st.last_error))
+            st.arrivals = [a for a in st.arrivals if a >= wall - 1e-9]
+        total_resets = sum(self.resets.values()) + c["resets"] + c["gap_resets"]
+        breakdown = dict(self.resets)
+        if c["resets"]:
+            breakdown["backward stamp"] = c["resets"]
+        if c["gap_resets"]:
+            breakdown["gap"] = c["gap_resets"]
+        values += [("readings received", c["received"]), ("readings fused", c["fused"]),
+                   ("late (out of order)", c["out_of_order"]), ("non-finite", c["non_finite"]),
+                   ("malformed", sum(st.malformed for st in self.stats.values())),
+                   ("rejected by gate", c["rejected_gate"]), ("unknown sensor", c["unknown_sensor"]),
+                   ("steps", c["steps"]), ("resets", total_resets),
+                   ("reset reasons", ", ".join(f"{k}: {v}" for k, v in sorted(breakdown.items())) or "-"),
+                   ("estimator errors", self.errors), ("non-finite estimates", self.non_finite_estimates)]
+        if self.last_error:
+            values.append(("last estimator error", self.last_error))
+        nis = None
+        if w.updates and w.nis_dof:
+            nis = w.nis_sum / w.updates
+            self._recent["nis"] = [("NIS (mean, last active period)", f"{nis:.3f}"),
+                                   ("NIS expected (dof per update)", f"{w.nis_dof / w.updates:.3g}")]
+        values += self._recent.get("nis", [])
+        cloud = self.latest_cloud
+        if cloud is None and self.latest is not None:
+            try:
+                cloud = self.est.particles()
+            except Exception:
+                cloud = None
+        if cloud is not None:
+            values += [("ESS", f"{cloud.ess:.1f}"), ("particles", len(cloud.weight)),
+                       ("ESS / N", f"{cloud.ess / max(len(cloud.weight), 1):.3f}"),
+                       ("unique particles", cloud.unique)]
+        if self.latest is not None and self.latest.estimate.branch_probabilities is not None:
+            probs = np.asarray(self.latest.estimate.branch_probabilities)
+            values.append(("branch probabilities", " ".join(f"{k}: {p:.3f}" for k, p in enumerate(probs))))
+            values.append(("branch", self.latest.estimate.branch))
+        if w.steps:
+            cost = [("step time mean [ms]", f"{1e3 * w.cost_sum / w.steps:.3f}"),
+                    ("step time max [ms]", f"{1e3 * w.cost_max:.3f}")]
+            data_span = (w.t_last - w.t_first) + self.step if w.t_first is not None else 0.0
+            if data_span > 0:
+                cost.append(("real-time factor (cost / data time)", f"{w.cost_sum / data_span:.3f}"))
+            self._recent["cost"] = cost
+        values += self._recent.get("cost", [])
+        if self.lag is not None:
+            lag = w.lag_min if math.isfinite(w.lag_min) else self.lag
+            values.append(("stamp lag [ms] (clock - stamp on arrival)", f"{1e3 * lag:.1f}"))
+            if math.isfinite(w.lag_min):
+                self.lag = w.lag_min  # follow slow drifts of the transport delay
+        for k, v in sorted(self.est.diagnostics().items()):
+            values.append((f"{self.opt.name}: {k}", v))
+        values += [(f"published {k}", self.published[k]) for k in self.KEYS]
+        if d["out_of_order"]:
+            problems.append((WARN, f"{d['out_of_order']} late reading(s) this period (raise reorder_window?)"))
+        if d["non_finite"]:
+            problems.append((WARN, f"{d['non_finite']} non-finite reading(s) this period"))
+        if d["rejected_gate"]:
+            problems.append((WARN, f"{d['rejected_gate']} reading(s) rejected by the gate this period"))
+        if d["unknown_sensor"]:
+            problems.append((WARN, f"{d['unknown_sensor']} reading(s) of unknown sensors this period"))
+        if w.resets or d["resets"] or d["gap_resets"]:
+            problems.append((WARN, "estimator reset this period"))
+        if w.errors:
+            problems.append((ERROR, f"{w.errors} estimator error(s) this period: {self.last_error}"))
+        level = max([OK] + [lv for lv, _ in problems])
+        if problems:
+            message = "; ".join(text for lv, text in problems if lv == level)
+        else:
+            parts = [state, ", ".join(rates)]
+            if nis is not None:
+                parts.append(f"NIS {nis:.2f}")
+            if cloud is not None:
+                parts.append(f"ESS {cloud.ess:.0f}/{len(cloud.weight)}")
+            if w.steps:
+                parts.append(f"step {1e3 * w.cost_sum / w.steps:.2f} ms")
+            message = ", ".join(parts)
+        self.window = _Window(wall, c)
+        return Status(level, name, message, hardware_id=self.mech.name, values=values)

@@ -1,0 +1,332 @@
+"""The ROS-free cores of the nodes (mbde_core.live), driven with rosbags messages.
+
+The estimator core must run the replay stage bit for bit, the drivers must reproduce the
+readings of `mbde simulate`, the paced simulator its ground truth; bad input is counted.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from mbde_core.errors import ConfigError, DataError
+from mbde_core.live.diagnostics import ERROR, OK, WARN, diagnostic_array, level_of
+from mbde_core.live.drivers import DriverSet
+from mbde_core.live.estimator import EstimatorOptions, LiveEstimator, load_config
+from mbde_core.live.model_source import from_description, load_source, scenario_for_mechanism
+from mbde_core.live.paths import resolve
+from mbde_core.live.simulator import PacedSimulation, sensor_grid_steps, truth_messages, with_truth_period
+from mbde_core.rosio.bag import BagReader
+from mbde_core.rosio.convert import string_from_msg
+from mbde_core.rosio.factory import RosbagsFactory
+
+CONFIG = "estimators/default.yaml"
+
+
+@pytest.fixture(scope="module")
+def bag(tmp_path_factory):
+    from mbde_core.simulator.bag import write_simulation_bag
+
+    sc = load_source(scenario_file="scenarios/fourbar_gyro.yaml", settings=["duration=1.5"])
+    out = tmp_path_factory.mktemp("live") / "bag"
+    write_simulation_bag(sc, out)
+    return out
+
+
+def description(bag):
+    with BagReader(bag) as r:
+        for _, _, m in r.messages(["/mbde/description"]):
+            return string_from_msg(m)
+
+
+def sensor_messages(bag):
+    with BagReader(bag) as r:
+        topics = [t for t, _, _ in r.topics() if t.startswith("/mbde/sensors/")]
+        return list(r.messages(topics))
+
+
+class Sink:
+    def __init__(self):
+        self.msgs = {}
+        self.logs = []
+
+    def publish(self, key, msg):
+        self.msgs.setdefault(key, []).append(msg)
+
+    def log(self, level, text):
+        self.logs.append((level, text))
+
+
+def live(bag, name="ukf", **kw):
+    sink = Sink()
+    opts = EstimatorOptions(name, load_config(name, CONFIG), **kw)
+    core = LiveEstimator(from_description(description(bag)), opts, RosbagsFactory(), sink.publish, sink.log)
+    return core, sink
+
+
+# ------------------------------------------------------------------------------ estimator
+@pytest.mark.parametrize("name", ["ukf", "errorekf", "dekf"])
+def test_live_core_equals_replay_bit_for_bit(bag, name):
+    from mbde_core.replay.inputs import load_inputs
+    from mbde_core.replay.runner import run_estimator
+    from mbde_core.rosio.convert import snapshot_from_mechanism_state
+
+    core, sink = live(bag, name, publish_rate=0.0, reorder_window=0.02)
+    for topic, t, msg in sensor_messages(bag):  # one message at a time, clock just after the stamp
+        core.on_message(topic, msg, t + 0.002)
+        core.tick(t + 0.003)
+    run = run_estimator(load_inputs(str(bag)), name, load_config(name, CONFIG), seed=0)
+    states = [snapshot_from_mechanism_state(m) for m in sink.msgs["state"]]
+    assert len(states) >= len(run.records) - 5  # the last readings wait in the reorder window
+    for s, r in zip(states, run.records):
+        assert abs(s.stamp - r.estimate.stamp) < 1e-9  # ns stamps
+        assert np.array_equal(s.z, r.estimate.z) and np.array_equal(s.zd, r.estimate.zd)
+        assert np.array_equal(s.q, r.estimate.q) and np.array_equal(s.cov, r.estimate.cov)
+    assert len(sink.msgs["joint_states"]) == len(states)
+    assert core.counters.out_of_order == 0 and core.counters.non_finite == 0
+
+
+def test_decimation_markers_and_status(bag):
+    core, sink = live(bag, "ukf", publish_rate=50.0, marker_rate=10.0)
+    msgs = sensor_messages(bag)
+    for topic, t, msg in msgs:
+        core.on_message(topic, msg, t + 0.001)
+    stamps = [m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in sink.msgs["state"]]
+    assert np.allclose(np.diff(stamps), 0.02, atol=1e-9)
+    assert len(sink.msgs["markers"]) == pytest.approx(15, abs=1)
+    spaces = {m.ns for m in sink.msgs["markers"][-1].markers}
+    assert spaces == {"ukf/bars", "ukf/joints", "ukf/ellipses", "ukf/label"}
+    assert "particles" not in sink.msgs
+    st = core.status("test", msgs[-1][1] + 0.001)
+    v = st.as_dict()
+    assert st.level == OK and st.message.startswith("running, gyro_coupler")
+    assert v["readings received"] == len(msgs) and v["malformed"] == 0 and v["resets"] == 0
+    assert float(v["NIS (mean, last active period)"]) > 0 and "step time mean [ms]" in v
+    arr = diagnostic_array(RosbagsFactory(), 1.5, [st])
+    assert level_of(arr.status[0]) == OK and arr.status[0].hardware_id == "fourbar"
+    assert {kv.key for kv in arr.status[0].values} == set(v)
+    # the next period without data: stale, and the last NIS / step time are still reported
+    later = core.status("test", msgs[-1][1] + 3.0)
+    assert later.level == WARN and "stale" in later.message
+    assert "NIS (mean, last active period)" in later.as_dict()
+
+
+def test_bad_messages_are_counted_never_raised(bag):
+    import copy
+
+    core, sink = live(bag, "ukf", publish_rate=0.0)
+    msgs = sensor_messages(bag)
+    topic = msgs[0][0]
+    for i, (tp, t, msg) in enumerate(msgs[:100]):
+        core.on_message(tp, msg, t)
+    bad = copy.deepcopy(msgs[100][2])
+    bad.angular_velocity_covariance[0] = -1.0  # "not provided" (REP 145)
+    core.on_message(topic, bad, msgs[100][1])
+    nan = copy.deepcopy(msgs[101][2])
+    nan.angular_velocity.z = float("nan")
+    core.on_message(topic, nan, msgs[101][1])
+    late = copy.deepcopy(msgs[50][2])
+    core.on_message(topic, late, msgs[101][1])
+    core.on_message("/unrelated", msgs[102][2], msgs[102][1])  # not a sensor topic: ignored
+    core.stage.flush()
+    v = core.status("n", msgs[101][1]).as_dict()
+    assert v["malformed"] == 1 and v["non-finite"] == 1 and v["late (out of order)"] == 1
+    assert "does not provide angular_velocity" in v["gyro_coupler: last malformed"]
+    assert any("skipping a malformed message" in text for _, text in sink.logs)
+
+
+def test_estimator_failures_and_non_finite_estimates_restart_it(bag, monkeypatch):
+    core, sink = live(bag, "ukf", publish_rate=0.0)
+    msgs = sensor_messages(bag)
+    for tp, t, msg in msgs[:20]:
+        core.on_message(tp, msg, t)
+    n_before = len(sink.msgs["state"])
+
+    def boom(*a, **k):
+        raise np.linalg.LinAlgError("singular matrix")
+
+    monkeypatch.setattr(core.est, "update", boom)
+    for tp, t, msg in msgs[20:25]:
+        core.on_message(tp, msg, t)
+    monkeypatch.undo()
+    assert core.errors >= 1 and "LinAlgError: singular matrix" in core.last_error
+    assert core.resets["estimator error"] >= 1
+    st = core.status("n", msgs[24][1])
+    assert st.level == ERROR and "estimator error" in st.message
+    for tp, t, msg in msgs[25:60]:  # it carries on
+        core.on_message(tp, msg, t)
+    assert len(sink.msgs["state"]) > n_before + 20
+    # a non-finite estimate is not published and restarts the estimator
+    real = core.est.estimate
+
+    def bad_estimate():
+        s = real()
+        s.z = s.z * np.nan
+        return s
+
+    monkeypatch.setattr(core.est, "estimate", bad_estimate)
+    n = len(sink.msgs["state"])
+    for tp, t, msg in msgs[60:64]:
+        core.on_message(tp, msg, t)
+    assert len(sink.msgs["state"]) == n and core.non_finite_estimates >= 1
+    assert core.resets["non-finite estimate"] >= 1
+
+
+def test_clock_predicts_through_gaps_and_is_ignored_when_it_disagrees(bag):
+    msgs = sensor_messages(bag)
+    core, sink = live(bag, "ukf", publish_rate=0.0, max_prediction=0.2)
+    for tp, t, msg in msgs[:100]:
+        core.on_message(tp, msg, t + 0.001)
+    t_last = msgs[99][1]
+    core.tick(t_last + 0.01)  # not overdue: readings may be in flight
+    assert core.time <= t_last
+    core.tick(t_last + 1.0)  # overdue: predicts, but at most max_prediction past the newest reading
+    assert core.time == pytest.approx(t_last + 0.2 - 0.02, abs=0.006)
+    assert core.status("n", t_last + 1.0).as_dict()["state"] == "stale"
+    # stamps from another clock (e.g. a bag played without --clock): never driven by the clock
+    core2, _ = live(bag, "ukf", publish_rate=0.0)
+    for tp, t, msg in msgs[:100]:
+        core2.on_message(tp, msg, 1.7e9 + t)
+    core2.tick(1.7e9 + 50.0)
+    assert core2.clock_mismatch and core2.time <= t_last
+    st = core2.status("n", 1.7e9 + 50.0)
+    assert st.level == WARN and "clock mismatch" in st.message and "--clock" in st.message
+
+
+def test_reset_and_backward_stamps(bag):
+    msgs = sensor_messages(bag)
+    core, sink = live(bag, "ukf", publish_rate=0.0)
+    for tp, t, msg in msgs[:150]:
+        core.on_message(tp, msg, t)
+    core.reset("reset service")
+    assert core.time is None
+    for tp, t, msg in msgs[:150]:  # the data again from the start: a new track, same estimates
+        core.on_message(tp, msg, t)
+    first = [m for m in sink.msgs["state"]]
+    n = len(first) // 2
+    assert [list(m.z) for m in first[:n - 5]] == [list(m.z) for m in first[n:2 * n - 5]]
+    v = core.status("n", msgs[149][1]).as_dict()
+    assert "reset service: 1" in v["reset reasons"]
+
+
+def test_bad_configuration_is_a_config_error(bag):
+    with pytest.raises(ConfigError, match="unknown estimator"):
+        load_config("ukf", os.path.join(REPO, "config", "scenarios", "pf_sim.yaml"))
+    with pytest.raises(ConfigError, match="not found"):
+        load_config("ukf", "estimators/nope.yaml")
+    sc = scenario_for_mechanism("mechanisms/fourbar.yaml")  # no sensors at all
+    with pytest.raises(ConfigError, match="no sensors"):
+        LiveEstimator(sc, EstimatorOptions("ukf", load_config("ukf")), RosbagsFactory(), lambda k, m: None)
+
+
+# ------------------------------------------------------------------------------ drivers
+def test_drivers_reproduce_the_simulated_bag(bag):
+    f = RosbagsFactory()
+    sc = from_description(description(bag))
+    drivers = DriverSet(sc, "imu_driver", f)
+    assert [d.sensor.name for d in drivers.drivers] == ["gyro_coupler"]
+    assert len(DriverSet(sc, "encoder_driver", f)) == 0
+    got, ref = [], []
+    with BagReader(bag) as r:
+        for topic, _, m in r.messages(["/mbde/ground_truth", "/mbde/sensors/gyro_coupler"]):
+            if topic == "/mbde/ground_truth":
+                got += drivers.on_truth(m)
+            else:
+                ref.append(m)
+    assert len(got) == len(ref) == 301
+    for (topic, a), b in zip(got, ref):
+        assert topic == "/mbde/sensors/gyro_coupler"
+        assert (a.header.stamp.sec, a.header.stamp.nanosec) == (b.header.stamp.sec, b.header.stamp.nanosec)
+        assert a.angular_velocity.z == b.angular_velocity.z and a.header.frame_id == b.header.frame_id
+        assert list(a.angular_velocity_covariance) == list(b.angular_velocity_covariance)
+        assert a.linear_acceleration_covariance[0] == -1.0
+
+
+def test_driver_rate_frame_noise_and_time_jumps(bag):
+    f = RosbagsFactory()
+    sc = from_description(description(bag))
+    truth = []
+    with BagReader(bag) as r:
+        truth = [m for _, _, m in r.messages(["/mbde/ground_truth"])]
+    d = DriverSet(sc, "imu_driver", f, rate=50.0, noise=False, frame_id="imu_link")
+    out = [m for g in truth for _, m in d.on_truth(g)]
+    assert len(out) == 76 and all(m.header.frame_id == "imu_link" for m in out)  # 1.5 s at 50 Hz
+    sensor = d.drivers[0].sensor
+    from mbde_core.rosio.convert import snapshot_from_mechanism_state
+
+    s0 = snapshot_from_mechanism_state(truth[20])
+    exact = DriverSet(sc, "imu_driver", f, noise=False)
+    (_, m), = exact.on_truth(truth[20])
+    assert m.angular_velocity.z == sensor.h(s0.q, s0.qd, s0.qdd)[0]
+    # the time going back (a looping simulation) restarts the grid and the noise stream
+    noisy = DriverSet(sc, "imu_driver", f)
+    first = [m.angular_velocity.z for g in truth[:50] for _, m in noisy.on_truth(g)]
+    again = [m.angular_velocity.z for g in truth[:50] for _, m in noisy.on_truth(g)]
+    assert first == again
+    other = load_source(scenario_file="scenarios/adekf_slider_crank.yaml")  # same coordinate names
+    with pytest.raises(DataError, match="another mechanism than 'slider_crank'"):
+        DriverSet(other, "imu_driver", f).on_truth(truth[0])
+    with pytest.raises(ConfigError, match="no sensor"):
+        DriverSet(sc, "imu_driver", f, names=["nope"])
+    with pytest.raises(ConfigError, match="use the other driver"):
+        DriverSet(sc, "encoder_driver", f, names=["gyro_coupler"])
+
+
+# ------------------------------------------------------------------------------ simulator
+def test_paced_simulation_is_the_simulator_in_pieces():
+    from mbde_core.simulator import simulate
+    from mbde_core.simulator.core import TruthSnapshot
+
+    base = load_source(scenario_file="scenarios/fourbar_gyro.yaml", settings=["duration=0.3"])
+    sc = with_truth_period(base)
+    assert sensor_grid_steps(base) == 5 and sc.ground_truth_every == 5
+    ref = [e for e in simulate(sc) if isinstance(e, TruthSnapshot)]
+    sim = PacedSimulation(sc)
+    got = []
+    for tau in (0.0, 0.012, 0.1, 0.1, 0.2999, 5.0):
+        got += sim.advance(tau)
+    assert sim.finished and len(got) == len(ref) == 61
+    assert all(np.array_equal(a.q, b.q) and a.stamp == b.stamp for a, b in zip(got, ref))
+    assert got[-1].stamp_ns == 300_000_000
+    # wall-clock stamps without /clock; a loop keeps the time running
+    wall = PacedSimulation(sc, loop=True, offset_ns=1_700_000_000_123_456_789, clock=False)
+    lap1 = wall.advance(1.0)
+    assert wall.lap == 1 and lap1[0].stamp_ns == 1_700_000_000_123_456_789
+    lap2 = wall.advance(0.0)
+    assert lap2[0].stamp_ns == lap1[-1].stamp_ns + 1_000_000  # one step after the end
+    clocked = PacedSimulation(sc, loop=True)
+    clocked.advance(1.0)
+    assert clocked.advance(0.0)[0].stamp_ns == 0  # with /clock every lap restarts
+    state, joints = truth_messages(RosbagsFactory(), lap1[3], sc.truth_mechanism().coordinate_names,
+                                   sc.truth_mechanism().independent_names, "world")
+    assert (state.header.stamp.sec, state.header.stamp.nanosec) == (1_700_000_000, 138_456_789)
+    assert list(joints.name) == sc.truth_mechanism().coordinate_names and len(joints.effort) == 5
+    with pytest.raises(ConfigError, match="333 Hz is not a whole number"):
+        with_truth_period(base, rate=333.0)
+    assert with_truth_period(base, rate=1000.0, duration=2.0).n_steps == 2000
+
+
+# ------------------------------------------------------------------------------ model sources
+def test_model_sources(tmp_path):
+    sensors = tmp_path / "sensors.yaml"
+    sensors.write_text("sensors:\n  - {name: enc, type: encoder, body: crank, rate: 300, noise: {sigma: 0.01}}\n"
+                       "  - {name: gyro, type: gyroscope, body: coupler, rate: 200, noise: {sigma: 0.01}}\n")
+    sc = scenario_for_mechanism("mechanisms/fourbar.yaml", str(sensors))
+    assert sc.sensors.names == ["enc", "gyro"] and sc.sensor_every == {"enc": 3333333, "gyro": 5000000}
+    text = __import__("mbde_core.scenario.description", fromlist=["x"]).write_description(sc)
+    back = from_description(text)
+    assert back.sensors.names == ["enc", "gyro"] and back.estimator_mechanism().name == "fourbar"
+    assert load_source() is None
+    with pytest.raises(ConfigError, match="not both"):
+        load_source("scenarios/pf_sim.yaml", "mechanisms/fourbar.yaml")
+    with pytest.raises(ConfigError, match="sensors_file needs mechanism_file"):
+        load_source(sensors_file=str(sensors))
+    with pytest.raises(ConfigError, match="settings apply to a scenario_file only"):
+        load_source(mechanism_file="mechanisms/fourbar.yaml", settings=["duration=1"])
+    with pytest.raises(ConfigError, match="scenario file not found"):
+        load_source("scenarios/nope.yaml")
+    assert resolve("mechanisms/fourbar.yaml") == os.path.join(REPO, "config", "mechanisms", "fourbar.yaml")
+    assert math.isclose(load_source("scenarios/pf_sim.yaml", settings=["duration=2"]).duration, 2.0)
