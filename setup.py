@@ -18,6 +18,11 @@ def tree(folder):
 
 NODES = [
     # (executable, module:function) -- the ROS 2 nodes of mbde_nodes
+    ("mechanism_model", "mbde_nodes.mechanism_model:main"),
+    ("simulator", "mbde_nodes.simulator:main"),
+    ("imu_driver", "mbde_nodes.imu_driver:main"),
+    ("encoder_driver", "mbde_nodes.encoder_driver:main"),
+    ("estimator", "mbde_nodes.estimator:main"),
 ]
 
 setup(

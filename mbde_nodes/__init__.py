@@ -1,0 +1,6 @@
+"""mbde ROS 2 nodes: thin rclpy adapters around the ROS-free cores of :mod:`mbde_core.live`.
+
+Executables (console scripts of setup.py): ``mechanism_model``, ``simulator``,
+``imu_driver``, ``encoder_driver``, ``estimator``; each module is also runnable as
+``python -m mbde_nodes.<name> --ros-args ...``. Shared plumbing: :mod:`mbde_nodes.common`.
+"""

@@ -1,0 +1,487 @@
+"""The mbde nodes for real: simulator + drivers + estimators as processes, real rclpy, loopback DDS.
+
+Runs in .venv-ros (tools/ros_venv.sh). Every node is started as ``python -m
+mbde_nodes.<node> --ros-args ...`` on the test's own ROS_DOMAIN_ID with discovery
+restricted to localhost (conftest.py); the probe node of the test process collects
+what they publish. What is checked:
+
+- each available observer (ukf and errorekf now; pf and adekf as soon as their modules
+  exist: the cases below are generated from the registry modules present, and
+  ``test_every_present_observer_has_a_live_case`` fails if one is present without a case)
+  tracks the ground truth from simulated sensors: its JointState output against the
+  simulator's ground-truth JointState at the same stamps;
+- with /clock (use_sim_time), the live estimates equal ``mbde replay``'s on the bag
+  ``mbde simulate`` writes for the same scenario, bit for bit (same stage, same readings);
+- MechanismState / ParticleSet / MarkerArray outputs, /diagnostics content, parameters
+  (descriptors from the schema), QoS of the endpoints;
+- robustness: malformed, non-finite and late readings counted, ~/reset, backward clock
+  jump resets, waiting messages, one-line parameter/config errors with exit status 2.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rosutil
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+@dataclass
+class Case:
+    """A live tracking run: scenario, driver executable, clock mode, error bound [rad]."""
+
+    scenario: str
+    driver: str
+    clock: bool  # publish /clock + use_sim_time (then compared with mbde replay)
+    bound: float
+    duration: float = 3.0
+    real_time_factor: float = 1.0  # < 1 for observers slower than real time on this machine
+    driver_params: dict = field(default_factory=dict)
+    estimator_params: dict = field(default_factory=dict)
+
+
+CASES = {
+    "ukf": Case("scenarios/fourbar_encoder.yaml", "mbde_nodes.encoder_driver", clock=False, bound=0.05),
+    "errorekf": Case("scenarios/fourbar_gyro.yaml", "mbde_nodes.imu_driver", clock=True, bound=0.05),
+    "pf": Case("scenarios/pf_sim.yaml", "mbde_nodes.imu_driver", clock=True, bound=0.1, real_time_factor=0.5),
+    "adekf": Case("scenarios/adekf_slider_crank.yaml", "mbde_nodes.imu_driver", clock=True, bound=0.1,
+                  real_time_factor=0.25),
+}
+
+def present(name: str) -> bool:
+    return importlib.util.find_spec(f"mbde_core.estimators.{name}") is not None
+
+
+PRESENT = [n for n in CASES if present(n)]
+
+
+def test_every_present_observer_has_a_live_case():
+    """ukf and errorekf are tested live; pf and adekf join the parametrised test as soon as
+    their modules exist (their cases are ready above). Nothing is skipped: this test fails
+    while a registry observer of CASES is missing."""
+    from mbde_core.estimators.registry import ESTIMATOR_NAMES
+
+    assert set(CASES) <= set(ESTIMATOR_NAMES)
+    missing = [n for n in CASES if not present(n)]
+    assert not missing, f"observer module(s) not present yet: {missing} (mbde_core/estimators/<name>.py)"
+    assert PRESENT == list(CASES)
+
+
+# ------------------------------------------------------------------------------ helpers
+def msg_class(typename: str):
+    """'sensor_msgs/msg/Imu' -> the rclpy message class."""
+    pkg, sub, name = typename.split("/")
+    return getattr(importlib.import_module(f"{pkg}.{sub}"), name)
+
+
+def stamp(msg) -> float:
+    return msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+
+
+def diag_values(status) -> dict:
+    return {kv.key: kv.value for kv in status.values}
+
+
+def level(status) -> int:
+    lv = status.level
+    return lv[0] if isinstance(lv, (bytes, bytearray)) else int(lv)
+
+
+def our_status(messages, node: str):
+    """The last DiagnosticStatus of the estimator node ``node`` (e.g. '/mbde/ukf')."""
+    found = [s for m in messages for s in m.status if f" {node} (" in s.name]
+    assert found, f"no diagnostics of {node}: {[s.name for m in messages for s in m.status]}"
+    return found[-1]
+
+
+def wait_status(collector, node: str, predicate=lambda s: True, timeout: float = 15.0):
+    """The newest DiagnosticStatus of ``node`` satisfying predicate (waits for it)."""
+    def find():
+        found = [s for m in collector.messages for s in m.status if f" {node} (" in s.name and predicate(s)]
+        return found[-1] if found else None
+
+    status = rosutil.wait_until(find, timeout)
+    assert status is not None, f"no matching diagnostics of {node}"
+    return status
+
+
+def call(probe, srv_type, name: str, request, timeout: float = 10.0):
+    """Call a service from the probe node (its spin thread completes the future)."""
+    client = probe.node.create_client(srv_type, name)
+    try:
+        assert client.wait_for_service(timeout_sec=timeout), f"service {name} not available"
+        future = client.call_async(request)
+        assert rosutil.wait_until(future.done, timeout), f"service {name} did not answer"
+        return future.result()
+    finally:
+        probe.node.destroy_client(client)
+
+
+def wrap(a):
+    return (np.asarray(a) + np.pi) % (2 * np.pi) - np.pi
+
+
+def tracking_error(estimates, truth, coordinate: str, skip: float = 0.5):
+    """(rms, max, n) of estimate - truth of one coordinate: estimates are JointStates,
+    truth MechanismStates (interpolated at the estimates' stamps), after ``skip`` s."""
+    t_true = np.array([stamp(m) for m in truth])
+    i = list(truth[0].coordinate_names).index(coordinate)
+    x_true = np.unwrap(np.array([m.q[i] for m in truth]))
+    t_est = np.array([stamp(m) for m in estimates])
+    j = list(estimates[0].name).index(coordinate)
+    x_est = np.array([m.position[j] for m in estimates])
+    sel = (t_est >= t_true[0] + skip) & (t_est <= t_true[-1])
+    err = wrap(x_est[sel] - np.interp(t_est[sel], t_true, x_true))
+    return float(np.sqrt(np.mean(err**2))), float(np.max(np.abs(err))), int(sel.sum())
+
+
+def params_file(executable: str) -> list[str]:
+    """Arguments loading the shipped parameter file (checked by rcl's own YAML parser);
+    the test's -p values, given after it, override it."""
+    return ["--ros-args", "--params-file", str(REPO / "config" / "params" / f"{executable}.yaml")]
+
+
+def start_estimator(node_processes, name: str, **params):
+    base = {"estimator": name, "diagnostics_period": 0.5}  # config_file '': the shipped options
+    base.update(params)
+    return node_processes.start("mbde_nodes.estimator", params=base, name=name, remaps={"__ns": "/mbde"},
+                                args=params_file("estimator"))
+
+
+# ------------------------------------------------------------------------------ live tracking
+@pytest.mark.parametrize("name", PRESENT)
+def test_estimator_tracks_simulated_ground_truth(name, node_processes, probe, ros_env):
+    from diagnostic_msgs.msg import DiagnosticArray
+    from mbde_msgs.msg import MechanismState, ParticleSet
+    from rcl_interfaces.srv import DescribeParameters, GetParameters
+    from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+    from sensor_msgs.msg import JointState
+    from visualization_msgs.msg import MarkerArray
+
+    from mbde_core.live.estimator import load_config
+    from mbde_core.live.model_source import load_source
+    from mbde_core.live.params import node_params
+
+    case = CASES[name]
+    scenario = load_source(scenario_file=case.scenario)
+    z_name = scenario.estimator_mechanism().independent_names[0]
+    sensor = scenario.sensors.sensors[0]
+    ns = f"/mbde/{name}"
+
+    big = rosutil.qos_profile(depth=5000)
+    truth = probe.subscribe("/mbde/ground_truth", MechanismState, big)  # counted by wait_for_subscribers
+    readings = probe.subscribe(sensor.topic, msg_class(sensor.msg_type), big)
+    joints = probe.subscribe(f"{ns}/joint_states", JointState, big)
+    states = probe.subscribe(f"{ns}/state", MechanismState, big)
+    markers = probe.subscribe(f"{ns}/markers", MarkerArray, rosutil.qos_profile(depth=200))
+    particles = probe.subscribe(f"{ns}/particles", ParticleSet, rosutil.qos_profile(depth=200))
+    diags = probe.subscribe("/diagnostics", DiagnosticArray, rosutil.qos_profile(depth=200))
+
+    model = node_processes.start("mbde_nodes.mechanism_model", params={"scenario_file": case.scenario},
+                                 args=params_file("mechanism_model"))
+    driver = node_processes.start(case.driver, params=case.driver_params,
+                                  args=params_file(case.driver.rsplit(".", 1)[1]))
+    # generous reorder windows: a driver stalled by the loaded test machine must not fall
+    # behind the clock (its readings would be late; with /clock the run would no longer be
+    # identical to the replay)
+    est = start_estimator(node_processes, name, publish_rate=0.0, use_sim_time=case.clock,
+                          reorder_window=0.5 if case.clock else 0.2, **case.estimator_params)
+    est.wait_for_output(r"listening to /mbde/sensors/", timeout=30, stream="stderr")
+    driver.wait_for_output(rf"{sensor.name}: sensor_msgs/msg/\w+ on {sensor.topic}", timeout=30, stream="stderr")
+    assert readings.wait_for_publishers(1, timeout=15), "the driver's publisher was not discovered"
+    sim = node_processes.start("mbde_nodes.simulator", args=params_file("simulator"), params={
+        "scenario_file": case.scenario, "duration": case.duration, "publish_clock": case.clock, "loop": False,
+        "real_time_factor": case.real_time_factor,
+        "wait_for_subscribers": 2})  # driver + probe on the ground truth, estimator + probe on the sensor
+    sim.wait_for_output(r"scenario finished", timeout=2 * case.duration / case.real_time_factor + 30,
+                        stream="stderr")
+    n_truth = round(case.duration * sensor.rate) + 1  # the simulator's default rate: the sensor grid
+
+    def received():
+        found = [s for m in diags.messages for s in m.status if f" {ns} (" in s.name]
+        return int(diag_values(found[-1]).get(f"{sensor.name}: received", 0)) if found else 0
+
+    rosutil.wait_until(lambda: received() >= n_truth, 30)  # a slow observer works off its queue
+    time.sleep(1.2)  # last messages and one more diagnostics period
+    probe.check()
+
+    # -- tracking ---------------------------------------------------------------------
+    gt, est_js = truth.messages, joints.messages
+    assert len(gt) == n_truth and len(readings) == n_truth  # reliable QoS, matched before the start
+    assert est_js, f"no {ns}/joint_states\n{est.logs()}"
+    rms, worst, n = tracking_error(est_js, gt, z_name)
+    step = float(load_config(name, "")["step"])
+    print(f"\n{name}: {len(gt)} ground-truth and {len(est_js)} estimate JointStates, {len(states)} MechanismStates,"
+          f" {len(markers)} MarkerArrays, {len(particles)} ParticleSets; {z_name} error after 0.5 s: "
+          f"RMS {rms:.4g} rad, max {worst:.4g} rad over {n} estimates")
+    window = 0.5 if case.clock else 0.2  # the readings of the last reorder window stay buffered
+    assert n >= 0.8 * (case.duration - 0.5 - window) / step
+    assert rms < case.bound and worst < 4 * case.bound
+    # JointState: every coordinate, effort = estimated input (zeros where none)
+    js = est_js[-1]
+    assert list(js.name) == list(scenario.estimator_mechanism().coordinate_names)
+    assert len(js.position) == len(js.velocity) == len(js.effort) == len(js.name)
+    assert js.header.frame_id == "world"
+
+    # -- MechanismState -----------------------------------------------------------------
+    st = states.messages
+    stamps = np.array([stamp(m) for m in st])
+    assert np.all(np.diff(stamps) > 0)
+    assert np.allclose(np.diff(stamps), step, rtol=0, atol=1e-6)  # publish_rate 0: every filter step
+    last = st[-1]
+    g = len(last.independent_names)
+    assert list(last.independent_names) == [z_name] and len(last.z) == g and len(last.zd) == g
+    assert len(last.q) == len(last.coordinate_names) and len(last.covariance) in (0, 4 * g * g)
+    assert all(math.isfinite(v) for v in list(last.q) + list(last.covariance))
+    if name == "pf":
+        assert len(particles) > 0
+        p = particles.messages[-1]
+        assert p.num_particles == len(p.weight) > 0 and p.dof == g
+        assert abs(sum(p.weight) - 1.0) < 1e-6 and 0 < p.effective_sample_size <= p.num_particles
+        assert len(last.branch_probabilities) >= 1
+    else:
+        assert len(particles) == 0  # ParticleSet is for particle filters only
+
+    # -- markers ------------------------------------------------------------------------
+    assert len(markers) >= 0.5 * case.duration * 10
+    spaces = {m.ns for m in markers.messages[-1].markers}
+    assert {f"{name}/bars", f"{name}/joints", f"{name}/label"} <= spaces
+    if len(last.covariance):
+        assert f"{name}/ellipses" in spaces
+    for m in markers.messages[-1].markers:
+        assert m.header.frame_id == "world" and m.pose.orientation.w == 1.0
+
+    # -- diagnostics ----------------------------------------------------------------------
+    status = our_status(diags.messages, ns)
+    v = diag_values(status)
+    print(f"{name} diagnostics at the end: level {level(status)}, {status.message!r}")
+    print("  " + "\n  ".join(f"{k}: {val}" for k, val in v.items()))
+    assert v["estimator"] == name and v["model"] == scenario.name
+    assert int(v[f"{sensor.name}: received"]) >= 0.9 * case.duration * sensor.rate
+    assert int(v["malformed"]) == 0 and int(v["non-finite"]) == 0 and int(v["estimator errors"]) == 0
+    assert int(v["late (out of order)"]) == 0
+    assert int(v["resets"]) == 0
+    running = [s for m in diags.messages for s in m.status if f" {ns} (" in s.name and "running" in s.message]
+    assert running, "no 'running' diagnostics while the data flowed"
+    mid = running[len(running) // 2]
+    print(f"{name} diagnostics while running: level {level(mid)}, {mid.message!r}")
+    print("  " + "\n  ".join(f"{k}: {val}" for k, val in diag_values(mid).items()))
+    rates = [float(diag_values(s)[f"{sensor.name}: rate [Hz]"]) for s in running]
+    assert max(rates) > 0.7 * sensor.rate * case.real_time_factor  # wall-clock rates
+    assert ("ESS" in v) == (name == "pf")
+    assert "step time mean [ms]" in v and "stamp lag [ms] (clock - stamp on arrival)" in v
+
+    # -- parameters: declared with descriptors from the one schema ----------------------------
+    schema = node_params("estimator")
+    got = call(probe, DescribeParameters, f"{ns}/describe_parameters",
+               DescribeParameters.Request(names=list(schema)))
+    for d in got.descriptors:
+        assert d.read_only and d.description == schema[d.name].description
+        assert d.additional_constraints == schema[d.name].constraint_text()
+    rate = next(d for d in got.descriptors if d.name == "publish_rate")
+    assert rate.floating_point_range[0].from_value == 0.0 and rate.floating_point_range[0].to_value == 10000.0
+    values = call(probe, GetParameters, f"{ns}/get_parameters",
+                  GetParameters.Request(names=["estimator", "publish_rate", "use_sim_time"])).values
+    assert values[0].string_value == name and values[1].double_value == 0.0 and values[2].bool_value == case.clock
+
+    # -- QoS of the endpoints ------------------------------------------------------------------
+    subs = [i for i in probe.node.get_subscriptions_info_by_topic(sensor.topic) if i.node_name == name]
+    assert subs and subs[0].qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT  # SensorDataQoS
+    pubs = [i for i in probe.node.get_publishers_info_by_topic(sensor.topic)]
+    assert pubs and all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in pubs)  # REP 2003
+    desc = [i for i in probe.node.get_publishers_info_by_topic("/mbde/description") if i.node_name == "mechanism_model"]
+    assert desc and desc[0].qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
+
+    # -- the same stage as mbde replay --------------------------------------------------------
+    if case.clock:
+        assert_equals_replay(name, case, st, int(v[f"{sensor.name}: received"]), ros_env["log_dir"])
+    for proc in (model, driver, est, sim):
+        assert proc.running(), proc.logs()
+
+
+def assert_equals_replay(name: str, case: Case, states, received: int, tmp: Path):
+    """Live estimates (stamps = simulated time) equal mbde replay's on the simulated bag."""
+    from mbde_core.live.estimator import load_config
+    from mbde_core.live.model_source import load_source
+    from mbde_core.live.simulator import with_truth_period
+    from mbde_core.replay.inputs import load_inputs
+    from mbde_core.replay.runner import run_estimator
+    from mbde_core.simulator.bag import write_simulation_bag
+
+    sc = with_truth_period(load_source(scenario_file=case.scenario), duration=case.duration)
+    bag = tmp / "replay_bag"
+    write_simulation_bag(sc, bag)
+    inputs = load_inputs(str(bag))
+    if case.driver_params.get("rate"):
+        pytest.fail("a replay comparison needs the sensors' own rates")
+    run = run_estimator(inputs, name, load_config(name, ""), seed=0)
+    replay = {round(r.estimate.stamp * 1e9): r.estimate for r in run.records}
+    assert received == len(inputs.measurements), (
+        f"the live estimator received {received} readings, the bag has {len(inputs.measurements)}")
+    compared = 0
+    for m in states:
+        ref = replay.get(round(stamp(m) * 1e9))
+        if ref is None:
+            continue
+        compared += 1
+        assert list(m.z) == list(ref.z) and list(m.zd) == list(ref.zd), f"t = {stamp(m)}: {list(m.z)} != {ref.z}"
+        assert list(m.q) == list(ref.q)
+        if ref.cov is not None:
+            assert list(m.covariance) == list(np.asarray(ref.cov).ravel())
+    print(f"{name}: {compared} live estimates identical to mbde replay's")
+    assert compared >= 0.9 * len(states)
+
+
+# ------------------------------------------------------------------------------ robustness
+def test_estimator_survives_bad_input_resets_and_clock_jumps(node_processes, probe, ros_env):
+    """Probe-driven (no simulator): waiting messages, malformed / non-finite / late readings
+    counted, ~/reset, and a backward /clock jump resets the estimator; it never dies."""
+    from builtin_interfaces.msg import Time
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rosgraph_msgs.msg import Clock
+    from sensor_msgs.msg import Imu, JointState
+    from std_srvs.srv import Trigger
+
+    from mbde_core.live.model_source import load_source
+    from mbde_core.simulator import run as simulate_run
+
+    scenario = load_source(scenario_file="scenarios/fourbar_gyro.yaml")
+    topic = "/mbde/sensors/gyro_coupler"
+    diags = probe.subscribe("/diagnostics", DiagnosticArray, rosutil.qos_profile(depth=500))
+    est = start_estimator(node_processes, "ukf", scenario_file="scenarios/fourbar_gyro.yaml", use_sim_time=True)
+
+    # waiting: nobody publishes the sensor topic, nor /clock
+    est.wait_for_output(rf"waiting for {topic} \(sensor_msgs/msg/Imu, sensor gyro_coupler\): no publisher yet",
+                        timeout=30, stream="stderr")
+    est.wait_for_output(r"use_sim_time is true but nothing publishes /clock", timeout=10, stream="stderr")
+    wrong = probe.publisher(topic, JointState)  # a publisher of the wrong type
+    est.wait_for_output(r"offers sensor_msgs/msg/JointState, expected sensor_msgs/msg/Imu", timeout=15,
+                        stream="stderr")
+    probe.node.destroy_publisher(wrong)
+    waiting = wait_status(diags, "/mbde/ukf", lambda s: "waiting for" in s.message)
+    assert level(waiting) == 1
+
+    # readings of a short simulation, stamped from t = 100 s, with the clock
+    res = simulate_run(scenario.with_overrides(duration=1.0))
+    stamps, values = res.measurements["gyro_coupler"]
+    clock = probe.publisher("/clock", Clock)
+    imu = probe.publisher(topic, Imu, rosutil.qos_profile(depth=50))
+    sub = rosutil.wait_until(lambda: imu.get_subscription_count() >= 1 and clock.get_subscription_count() >= 1, 15)
+    assert sub, "estimator did not subscribe"
+    time.sleep(0.5)
+
+    def reading(t, value, cov0=None):
+        m = Imu()
+        m.header.stamp = Time(sec=int(t), nanosec=int(round((t - int(t)) * 1e9)))
+        m.header.frame_id = "gyro_coupler"
+        m.orientation_covariance[0] = -1.0
+        m.linear_acceleration_covariance[0] = -1.0
+        m.angular_velocity.z = float(value)
+        m.angular_velocity_covariance[8] = 1e-4
+        if cov0 is not None:
+            m.angular_velocity_covariance[0] = cov0
+        return m
+
+    def tick(t):
+        clock.publish(Clock(clock=Time(sec=int(t), nanosec=int(round((t - int(t)) * 1e9)))))
+
+    t0 = 100.0
+    for k, (t, v) in enumerate(zip(stamps, values[:, 0])):
+        tick(t0 + t)
+        imu.publish(reading(t0 + t, v))
+        if k == 50:
+            imu.publish(reading(t0 + t, v, cov0=-1.0))  # malformed: "angular velocity not provided"
+            imu.publish(reading(t0 + t, float("nan")))  # non-finite
+        if k == 120:
+            imu.publish(reading(t0 + t - 0.3, v))  # late: older than the filter time
+        time.sleep(0.005)
+    time.sleep(1.0)
+    before = diag_values(our_status(diags.messages, "/mbde/ukf"))
+    assert int(before["malformed"]) == 1 and int(before["non-finite"]) == 1 and int(before["late (out of order)"]) == 1
+    assert int(before["readings fused"]) >= 0.9 * len(stamps) and before["state"] in ("running", "stale")
+    assert "gyro_coupler: last malformed" in before
+
+    reply = call(probe, Trigger, "/mbde/ukf/reset", Trigger.Request())
+    assert reply.success and "reset" in reply.message
+    tick(t0 + 1.5)
+    tick(t0 - 50.0)  # the clock jumps back (a bag loop)
+    est.wait_for_output(r"estimator reset \(clock jumped back by 5\d\.\d+ s\)", timeout=10, stream="stderr")
+    for t, v in zip(stamps[:40], values[:40, 0]):  # a new track after the jump
+        tick(t0 - 50.0 + t)
+        imu.publish(reading(t0 - 50.0 + t, v))
+        time.sleep(0.005)
+    time.sleep(1.2)
+    after = diag_values(our_status(diags.messages, "/mbde/ukf"))
+    print("\ndiagnostics after bad input, ~/reset and a clock jump:\n  "
+          + "\n  ".join(f"{k}: {v}" for k, v in after.items()))
+    assert "reset service: 1" in after["reset reasons"] and "clock jumped back: 1" in after["reset reasons"]
+    assert int(after["resets"]) >= 2 and int(after["estimator errors"]) == 0
+    assert float(after["filter time [s]"]) < t0
+    assert est.running(), est.logs()
+    logs = est.stderr()
+    assert "skipping a malformed message on /mbde/sensors/gyro_coupler" in logs
+    assert "Traceback" not in logs
+
+
+# ------------------------------------------------------------------------------ model node
+def test_mechanism_model_publishes_latched_description_and_geometry(node_processes, probe):
+    from std_msgs.msg import String
+    from visualization_msgs.msg import MarkerArray
+
+    from mbde_core.live.model_source import load_source
+    from mbde_core.scenario.description import scenario_from_description, write_description
+
+    proc = node_processes.start("mbde_nodes.mechanism_model", params={"scenario_file": "scenarios/pf_sim.yaml"})
+    proc.wait_for_output(r"published 'pf_sim'", timeout=30, stream="stderr")
+    time.sleep(0.5)  # subscribe late: transient local delivers anyway
+    latched = rosutil.qos_profile(depth=1, transient_local=True)
+    text = probe.collect("/mbde/description", String, latched, count=1, timeout=15)
+    geo = probe.collect("/mbde/model/markers", MarkerArray, latched, count=1, timeout=15)
+    assert text and geo
+    assert text[0].data == write_description(load_source(scenario_file="scenarios/pf_sim.yaml"))
+    sc = scenario_from_description(text[0].data)
+    assert sc.name == "pf_sim" and sc.sensors.names == ["gyro_rocker"]
+    spaces = {m.ns for m in geo[0].markers}
+    assert {"model/pivots", "model/ground", "model/names"} <= spaces
+    names = sorted(m.text for m in geo[0].markers if m.ns == "model/names")
+    assert names == ["A", "B"]
+    assert proc.running()
+
+
+def test_config_errors_are_one_error_line_and_exit_2(node_processes):
+    bad = {
+        "model": node_processes.start("mbde_nodes.mechanism_model", params={"mechanism_file": "no/such.yaml"}),
+        "rate": node_processes.start("mbde_nodes.estimator", params={"publish_rate": -5.0}),
+        "name": node_processes.start("mbde_nodes.estimator", params={"estimator": "kalman"}),
+        "int": node_processes.start("mbde_nodes.simulator", params={"scenario_file": "scenarios/pf_sim.yaml",
+                                                                    "rate": 333}),
+        "sim": node_processes.start("mbde_nodes.simulator"),
+    }
+    expected = {
+        "model": r"no/such\.yaml: mechanism file not found",
+        "rate": r"parameter 'publish_rate': must be >= 0, got -5\.0",
+        "name": r"parameter 'estimator': must be one of ukf, errorekf, .*got 'kalman'",
+        "int": r"333 Hz is not a whole number of internal steps",
+        "sim": r"set parameter 'scenario_file'",
+    }
+    for key, proc in bad.items():
+        assert rosutil.wait_until(lambda: not proc.running(), 30), proc.logs()
+        assert proc.returncode == 2, proc.logs()
+        err = proc.stderr()
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("[ERROR]"), proc.logs()
+        assert re.search(expected[key], lines[0]), proc.logs()
+    # an integer for a double parameter is fine (plain rclpy would refuse it)
+    ok = node_processes.start("mbde_nodes.simulator", params={"scenario_file": "scenarios/pf_sim.yaml", "rate": 200})
+    ok.wait_for_output(r"ground truth at 200 Hz", timeout=30, stream="stderr")
+    assert ok.running()
