@@ -1,0 +1,1 @@
+"""Offline learning with numpy/scipy only: the tanh MLP of the learned minimal-coordinate map."""
