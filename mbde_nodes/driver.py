@@ -4,8 +4,8 @@ They stand in for real drivers: each samples the simulator's ground truth
 (``/mbde/ground_truth``) and publishes, per driven sensor, sensor_msgs/Imu (gyroscopes,
 accelerometers, IMUs) or sensor_msgs/JointState (encoders, slider position sensors) on
 the sensor's topic, with its noise, rate, frame_id and REP 145 covariances
-(mbde_core.live.drivers). Publishers are reliable (REP 2003: subscribers choose best
-effort). The model comes from scenario_file / mechanism_file, or from /mbde/description.
+(mbde_core.live.drivers). Publishers are reliable with a history of 100 (REP 2003:
+subscribers choose best effort; a slow reliable subscriber does not lose readings). The model comes from scenario_file / mechanism_file, or from /mbde/description.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from mbde_core.live import topics
 from mbde_core.live.diagnostics import Throttle
 from mbde_core.live.drivers import DriverSet
 from mbde_core.live.model_source import from_description, load_source
-from mbde_nodes.common import LATCHED, RELIABLE, STREAM, RclpyFactory, declare_parameters, fail, wall_clock
+from mbde_nodes.common import LATCHED, STREAM, RclpyFactory, declare_parameters, fail, wall_clock
 
 
 class Driver(Node):
@@ -56,7 +56,7 @@ class Driver(Node):
         for d in drivers.drivers:
             if d.sensor.topic not in self.pubs:
                 cls = self.factory.cls(d.sensor.msg_type)
-                self.pubs[d.sensor.topic] = self.create_publisher(cls, d.sensor.topic, RELIABLE)
+                self.pubs[d.sensor.topic] = self.create_publisher(cls, d.sensor.topic, STREAM)
             sigma = ", ".join(f"{v:.3g}" for v in d.sensor.noise.sigma)
             self.get_logger().info(
                 f"{d.sensor.name}: {d.sensor.msg_type} on {self.pubs[d.sensor.topic].topic_name} at {d.rate:g} Hz, "
