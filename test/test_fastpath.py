@@ -222,6 +222,17 @@ def test_failed_states_are_flagged_not_spread(mechs, N):
     assert np.all(np.isfinite(s.q[[0, 1]]))
 
 
+def test_empty_batches(mechs):
+    m = mechs["fivebar"]
+    q, qd = np.zeros((0, m.n)), np.zeros((0, m.n))
+    assert kinematics.solve_position(m, np.zeros((0, m.dof)), q)[0].shape == (0, m.n)
+    assert kinematics.velocity(m, q, np.zeros((0, m.dof))).shape == (0, m.n)
+    assert kinematics.r_matrix(m, q).shape == (0, m.n, m.dof)
+    assert dynamics.forward(m, 0.0, q, qd)[1].shape == (0, m.n)
+    assert dynamics.evaluate(m, 0.0, q, qd).R.shape == (0, m.n, m.dof)
+    assert get_integrator("rk4").step(m, 0.0, MBState(q, qd), 1e-3).q.shape == (0, m.n)
+
+
 def test_replacing_a_model_attribute_regenerates_the_kernels(mechs):
     import copy
 

@@ -88,7 +88,7 @@ def _evaluate_small(mech, K, t, q, qd, extra_Q, extra_zdd) -> DynamicsEval:
 def _evaluate_fast(mech, K, t, q, qd, extra_Q, extra_zdd) -> DynamicsEval:
     """evaluate() on the generated kernels: batch-last evaluation, dense results."""
     N, n, g = q.shape[0], mech.n, mech.dof
-    if N <= fastpath.SMALL_BATCH:
+    if 0 < N <= fastpath.SMALL_BATCH:
         try:
             eQ = None if extra_Q is None else np.asarray(extra_Q, dtype=float).reshape(N, n)
             ez = None if extra_zdd is None else np.asarray(extra_zdd, dtype=float).reshape(N, g)
@@ -126,38 +126,41 @@ def forward(mech, t: float, q, qd, extra_Q=None):
     single = q.ndim == 1
     K = fastpath.kernels(mech)
     if K is not None:
-        if single:
-            x = q.tolist()
-            v = np.asarray(qd, dtype=float).reshape(mech.n).tolist()
-            eQ = None if extra_Q is None else np.asarray(extra_Q, dtype=float).reshape(mech.n).tolist()
-            S = K.scalar
-            try:
-                tr = S.trig(x)
-                out = fastpath.s_dynamics(mech, K, t, x, v, tr, S.jac(x, tr), eQ)
-                return np.array(out[0]), np.array(out[1])
-            except fastpath.SCALAR_ERRORS:
-                pass
-        elif q.shape[0] <= fastpath.SMALL_BATCH:
-            try:
-                ev = _evaluate_small(mech, K, t, q, np.asarray(qd, dtype=float).reshape(q.shape), None if extra_Q is None else
-                                     np.asarray(extra_Q, dtype=float).reshape(q.shape), None)
-                return ev.zdd, ev.qdd
-            except fastpath.SCALAR_ERRORS:
-                pass
-        if not single:
-            N = q.shape[0]
-            x, v = fastpath.soa(q, mech.n), fastpath.soa(qd, mech.n)
-            eQ = None if extra_Q is None else fastpath.soa(extra_Q, mech.n)
-            V = K.vector
-            with np.errstate(all="ignore"):
-                tr = V.trig(x)
-                out = fastpath.v_dynamics(mech, K, t, x, v, tr, V.jac(x, tr), eQ)
-            return fastpath.stack(out[0], N).T, fastpath.stack(out[1], N).T
+        out = _forward_fast(mech, K, t, q, qd, extra_Q)
+        if out is not None:
+            return out
     qb = q[None] if single else q
     qdb = np.asarray(qd, dtype=float).reshape(qb.shape)
     eq = None if extra_Q is None else np.asarray(extra_Q, dtype=float).reshape(qb.shape)
     ev = evaluate(mech, t, qb, qdb, extra_Q=eq)
     return (ev.zdd[0], ev.qdd[0]) if single else (ev.zdd, ev.qdd)
+
+
+def _forward_fast(mech, K, t, q, qd, extra_Q):
+    """forward() on the generated kernels; None if a single state needs the generic code."""
+    qd = np.asarray(qd, dtype=float).reshape(q.shape)
+    eQ = None if extra_Q is None else np.asarray(extra_Q, dtype=float).reshape(q.shape)
+    if q.ndim == 1 or 0 < q.shape[0] <= fastpath.SMALL_BATCH:
+        S = K.scalar
+        try:
+            out = []
+            for x, v, e in zip(q.reshape(-1, mech.n).tolist(), qd.reshape(-1, mech.n).tolist(),
+                               [None] * q.size if eQ is None else eQ.reshape(-1, mech.n).tolist()):
+                tr = S.trig(x)
+                out.append(fastpath.s_dynamics(mech, K, t, x, v, tr, S.jac(x, tr), e)[:2])
+        except fastpath.SCALAR_ERRORS:
+            if q.ndim == 1:
+                return None  # the generic code decides (exactly singular, non-finite)
+        else:
+            zdd, qdd = (np.array(f, dtype=float) for f in zip(*out))
+            return (zdd[0], qdd[0]) if q.ndim == 1 else (zdd, qdd)
+    N = q.shape[0]
+    x, v = fastpath.soa(q, mech.n), fastpath.soa(qd, mech.n)
+    V = K.vector
+    with np.errstate(all="ignore"):
+        tr = V.trig(x)
+        zdd, qdd = fastpath.v_dynamics(mech, K, t, x, v, tr, V.jac(x, tr), None if eQ is None else fastpath.soa(eQ, mech.n))[:2]
+    return fastpath.stack(zdd, N).T, fastpath.stack(qdd, N).T
 
 
 def forward_lagrange(mech, t: float, q, qd):

@@ -202,13 +202,13 @@ def v_position(mech, K, Z, G, max_iter: int, copy: bool = True):
             ph, J = V.phijac(q, tr)
             ph = stack(ph, N)
             aph = np.abs(ph)
-            if it == max_iter or aph.max() <= tol:  # every state converged (False with a NaN)
+            if it == max_iter or aph.max(initial=0.0) <= tol:  # every state converged (False with a NaN)
                 break
             done = ~(aph.max(axis=0) > tol)  # NaN counts as done (failed): it never converges
             if done.all():
                 break
             dq = stack(V.newton_step(J, tr, ph), N)
-            if not np.abs(dq).max() <= max_step:  # a large or non-finite step somewhere
+            if not np.abs(dq).max(initial=0.0) <= max_step:  # a large or non-finite step somewhere
                 bad = ~np.isfinite(dq).all(axis=0) & ~done
                 if bad.any():
                     dq[:, bad] = _lstsq_steps(mech, q[:, bad], ph[:, bad])

@@ -140,7 +140,7 @@ def _run(mech, state, extra_zdd, algorithm):
             except fastpath.SCALAR_ERRORS:
                 pass
         else:
-            if q.shape[0] <= fastpath.SMALL_BATCH:
+            if 0 < q.shape[0] <= fastpath.SMALL_BATCH:
                 try:
                     return _run_small(mech, K, state, extra_zdd, algorithm)
                 except fastpath.SCALAR_ERRORS:
@@ -220,7 +220,7 @@ class _IndependentIntegrator:
         if K is None:
             return dynamics.evaluate(mech, t, q, qd, extra_zdd=v).zdd
         N = q.shape[0]
-        if N <= fastpath.SMALL_BATCH:
+        if 0 < N <= fastpath.SMALL_BATCH:
             try:
                 S = fastpath.Single(mech, K)
                 rows = []

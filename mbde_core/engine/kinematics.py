@@ -43,7 +43,7 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
     if K is not None and q_guess.ndim == 2:
         N = q_guess.shape[0]
         Z = np.asarray(z, dtype=float).reshape(N, mech.dof)
-        if N <= fastpath.SMALL_BATCH:
+        if 0 < N <= fastpath.SMALL_BATCH:
             try:
                 res = [fastpath.s_position(mech, K, Z[k].tolist(), q_guess[k].tolist(), max_iter) for k in range(N)]
                 return np.array([r[0] for r in res]).reshape(N, mech.n), np.array([r[1] for r in res], dtype=bool)
@@ -140,7 +140,7 @@ def _batched_kernel(mech, q, phi_q, fn, *args):
     K = fastpath.kernels(mech) if phi_q is None and q.ndim == 2 else None
     if K is None:
         return None
-    if q.shape[0] <= fastpath.SMALL_BATCH:
+    if 0 < q.shape[0] <= fastpath.SMALL_BATCH:
         S = K.scalar
         try:
             rows = []
