@@ -193,7 +193,7 @@ def v_position(mech, K, Z, G, max_iter: int, copy: bool = True):
         q[K.independent] = Z
     tol = phi_tol(mech)
     max_step = mech.length_scale
-    dep = K.dependent
+    dep = K.dep_rows  # a slice when contiguous: in-place update without a gather
     tr = V.trig(q)
     with np.errstate(all="ignore"):
         for it in range(max_iter + 1):

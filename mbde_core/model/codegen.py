@@ -559,6 +559,8 @@ class Kernels:
         self.n, self.m, self.g = mech.n, len(mech.keep_rows), mech.dof
         self.independent = np.array(mech.independent, dtype=np.intp)
         self.dependent = np.array(mech.dependent, dtype=np.intp)
+        d = [int(i) for i in mech.dependent]  # rows of q[dependent] as a slice if contiguous
+        self.dep_rows = slice(d[0], d[-1] + 1) if d and d == list(range(d[0], d[-1] + 1)) else self.dependent
         self.iz = [int(i) for i in mech.independent]
         self.dep = [int(i) for i in mech.dependent]
         pat = meta["pattern"]
