@@ -239,13 +239,17 @@ def test_replacing_a_model_attribute_regenerates_the_kernels(mechs):
     m = mechs["fourbar"]
     q, qd = states(m, 1, seed=14)
     m2 = copy.copy(m)
+    assert m2._fast() is m._fast()  # copies share the compiled code
     m2.M = 2.0 * m.M  # doubles inertia: accelerations from gravity are halved
-    assert m2._fast() is not m._fast()
+    K = m._fast()
+    assert m2._fast() is not K and m._fast() is K  # only the changed copy regenerates
     zdd = dynamics.forward(m, 0.0, q[0], np.zeros(m.n))[0]
     zdd2 = dynamics.forward(m2, 0.0, q[0], np.zeros(m.n))[0]
     assert zdd2[0] == pytest.approx(0.5 * zdd[0], rel=1e-12)
     with pytest.raises(ValueError):
         m.M[0, 0] = 1.0  # the mass matrix is read-only (embedded in the kernels)
+    deep = copy.deepcopy(m)
+    assert deep._fast() is m._fast() and not deep.M.flags.writeable
     back = pickle.loads(pickle.dumps(m))
     assert back._fast() is not None
     np.testing.assert_array_equal(dynamics.forward(back, 0.0, q[0], qd[0])[1], dynamics.forward(m, 0.0, q[0], qd[0])[1])

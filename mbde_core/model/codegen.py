@@ -550,8 +550,7 @@ class Kernels:
     ``jac_values``), ``blocks`` (diagonal blocks of Phi_q,d as (kept rows, columns)),
     ``angles_fixed`` (every relative angle is an independent coordinate, so ``tr`` is
     constant while solving the position problem), ``time_fns`` (the loads' time
-    functions, evaluated by :meth:`time_values`), ``has_loads`` and ``stale`` (a model
-    attribute was replaced since: see ``Mechanism._fast``).
+    functions, evaluated by :meth:`time_values`) and ``has_loads``.
     """
 
     def __init__(self, mech, source: str, meta: dict):
@@ -582,7 +581,6 @@ class Kernels:
         code = compile(source, f"<mbde kernels: {mech.name}>", "exec")
         self.scalar = SimpleNamespace(**self._exec(code, _SCALAR_NS))
         self.vector = SimpleNamespace(**self._exec(code, _VECTOR_NS))
-        self.stale = False  # set by Mechanism.__setattr__ when a model input is replaced
 
     @staticmethod
     def _exec(code, ns):

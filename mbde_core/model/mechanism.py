@@ -41,6 +41,7 @@ class Mechanism:
 
     def __init__(self, spec: MechanismSpec):
         self._kernels = None  # generated fast kernels (codegen), built once z is chosen
+        self._stale = False
         self.spec = spec
         self.name = spec.name
         pts = spec.points
@@ -127,6 +128,7 @@ class Mechanism:
             self.independent = coordinates.choose_independent(self, q_guess)
         self.dependent = np.setdiff1d(np.arange(n), self.independent)
         self._kernels = codegen.build(self)
+        self._stale = False
         for col in spec.initial_position:
             if col not in self.independent:
                 raise ConfigError(spec.file, f"initial_position.{self.coordinate_names[col]}", f"only independent coordinates ({', '.join(self.independent_names)}) can be given")
@@ -153,21 +155,37 @@ class Mechanism:
         """The generated kernels, or None (generic code only).
 
         Kernels embed M, the constraints, the loads and the choice of z: replacing one of
-        those attributes after construction marks them stale and they are regenerated
-        on the next use (M and Q_gravity are read-only arrays, so they cannot be edited
-        in place).
+        those attributes after construction marks this mechanism's kernels stale and they
+        are regenerated on the next use (M and Q_gravity are read-only arrays, so they
+        cannot be edited in place).
         """
         K = self._kernels
-        if K is not None and K.stale:
-            self._kernels = K = codegen.build(self)
+        if K is not None and self._stale:
+            K = codegen.build(self)
+            object.__setattr__(self, "_kernels", K)
+            object.__setattr__(self, "_stale", False)
         return K
 
     def __setattr__(self, name, value):
         object.__setattr__(self, name, value)
         if name in codegen.KERNEL_INPUTS:
-            K = self.__dict__.get("_kernels")
-            if K is not None:
-                K.stale = True
+            object.__setattr__(self, "_stale", True)
+
+    def __copy__(self):
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)  # shares the (immutable) kernels
+        return new
+
+    def __deepcopy__(self, memo):
+        import copy
+
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = value if key == "_kernels" else copy.deepcopy(value, memo)
+        new.M.setflags(write=False)
+        new.Q_gravity.setflags(write=False)
+        return new
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -178,6 +196,7 @@ class Mechanism:
         rebuild = state.pop("_kernels", False)
         self.__dict__.update(state)
         object.__setattr__(self, "_kernels", codegen.build(self) if rebuild else None)
+        object.__setattr__(self, "_stale", False)
 
     def _raw_q0(self) -> np.ndarray:
         q = np.zeros(self.n)
