@@ -25,6 +25,23 @@ torque. Paper 004 sec. 5.2 uses r_a = 1.5e-4 and 5e-3 with a 1 kHz accelerometer
 continuous random walk of spectral density r_a / dt = 0.15 and 5 (N m)^2/s. Changing
 ``step`` keeps r_a per step (the paper's quantity); the equivalent density changes.
 
+Beyond the paper (all optional, documented in config/estimators/adekf.yaml, which holds
+the values tuned on the simulated slider-crank of paper 004 sec. 5):
+
+- plant noise on [z, zd] (``plant_noise``: densities, Van Loan) for the forward-Euler
+  error and unmodelled forces; the paper assumes none;
+- input jumps (``jump_nis``, ``jump_sigma``, :meth:`ADEKF._input_jump`): a likelihood-ratio
+  test lets the inputs jump when a reading can only be explained by an abrupt input
+  change (a saturating speed controller); without it the random walk pushes such a
+  change into the angle and speed, and the filter can lock onto the mirror motion;
+- ``substeps``: several Euler steps per filter step; ``input_rates``: a second-order
+  input model a' = b, b' = noise (the "more detailed augmented-state model" the paper
+  suggests in sec. 5.2).
+
+Known limit: a slider-crank started at rest at a dead centre is ambiguous for a slider
+accelerometer (theta -> -theta gives the same readings, gravity aside); the filter may
+then follow the mirrored motion. Start the estimate off the dead centre or know the sign.
+
 Estimated inputs are reported in the snapshot with ``input_names`` = the names of the
 natural coordinates they act on (``coordinate`` inputs, e.g. ``theta``), so they reach
 JointState.effort of /mbde/adekf/joint_states and replay's input RMSE; ``torque``
