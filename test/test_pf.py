@@ -319,3 +319,16 @@ def test_replay_writes_particle_sets(tmp_path):
             last = cloud_from_particle_set(msg)
     assert last.z.shape[1] == 1 and abs(last.weight.sum() - 1) < 1e-6
     assert set(np.unique(last.branch)) <= {0, 1} and 1 <= last.unique <= len(last.weight)
+
+
+def test_bench_pf_smoke(tmp_path):
+    out = tmp_path / "bench"
+    proc = run_mbde("bench", "pf", "--out", out, "--only", "tracking,integrators", "--runs", "1", "--duration", "1.2",
+                    "--jobs", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Tracking, paper 000" in proc.stdout and "Integrators" in proc.stdout
+    assert "mbde         1      1/1" in proc.stdout  # the shipped defaults converge
+    for f in ("tracking.csv", "integrators.csv", "results.json", "tracking.png"):
+        assert (out / f).stat().st_size > 100, f
+    bad = run_mbde("bench", "pf", "--out", tmp_path / "x", "--only", "nothing")
+    assert bad.returncode == 2 and "--only" in bad.stderr
