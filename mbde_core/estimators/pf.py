@@ -420,6 +420,7 @@ class ParticleFilter(Estimator):
             arr[bad] = arr[donors]
         self.label[bad] = self.label[donors]
         self.logw[bad] = self.logw[donors]
+        self._w = None  # edited in place
 
     def _check_branches(self):
         codes = self.atlas.codes_of(self.q)
@@ -573,9 +574,12 @@ class ParticleFilter(Estimator):
         top = logw.max()
         ess = None
         if np.isfinite(top):
-            logw -= top + math.log(np.sum(np.exp(logw - top)))
+            e = np.exp(logw - top)
+            total = float(np.sum(e))
+            logw -= top + math.log(total)
             self.logw = logw
-            w = np.exp(logw)
+            w = e / total
+            self._w = w
             ess = effective_sample_size(w)
             self.ess_before = ess
             self._ess_sum += ess
@@ -637,10 +641,22 @@ class ParticleFilter(Estimator):
         self.counts["resamples"] += 1
 
     # -- outputs -------------------------------------------------------------------------------
+    @property
+    def logw(self) -> np.ndarray:
+        """(N,) normalised log-weights (assigning one resets the cached weights)."""
+        return self._logw
+
+    @logw.setter
+    def logw(self, value):
+        self._logw = value
+        self._w = None
+
     def weights(self) -> np.ndarray:
-        """(N,) normalised weights."""
-        w = np.exp(self.logw - self.logw.max())
-        return w / w.sum()
+        """(N,) normalised weights (computed once per change of the log-weights)."""
+        if self._w is None:
+            w = np.exp(self._logw - self._logw.max())
+            self._w = w / w.sum()
+        return self._w
 
     @property
     def z(self) -> np.ndarray:
@@ -741,7 +757,7 @@ class ParticleFilter(Estimator):
         z = self.z.copy()
         if self.angular.any():
             z[:, self.angular] = wrap_angle(z[:, self.angular])
-        return ParticleCloud(stamp=self.t, z=z, zd=self.zd.copy(), branch=self.label.copy(), weight=w,
+        return ParticleCloud(stamp=self.t, z=z, zd=self.zd.copy(), branch=self.label.copy(), weight=w.copy(),
                              ess=effective_sample_size(w), unique=self.unique())
 
     def diagnostics(self) -> dict:
