@@ -98,9 +98,7 @@ class EstimatorStage:
         self.records: list[StepRecord] = []
         self.counters = StageCounters()
         self.gates = self._gates(gate)
-        self._heap: list = []
         self._seq = itertools.count()
-        self._latest = -math.inf
         self.reset()
 
     def _gates(self, gate) -> dict[str, float]:
@@ -114,7 +112,9 @@ class EstimatorStage:
 
     # -- state -------------------------------------------------------------------------------
     def reset(self) -> None:
-        """Forget everything; the next reading starts a new time grid."""
+        """Forget everything (including buffered readings); the next reading starts a new grid."""
+        self._heap = []
+        self._latest = -math.inf
         self.t0: float | None = None
         self.k: int = -1  # current slot index (estimator is at t0 + k dt)
         self.pending: list[Measurement] = []
