@@ -15,15 +15,22 @@ def body_columns(mech, body: int):
     return i, j, L, (mech.px[i], mech.py[i], mech.px[j], mech.py[j])
 
 
+def _point(mech, x, k, fixed: bool):
+    """(N, 2) position (fixed=True uses the fixed coordinates) or velocity of point k."""
+    cx, cy = mech.px[k], mech.py[k]
+    if cx < mech.n:
+        return np.stack([x[:, cx], x[:, cy]], axis=1)
+    value = mech.fixed_xy[k] if fixed else np.zeros(2)
+    return np.broadcast_to(value, (x.shape[0], 2))
+
+
 def basis_vector(mech, body: int, q, qd=None):
-    """d (N, 2) and, if qd is given, d' (N, 2) of a body."""
+    """d (N, 2) and, if qd is given, d' (N, 2) of a body (only its two basis points are read)."""
     i, j, _, _ = body_columns(mech, body)
-    P = mech.points(q)
-    d = P[:, j] - P[:, i]
+    d = _point(mech, q, j, True) - _point(mech, q, i, True)
     if qd is None:
         return d, None
-    V = mech.point_velocities(qd)
-    return d, V[:, j] - V[:, i]
+    return d, _point(mech, qd, j, False) - _point(mech, qd, i, False)
 
 
 def scatter_d(J, row, cols, gx, gy):

@@ -22,7 +22,8 @@ class Gyroscope(Sensor):
 
     def _h(self, q, qd, qdd):
         d, dd = basis_vector(self.mech, self.body, q, qd)
-        return omega_and_gradients(d, dd)[0][:, None]
+        dx, dy = d[:, 0], d[:, 1]
+        return ((dx * dd[:, 1] - dy * dd[:, 0]) / (dx * dx + dy * dy))[:, None]
 
     def _jac(self, q, qd, qdd):
         Hq, Hqd, Hqdd = self._zeros(q.shape[0])
