@@ -69,6 +69,29 @@ def test_sensor_jacobians_match_finite_differences(mech_name):
             np.testing.assert_array_equal(Hb[0][1], Hq)
 
 
+
+@pytest.mark.parametrize("mech_name", list(SENSORS) + ["fourbar"])
+def test_single_state_linearize_equals_h_and_jacobians(mech_name):
+    """Sensors with a float fast path (linearize) agree with the batched h and jacobians,
+    also on bodies with a fixed basis point (the four-bar crank and rocker)."""
+    m = load_mechanism(mech_path(mech_name))
+    text = SENSORS.get(mech_name) or "".join(
+        f"- {{name: g{k}, type: gyroscope, body: {b}, rate: 100, noise: {{sigma: 0.01}}}}\n"
+        for k, b in enumerate(m.body_names))
+    checked = 0
+    for s in load_sensors(parse_yaml(text), m):
+        if not hasattr(s, "linearize"):
+            continue
+        for seed in range(3):
+            q, qd, qdd = state(m, seed)
+            h, Hq, Hqd, Hqdd = s.linearize(q, qd, qdd)
+            ref = (s.h(q, qd, qdd),) + tuple(s.jacobians(q, qd, qdd))
+            for a, b in zip((h, Hq, Hqd, Hqdd), ref):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        checked += 1
+    assert checked > 0
+
+
 def test_gyroscope_is_time_derivative_of_body_angle():
     m = load_mechanism(mech_path("fourbar_pf"))
     ss = load_sensors(parse_yaml(

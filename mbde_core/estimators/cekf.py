@@ -10,11 +10,20 @@ with A the linearisation of eq. 5-6 (``transition_jacobian: simple`` uses
 Rc = R dt the measurement noise density of a reading held over one filter step dt. The
 state equation is integrated with the implicit trapezoidal rule (eqs. 8-9),
 x1 = x0 + dt/2 [F(x0) + F(x1)], F = f + K (o - h), solved by Newton-Raphson with the
-approximate Jacobian of eq. 10, I - dt/2 (A - K H); the Riccati equation by exact
+approximate Jacobian of eq. 10, Jg = I - dt/2 (A - K H); the Riccati equation by exact
 splitting (Van Loan for the linear part, the closed-form solution of P' = -P H^T Rc^-1 H P
 for the measurement part). A reading acts only during the step at which it arrives: with sparse
 readings the correction is applied over a small fraction of the time, which is why
 paper 003 finds CEKF failing at low sensor rates (reproduced by ``mbde bench accuracy``).
+
+Newton-Raphson: the iteration starts from the linearly implicit Euler step
+x1 = x0 + dt Jg^-1 F(x0) (the first Newton step from x0 itself, which also takes the stiff
+correction term K H into account) and stops after ``newton_iterations`` steps or when
+converged: the step dx satisfies |dx| < 1e-12 max(1, |x1|), or the remaining error
+estimated from the observed contraction theta = |dx_k| / |dx_{k-1}| of the (linearly
+convergent) iteration, theta / (1 - theta) |dx_k|, does (theta < 1/2). All F evaluations
+of a step use the dynamics at the step's start time. Each iterate's full state comes
+from a position problem started from the previous iterate's q + R dz.
 """
 from __future__ import annotations
 
@@ -25,6 +34,8 @@ from mbde_core.estimators.kalman import gate_rows, innovation_stats
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.noise import van_loan
 
+NEWTON_TOL = 1e-12
+
 
 class CEKF(ReducedKalman):
     name = "cekf"
@@ -33,90 +44,111 @@ class CEKF(ReducedKalman):
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
         self._saved = None
+        self._const = {}  # dt -> (A, Qc, Phi, Qd, Jg^-1 without correction) for the simple A
 
-    def _f(self, x, q_guess):
-        q, qd, ok = self.model.assemble(x, q_guess)
-        zdd = self.model.accelerations(self.t, q, qd)[0]
-        return np.concatenate([x[self.g :], zdd]), q, qd, ok
-
-    def _step(self, x0, P0, dt, corr=None):
-        """One trapezoidal step; corr = (names, o, R) adds K (o - h(x)) to the dynamics."""
+    def _linear_part(self, x0, q0, dt):
+        """(A, Qc, Phi, Qd, Jg^-1 of the uncorrected step); constant for the simple A."""
+        simple = self.config["transition_jacobian"] == "simple"
+        if simple and dt in self._const:
+            return self._const[dt]
         g = self.g
-        A = self.model.transition_jacobian(self.t, x0, self.q, self.config["transition_jacobian"])
+        A = self.model.transition_jacobian(self.t, x0, q0, self.config["transition_jacobian"])
         Qc = np.zeros((2 * g, 2 * g))
         pn = self.config["plant_noise"]
         Qc[:g, :g] = np.eye(g) * pn.get("velocity_psd", 0.0)
         Qc[g:, g:] = np.eye(g) * pn["acceleration_psd"]
-        K = H = Rc_inv = None
-        q_guess = self.q
+        Phi, Qd = van_loan(A, Qc, dt)
+        out = (A, Qc, Phi, Qd, np.linalg.inv(np.eye(2 * g) - 0.5 * dt * A))
+        if simple:
+            self._const[dt] = out
+        return out
 
-        def F(x, q_hint):
-            fx, q, qd, ok = self._f(x, q_hint)
-            if corr is not None:
-                names, o, _ = corr
-                qdd = self.model.accelerations(self.t, q, qd)[1] if self.sensors.uses_qdd(names) else None
-                y = self.model.residual(names, o, self.model.predict_measurements(names, q, qd, qdd))
-                fx = fx + K @ y
-            return fx, q, qd, ok
-
+    def _step(self, x0, P0, dt, st0, corr=None):
+        """One trapezoidal step from x0 (assembled as the FullState st0); corr = (names, o, R)
+        adds K (o - h(x)) to the dynamics. Returns (x1, P1, position guess for x1)."""
+        g = self.g
+        model = self.model
+        A, _, Phi, Qd, Jinv = self._linear_part(x0, st0.q, dt)
+        K = H = None
         if corr is not None:
             names, o, R = corr
-            qdd = self.model.accelerations(self.t, self.q, self.qd)[1] if self.sensors.uses_qdd(names) else None
-            H = self.model.measurement_jacobian(names, self.t, self.q, self.qd, qdd)
+            uses_qdd = self.sensors.uses_qdd(names)
+            h0, H, _ = model.linearize(names, self.t, st0)
             Rc_inv = np.linalg.inv(R * dt)
             K = P0 @ H.T @ Rc_inv
-        F0, _, _, _ = F(x0, q_guess)
-        x1 = x0 + dt * F0
-        Jg = np.eye(2 * g) - 0.5 * dt * (A - (K @ H if K is not None else 0.0))
-        q1 = q_guess
+            Jinv = np.linalg.inv(np.eye(2 * g) - 0.5 * dt * (A - K @ H))
+
+        def F(x, st, h=None):
+            fx = np.concatenate([x[g:], st.zdd])
+            if corr is not None:
+                if h is None:
+                    h = model.predict_measurements(names, st.q, st.qd, st.qdd if uses_qdd else None)
+                fx = fx + K @ model.residual(names, o, h)
+            return fx
+
+        F0 = F(x0, st0, h0 if corr is not None else None)
+        x1 = x0 + Jinv @ (dt * F0)
+        st, guess = st0, model.guess(st0, x1[:g] - x0[:g], second_order=True)
+        last = None
         for _ in range(int(self.config.get("newton_iterations", 5))):
-            F1, q1, _, ok = F(x1, q1)
-            G = x1 - x0 - 0.5 * dt * (F0 + F1)
-            dx = np.linalg.solve(Jg, -G)
+            st, _ok = model.solve_full(self.t, x1[:g], x1[g:], guess)
+            G = x1 - x0 - 0.5 * dt * (F0 + F(x1, st))
+            dx = -(Jinv @ G)
             x1 = x1 + dx
-            if np.max(np.abs(dx)) < 1e-12 * max(1.0, np.max(np.abs(x1))):
+            guess = model.guess(st, dx[:g])
+            size = float(np.max(np.abs(dx)))
+            tol = NEWTON_TOL * max(1.0, float(np.max(np.abs(x1))))
+            if size < tol:
                 break
+            if last is not None and last > 0.0:
+                theta = size / last
+                if theta < 0.5 and theta / (1.0 - theta) * size < tol:
+                    break
+            last = size
         # Riccati equation by exact splitting over the step: the linear part
         # P' = A P + P A^T + Qc (Van Loan), then the measurement part P' = -P H^T Rc^-1 H P,
-        # whose exact solution over dt is (P^-1 + dt H^T Rc^-1 H)^-1 (Woodbury form below).
-        Phi, Qd = van_loan(A, Qc, dt)
+        # whose exact solution over dt is (P^-1 + dt H^T Rc^-1 H)^-1 (Woodbury form below,
+        # with Rc / dt = R).
         P = Phi @ P0 @ Phi.T + Qd
         if K is not None:
-            Rd = np.linalg.inv(dt * Rc_inv)  # = Rc / dt
-            S = H @ P @ H.T + Rd
-            P = P - P @ H.T @ np.linalg.solve(S, H @ P)
+            PHt = P @ H.T
+            S = H @ PHt + corr[2]
+            P = P - PHt @ np.linalg.solve(S, PHt.T)
         P = 0.5 * (P + P.T)
-        return x1, P
+        return x1, P, guess
 
     def predict(self, dt: float) -> None:
-        self._saved = (self.x.copy(), self.P.copy(), self.q.copy(), self.qd.copy(), self.t, dt)
-        x1, P1 = self._step(self.x, self.P, dt)
+        st0 = self._full()
+        self._saved = (self.x.copy(), self.P.copy(), self.q, self.qd, st0, self.t, dt)
+        x1, P1, guess = self._step(self.x, self.P, dt, st0)
         self.t += dt
         self.P = P1
-        self._assemble_into(x1)
+        self._assemble_into(x1, guess)
 
     def update(self, measurements, gates=None):
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]
         o = np.concatenate([np.asarray(m.value, float) for m in measurements])
         R = self.measurement_covariance(names)
-        qdd = self.model.accelerations(self.t, self.q, self.qd)[1] if self.sensors.uses_qdd(names) else None
-        y = self.model.residual(names, o, self.model.predict_measurements(names, self.q, self.qd, qdd))
-        H = self.model.measurement_jacobian(names, self.t, self.q, self.qd, qdd)
+        pred, H, _ = self.model.linearize(names, self.t, self._full())
+        y = self.model.residual(names, o, pred)
         S = H @ self.P @ H.T + R
         accepted, rejected, rows = gate_rows(names, dims, y, S, gates)
         if rows.size == 0 or self._saved is None:
             return UpdateResult([], rejected if rows.size == 0 else [])
         nis, e = innovation_stats(y[rows], S[np.ix_(rows, rows)])
-        keep = [m for m in measurements if m.sensor in accepted]
-        o_k = np.concatenate([np.asarray(m.value, float) for m in keep])
+        if rejected:
+            keep = [m for m in measurements if m.sensor in accepted]
+            o_k = np.concatenate([np.asarray(m.value, float) for m in keep])
+        else:
+            o_k = o
         R_k = self.measurement_covariance(accepted)
         # redo the last step with the continuous correction of these readings
-        x0, P0, q0, qd0, t0, dt = self._saved
-        self.x, self.P, self.q, self.qd, self.t = x0, P0, q0, qd0, t0
-        x1, P1 = self._step(x0, P0, dt, corr=(accepted, o_k, R_k))
+        x0, P0, q0, qd0, st0, t0, dt = self._saved
+        self.x, self.P, self.q, self.qd, self.full, self.t = x0, P0, q0, qd0, st0, t0
+        x1, P1, guess = self._step(x0, P0, dt, st0, corr=(accepted, o_k, R_k))
         self.t = t0 + dt
         self.P = P1
-        self._assemble_into(x1)
+        self._assemble_into(x1, guess)
         self._saved = None
         return UpdateResult(accepted, rejected, nis, int(rows.size), y[rows], e)

@@ -9,6 +9,11 @@ with F = [[I, dt I], [0, I]] (eq. 13; ``transition_jacobian: full`` adds dt df/d
 Sigma^P the Van Loan discretisation of the acceleration noise density. Update
 (eqs. 15a-e) with the chain-rule sensor Jacobian of :mod:`reduced`, then the position
 and velocity problems bring q, qd to the corrected x.
+
+Speed: zdd comes with the full state (computed with q, qd), the position problem after
+the Euler step starts from the second-order predictor q + dt qd + dt^2/2 R'zd (the path
+z + s zd, s in [0, dt]) and after a correction dz from q + R dz; F and Sigma^P are cached
+per dt for the simple transition Jacobian.
 """
 from __future__ import annotations
 
@@ -22,28 +27,42 @@ class DEKF(ReducedKalman):
     name = "dekf"
     DEFAULTS: dict = {}
 
+    def __init__(self, mech, sensors, config, rng=None):
+        super().__init__(mech, sensors, config, rng)
+        self._F_cache = {}
+
+    def _F(self, dt):
+        """(F, Sigma^P) for the step dt."""
+        mode = self.config["transition_jacobian"]
+        if mode == "simple" and dt in self._F_cache:
+            return self._F_cache[dt]
+        g = self.g
+        A = self.model.transition_jacobian(self.t, self.x, self.q, mode)
+        out = (np.eye(2 * g) + dt * A, self.plant_noise(dt))
+        if mode == "simple":
+            self._F_cache[dt] = out
+        return out
+
     def predict(self, dt: float) -> None:
         g = self.g
-        zdd, _ = self.model.accelerations(self.t, self.q, self.qd)
-        A = self.model.transition_jacobian(self.t, self.x, self.q, self.config["transition_jacobian"])
-        F = np.eye(2 * g) + dt * A
-        x = np.concatenate([self.x[:g] + dt * self.x[g:], self.x[g:] + dt * zdd])
-        self.P = F @ self.P @ F.T + self.plant_noise(dt)
+        st = self._full()
+        F, Qd = self._F(dt)
+        x = np.concatenate([self.x[:g] + dt * self.x[g:], self.x[g:] + dt * st.zdd])
+        self.P = F @ self.P @ F.T + Qd
         self.t += dt
-        self._assemble_into(x)
+        self._assemble_into(x, self.q + dt * self.qd + (0.5 * dt * dt) * st.rd)
 
     def update(self, measurements, gates=None):
+        g = self.g
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]
-        o = np.concatenate([np.asarray(m.value, float) for m in measurements])
-        qdd = None
-        if self.sensors.uses_qdd(names):
-            qdd = self.model.accelerations(self.t, self.q, self.qd)[1]
-        pred = self.model.predict_measurements(names, self.q, self.qd, qdd)
+        o = np.concatenate([np.asarray(m.value, float) for m in measurements]) if len(measurements) > 1 \
+            else np.asarray(measurements[0].value, float)
+        st = self._full()
+        pred, H, _ = self.model.linearize(names, self.t, st)
         y = self.model.residual(names, o, pred)
-        H = self.model.measurement_jacobian(names, self.t, self.q, self.qd, qdd)
         R = self.measurement_covariance(names)
         dx, self.P, res = ekf_update(self.x, self.P, names, dims, y, H, R, gates)
         if res.accepted:
-            self._assemble_into(self.x + dx)
+            self._assemble_into(self.x + dx, self.q + st.R @ dx[:g])
         return res

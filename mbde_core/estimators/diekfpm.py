@@ -25,6 +25,13 @@ into the normal directions be read by the (nearly) perfect measurements as
 information, collapsing the tangent variance within a few hundred steps; and a large
 isotropic W lets the sensor update explain innovations by unconstrained motions whose
 information is then projected away.
+
+Speed: the constraints, their Jacobian and d(Phi_q qd)/dq come from the mechanism's
+generated kernels (the n columns D(e_j, qd) of the last one from 2n evaluations of
+(Phi_q)' qd), the projection's convergence test evaluates only h'(X) (the Jacobian only
+when another step follows), T at the projected mean is reused as the next update's prior
+T, T^+ = (T^T T)^-1 T^T (T has full column rank), the eigenvalue clipping of Pz runs only
+when Pz is not positive definite, and the plant noise is cached per dt.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
 from mbde_core.estimators.kalman import gate_rows, innovation_stats
 from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.estimators.reduced import ReducedModel
+from mbde_core.estimators.ukf import cholesky
 from mbde_core.types import MechanismSnapshot
 
 
@@ -50,6 +58,8 @@ class DIEKFpm(Estimator):
         self.P = np.eye(2 * self.n)
         self._iso = np.zeros((2 * self.n, 2 * self.n))
         self._sigma = {k: float(v) ** 2 for k, v in (config.get("sensor_sigma") or {}).items()}
+        self._Qz_cache = {}
+        self._T_at = None  # (X, T) of the last projected mean
 
     def reset(self, t: float, init: InitialState) -> None:
         self.t = float(t)
@@ -64,19 +74,24 @@ class DIEKFpm(Estimator):
         self.Pz = Pz
         T = self._T(q, qd)
         self.P = T @ Pz @ T.T
-        pn = self.config["plant_noise"]
-        Qz = kinematic_plant_noise(g, float(self.config["step"]), pn["acceleration_psd"], pn.get("velocity_psd", 0.0))
+        Qz = self._plant_noise(float(self.config["step"]))
         self._iso = self._coordinate_noise(T @ Qz @ T.T)
+        self._T_at = None
+
+    def _plant_noise(self, dt):
+        if dt not in self._Qz_cache:
+            pn = self.config["plant_noise"]
+            self._Qz_cache[dt] = kinematic_plant_noise(self.mech.dof, dt, pn["acceleration_psd"], pn.get("velocity_psd", 0.0))
+        return self._Qz_cache[dt]
 
     def _T(self, q, qd):
         """d[q, qd]/d[z, zd] on the manifold: [[R, 0], [d(R zd)/dz, R]]."""
         n, g = self.n, self.mech.dof
-        J = self.mech.phi_q(q)
-        R = kinematics.r_matrix(self.mech, q, phi_q=J)
+        st = self.model.full_state_at(self.t, q, qd, with_dynamics=False)
         T = np.zeros((2 * n, 2 * g))
-        T[:n, :g] = R
-        T[n:, :g] = self.model.dqd_dz(q, qd, R, J)
-        T[n:, g:] = R
+        T[:n, :g] = st.R
+        T[n:, :g] = self.model.dqd_dz_at(st)
+        T[n:, g:] = st.R
         return T
 
     def _coordinate_noise(self, Qq):
@@ -95,35 +110,31 @@ class DIEKFpm(Estimator):
         q, qd = self.X[:n], self.X[n:]
         qdd = self._qdd(q, qd)
         g = self.mech.dof
-        pn = self.config["plant_noise"]
-        Qz = kinematic_plant_noise(g, dt, pn["acceleration_psd"], pn.get("velocity_psd", 0.0))
-        Fz = np.eye(2 * g)
-        Fz[:g, g:] = dt * np.eye(g)
-        self.Pz = Fz @ self.Pz @ Fz.T + Qz
-        T = self._T(q, qd)
+        Qz = self._plant_noise(dt)
+        self.Pz = _propagate(self.Pz, dt, g) + Qz
+        T = self._prior_T(self.X)
         self._iso = self._coordinate_noise(T @ Qz @ T.T)
         self.X = np.concatenate([q + dt * qd, qd + dt * qdd])
         self.t += dt
         self._iterated_update([], np.zeros(0), None, None)
 
+    def _prior_T(self, X):
+        """T at X (reused when X is the last projected mean)."""
+        if self._T_at is not None and self._T_at[0] is X:
+            return self._T_at[1]
+        return self._T(X[: self.n], X[self.n :])
+
     def _augmented(self, names, X, constraints: bool = True):
         """h'(X) and H'(X) for the named sensors plus (optionally) the constraints."""
         n = self.n
         q, qd = X[:n], X[n:]
-        mech = self.mech
         uses_qdd = self.sensors.uses_qdd(names) if names else False
         qdd = self._qdd(q, qd) if uses_qdd else None
         h_parts, H_parts = [], []
         if names:
-            h_parts.append(self.model.predict_measurements(names, q, qd, qdd))
-            Hs = []
-            for nm in names:
-                Hq, Hqd, Hqdd = self.sensors[nm].jacobians(q, qd, qdd)
-                Hs.append((Hq, Hqd, Hqdd))
-            Hq = np.concatenate([h[0] for h in Hs])
-            Hqd = np.concatenate([h[1] for h in Hs])
+            hs, Hq, Hqd, Hqdd = self.model.sensor_terms(names, q, qd, qdd)
+            h_parts.append(hs)
             if uses_qdd:
-                Hqdd = np.concatenate([h[2] for h in Hs])
                 dqdd = np.zeros((n, 2 * n))
                 for k in range(2 * n):
                     e = 1e-6 * max(1.0, abs(X[k]))
@@ -137,12 +148,24 @@ class DIEKFpm(Estimator):
             H_parts.append(Hsens)
         if not constraints:
             return np.concatenate(h_parts), np.concatenate(H_parts, axis=0)
-        J = mech.phi_q(q)
-        dJqd = np.stack([self.model.bilinear(q, np.eye(n)[j], qd) for j in range(n)], axis=1)
-        h_parts += [mech.phi(q), J @ qd]
+        hc, Hc = self._constraints(X, jacobian=True)
+        return np.concatenate(h_parts + [hc]), np.concatenate(H_parts + [Hc], axis=0)
+
+    def _constraints(self, X, jacobian: bool):
+        """h_c(X) = [Phi(q); Phi_q qd] and (if ``jacobian``, else None) its Jacobian
+        [[Phi_q, 0], [d(Phi_q qd)/dq, Phi_q]]."""
+        n = self.n
+        q, qd = X[:n], X[n:]
+        phi, J, ctx = self.model.constraint_values(q, qd)
+        h = np.concatenate([phi, J @ qd])
+        if not jacobian:
+            return h, None
         m = J.shape[0]
-        H_parts += [np.concatenate([J, np.zeros((m, n))], axis=1), np.concatenate([dJqd, J], axis=1)]
-        return np.concatenate(h_parts), np.concatenate(H_parts, axis=0)
+        H = np.zeros((2 * m, 2 * n))
+        H[:m, :n] = J
+        H[m:, :n] = self.model.constraint_hessian_qd(q, qd, ctx)
+        H[m:, n:] = J
+        return h, H
 
     def _iterated_update(self, names, o, Rs, gates):
         """Iterated sensor update + perfect-measurement constraint projection (docstring)."""
@@ -150,7 +173,7 @@ class DIEKFpm(Estimator):
         X_prior = self.X.copy()
         # Prior covariance without the O(dt) tangent->normal leak of the Euler step:
         # tangent part (orthogonal projection at the prior) + isotropic normal freedom.
-        T0 = self._T(X_prior[:n], X_prior[n:])
+        T0 = self._prior_T(self.X)
         P = T0 @ self.Pz @ T0.T + self._iso
         result = UpdateResult()
         X = X_prior.copy()
@@ -181,10 +204,20 @@ class DIEKFpm(Estimator):
         # tangent space of both constraint manifolds at the new mean (the perfect
         # measurements carry no information, they only remove the normal components).
         T = self._T(X[:n], X[n:])
-        Tp = np.linalg.pinv(T)
+        self._T_at = (X, T)
+        TtT = T.T @ T
+        try:
+            Tp = np.linalg.solve(TtT, T.T)  # pinv(T): full column rank
+        except np.linalg.LinAlgError:
+            Tp = np.linalg.pinv(T)
         Pz = Tp @ P_info @ Tp.T
-        w, V = np.linalg.eigh(0.5 * (Pz + Pz.T))
-        self.Pz = (V * np.clip(w, 0.0, None)) @ V.T
+        Pz = 0.5 * (Pz + Pz.T)
+        try:  # positive definite: the clipping below would leave it unchanged
+            cholesky(Pz)
+            self.Pz = Pz
+        except np.linalg.LinAlgError:
+            w, V = np.linalg.eigh(Pz)
+            self.Pz = (V * np.clip(w, 0.0, None)) @ V.T
         self.P = T @ self.Pz @ T.T
         return result
 
@@ -195,9 +228,10 @@ class DIEKFpm(Estimator):
         W = np.where(W > 0, W, 1.0)
         tol = 1e-14 * max(1.0, self.mech.length_scale**2)
         for _ in range(20):
-            h, H = self._augmented([], X)
+            h, _ = self._constraints(X, jacobian=False)
             if np.max(np.abs(h)) <= tol:
                 break
+            _, H = self._constraints(X, jacobian=True)
             HW = H * W
             X = X - HW.T @ np.linalg.solve(HW @ H.T, h)
         return X
@@ -217,3 +251,15 @@ class DIEKFpm(Estimator):
         idx = np.concatenate([iz, n + iz])
         return MechanismSnapshot(stamp=self.t, q=q, qd=qd, qdd=qdd, z=q[iz].copy(), zd=qd[iz].copy(), zdd=zdd,
                                  cov=self.P[np.ix_(idx, idx)].copy())
+
+
+def _propagate(P, dt, g):
+    """Fz P Fz^T with Fz = [[I, dt I], [0, I]] (the Euler step of z, zd), by blocks."""
+    A, B, C = P[:g, :g], P[:g, g:], P[g:, g:]
+    out = np.empty_like(P)
+    Bc = B + dt * C
+    out[:g, :g] = A + dt * (B + B.T) + dt * dt * C
+    out[:g, g:] = Bc
+    out[g:, :g] = Bc.T
+    out[g:, g:] = C
+    return out

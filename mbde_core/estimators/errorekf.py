@@ -20,6 +20,14 @@ both random walks applied to the simulation as zdd += a + B u, B = dzdd/du =
 (R^T M R)^{-1} R^T E. Then F gains the blocks dzd' = da + B du and dz' (via dt^2/2),
 and accelerometers see them through dh/da = H_qdd R, dh/du = H_qdd R B. Estimated
 inputs are reported in the snapshot (input_names, inputs, input_cov).
+
+Speed: the simulation state carries its accelerations qdd (the forward dynamics, without
+the estimated offset and inputs), so the integrator's next step and ``estimate`` do not
+evaluate the dynamics again (except with ``ali3p``, whose acceleration is part of its own
+scheme); the update evaluates R, the sensors and the chain rule at the simulation state
+once (:meth:`ReducedModel.linearize`), and the correction solves the position problem
+from q + R dz and evaluates the velocities and dynamics there in one kernel call. F and
+Sigma^P are cached per dt when they do not depend on the state.
 """
 from __future__ import annotations
 
@@ -31,7 +39,7 @@ from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import Estimator, InitialState
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.noise import kinematic_plant_noise
-from mbde_core.estimators.reduced import ReducedModel
+from mbde_core.estimators.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
 
 
@@ -74,6 +82,10 @@ class ErrorEKF(Estimator):
         self.P = np.eye(self.dim)
         self._sigma = {k: float(v) ** 2 for k, v in (config.get("sensor_sigma") or {}).items()}
         self.failures = 0
+        # the integrators except ali3p take and return qdd = the forward dynamics (no extras)
+        self._carry_qdd = config["integrator"] != "ali3p"
+        self._FQ_cache = {}
+        self.full: FullState | None = None  # R and the kernel context at the simulation state
 
     # -- helpers ------------------------------------------------------------------------------
     def _extra_zdd(self, q):
@@ -89,8 +101,12 @@ class ErrorEKF(Estimator):
         Q[self.input_cols] = self.u
         return Q
 
-    def _accelerations(self, q, qd):
-        """(zdd, qdd) of the simulation including the estimated offset and inputs."""
+    def _accelerations(self):
+        """(zdd, qdd) of the simulation state including the estimated offset and inputs."""
+        q, qd = self.state.q, self.state.qd
+        if not (self.acc or self.k) and self.state.qdd is not None:
+            qdd = self.state.qdd.copy()
+            return qdd[self.mech.independent], qdd
         zdd, qdd = dynamics.forward(self.mech, self.t, q, qd, extra_Q=self._extra_Q())
         if self.acc:
             zdd = zdd + self.a
@@ -116,8 +132,18 @@ class ErrorEKF(Estimator):
             diag.append(np.array([float(s.get("sigma0", 1.0)) for s in self.input_specs]))
         self.P = np.diag(np.concatenate(diag) ** 2)
         self.failures = 0
+        self.full = None
 
     def _F_and_Q(self, dt, q):
+        constant = not self.k and self.config["transition_jacobian"] != "full"
+        if constant and dt in self._FQ_cache:
+            return self._FQ_cache[dt]
+        out = self._build_F_and_Q(dt, q)
+        if constant:
+            self._FQ_cache[dt] = out
+        return out
+
+    def _build_F_and_Q(self, dt, q):
         g, na, k = self.g, self.na, self.k
         F = np.eye(self.dim)
         F[:g, g : 2 * g] = dt * np.eye(g)
@@ -152,36 +178,48 @@ class ErrorEKF(Estimator):
         q = self.state.q
         F, Qd = self._F_and_Q(dt, q)
         extra = self._extra_zdd(q) if (self.acc or self.k) else None
-        new = self.integrator.step(self.mech, self.t, MBState(self.state.q, self.state.qd), dt, extra_zdd=extra)
+        qdd = self.state.qdd if self._carry_qdd else None
+        new = self.integrator.step(self.mech, self.t, MBState(self.state.q, self.state.qd, qdd), dt, extra_zdd=extra)
         self.t += dt
-        if np.all(new.ok) and np.all(np.isfinite(new.q)):
-            self.state = MBState(new.q, new.qd)
+        self.full = None
+        if (new.ok if isinstance(new.ok, bool) else new.ok.all()) and np.isfinite(new.q).all():
+            self.state = MBState(new.q, new.qd, new.qdd if self._carry_qdd else None)
         else:
             self.failures += 1
+            self.state = MBState(self.state.q, self.state.qd)  # its qdd belongs to the previous time
         self.P = F @ self.P @ F.T + Qd
         self.P = 0.5 * (self.P + self.P.T)
+
+    def _full(self) -> FullState:
+        """R and the kernel context at the simulation state (evaluated when first needed)."""
+        if self.full is None:
+            self.full = self.model.full_state_at(self.t, self.state.q, self.state.qd, with_dynamics=False)
+        return self.full
 
     def update(self, measurements, gates=None):
         g, na = self.g, self.na
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]
-        o = np.concatenate([np.asarray(m.value, float) for m in measurements])
-        q, qd = self.state.q, self.state.qd
+        o = np.concatenate([np.asarray(m.value, float) for m in measurements]) if len(measurements) > 1 \
+            else np.asarray(measurements[0].value, float)
+        q = self.state.q
         uses_qdd = self.sensors.uses_qdd(names)
-        qdd = self._accelerations(q, qd)[1] if uses_qdd else None
-        pred = self.model.predict_measurements(names, q, qd, qdd)
+        qdd = self._accelerations()[1] if uses_qdd else None
+        st = self._full()
+        pred, Hx, Hqdd = self.model.linearize(names, self.t, st, qdd=qdd, extra_Q=self._extra_Q())
         y = self.model.residual(names, o, pred)
-        Hx = self.model.measurement_jacobian(names, self.t, q, qd, qdd, extra_Q=self._extra_Q())
-        H = np.zeros((Hx.shape[0], self.dim))
-        H[:, : 2 * g] = Hx
-        if uses_qdd and (na or self.k):
-            R = kinematics.r_matrix(self.mech, q)
-            Hqdd = np.concatenate([self.sensors[n].jacobians(q, qd, qdd)[2] for n in names], axis=0)
-            if na:
-                H[:, 2 * g : 2 * g + na] = Hqdd @ R
-            if self.k:
-                H[:, 2 * g + na :] = Hqdd @ R @ self.model.input_gain(q, self.input_cols)
-        Rm = self.model.covariance(names, {n: np.full(self.sensors[n].dim, self._sigma[n]) for n in names if n in self._sigma})
+        if self.dim == 2 * g:
+            H = Hx
+        else:
+            H = np.zeros((Hx.shape[0], self.dim))
+            H[:, : 2 * g] = Hx
+            if uses_qdd and (na or self.k):
+                R = st.R
+                if na:
+                    H[:, 2 * g : 2 * g + na] = Hqdd @ R
+                if self.k:
+                    H[:, 2 * g + na :] = Hqdd @ R @ self.model.input_gain(q, self.input_cols)
+        Rm = self.model.noise_covariance(names, self._sigma)
         dx, self.P, res = ekf_update(np.zeros(self.dim), self.P, names, dims, y, H, Rm, gates)
         if res.accepted:
             self._correct(dx)
@@ -192,15 +230,14 @@ class ErrorEKF(Estimator):
         g, na = self.g, self.na
         mech = self.mech
         q, qd = self.state.q, self.state.qd
-        R = kinematics.r_matrix(mech, q)
         z = q[mech.independent] + dx[:g]
         zd = qd[mech.independent] + dx[g : 2 * g]
-        q_new, ok = kinematics.solve_position(mech, z, q + R @ dx[:g])
+        st, ok = self.model.solve_full(self.t, z, zd, q + self._full().R @ dx[:g])
         if not ok:
             self.failures += 1
             return
-        qd_new = kinematics.velocity(mech, q_new, zd)
-        self.state = MBState(q_new, qd_new)
+        self.state = MBState(st.q, st.qd, st.qdd if self._carry_qdd else None)
+        self.full = st
         if na:
             self.a = self.a + dx[2 * g : 2 * g + na]
         if self.k:
@@ -209,7 +246,7 @@ class ErrorEKF(Estimator):
     def estimate(self) -> MechanismSnapshot:
         g, na = self.g, self.na
         q, qd = self.state.q, self.state.qd
-        zdd, qdd = self._accelerations(q, qd)
+        zdd, qdd = self._accelerations()
         iz = self.mech.independent
         snap = MechanismSnapshot(
             stamp=self.t, q=q.copy(), qd=qd.copy(), qdd=qdd, z=q[iz].copy(), zd=qd[iz].copy(), zdd=zdd,

@@ -4,8 +4,14 @@ Paper 003 eqs. 15a-e: y = o - h(x), S = H P H^T + R, K = P H^T S^-1, x+ = x + K 
 P+ = (I - K H) P (Joseph form here, for symmetry and positive definiteness).
 Gating: a sensor's reading is rejected when its own innovation's squared Mahalanobis
 distance y_s^T S_s^-1 y_s exceeds the gate (a chi-square quantile chosen by the stage).
+
+Speed: a single innovation channel (one gyroscope or encoder reading, the common case)
+is handled with scalar arithmetic (S is 1x1: division instead of solves and Cholesky
+factors), and the row selection is skipped when no reading is gated out.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -21,11 +27,15 @@ def gate_rows(names, dims, y, S, gates):
         sl = slice(k, k + d)
         k += d
         if gates and n in gates and gates[n] is not None:
-            Sn = S[sl, sl]
-            try:
-                d2 = float(y[sl] @ np.linalg.solve(Sn, y[sl]))
-            except np.linalg.LinAlgError:
-                d2 = np.inf
+            if d == 1:
+                s = float(S[sl.start, sl.start])
+                d2 = float(y[sl.start]) ** 2 / s if s != 0.0 else np.inf
+            else:
+                Sn = S[sl, sl]
+                try:
+                    d2 = float(y[sl] @ np.linalg.solve(Sn, y[sl]))
+                except np.linalg.LinAlgError:
+                    d2 = np.inf
             if not d2 <= gates[n]:
                 rejected.append(n)
                 continue
@@ -34,8 +44,24 @@ def gate_rows(names, dims, y, S, gates):
     return accepted, rejected, np.array(rows, dtype=np.intp)
 
 
+def gate(names, dims, y, S, gates):
+    """gate_rows, with rows None when every reading is accepted (no selection needed)."""
+    if not gates or not any(n in gates and gates[n] is not None for n in names):
+        return list(names), [], None
+    accepted, rejected, rows = gate_rows(names, dims, y, S, gates)
+    if not rejected:
+        rows = None
+    return accepted, rejected, rows
+
+
 def innovation_stats(y, S):
     """(NIS, normalised innovation L^-1 y with S = L L^T)."""
+    if S.shape == (1, 1):
+        s = float(S[0, 0])
+        if s > 0.0:  # Cholesky of a 1x1 matrix: L = sqrt(s)
+            e = y / math.sqrt(s)
+            return float(e[0] * e[0]), e
+        return float("nan"), np.full_like(y, np.nan)
     try:
         L = np.linalg.cholesky(S)
         e = np.linalg.solve(L, y)
@@ -46,14 +72,20 @@ def innovation_stats(y, S):
 
 def ekf_update(x, P, names, dims, y, H, R, gates):
     """Gated EKF update. Returns (dx, P+, UpdateResult)."""
-    S = H @ P @ H.T + R
-    accepted, rejected, rows = gate_rows(names, dims, y, S, gates)
-    if rows.size == 0:
-        return np.zeros_like(x), P, UpdateResult([], rejected)
-    y, H, R = y[rows], H[rows], R[np.ix_(rows, rows)]
-    S = S[np.ix_(rows, rows)]
-    K = kalman_gain(P, H, S)
+    PHt = P @ H.T
+    S = H @ PHt + R
+    accepted, rejected, rows = gate(names, dims, y, S, gates)
+    if rows is not None:
+        if rows.size == 0:
+            return np.zeros_like(x), P, UpdateResult([], rejected)
+        y, H, R = y[rows], H[rows], R[np.ix_(rows, rows)]
+        S = S[np.ix_(rows, rows)]
+        PHt = PHt[:, rows]
+    if S.shape[0] == 1:
+        K = PHt / S[0, 0]
+    else:
+        K = kalman_gain(P, H, S)
     dx = K @ y
     P = joseph_update(P, K, H, R)
     nis, e = innovation_stats(y, S)
-    return dx, P, UpdateResult(accepted, rejected, nis, int(rows.size), y, e)
+    return dx, P, UpdateResult(accepted, rejected, nis, int(y.shape[0]), y, e)

@@ -3,6 +3,10 @@
 Holds the mean x, covariance P (2g, 2g), the consistent full state (q, qd) used as the
 next position-problem guess (which keeps the assembly branch), the plant noise (Van
 Loan, :mod:`noise`) and the measurement bookkeeping shared by DEKF, UKF and CEKF.
+The full state is kept as a :class:`~mbde_core.estimators.reduced.FullState`: with q and
+qd come, from the same kernel call, the accelerations (reported by ``estimate`` and used
+by the next prediction), R and R'zd (predictors for the next position problems, the
+measurement Jacobian).
 """
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import numpy as np
 
 from mbde_core.estimators.base import Estimator, InitialState
 from mbde_core.estimators.noise import kinematic_plant_noise
-from mbde_core.estimators.reduced import ReducedModel
+from mbde_core.estimators.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
 
 
@@ -25,6 +29,7 @@ class ReducedKalman(Estimator):
         self.P = np.eye(2 * self.g)
         self.q = mech.q0.copy()
         self.qd = mech.qd0.copy()
+        self.full: FullState | None = None
         self.failures = 0
         self._Qd_cache = {}
         self._sigma = {k: float(v) ** 2 for k, v in (config.get("sensor_sigma") or {}).items()}
@@ -37,8 +42,8 @@ class ReducedKalman(Estimator):
         return self._Qd_cache[dt]
 
     def measurement_covariance(self, names) -> np.ndarray:
-        over = {n: np.full(self.sensors[n].dim, self._sigma[n]) for n in names if n in self._sigma}
-        return self.model.covariance(names, over)
+        """Measurement covariance of the named readings (cached per list of names, read-only)."""
+        return self.model.noise_covariance(names, self._sigma)
 
     # -- interface -----------------------------------------------------------------------------
     def reset(self, t: float, init: InitialState) -> None:
@@ -51,24 +56,43 @@ class ReducedKalman(Estimator):
         if not ok:
             raise ValueError("the initial state cannot be assembled")
         self.q, self.qd = q, qd
+        self.full = None
         self.failures = 0
 
-    def _assemble_into(self, x) -> bool:
-        """Move the full state to x; on failure keep the previous one (counted)."""
-        q, qd, ok = self.model.assemble(x, self.q)
-        if ok and np.all(np.isfinite(q)) and np.all(np.isfinite(qd)):
-            self.x = np.asarray(x, dtype=float)
-            self.q, self.qd = q, qd
+    def _full(self) -> FullState:
+        """The FullState of (self.q, self.qd) at self.t (evaluated when first needed)."""
+        if self.full is None:
+            self.full = self.model.full_state_at(self.t, self.q, self.qd)
+        return self.full
+
+    def _assemble_into(self, x, guess=None) -> bool:
+        """Move the full state to x at the current time (position problem from ``guess``,
+        default the current q); on failure keep the previous one (counted)."""
+        x = np.asarray(x, dtype=float)
+        g = self.g
+        st, ok = self.model.solve_full(self.t, x[:g], x[g:], self.q if guess is None else guess)
+        if ok and np.isfinite(st.q).all() and np.isfinite(st.qd).all():
+            self.x = x
+            self.q, self.qd, self.full = st.q, st.qd, st
             return True
         self.failures += 1
+        self.full = None  # the kept state's accelerations belong to the previous time
         return False
+
+    def _correction_guess(self, dz):
+        """First-order position guess q + R dz for a correction dz of z."""
+        return self.q + self._full().R @ dz
 
     def extra_forces(self):
         """Extra generalized forces used by the model (estimated inputs); None by default."""
         return None
 
     def estimate(self) -> MechanismSnapshot:
-        zdd, qdd = self.model.accelerations(self.t, self.q, self.qd, self.extra_forces())
+        if self.extra_forces() is None:
+            st = self._full()
+            zdd, qdd = st.zdd.copy(), st.qdd.copy()
+        else:
+            zdd, qdd = self.model.accelerations(self.t, self.q, self.qd, self.extra_forces())
         g = self.g
         return MechanismSnapshot(
             stamp=self.t, q=self.q.copy(), qd=self.qd.copy(), qdd=qdd,

@@ -4,19 +4,50 @@ State x = [z, zd], L = 2g. Sigma points chi_0 = x, chi_i = x +/- sqrt(L + lambda
 (S = chol(P), i = 1..L), lambda = alpha^2 (L + kappa) - L, weights
 W_0^m = lambda/(L+lambda), W_0^c = W_0^m + 1 - alpha^2 + beta, W_i = 1/(2(L+lambda)).
 Each sigma point is a full multibody state (position problem, velocity problem), and all
-2L+1 of them are propagated as ONE numpy batch with the forward-Euler transition of the
-other observers (paper 003 eq. 12). The update redraws sigma points from (x^-, P^-),
-predicts every sensor for the whole batch, and uses circular means for angle channels.
+2L+1 of them are propagated together with the forward-Euler transition of the other
+observers (paper 003 eq. 12). The update redraws sigma points from (x^-, P^-),
+predicts every sensor for the whole batch (one vectorised sensor evaluation), and uses
+circular means for angle channels.
+
+Speed: chi_0 is the mean, whose full state (q, qd, accelerations, R) the filter keeps, so
+only the 2L other points are assembled, each by a position problem started from the
+mean's q + R (z_i - z) (one Newton iteration usually reaches the tolerance) followed by
+one generated kernel call for the velocities and, in the prediction, the dynamics
+(:meth:`ReducedModel.assemble_near`). The new mean is assembled from the second-order
+predictor of the path from the previous mean. Cholesky factors of the small covariance
+(L <= 4) are computed on Python floats; a single innovation channel uses scalar algebra.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from mbde_core.engine import dynamics
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman import gate_rows, innovation_stats
+from mbde_core.estimators.kalman import gate, innovation_stats
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.sensors.base import wrap_angle
+
+
+def cholesky(P: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor of a symmetric matrix (its lower triangle is read), as
+    numpy.linalg.cholesky (LinAlgError unless positive definite); small ones on floats."""
+    n = P.shape[0]
+    if n > 4:
+        return np.linalg.cholesky(P)
+    a = P.tolist()
+    L = [[0.0] * n for _ in range(n)]
+    for j in range(n):
+        Lj = L[j]
+        s = a[j][j] - sum(v * v for v in Lj[:j])
+        if not s > 0.0:  # also NaN
+            raise np.linalg.LinAlgError("Matrix is not positive definite")
+        d = math.sqrt(s)
+        Lj[j] = d
+        for i in range(j + 1, n):
+            Li = L[i]
+            Li[j] = (a[i][j] - sum(u * v for u, v in zip(Li[:j], Lj[:j]))) / d
+    return np.array(L)
 
 
 class UKF(ReducedKalman):
@@ -37,66 +68,86 @@ class UKF(ReducedKalman):
         self.Wm[0] = lam / (L + lam)
         self.Wc[0] = self.Wm[0] + 1 - alpha**2 + beta
         self.sigma_failures = 0
+        self._angular = {}
 
     def _sigma_points(self, x, P):
         try:
-            S = np.linalg.cholesky(P)
+            S = cholesky(P)
         except np.linalg.LinAlgError:
             w, V = np.linalg.eigh(0.5 * (P + P.T))
             S = V * np.sqrt(np.clip(w, 0.0, None))
         D = self.gamma * S.T  # rows = scaled columns of S
         return np.vstack([x, x + D, x - D])
 
-    def _assemble_batch(self, X):
-        N = X.shape[0]
-        q, qd, ok = self.model.assemble(X, np.broadcast_to(self.q, (N, self.mech.n)))
+    def _assemble_batch(self, X, accelerations: bool):
+        """(q, qd, zdd, qdd) of the sigma points X (row 0 = the mean); failures counted."""
+        q, qd, zdd, qdd, ok = self.model.assemble_near(self.t, X, self._full(), accelerations, center=0)
         if not ok.all():
-            self.sigma_failures += int((~ok).sum())
-            q[~ok], qd[~ok] = self.q, self.qd  # fall back to the mean's configuration
-        return q, qd
+            self.sigma_failures += int((~ok).sum())  # they took the mean's configuration
+        return q, qd, zdd, qdd
+
+    def _angular_mask(self, names):
+        key = tuple(names)
+        if key not in self._angular:
+            self._angular[key] = np.concatenate([self.sensors[n].angular for n in names])
+        return self._angular[key]
 
     def predict(self, dt: float) -> None:
         g = self.g
-        X = self._sigma_points(self.x, self.P)
-        q, qd = self._assemble_batch(X)
-        zdd = dynamics.evaluate(self.mech, self.t, q, qd).zdd
+        x0 = self.x
+        X = self._sigma_points(x0, self.P)
+        zdd = self._assemble_batch(X, True)[2]
         Xp = np.hstack([X[:, :g] + dt * X[:, g:], X[:, g:] + dt * zdd])
         x = self.Wm @ Xp
         dX = Xp - x
-        self.P = (dX.T * self.Wc) @ dX + self.plant_noise(dt)
-        self.P = 0.5 * (self.P + self.P.T)
+        P = (dX.T * self.Wc) @ dX + self.plant_noise(dt)
+        self.P = 0.5 * (P + P.T)
+        guess = self.model.guess(self._full(), x[:g] - x0[:g], second_order=True)
         self.t += dt
-        self._assemble_into(x)
+        self._assemble_into(x, guess)
 
     def update(self, measurements, gates=None):
+        g = self.g
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]
-        o = np.concatenate([np.asarray(m.value, float) for m in measurements])
+        o = np.concatenate([np.asarray(m.value, float) for m in measurements]) if len(measurements) > 1 \
+            else np.asarray(measurements[0].value, float)
         X = self._sigma_points(self.x, self.P)
-        q, qd = self._assemble_batch(X)
-        qdd = dynamics.evaluate(self.mech, self.t, q, qd).qdd if self.sensors.uses_qdd(names) else None
-        Y = np.concatenate([self.sensors[n].h(q, qd, qdd) for n in names], axis=1)  # (2L+1, d)
-        ang = np.concatenate([self.sensors[n].angular for n in names])
+        q, qd, _, qdd = self._assemble_batch(X, self.sensors.uses_qdd(names))
+        if len(names) == 1:
+            Y = self.sensors[names[0]].h(q, qd, qdd)  # (2L+1, d)
+        else:
+            Y = np.concatenate([self.sensors[n].h(q, qd, qdd) for n in names], axis=1)
+        ang = self._angular_mask(names)
         y_mean = self.Wm @ Y
+        dY = Y - y_mean
         if ang.any():  # circular mean of angle channels
             y_mean[ang] = np.arctan2(self.Wm @ np.sin(Y[:, ang]), self.Wm @ np.cos(Y[:, ang]))
-        dY = Y - y_mean
-        dY[:, ang] = wrap_angle(dY[:, ang])
+            dY = Y - y_mean
+            dY[:, ang] = wrap_angle(dY[:, ang])
         dX = X - self.x
         R = self.measurement_covariance(names)
-        S = (dY.T * self.Wc) @ dY + R
+        dYw = dY.T * self.Wc
+        S = dYw @ dY + R
         Pxy = (dX.T * self.Wc) @ dY
         y = self.model.residual(names, o, y_mean)
-        accepted, rejected, rows = gate_rows(names, dims, y, S, gates)
-        if rows.size == 0:
-            return UpdateResult([], rejected)
-        y, S, Pxy = y[rows], S[np.ix_(rows, rows)], Pxy[:, rows]
-        K = np.linalg.solve(S, Pxy.T).T
-        self.P = self.P - K @ S @ K.T
-        self.P = 0.5 * (self.P + self.P.T)
-        self._assemble_into(self.x + K @ y)
+        accepted, rejected, rows = gate(names, dims, y, S, gates)
+        if rows is not None:
+            if rows.size == 0:
+                return UpdateResult([], rejected)
+            y, S, Pxy = y[rows], S[np.ix_(rows, rows)], Pxy[:, rows]
+        if S.shape[0] == 1:
+            s = S[0, 0]
+            K = Pxy / s
+            P = self.P - (s * K) @ K.T
+        else:
+            K = np.linalg.solve(S, Pxy.T).T
+            P = self.P - K @ S @ K.T
+        self.P = 0.5 * (P + P.T)
+        dx = K @ y
+        self._assemble_into(self.x + dx, self.model.guess(self._full(), dx[:g]))
         nis, e = innovation_stats(y, S)
-        return UpdateResult(accepted, rejected, nis, int(rows.size), y, e)
+        return UpdateResult(accepted, rejected, nis, int(y.shape[0]), y, e)
 
     def diagnostics(self) -> dict:
         return {"assembly_failures": self.failures, "sigma_point_failures": self.sigma_failures}

@@ -80,10 +80,10 @@ def write_estimates_bag(path: str, inputs, runs, storage: str = "sqlite3", descr
 
 
 def write_report(path: str, doc: dict, plots: list[str]) -> None:
-    lines = [f"# mbde replay report", "", f"- bag: `{doc['bag']}`", f"- mechanism: {doc['mechanism']} "
+    lines = ["# mbde replay report", "", f"- bag: `{doc['bag']}`", f"- mechanism: {doc['mechanism']} "
              f"(z = {', '.join(doc['independent_coordinates'])})", f"- duration: {doc['duration_s']:.3f} s",
              f"- ground truth: {'yes' if doc['ground_truth'] else 'no (accuracy metrics omitted)'}",
-             f"- readings: " + ", ".join(f"{k}: {v}" for k, v in doc["readings"].items())]
+             "- readings: " + ", ".join(f"{k}: {v}" for k, v in doc["readings"].items())]
     if doc["skipped_messages"]:
         lines.append("- skipped messages: " + ", ".join(f"{k}: {v}" for k, v in doc["skipped_messages"].items()))
     lines += ["", "## Summary", "", summary_table(doc, markdown=True), ""]

@@ -7,8 +7,6 @@ the encoder resolution. Published as sensor_msgs/JointState (position, rad).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from mbde_core.sensors.base import Sensor, wrap_angle
 from mbde_core.sensors.geometry import basis_vector, body_angle_and_gradient, body_columns, scatter_d
 
