@@ -156,7 +156,7 @@ class DIEKFpm(Estimator):
         [[Phi_q, 0], [d(Phi_q qd)/dq, Phi_q]]."""
         n = self.n
         q, qd = X[:n], X[n:]
-        phi, J, ctx = self.model.constraint_values(q, qd)
+        phi, J, ctx = self.model.constraint_values(q)
         h = np.concatenate([phi, J @ qd])
         if not jacobian:
             return h, None

@@ -107,9 +107,7 @@ class ReducedModel:
         K = fastpath.kernels(mech)
         if K is not None:
             try:
-                S = K.scalar
-                xs = q.tolist()
-                tr = S.trig(xs)
+                S, xs, tr = self._scalar_at(K, q)
                 J = S.jac(xs, tr)
                 if not with_dynamics:
                     return FullState(q, qd, None, None, np.array(S.rmatrix(J, tr)), None, (xs, tr, J))
@@ -325,15 +323,19 @@ class ReducedModel:
                 pass
         return self.dqd_dz(st.q, st.qd, st.R, mech.phi_q(st.q))
 
-    def constraint_values(self, q, qd, ctx=None):
+    @staticmethod
+    def _scalar_at(K, q):
+        """(float kernels, q as a list, their sines/cosines at q)."""
+        xs = q.tolist()
+        return K.scalar, xs, K.scalar.trig(xs)
+
+    def constraint_values(self, q):
         """(Phi(q) (m,), Phi_q (m, n), kernel context) at any q (n,) (single state)."""
         mech = self.mech
         K = fastpath.kernels(mech)
         if K is not None:
             try:
-                S = K.scalar
-                xs = q.tolist()
-                tr = S.trig(xs)
+                S, xs, tr = self._scalar_at(K, q)
                 J = np.zeros(K.m * K.n)
                 J[K.jac_flat] = S.jac_values(xs, tr)
                 return np.array(S.phi(xs, tr)), J.reshape(K.m, K.n), (xs, tr, None)
