@@ -175,6 +175,31 @@ def test_estimator_failures_and_non_finite_estimates_restart_it(bag, monkeypatch
     assert core.resets["non-finite estimate"] >= 1
 
 
+
+def test_estimator_failure_loses_only_the_failed_update(bag, monkeypatch):
+    """After an estimator failure the readings received but not yet fused (reorder buffer,
+    the reading being processed) go to the restarted track: only the failed update's own
+    reading is lost, as in mbde replay."""
+    msgs = sensor_messages(bag)[:80]
+    fused = {}
+    for fail in (False, True):
+        core, _ = live(bag, "dekf", publish_rate=0.0)
+        real, calls = core.est.update, {"n": 0}
+
+        def flaky(measurements, gates=None):
+            calls["n"] += 1
+            if fail and calls["n"] == 30:
+                raise np.linalg.LinAlgError("singular matrix (injected)")
+            return real(measurements, gates)
+
+        monkeypatch.setattr(core.est, "update", flaky)
+        for tp, t, msg in msgs:
+            core.on_message(tp, msg, t)
+        assert core.errors == int(fail)
+        fused[fail] = core.counters.fused
+    assert fused[True] == fused[False] - 1, fused
+
+
 def test_clock_predicts_through_gaps_and_is_ignored_when_it_disagrees(bag):
     msgs = sensor_messages(bag)
     core, sink = live(bag, "ukf", publish_rate=0.0, max_prediction=0.2)

@@ -107,3 +107,33 @@ def test_bad_estimator_config_is_one_line(bag, tmp_path):
     cfg.write_text("dekf:\n  stepp: 0.01\n")
     proc = run_mbde("replay", bag, "--estimators", "dekf", "--config", cfg, "--out", tmp_path / "o")
     assert proc.returncode == 2 and "dekf.stepp: unknown key (did you mean 'step'?)" in proc.stderr
+
+
+def test_estimator_failure_is_counted_and_the_run_goes_on(bag, monkeypatch):
+    """An estimator exception in replay does what the live node does: counted, the track
+    restarts from the initial guess at the next reading, no reading after it is lost."""
+    from mbde_core.estimators.config_schema import defaults
+    from mbde_core.estimators.dekf import DEKF
+    from mbde_core.replay.inputs import load_inputs
+    from mbde_core.replay.runner import run_estimator
+
+    inputs = load_inputs(str(bag), None, None)
+    calls = {"n": 0}
+    update = DEKF.update
+
+    def flaky(self, measurements, gates=None):
+        calls["n"] += 1
+        if calls["n"] == 100:
+            raise np.linalg.LinAlgError("Singular matrix (injected)")
+        return update(self, measurements, gates)
+
+    monkeypatch.setattr(DEKF, "update", flaky)
+    r = run_estimator(inputs, "dekf", defaults("dekf"))
+    c = r.counters
+    assert c["estimator_errors"] == 1
+    assert "LinAlgError: Singular matrix (injected)" in c["last_estimator_error"]
+    assert abs(c["first_estimator_error_at"] - 99 * 0.005) < 1e-9
+    assert c["received"] == 301
+    assert c["fused"] == 300  # only the reading of the failed update is lost
+    stamps = [rec.estimate.stamp for rec in r.records]
+    assert stamps[-1] == pytest.approx(1.5) and len(stamps) >= 300

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 
 HELP = "run estimators on a ROS 2 bag; write metrics.json, an estimates bag, report.md and plots"
 DESCRIPTION = """Replay the sensor readings of a ROS 2 bag (sqlite3 or mcap) through one or more
@@ -66,6 +67,11 @@ def run(args) -> int:
         bar = ProgressBar(f"{name:<9}")
         r = run_estimator(inputs, name, configs[name], seed=args.seed + k, progress=bar)
         bar.close()
+        if r.counters["estimator_errors"]:
+            print(f"warning: {name} failed {r.counters['estimator_errors']} time(s), first at t = "
+                  f"{r.counters['first_estimator_error_at']} s (last: {r.counters['last_estimator_error']}); "
+                  "each failure restarted its track from the initial guess at the next reading, as the live node does",
+                  file=sys.stderr)
         evaluate(inputs, r)
         runs.append(r)
     doc = write_metrics(os.path.join(args.out, "metrics.json"), inputs, runs)

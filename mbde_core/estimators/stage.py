@@ -118,6 +118,31 @@ class EstimatorStage:
         self.t0: float | None = None
         self.k: int = -1  # current slot index (estimator is at t0 + k dt)
         self.pending: list[Measurement] = []
+        self._in_flight: Measurement | None = None  # see _process
+
+    def buffered(self) -> list[Measurement]:
+        """Readings fed but not yet fused, oldest first: those waiting for the current
+        slot to close, the reorder buffer and, after a failure of the current track's
+        filter steps, the reading whose processing it interrupted (not the readings of
+        the failed update itself)."""
+        out = list(self.pending)
+        if self._in_flight is not None:
+            out.append(self._in_flight)
+        return out + [m for _, _, m in sorted(self._heap, key=lambda item: item[:2])]
+
+    def requeue(self, readings) -> None:
+        """Buffer readings again (already counted as received), e.g. :meth:`buffered` of a
+        previous stage."""
+        for m in readings:
+            heapq.heappush(self._heap, (m.stamp, next(self._seq), m))
+            self._latest = max(self._latest, m.stamp)
+
+    def restart(self) -> None:
+        """After an estimator failure: forget the track (the next reading starts a new one
+        from the initial guess) but keep the readings not yet fused (:meth:`buffered`)."""
+        carry = self.buffered()
+        self.reset()
+        self.requeue(carry)
 
     @property
     def time(self) -> float | None:
@@ -171,6 +196,10 @@ class EstimatorStage:
             self._process(m)
 
     def _process(self, m: Measurement) -> None:
+        # _in_flight: m while the current track's steps (update of the pending readings,
+        # predictions) run before m joins the pending readings; if they raise, m is not
+        # lost (buffered()). Not while a new track starts at m (an estimator that cannot
+        # start at m would fail again on it).
         if self.t0 is None:
             self._start(m.stamp)
         now = self.t0 + self.k * self.dt
@@ -183,13 +212,16 @@ class EstimatorStage:
             self.counters.out_of_order += 1
             return
         if k_m > self.k:
+            self._in_flight = m
             self._close_slot()
             if (k_m - self.k) * self.dt > self.max_gap:
+                self._in_flight = None
                 self.counters.gap_resets += 1
                 self._start(m.stamp)
                 k_m = 0
             else:
                 self._step_to(k_m)
+            self._in_flight = None
         self.pending.append(m)
 
     # -- filter steps ----------------------------------------------------------------------------

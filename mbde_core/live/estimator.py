@@ -214,14 +214,19 @@ class LiveEstimator:
         self._next = {k: -math.inf for k in self.KEYS}
         self._pending_reset = None
 
-    def reset(self, reason: str, detail: str = "") -> None:
+    def reset(self, reason: str, detail: str = "", keep_readings: bool = False) -> None:
         """Forget the estimate; the next reading starts a new track from the initial guess.
 
         reason: counted in the diagnostics ('reset service', 'clock jumped back', ...);
-        detail: added to the log line only."""
+        detail: added to the log line only. keep_readings: the readings received but not
+        yet fused (reorder buffer, the reading being processed when the estimator failed)
+        go to the new track (after an estimator failure; not after a clock jump or the
+        reset service, whose readings belong to the old timeline)."""
         self.resets[reason] += 1
         self.window.resets += 1
+        carry = self.stage.buffered() if keep_readings else []
         self._new_stage()
+        self.stage.requeue(carry)
         self.log("info", f"estimator reset ({reason}{' ' + detail if detail else ''}); the next reading restarts "
                  "it from the initial guess")
 
@@ -302,7 +307,7 @@ class LiveEstimator:
             self._pending_reset = "estimator error"
         if self._pending_reset:
             reason, self._pending_reset = self._pending_reset, None
-            self.reset(reason)
+            self.reset(reason, keep_readings=True)  # estimator error or non-finite estimate
 
     # -- output -----------------------------------------------------------------------------
     def _due(self, key: str, stamp: float, rate: float) -> bool:
