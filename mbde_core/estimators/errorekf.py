@@ -10,8 +10,12 @@ below), so its prediction is (eqs. 21-22)::
 The update is a conventional EKF update on dx (innovation o - h(simulation state), the
 chain-rule Jacobian of :mod:`reduced`). The estimated errors are fed back to the
 simulation and the error state returns to zero: positions are corrected through the
-velocity problem (dq = R dz, linear, then one position-problem solve restores the
-constraints exactly) and velocities by the velocity problem with zd + dzd.
+velocity problem, dq = R dz, and velocities by the velocity problem, dqd = R dzd.
+``correction: linear`` is exactly that (the paper's method: no iterative solve, the
+corrected state leaves the constraint manifold by O(|dz|^2), which the simulation's next
+position problem removes); ``correction: exact`` (default) then solves the position
+problem at z + dz from q + R dz and the velocity problem at zd + dzd there, so every
+published estimate satisfies the constraints to the engine's tolerance.
 
 Variant with acceleration error and unknown inputs (``estimate_acceleration``,
 ``inputs``): the error state becomes [dz, dzd, da, du] with a persistent acceleration
@@ -47,6 +51,7 @@ class ErrorEKF(Estimator):
     name = "errorekf"
     DEFAULTS = {
         "integrator": "euler",
+        "correction": "exact",          # exact | linear (paper 003 sec. 3.3: dq = R dz, dqd = R dzd)
         "estimate_acceleration": False,
         "acceleration_bias_psd": 1.0,   # [(unit/s^2)^2 / s] random walk of the acceleration offset
         "inputs": [],                   # [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}]
@@ -58,6 +63,8 @@ class ErrorEKF(Estimator):
 
         if cfg["integrator"] not in INTEGRATOR_NAMES:
             raise ConfigError(file, f"{path}.integrator", f"must be one of {', '.join(INTEGRATOR_NAMES)}")
+        if cfg["correction"] not in ("exact", "linear"):
+            raise ConfigError(file, f"{path}.correction", "must be one of exact, linear")
         for k, item in enumerate(cfg["inputs"]):
             if not isinstance(item, dict) or "coordinate" not in item:
                 raise ConfigError(file, f"{path}.inputs[{k}]", "expected {coordinate: name, psd: value, sigma0: value}")
@@ -84,6 +91,7 @@ class ErrorEKF(Estimator):
         self.failures = 0
         # the integrators except ali3p take and return qdd = the forward dynamics (no extras)
         self._carry_qdd = config["integrator"] != "ali3p"
+        self.linear = config.get("correction", "exact") == "linear"
         self._FQ_cache = {}
         self.full: FullState | None = None  # R and the kernel context at the simulation state
 
@@ -230,12 +238,20 @@ class ErrorEKF(Estimator):
         g, na = self.g, self.na
         mech = self.mech
         q, qd = self.state.q, self.state.qd
-        z = q[mech.independent] + dx[:g]
-        zd = qd[mech.independent] + dx[g : 2 * g]
-        st, ok = self.model.solve_full(self.t, z, zd, q + self._full().R @ dx[:g])
-        if not ok:
-            self.failures += 1
-            return
+        R = self._full().R
+        if self.linear:  # paper 003 sec. 3.3: the velocity problem only
+            q1, qd1 = q + R @ dx[:g], qd + R @ dx[g : 2 * g]
+            if not (np.isfinite(q1).all() and np.isfinite(qd1).all()):
+                self.failures += 1
+                return
+            st = self.model.full_state_at(self.t, q1, qd1, with_dynamics=self._carry_qdd)
+        else:
+            z = q[mech.independent] + dx[:g]
+            zd = qd[mech.independent] + dx[g : 2 * g]
+            st, ok = self.model.solve_full(self.t, z, zd, q + R @ dx[:g])
+            if not ok:
+                self.failures += 1
+                return
         self.state = MBState(st.q, st.qd, st.qdd if self._carry_qdd else None)
         self.full = st
         if na:
