@@ -181,8 +181,10 @@ def v_position(mech, K, Z, G, max_iter: int, copy: bool = True):
     A state whose step is not finite (exactly singular block) takes the least-squares
     step instead, as the generic code does when LAPACK reports a singular matrix.
     The bookkeeping of the generic code (per-state convergence, step limit) runs only
-    when needed: one reduction tells whether every state converged, another whether
-    every step is finite and below the limit.
+    when needed: one reduction tells whether every step is finite and below the
+    limit. The kernels' rows are never stacked on this fast path: the per-state
+    residual comes from row-wise maxima (:func:`_row_maxabs`), the step is added row
+    by row (zeroed first, with ``copyto(where=)``, for the states that converged).
     """
     V = K.vector
     q = np.array(G, dtype=float) if copy else G  # (n, N)
@@ -193,35 +195,56 @@ def v_position(mech, K, Z, G, max_iter: int, copy: bool = True):
         q[K.independent] = Z
     tol = phi_tol(mech)
     max_step = mech.length_scale
-    dep = K.dep_rows  # a slice when contiguous: in-place update without a gather
     tr = V.trig(q)
     with np.errstate(all="ignore"):
         for it in range(max_iter + 1):
             if it and not K.angles_fixed:
                 tr = V.trig(q)
             ph, J = V.phijac(q, tr)
-            ph = stack(ph, N)
-            aph = np.abs(ph)
-            if it == max_iter or aph.max(initial=0.0) <= tol:  # every state converged (False with a NaN)
+            err = _row_maxabs(ph, N)  # per state; NaN if any residual is NaN
+            if it == max_iter:
                 break
-            done = ~(aph.max(axis=0) > tol)  # NaN counts as done (failed): it never converges
-            if done.all():
+            active = err > tol  # NaN counts as done (failed): it never converges
+            if not active.any():
                 break
-            dq = stack(V.newton_step(J, tr, ph), N)
-            if not np.abs(dq).max(initial=0.0) <= max_step:  # a large or non-finite step somewhere
-                bad = ~np.isfinite(dq).all(axis=0) & ~done
-                if bad.any():
-                    dq[:, bad] = _lstsq_steps(mech, q[:, bad], ph[:, bad])
-                dq[:, done] = 0.0
-                norm = np.max(np.abs(dq), axis=0)
-                big = norm > max_step
-                if big.any():
-                    dq[:, big] *= max_step / norm[big]
-            elif done.any():
-                dq[:, done] = 0.0
-            q[dep] += dq
-        ok = (aph.max(axis=0) <= 1e3 * tol) & np.isfinite(q).all(axis=0)
+            dq = V.newton_step(J, tr, ph)
+            if _row_maxabs(dq, N).max(initial=0.0) <= max_step:  # every step finite and small
+                done = None if active.all() else ~active
+                for r, d in zip(K.dep, dq):
+                    if done is not None:
+                        np.copyto(d, 0.0, where=done)
+                    q[r] += d
+            else:
+                q[K.dep_rows] += _limited_steps(mech, q, stack(ph, N), stack(dq, N), ~active, max_step)
+        ok = (err <= 1e3 * tol) & np.isfinite(q).all(axis=0)
     return q, ok, tr, J
+
+
+def _row_maxabs(rows, N: int) -> np.ndarray:
+    """(N,) max_k |rows[k]| of kernel rows ((N,) arrays or floats); NaN propagates.
+
+    Two operations per row into one buffer, instead of stacking the rows first."""
+    first = rows[0]
+    out = np.abs(first) if isinstance(first, np.ndarray) else np.full(N, abs(first))
+    tmp = np.empty_like(out)
+    for r in rows[1:]:
+        np.abs(r, out=tmp)
+        np.maximum(out, tmp, out=out)
+    return out
+
+
+def _limited_steps(mech, q, ph, dq, done, max_step):
+    """Newton steps dq (m, N) made safe: least-squares steps where not finite, zero for
+    converged states, limited to max_step (the generic code's rules)."""
+    bad = ~np.isfinite(dq).all(axis=0) & ~done
+    if bad.any():
+        dq[:, bad] = _lstsq_steps(mech, q[:, bad], ph[:, bad])
+    dq[:, done] = 0.0
+    norm = np.max(np.abs(dq), axis=0)
+    big = norm > max_step
+    if big.any():
+        dq[:, big] *= max_step / norm[big]
+    return dq
 
 
 def _lstsq_steps(mech, q, ph):
@@ -275,11 +298,47 @@ class Stage:
             c[k] = self._vec(self.raw[k])
         return c[k]
 
+    def context(self, N: int) -> "Context":
+        """The kernel values at this stage's configuration, for the next step's start."""
+        return Context(N, self.raw["tr"], self.raw["J"], self.raw["R"])
+
     qd = property(lambda self: self._get("qd"))
     zdd = property(lambda self: self._get("zdd"))
     qdd = property(lambda self: self._get("qdd"))
     rd = property(lambda self: self._get("rd"))
     R = property(lambda self: self.raw["R"])
+
+
+class Context:
+    """Kernel values at N assembled configurations (batch-last), known after a step.
+
+    tr (sin, cos of the relative angles), J (the variable Jacobian entries) and R (n
+    rows of g): what a batched step computed at its result q anyway. A step returns it
+    as ``MBState.aux``; given back with that unchanged state, the next step starts
+    from it instead of evaluating ``trig`` (the costliest kernel: two transcendental
+    functions per angle), ``jac`` and ``rmatrix`` again. The values are those the
+    kernels compute from q, so results do not change. Whoever edits q must drop it;
+    :meth:`take` gathers it with the states (resampling).
+    """
+
+    __slots__ = ("N", "tr", "J", "R")
+
+    def __init__(self, N, tr, J, R):
+        self.N, self.tr, self.J, self.R = N, tr, J, R
+
+    @property
+    def ctx(self):
+        return self.tr, self.J
+
+    def take(self, idx) -> "Context":
+        """The context of the states q[:, idx] (floats are constants: kept)."""
+        f = lambda x: x[idx] if isinstance(x, np.ndarray) else x  # noqa: E731
+        return Context(len(idx), tuple(map(f, self.tr)), tuple(map(f, self.J)), tuple(tuple(map(f, r)) for r in self.R))
+
+    def sincos(self, rel, col: int):
+        """(sin, cos) (N,) of coordinate ``col`` (one of ``rel``, the relative angle columns)."""
+        k = 2 * list(rel).index(int(col))
+        return self.tr[k], self.tr[k + 1]
 
 
 class Single:
@@ -352,9 +411,11 @@ class Single:
 class Batch:
     """Integrator backend for N states: vectors are batch-last (k, N) arrays."""
 
-    def __init__(self, mech, K, N):
+    def __init__(self, mech, K, N, known=None):
+        """known: (q, Context) of the input state q (batch-last) if known, else None."""
         self.mech, self.K, self.N = mech, K, N
         self._stack = lambda vals: stack(vals, N)
+        self._known = known
 
     @staticmethod
     def vec(x):
@@ -386,12 +447,16 @@ class Batch:
         return stack([row[0] * dz[0] if g == 1 else sum(row[k] * dz[k] for k in range(g)) for row in R], self.N)
 
     def context(self, q):
+        if self._known is not None and q is self._known[0]:
+            return self._known[1].ctx
         V = self.K.vector
         with np.errstate(all="ignore"):
             tr = V.trig(q)
             return tr, V.jac(q, tr)
 
     def rmatrix(self, ctx):
+        if self._known is not None and ctx[1] is self._known[1].J:
+            return self._known[1].R
         with np.errstate(all="ignore"):
             return self.K.vector.rmatrix(ctx[1], ctx[0])
 
@@ -407,4 +472,4 @@ class Batch:
         with np.errstate(all="ignore"):
             q, ok, tr, J = v_position(self.mech, K, z, guess, 30, copy=False)
             qd, zdd, qdd, R, rd = V.post(J, tr, q, zd, K.time_values(t), v, full)
-        return q, ok, Stage({"qd": qd, "zdd": zdd, "qdd": qdd, "R": R, "rd": rd}, self._stack)
+        return q, ok, Stage({"qd": qd, "zdd": zdd, "qdd": qdd, "R": R, "rd": rd, "tr": tr, "J": J}, self._stack)

@@ -55,12 +55,18 @@ from mbde_core.engine.linalg import solve
 
 @dataclass
 class MBState:
-    """Dynamic state: q, qd, qdd (n,) or (N, n); ok: bool or (N,) bool (assembly succeeded)."""
+    """Dynamic state: q, qd, qdd (n,) or (N, n); ok: bool or (N,) bool (assembly succeeded).
+
+    aux: what a batched fast step knows at its result q (:class:`fastpath.Context`), or
+    None; passed back with q unchanged, the next step reuses it. Drop it (None) when
+    editing q; gather it with the states by ``aux.take(idx)``.
+    """
 
     q: np.ndarray
     qd: np.ndarray
     qdd: np.ndarray | None = None
     ok: np.ndarray | bool = True
+    aux: object = None
 
     def batch(self):
         """(q, qd, qdd, single) with arrays forced to (N, n)."""
@@ -123,13 +129,14 @@ class _Generic:
 
 
 def _run(mech, state, extra_zdd, algorithm):
-    """Run ``algorithm(B, iz, q, qd, qdd, v) -> (q1, qd1, qdd1, ok)`` on the best backend.
+    """Run ``algorithm(B, iz, q, qd, qdd, v) -> (q1, qd1, qdd1, ok, stage at q1)`` on the best backend.
 
     With generated kernels: one state on the scalar kernels; a small batch state by
     state on them (see :data:`fastpath.SMALL_BATCH`); a larger one batch-last, in chunks
     (see :func:`fastpath.chunk_size`; the states are independent). A scalar kernel's
     arithmetic exception (exactly singular block, non-finite state) hands the step to
-    the batched or generic code, which decide as before.
+    the batched or generic code, which decide as before. An unchunked batch returns the
+    kernels' context at its result (``MBState.aux``) and starts from the given one.
     """
     K = fastpath.kernels(mech)
     q = np.asarray(state.q)
@@ -147,14 +154,14 @@ def _run(mech, state, extra_zdd, algorithm):
                     pass
             return _run_batch(mech, K, state, extra_zdd, algorithm)
     q, qd, qdd, single = state.batch()
-    q1, qd1, qdd1, ok = algorithm(_Generic(mech), mech.independent, q, qd, qdd, _extra(extra_zdd, q.shape[0], mech.dof))
+    q1, qd1, qdd1, ok, _ = algorithm(_Generic(mech), mech.independent, q, qd, qdd, _extra(extra_zdd, q.shape[0], mech.dof))
     return MBState.make(q1, qd1, qdd1, ok, single)
 
 
 def _run_single(mech, K, state, extra_zdd, algorithm):
     B = fastpath.Single(mech, K)
     v = None if extra_zdd is None else B.vec(extra_zdd)
-    q1, qd1, qdd1, ok = algorithm(B, K.iz, B.vec(state.q), B.vec(state.qd), None if state.qdd is None else B.vec(state.qdd), v)
+    q1, qd1, qdd1, ok, _ = algorithm(B, K.iz, B.vec(state.q), B.vec(state.qd), None if state.qdd is None else B.vec(state.qdd), v)
     return MBState(np.array(q1), np.array(qd1), np.array(qdd1), bool(ok))
 
 
@@ -178,15 +185,17 @@ def _run_batch(mech, K, state, extra_zdd, algorithm):
     v = None if extra_zdd is None else vec(np.asarray(extra_zdd, dtype=float).reshape(N, mech.dof))
     chunk = fastpath.chunk_size(N)
     if N <= chunk:
-        q1, qd1, qdd1, ok = algorithm(fastpath.Batch(mech, K, N), K.independent, q, qd, qdd, v)
-        return MBState(q1.T, qd1.T, qdd1.T, ok)
+        aux = state.aux if isinstance(state.aux, fastpath.Context) and state.aux.N == N else None
+        B = fastpath.Batch(mech, K, N, None if aux is None else (q, aux))
+        q1, qd1, qdd1, ok, s1 = algorithm(B, K.independent, q, qd, qdd, v)
+        return MBState(q1.T, qd1.T, qdd1.T, ok, s1.context(N))
     out = np.empty((3, n, N))
     ok = np.empty(N, dtype=bool)
     for a in range(0, N, chunk):
         c = slice(a, min(a + chunk, N))
         res = algorithm(fastpath.Batch(mech, K, c.stop - c.start), K.independent, q[:, c], qd[:, c],
                         None if qdd is None else qdd[:, c], None if v is None else v[:, c])
-        out[0, :, c], out[1, :, c], out[2, :, c], ok[c] = res
+        out[0, :, c], out[1, :, c], out[2, :, c], ok[c] = res[:4]
     return MBState(out[0].T, out[1].T, out[2].T, ok)
 
 
@@ -257,7 +266,7 @@ class ExplicitEuler(_IndependentIntegrator):
             zd1 = B.axpy(B.take(qd, iz), h, a)
             # z1 is on the path z0 + s zd0 (zdd = 0) through q0: second-order predictor
             q1, ok, s1 = B.advance(t + h, B.axpy(B.axpy(q, h, qd), 0.5 * h * h, rd), z1, zd1)
-            return q1, s1.qd, s1.qdd, ok
+            return q1, s1.qd, s1.qdd, ok, s1
 
         return _run(mech, state, extra_zdd, euler)
 
@@ -284,7 +293,7 @@ class RK4(_IndependentIntegrator):
             z1 = B.comb(z0, h / 6.0, (zd0, zd2, zd3, zd4))
             zd1 = B.comb(zd0, h / 6.0, (a1, s2.zdd, s3.zdd, s4.zdd))
             q1, ok, s1 = B.advance(t + h, B.add(q4, B.rmul(s4.R, B.sub(z1, z4))), z1, zd1)
-            return q1, s1.qd, s1.qdd, ok & ok2 & ok3 & ok4
+            return q1, s1.qd, s1.qdd, ok & ok2 & ok3 & ok4, s1
 
         return _run(mech, state, extra_zdd, rk4)
 

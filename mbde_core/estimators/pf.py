@@ -287,6 +287,7 @@ class ParticleFilter(Estimator):
         self._lost_hist = collections.deque()
         self._since_init = self.t
         self._propose = False
+        self._aux = None  # the integrator's kernel context at q (MBState.aux), reused next step
 
     # -- sensor noise -----------------------------------------------------------------------
     def _noise(self, name: str):
@@ -318,6 +319,7 @@ class ParticleFilter(Estimator):
     def _finish_init(self, q, zd):
         mech = self.mech
         self.q = q
+        self._aux = None
         self.qd = kinematics.velocity(mech, q, zd)
         self.qdd = np.ascontiguousarray(dynamics.evaluate(mech, self.t, q, self.qd).qdd)
         if self.zdd_range is not None:
@@ -387,9 +389,10 @@ class ParticleFilter(Estimator):
     # -- Algorithm 1 ---------------------------------------------------------------------------
     def predict(self, dt: float) -> None:
         """Lines 2-4: integrate every particle over dt, then draw its new acceleration noise."""
-        st = self.integrator.step(self.mech, self.t, MBState(self.q, self.qd, self.qdd), dt, extra_zdd=self.v)
+        st = self.integrator.step(self.mech, self.t, MBState(self.q, self.qd, self.qdd, aux=self._aux), dt, extra_zdd=self.v)
         self.t += dt
         q, qd, qdd = st.q, st.qd, st.qdd
+        self._aux = st.aux
         ok = np.asarray(st.ok, dtype=bool)
         if not ok.all() or not (np.isfinite(q).all() and np.isfinite(qd).all() and np.isfinite(qdd).all()):
             ok = ok & np.isfinite(q).all(axis=1) & np.isfinite(qd).all(axis=1) & np.isfinite(qdd).all(axis=1)
@@ -418,6 +421,7 @@ class ParticleFilter(Estimator):
         self.logw[good] -= np.log1p(extra[good])  # donor weight shared with its copies
         for arr in (self.q, self.qd, self.qdd, self.v):
             arr[bad] = arr[donors]
+        self._aux = None  # q edited in place
         self.label[bad] = self.label[donors]
         self.logw[bad] = self.logw[donors]
         self._w = None  # edited in place
@@ -634,6 +638,7 @@ class ParticleFilter(Estimator):
             if n < self.N:
                 idx = resample(self.scheme, w, self.rng, n)
         self.q, self.qd, self.qdd, self.v = self.q[idx], self.qd[idx], self.qdd[idx], self.v[idx]
+        self._aux = None if self._aux is None else self._aux.take(idx)
         self.label = self.label[idx]
         self._unique = self._unique_resampled = int(np.count_nonzero(np.bincount(idx, minlength=self.N)))
         self.N = n
@@ -679,8 +684,20 @@ class ParticleFilter(Estimator):
         zm = w @ z
         if self.angular.any():
             a = self.angular
-            zm[a] = np.arctan2(w @ np.sin(z[:, a]), w @ np.cos(z[:, a]))
+            s, c = self._sincos(z)
+            zm[a] = np.arctan2(w @ s, w @ c)
         return zm, w @ self.zd, w @ self.zdd
+
+    def _sincos(self, z):
+        """sin, cos (N, k) of the angle columns of z: the integrator computed them at the
+        current q (its kernel context, ``self._aux``) when it knows them, the same values."""
+        a = self.angular
+        aux = self._aux
+        if aux is None or aux.N != self.N:
+            return np.sin(z[:, a]), np.cos(z[:, a])
+        rel = self.mech.rel_columns
+        pairs = [aux.sincos(rel, c) for c in self.iz[a]]
+        return np.stack([p[0] for p in pairs], axis=1), np.stack([p[1] for p in pairs], axis=1)
 
     def deviations(self, zm=None, w=None) -> np.ndarray:
         """(N, g) z - mean with angle deviations wrapped to [-pi, pi)."""
