@@ -443,8 +443,15 @@ class Batch:
         return x + a * (t0 + 2.0 * t1 + 2.0 * t2 + t3)
 
     def rmul(self, R, dz):
+        """R dz (n, N), each row computed into the output (no stacking)."""
         g = len(dz)
-        return stack([row[0] * dz[0] if g == 1 else sum(row[k] * dz[k] for k in range(g)) for row in R], self.N)
+        out = np.empty((len(R), self.N))
+        for o, row in zip(out, R):
+            if g == 1:
+                np.multiply(row[0], dz[0], out=o)
+            else:
+                o[...] = sum(row[k] * dz[k] for k in range(g))
+        return out
 
     def context(self, q):
         if self._known is not None and q is self._known[0]:

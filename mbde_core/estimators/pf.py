@@ -704,6 +704,8 @@ class ParticleFilter(Estimator):
         if zm is None:
             zm = self.mean(w)[0]
         d = self.z - zm
+        if self.angular.all():
+            return wrap_angle(d)
         if self.angular.any():
             d[:, self.angular] = wrap_angle(d[:, self.angular])
         return d
@@ -712,7 +714,10 @@ class ParticleFilter(Estimator):
         """(2g, 2g) weighted covariance of [z, zd] about the (circular) mean."""
         w = self.weights() if w is None else w
         zm, zdm, _ = self.mean(w) if means is None else means
-        X = np.hstack([self.deviations(zm, w), self.zd - zdm])
+        g = self.g
+        X = np.empty((self.N, 2 * g))
+        X[:, :g] = self.deviations(zm, w)
+        np.subtract(self.zd, zdm, out=X[:, g:])
         return (X.T * w) @ X
 
     def interval(self, p: float = 0.95):

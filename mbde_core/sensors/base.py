@@ -13,8 +13,16 @@ import numpy as np
 
 
 def wrap_angle(a):
-    """Wrap angles to [-pi, pi)."""
-    return (np.asarray(a) + np.pi) % (2.0 * np.pi) - np.pi
+    """Wrap angles to [-pi, pi).
+
+    The floating-point remainder is slow (~7 ns per value); when every a + pi already
+    lies in [0, 2 pi) (deviations about a mean, residuals) it is the identity (fmod is
+    exact), so two reductions decide to skip it. The result is the same either way.
+    """
+    t = np.asarray(a) + np.pi
+    if t.size and t.min() >= 0.0 and t.max() < 2.0 * np.pi:  # False with a NaN
+        return t - np.pi
+    return t % (2.0 * np.pi) - np.pi
 
 
 @dataclass

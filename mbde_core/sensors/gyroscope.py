@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.sensors.base import Sensor
-from mbde_core.sensors.geometry import basis_vector, body_columns, omega_and_gradients, scatter_d
+from mbde_core.sensors.geometry import basis_components, basis_vector, body_columns, omega_and_gradients, scatter_d
 
 
 class Gyroscope(Sensor):
@@ -23,9 +23,8 @@ class Gyroscope(Sensor):
         super().__init__(mech, name, **kw)
 
     def _h(self, q, qd, qdd):
-        d, dd = basis_vector(self.mech, self.body, q, qd)
-        dx, dy = d[:, 0], d[:, 1]
-        return ((dx * dd[:, 1] - dy * dd[:, 0]) / (dx * dx + dy * dy))[:, None]
+        dx, dy, ddx, ddy = basis_components(self.mech, self.body, q, qd)
+        return ((dx * ddy - dy * ddx) / (dx * dx + dy * dy))[:, None]
 
     def _jac(self, q, qd, qdd):
         Hq, Hqd, Hqdd = self._zeros(q.shape[0])
