@@ -39,10 +39,9 @@ import numpy as np
 
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
-from mbde_core.estimators.kalman import gate_rows, innovation_stats
+from mbde_core.estimators.kalman import cholesky, gate_rows, innovation_stats
 from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.estimators.reduced import ReducedModel
-from mbde_core.estimators.ukf import cholesky
 from mbde_core.types import MechanismSnapshot
 
 

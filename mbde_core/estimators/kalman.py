@@ -89,3 +89,24 @@ def ekf_update(x, P, names, dims, y, H, R, gates):
     P = joseph_update(P, K, H, R)
     nis, e = innovation_stats(y, S)
     return dx, P, UpdateResult(accepted, rejected, nis, int(y.shape[0]), y, e)
+
+
+def cholesky(P: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor of a symmetric matrix (its lower triangle is read), as
+    numpy.linalg.cholesky (LinAlgError unless positive definite); small ones on floats."""
+    n = P.shape[0]
+    if n > 4:
+        return np.linalg.cholesky(P)
+    a = P.tolist()
+    L = [[0.0] * n for _ in range(n)]
+    for j in range(n):
+        Lj = L[j]
+        s = a[j][j] - sum(v * v for v in Lj[:j])
+        if not s > 0.0:  # also NaN
+            raise np.linalg.LinAlgError("Matrix is not positive definite")
+        d = math.sqrt(s)
+        Lj[j] = d
+        for i in range(j + 1, n):
+            Li = L[i]
+            Li[j] = (a[i][j] - sum(u * v for u, v in zip(Li[:j], Lj[:j]))) / d
+    return np.array(L)

@@ -79,10 +79,6 @@ class ReducedKalman(Estimator):
         self.full = None  # the kept state's accelerations belong to the previous time
         return False
 
-    def _correction_guess(self, dz):
-        """First-order position guess q + R dz for a correction dz of z."""
-        return self.q + self._full().R @ dz
-
     def extra_forces(self):
         """Extra generalized forces used by the model (estimated inputs); None by default."""
         return None

@@ -252,25 +252,10 @@ class ReducedModel:
             self._cov_cache[key] = out
         return out
 
-    def bilinear(self, q, u, v):
-        """D(u, v) = u^T (d^2 Phi/dq^2) v by polarisation of (Phi_q)'qd (single or batched).
-
-        Both polarisation terms come from one batched (Phi_q)'qd evaluation.
-        """
-        q = np.asarray(q, dtype=float)
-        u, v = np.broadcast_arrays(np.asarray(u, dtype=float), np.asarray(v, dtype=float))
-        if q.ndim == 1 and u.ndim == 1:
-            return self.bilinear_many(q, [(u, v)])[0]
-        shape = np.broadcast_shapes(q.shape, u.shape)
-        qb = np.broadcast_to(q, shape)
-        both = self.mech.phi_q_dot_qd(np.concatenate([qb, qb]), np.concatenate([np.broadcast_to(u + v, shape),
-                                                                                  np.broadcast_to(u - v, shape)]))
-        N = shape[0]
-        return 0.25 * (both[:N] - both[N:])
-
     def bilinear_many(self, q, pairs, ctx=None) -> np.ndarray:
-        """D(u_k, v_k) (k, m) for pairs [(u_k, v_k)] at one q (n,): as :meth:`bilinear`,
-        with the generated (Phi_q)'qd on Python floats (ctx: a FullState's kernel context)."""
+        """D(u_k, v_k) = u_k^T (d^2 Phi/dq^2) v_k (k, m) for pairs [(u_k, v_k)] at one q (n,),
+        by polarisation of (Phi_q)'qd: D(u, v) = ((Phi_q)'(u+v) (u+v) - (Phi_q)'(u-v) (u-v)) / 4,
+        with the generated kernel on Python floats (ctx: a FullState's kernel context)."""
         mech = self.mech
         K = fastpath.kernels(mech)
         if K is not None:
@@ -382,7 +367,11 @@ class ReducedModel:
         return tuple(np.concatenate([p[i] for p in parts], axis=0) for i in range(4))
 
     def measurement_jacobian(self, names, t, q, qd, qdd, extra_Q=None, eps: float = 1e-6):
-        """H = dh/dx (d, 2g) of the stacked named sensors at a consistent state (single)."""
+        """H = dh/dx (d, 2g) of the stacked named sensors at a consistent state (single).
+
+        The generic reference (engine Phi_q and R, the sensors' batched Jacobians, no
+        generated kernels) against which :meth:`linearize`, the observers' path, is tested.
+        """
         mech = self.mech
         J = mech.phi_q(q)
         R = kinematics.r_matrix(mech, q, phi_q=J)

@@ -19,35 +19,12 @@ predictor of the path from the previous mean. Cholesky factors of the small cova
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman import gate, innovation_stats
+from mbde_core.estimators.kalman import cholesky, gate, innovation_stats
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.sensors.base import wrap_angle
-
-
-def cholesky(P: np.ndarray) -> np.ndarray:
-    """Lower Cholesky factor of a symmetric matrix (its lower triangle is read), as
-    numpy.linalg.cholesky (LinAlgError unless positive definite); small ones on floats."""
-    n = P.shape[0]
-    if n > 4:
-        return np.linalg.cholesky(P)
-    a = P.tolist()
-    L = [[0.0] * n for _ in range(n)]
-    for j in range(n):
-        Lj = L[j]
-        s = a[j][j] - sum(v * v for v in Lj[:j])
-        if not s > 0.0:  # also NaN
-            raise np.linalg.LinAlgError("Matrix is not positive definite")
-        d = math.sqrt(s)
-        Lj[j] = d
-        for i in range(j + 1, n):
-            Li = L[i]
-            Li[j] = (a[i][j] - sum(u * v for u, v in zip(Li[:j], Lj[:j]))) / d
-    return np.array(L)
 
 
 class UKF(ReducedKalman):
