@@ -33,20 +33,28 @@ def basis_vector(mech, body: int, q, qd=None):
     return d, _point(mech, qd, j, False) - _point(mech, qd, i, False)
 
 
-def _coord(mech, x, k, axis: int, fixed: bool):
-    """Coordinate ``axis`` of point k: a column (N,) of x, or a constant (fixed point:
-    its position if ``fixed``, else velocity 0.0)."""
+def _coord(mech, cols, k, axis: int, fixed: bool):
+    """Coordinate ``axis`` of point k: ``cols[c]`` for its column c of q (or qd), or a
+    constant float (fixed point: its position if ``fixed``, else velocity 0.0)."""
     c = (mech.px if axis == 0 else mech.py)[k]
     if c < mech.n:
-        return x[:, c]
+        return cols[c]
     return float(mech.fixed_xy[k][axis]) if fixed else 0.0
+
+
+def basis_values(mech, body: int, q_cols, qd_cols):
+    """(d_x, d_y, d'_x, d'_y) of a body from column accessors: ``q.T`` of a batch (N, n)
+    (each value (N,), or a float where both basis points are fixed) or the list of one
+    state's floats (each value a float)."""
+    i, j, _, _ = body_columns(mech, body)
+    return tuple(_coord(mech, x, j, a, f) - _coord(mech, x, i, a, f) for x, f in ((q_cols, True), (qd_cols, False))
+                 for a in (0, 1))
 
 
 def basis_components(mech, body: int, q, qd):
     """(d_x, d_y, d'_x, d'_y), each (N,): :func:`basis_vector` as columns, not stacked
     into (N, 2) arrays (the same values, fewer copies in a particle filter's hot path)."""
-    i, j, _, _ = body_columns(mech, body)
-    out = [_coord(mech, x, j, a, f) - _coord(mech, x, i, a, f) for x, f in ((q, True), (qd, False)) for a in (0, 1)]
+    out = basis_values(mech, body, q.T, qd.T)
     return tuple(np.full(q.shape[0], v) if isinstance(v, float) else v for v in out)
 
 

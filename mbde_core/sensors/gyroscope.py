@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.sensors.base import Sensor
-from mbde_core.sensors.geometry import basis_components, basis_vector, body_columns, omega_and_gradients, scatter_d
+from mbde_core.sensors.geometry import (basis_components, basis_values, basis_vector, body_columns, omega_and_gradients,
+                                        scatter_d)
 
 
 class Gyroscope(Sensor):
@@ -43,30 +44,17 @@ class Gyroscope(Sensor):
         """
         mech = self.mech
         n = mech.n
-        i, j, _, (xi, yi, xj, yj) = body_columns(mech, self.body)
-        ql, qdl = q.tolist(), qd.tolist()
-
-        def point(x, k, c, axis, fixed):
-            return x[c] if c < n else (float(mech.fixed_xy[k][axis]) if fixed else 0.0)
-
-        dx = point(ql, j, xj, 0, True) - point(ql, i, xi, 0, True)
-        dy = point(ql, j, yj, 1, True) - point(ql, i, yi, 1, True)
-        ddx = point(qdl, j, xj, 0, False) - point(qdl, i, xi, 0, False)
-        ddy = point(qdl, j, yj, 1, False) - point(qdl, i, yi, 1, False)
+        dx, dy, ddx, ddy = basis_values(mech, self.body, q.tolist(), qd.tolist())
         s = dx * dx + dy * dy
         c = dx * ddy - dy * ddx
-        w = c / s
         k2 = 2.0 * c / (s * s)
-        gdx, gdy = ddy / s - k2 * dx, -ddx / s - k2 * dy
-        gddx, gddy = -dy / s, dx / s
-        Hq = np.zeros((1, n + 1))
-        Hqd = np.zeros((1, n + 1))
-        Hq[0, xj] += gdx
-        Hq[0, yj] += gdy
-        Hq[0, xi] -= gdx
-        Hq[0, yi] -= gdy
-        Hqd[0, xj] += gddx
-        Hqd[0, yj] += gddy
-        Hqd[0, xi] -= gddx
-        Hqd[0, yi] -= gddy
-        return np.array([w]), Hq[:, :n], Hqd[:, :n], np.zeros((1, n))
+        gdx, gdy, gddx, gddy = ddy / s - k2 * dx, -ddx / s - k2 * dy, -dy / s, dx / s
+        xi, yi, xj, yj = body_columns(mech, self.body)[3]
+        Hq, Hqd = np.zeros((1, n + 1)), np.zeros((1, n + 1))
+        # scatter_d for one state on floats (column n collects fixed points, discarded)
+        for H, gx, gy in ((Hq, gdx, gdy), (Hqd, gddx, gddy)):
+            H[0, xj] += gx
+            H[0, yj] += gy
+            H[0, xi] -= gx
+            H[0, yi] -= gy
+        return np.array([c / s]), Hq[:, :n], Hqd[:, :n], np.zeros((1, n))
