@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.types import MechanismSnapshot, Measurement, ParticleCloud
 
 
@@ -63,6 +64,17 @@ class Estimator:
         self.config = config
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.t = 0.0
+        self._plant_noise_cache: dict[float, np.ndarray] = {}
+
+    def plant_noise(self, dt: float) -> np.ndarray:
+        """Sigma^P (2g, 2g) of [z, zd] over dt from the ``plant_noise`` option (Van Loan,
+        :func:`mbde_core.estimators.noise.kinematic_plant_noise`), cached per dt."""
+        Q = self._plant_noise_cache.get(dt)
+        if Q is None:
+            pn = self.config["plant_noise"]
+            Q = kinematic_plant_noise(self.mech.dof, dt, pn["acceleration_psd"], pn.get("velocity_psd", 0.0))
+            self._plant_noise_cache[dt] = Q
+        return Q
 
     def reset(self, t: float, init: InitialState) -> None:
         raise NotImplementedError

@@ -40,7 +40,6 @@ import numpy as np
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
 from mbde_core.estimators.kalman import cholesky, gate_rows, innovation_stats
-from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.estimators.reduced import ReducedModel
 from mbde_core.types import MechanismSnapshot
 
@@ -57,7 +56,6 @@ class DIEKFpm(Estimator):
         self.P = np.eye(2 * self.n)
         self._iso = np.zeros((2 * self.n, 2 * self.n))
         self._sigma = {k: float(v) ** 2 for k, v in (config.get("sensor_sigma") or {}).items()}
-        self._Qz_cache = {}
         self._T_at = None  # (X, T) of the last projected mean
 
     def reset(self, t: float, init: InitialState) -> None:
@@ -73,15 +71,9 @@ class DIEKFpm(Estimator):
         self.Pz = Pz
         T = self._T(q, qd)
         self.P = T @ Pz @ T.T
-        Qz = self._plant_noise(float(self.config["step"]))
+        Qz = self.plant_noise(float(self.config["step"]))
         self._iso = self._coordinate_noise(T @ Qz @ T.T)
         self._T_at = None
-
-    def _plant_noise(self, dt):
-        if dt not in self._Qz_cache:
-            pn = self.config["plant_noise"]
-            self._Qz_cache[dt] = kinematic_plant_noise(self.mech.dof, dt, pn["acceleration_psd"], pn.get("velocity_psd", 0.0))
-        return self._Qz_cache[dt]
 
     def _T(self, q, qd):
         """d[q, qd]/d[z, zd] on the manifold: [[R, 0], [d(R zd)/dz, R]]."""
@@ -109,7 +101,7 @@ class DIEKFpm(Estimator):
         q, qd = self.X[:n], self.X[n:]
         qdd = self._qdd(q, qd)
         g = self.mech.dof
-        Qz = self._plant_noise(dt)
+        Qz = self.plant_noise(dt)
         self.Pz = _propagate(self.Pz, dt, g) + Qz
         T = self._prior_T(self.X)
         self._iso = self._coordinate_noise(T @ Qz @ T.T)

@@ -42,7 +42,6 @@ from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import Estimator, InitialState
 from mbde_core.estimators.kalman import ekf_update
-from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.estimators.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
 
@@ -167,20 +166,13 @@ class ErrorEKF(Estimator):
             F[:g, 2 * g + na :] = 0.5 * dt * dt * B
             F[g : 2 * g, 2 * g + na :] = dt * B
         Qd = np.zeros((self.dim, self.dim))
-        Qd[: 2 * g, : 2 * g] = self._kinematic_noise(dt)
+        Qd[: 2 * g, : 2 * g] = self.plant_noise(dt)
         if na:
             Qd[2 * g : 2 * g + na, 2 * g : 2 * g + na] = np.eye(g) * float(self.config["acceleration_bias_psd"]) * dt
         if k:
             psd = np.array([float(s.get("psd", 1.0)) for s in self.input_specs])
             Qd[2 * g + na :, 2 * g + na :] = np.diag(psd * dt)
         return F, Qd
-
-    def _kinematic_noise(self, dt):
-        cache = self.__dict__.setdefault("_qd_cache", {})
-        if dt not in cache:
-            pn = self.config["plant_noise"]
-            cache[dt] = kinematic_plant_noise(self.g, dt, pn["acceleration_psd"], pn.get("velocity_psd", 0.0))
-        return cache[dt]
 
     def predict(self, dt: float) -> None:
         q = self.state.q

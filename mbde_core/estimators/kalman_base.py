@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.estimators.base import Estimator, InitialState
-from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.estimators.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
 
@@ -31,16 +30,9 @@ class ReducedKalman(Estimator):
         self.qd = mech.qd0.copy()
         self.full: FullState | None = None
         self.failures = 0
-        self._Qd_cache = {}
         self._sigma = {k: float(v) ** 2 for k, v in (config.get("sensor_sigma") or {}).items()}
 
     # -- configuration -------------------------------------------------------------------------
-    def plant_noise(self, dt: float) -> np.ndarray:
-        if dt not in self._Qd_cache:
-            pn = self.config["plant_noise"]
-            self._Qd_cache[dt] = kinematic_plant_noise(self.g, dt, pn["acceleration_psd"], pn.get("velocity_psd", 0.0))
-        return self._Qd_cache[dt]
-
     def measurement_covariance(self, names) -> np.ndarray:
         """Measurement covariance of the named readings (cached per list of names, read-only)."""
         return self.model.noise_covariance(names, self._sigma)
