@@ -8,6 +8,10 @@ Grammar (precedence low to high; ``^`` and ``**`` are right-associative powers):
     power  := atom (('^' | '**') unary)?
     atom   := NUMBER | NAME | NAME '(' [expr (',' expr)*] ')' | '(' expr ')'
 
+Limits (a config file is untrusted input): at most ``MAX_LENGTH`` characters,
+``MAX_TOKENS`` tokens and ``MAX_NESTING`` nested parentheses; beyond them, and for any
+value that overflows, an :class:`ExpressionError` (one line) instead of a crash.
+
 Names are looked up in the variables given to :func:`evaluate` (parameters, ``index``,
 ``length``, ``mass``, ``lengthIJ``, ``x0``/``y0``...) and then in the constants ``pi``
 and ``e``. Functions: sqrt, sin, cos, tan, asin, acos, atan, atan2, exp, log, abs,
@@ -45,6 +49,9 @@ _FUNCS = {
     "rad2deg": (math.degrees, 1),
 }
 _CONSTS = {"pi": math.pi, "e": math.e}
+MAX_LENGTH = 1000
+MAX_TOKENS = 200
+MAX_NESTING = 32
 
 _TOKEN = re.compile(
     r"\s*(?:(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_][A-Za-z_0-9]*)"
@@ -62,6 +69,13 @@ def _tokenize(text: str) -> list[tuple[str, str]]:
         kind = m.lastgroup
         out.append((kind, m.group(kind)))
         pos = m.end()
+        if len(out) > MAX_TOKENS:
+            raise ExpressionError(f"expression too long (more than {MAX_TOKENS} tokens)")
+    depth = 0
+    for kind, tok in out:
+        depth += (tok == "(") - (tok == ")")
+        if depth > MAX_NESTING:
+            raise ExpressionError(f"expression nested too deeply (more than {MAX_NESTING} parentheses)")
     return out
 
 
@@ -201,13 +215,21 @@ def _binary(op: str, lhs, rhs, text: str):
 
 def compile_expression(text: str):
     """Parse once; return ``fn(variables: Mapping) -> float`` (raises ExpressionError)."""
-    node = _Parser(str(text)).parse()
+    text = str(text)
+    if len(text) > MAX_LENGTH:
+        raise ExpressionError(f"expression too long ({len(text)} characters, at most {MAX_LENGTH})")
+    try:
+        node = _Parser(text).parse()
+    except RecursionError:
+        raise ExpressionError("expression nested too deeply") from None
 
     def fn(variables: Mapping[str, float] | None = None) -> float:
         try:
             value = node(variables or {})
         except OverflowError as exc:
             raise ExpressionError(f"{exc} in expression {text!r}") from None
+        except RecursionError:
+            raise ExpressionError(f"expression nested too deeply: {text[:60]!r}") from None
         if not math.isfinite(value):
             raise ExpressionError(f"expression {text!r} is not finite ({value})")
         return value

@@ -140,6 +140,7 @@ def test_recovery_at_once_and_nan_predictions(sims):
     cfg = copy.deepcopy(defaults("pf"))
     cfg["recovery"]["time"] = 0.0
     cfg["init"] = "gaussian"
+    cfg["gate"] = 0.0  # the PF's own recovery (a gate would reject these readings, test_faults.py)
     est = make_estimator("pf", sc.estimator_mechanism(), sc.estimator_sensors(), cfg, rng=np.random.default_rng(0))
     init = sc.estimator_initial_state()
     est.reset(meas[0].stamp, InitialState(init.z, init.zd, np.full(1, 0.05), np.full(1, 0.5), init.q, init.branch))

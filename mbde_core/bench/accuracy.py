@@ -107,8 +107,14 @@ def run(args) -> int:
     bad = [c for c in cases if c not in CASES]
     if bad:
         raise DataError(f"--cases: unknown {', '.join(bad)} (choose from {', '.join(CASES)})")
-    periods = [int(p) for p in args.periods.split(",")]
-    gerrs = [float(g) for g in args.gravity_errors.split(",")]
+    try:
+        periods = [int(p) for p in args.periods.split(",")]
+    except ValueError:
+        raise DataError(f"--periods: expected comma-separated integers, got {args.periods!r}") from None
+    try:
+        gerrs = [float(g) for g in args.gravity_errors.split(",")]
+    except ValueError:
+        raise DataError(f"--gravity-errors: expected comma-separated numbers, got {args.gravity_errors!r}") from None
     configs = load_estimator_configs(args.config or config_path("estimators", "default.yaml"), names)
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()

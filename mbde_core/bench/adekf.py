@@ -88,7 +88,7 @@ def run_adekf(mech, sensors, cfg, measurements, init, cmap=None):
     from mbde_core.estimators.stage import EstimatorStage
 
     est = ADEKF(mech, sensors, cfg, coordinate_map=cmap)
-    stage = EstimatorStage(est, cfg["step"], lambda t: init, gate=cfg.get("gate", 0.0))
+    stage = EstimatorStage.from_config(est, cfg, lambda t: init)
     t0 = time.perf_counter()
     stage.feed(measurements)
     stage.flush()

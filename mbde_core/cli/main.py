@@ -11,6 +11,14 @@ import argparse
 import importlib
 import sys
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (as every other mbde error) with
+    exit status 2: ``mbde CMD: error: what is wrong (see `mbde CMD --help`)``."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 # (name, module, one-line help). Order = order shown by `mbde --help`.
 COMMANDS: list[tuple[str, str, str]] = [
     ("info", "mbde_core.cli.cmd_info", "describe a mechanism YAML: points, bodies, coordinates, DOF, branches"),
@@ -27,7 +35,7 @@ COMMANDS: list[tuple[str, str, str]] = [
 
 def _top_parser() -> argparse.ArgumentParser:
     lines = "\n".join(f"  {name:<22} {helptext}" for name, _, helptext in COMMANDS)
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="mbde",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="mbde: multibody-dynamics-based state estimation for planar mechanisms.",
@@ -52,13 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 0 if not argv else 2
-        parser.print_usage(sys.stderr)
         print(f"mbde: error: unknown command {args.command!r} (see `mbde --help`)", file=sys.stderr)
         return 2
     name = argv[0]
     module_name, helptext = table[name]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=f"mbde {name}",
         description=getattr(module, "DESCRIPTION", helptext),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -3,6 +3,10 @@
 Every mbde YAML reader (mechanisms, sensors, scenarios, estimators, ROS parameter
 files) goes through :class:`Node`; a problem raises
 :class:`mbde_core.errors.ConfigError` (``file: key.path[2]: what is wrong``).
+
+A config file is untrusted input: YAML tags other than the standard ones, duplicate keys,
+documents nested deeper than ``MAX_DEPTH`` levels (or with recursive aliases) and alias
+expansions beyond ``MAX_VALUES`` values are errors (one line each, never a crash).
 """
 from __future__ import annotations
 
@@ -31,16 +35,126 @@ def read_yaml(path: str | os.PathLike) -> "Node":
     return parse_yaml(text, path)
 
 
+MAX_DEPTH = 64           # nesting levels of a document
+MAX_VALUES = 100_000     # values of a document with its aliases expanded
+
+
+class _Loader(yaml.SafeLoader):
+    """yaml.SafeLoader that rejects duplicate keys (YAML requires unique keys; PyYAML keeps
+    the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    dup = key in seen
+                    seen.add(key)
+                except TypeError:  # unhashable key: reported by the caller
+                    continue
+                if dup:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
 def parse_yaml(text: str, label: str = "<string>") -> "Node":
     """Parse YAML text (label names it in errors)."""
+    deep = _too_deep(text)
+    if deep:
+        raise ConfigError(label, f"line {deep}", f"YAML nested deeper than {MAX_DEPTH} levels")
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(label, where, f"YAML syntax error: {problem}") from None
+    except RecursionError:
+        raise ConfigError(label, _deep_line(text), f"YAML nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        problem = "an integer with too many digits" if "digits" in str(exc) else str(exc).splitlines()[0][:120]
+        raise ConfigError(label, "", f"YAML value error: {problem}") from None
+    _check_structure(doc, label)
     return Node(doc, label, "")
+
+
+def _too_deep(text: str) -> int:
+    """First line (1-based) where the text nests flow collections ([ {) or indented blocks
+    deeper than MAX_DEPTH, 0 if it does not: a linear pre-scan, because PyYAML needs
+    quadratic time and then recursion for deep documents. Quoted strings and comments are
+    skipped; the scan is conservative (it only counts, never parses)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH and text.count("\n") <= MAX_DEPTH:
+        return 0
+    indents: list[int] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip(" ")
+        if stripped and not stripped.startswith("#"):
+            indent = len(line) - len(stripped)
+            while indents and indents[-1] >= indent:
+                indents.pop()
+            indents.append(indent)
+            if len(indents) > MAX_DEPTH:
+                return number
+    depth, quote, number, prev = 0, None, 1, " "
+    comment = False
+    for ch in text:
+        if ch == "\n":
+            number += 1
+            comment = False
+        elif comment:
+            pass
+        elif quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and prev in " \t":
+            comment = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return number
+        elif ch in "]}":
+            depth -= 1
+        prev = ch
+    return 0
+
+
+def _deep_line(text: str) -> str:
+    """'line N' where the YAML text first nests deeper than MAX_DEPTH (tokens, no recursion)."""
+    depth = 0
+    opening = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequenceStartToken,
+               yaml.BlockMappingStartToken)
+    closing = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
+    try:
+        for tok in yaml.scan(text, Loader=_Loader):
+            depth += isinstance(tok, opening) - isinstance(tok, closing)
+            if depth > MAX_DEPTH:
+                return f"line {tok.start_mark.line + 1}"
+    except (yaml.YAMLError, RecursionError):
+        pass
+    return ""
+
+
+def _check_structure(doc, label: str) -> None:
+    """Nesting depth and alias expansion within limits (iterative walk, no recursion)."""
+    stack = [(doc, 0, "")]
+    count = 0
+    while stack:
+        value, depth, path = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ConfigError(label, "", f"document too large: its aliases expand to more than {MAX_VALUES} values")
+        if depth > MAX_DEPTH:
+            where = path if len(path) <= 60 else path[:60] + "..."
+            raise ConfigError(label, where, f"nested deeper than {MAX_DEPTH} levels (or a recursive alias)")
+        if isinstance(value, Mapping):
+            stack.extend((v, depth + 1, f"{path}.{k}" if path else str(k)) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, depth + 1, f"{path}[{i}]") for i, v in enumerate(value))
 
 
 class Node:

@@ -54,7 +54,7 @@ import os
 import numpy as np
 
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
+from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, UpdateResult
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
@@ -63,7 +63,7 @@ from mbde_core.types import MechanismSnapshot
 MAP_SOURCES = ("exact", "learned")
 
 
-class ADEKF(Estimator):
+class ADEKF(CovarianceInflation, Estimator):
     name = "adekf"
     USES_COMMON = False
     DEFAULTS = {
@@ -90,7 +90,6 @@ class ADEKF(Estimator):
         "plant_noise": {"acceleration_psd": 1.0, "velocity_psd": 3.0e-4},   # on [z, zd] (paper: none)
         "initial_sigma": {"z": 0.05, "zd": 0.5},
         "sensor_sigma": {},
-        "gate": 0.0,
     }
 
     @staticmethod

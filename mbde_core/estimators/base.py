@@ -88,9 +88,29 @@ class Estimator:
     def estimate(self) -> MechanismSnapshot:
         raise NotImplementedError
 
+    def reacquire(self, inflation: float) -> None:
+        """Widen the uncertainty after the stage's gate rejected every reading for a while
+        (its re-acquisition rule), so that the next readings can be fused. Default: restart
+        from the current estimate with its standard deviations x sqrt(inflation); the
+        Kalman observers scale their covariance (:class:`CovarianceInflation`), the particle
+        filter re-initialises."""
+        snap = self.estimate()
+        g = len(snap.z)
+        sd = np.sqrt(np.clip(np.diag(snap.cov), 0.0, None) * float(inflation))
+        self.reset(self.t, InitialState(snap.z, snap.zd, sd[:g], sd[g:], snap.q, snap.branch if snap.branch >= 0 else None))
+
     def particles(self) -> ParticleCloud | None:
         return None
 
     def diagnostics(self) -> dict:
         """Estimator-specific numbers for /diagnostics (e.g. ESS, resets)."""
         return {}
+
+
+class CovarianceInflation:
+    """Mixin of the Kalman observers whose covariance is ``self.P``: re-acquisition
+    (:meth:`Estimator.reacquire`) scales it, P <- inflation P, keeping the mean, the
+    correlations and any augmented states (inputs, biases)."""
+
+    def reacquire(self, inflation: float) -> None:
+        self.P = self.P * float(inflation)

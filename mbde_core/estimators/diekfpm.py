@@ -227,6 +227,11 @@ class DIEKFpm(Estimator):
             X = X - HW.T @ np.linalg.solve(HW @ H.T, h)
         return X
 
+    def reacquire(self, inflation: float) -> None:
+        """Re-acquisition (:meth:`Estimator.reacquire`): Pz and P = T Pz T^T scaled."""
+        self.Pz = self.Pz * float(inflation)
+        self.P = self.P * float(inflation)
+
     def update(self, measurements, gates=None):
         names = [mm.sensor for mm in measurements]
         o = np.concatenate([np.asarray(mm.value, float) for mm in measurements])

@@ -40,13 +40,13 @@ import numpy as np
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.base import Estimator, InitialState
+from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
 
 
-class ErrorEKF(Estimator):
+class ErrorEKF(CovarianceInflation, Estimator):
     name = "errorekf"
     DEFAULTS = {
         "integrator": "euler",

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbde_core.estimators.base import Estimator, InitialState
+from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState
 from mbde_core.estimators.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
 
 
-class ReducedKalman(Estimator):
+class ReducedKalman(CovarianceInflation, Estimator):
     """Base of the [z, zd] observers."""
 
     def __init__(self, mech, sensors, config, rng=None):

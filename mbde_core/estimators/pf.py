@@ -78,10 +78,12 @@ every particle's q is compared with its label; a particle whose position problem
 converged on the other assembly (possible only near singular configurations) is
 relabelled and counted in ``branch_jumps``.
 
-Gating (``gate``, a chi-square probability per reading, or the stage's gates): a
-reading whose innovation against the particle-predicted mean and covariance
-(S = weighted covariance of the predicted readings + Sigma_s) exceeds the threshold is
-rejected; the same moments give the NIS of each update.
+Gating (``gate``, a chi-square probability per reading, or the stage's gates): the
+likelihood gate of :mod:`pf_gate` (the Mahalanobis gate of the Kalman observers for a
+particle predictive density) rejects outliers; the NIS of each update uses the
+particle-predicted mean and covariance of the readings (S = their weighted covariance +
+Sigma_s). Re-acquisition (:meth:`reacquire`, when the stage's gate keeps rejecting):
+re-initialisation from the uniform prior, counted in ``recoveries`` (reason ``gate``).
 """
 from __future__ import annotations
 
@@ -95,6 +97,7 @@ from mbde_core.engine import dynamics, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
+from mbde_core.estimators.pf_gate import predictive_d2
 from mbde_core.estimators.pf_init import atlas_for, sample_uniform
 from mbde_core.estimators.resampling import SCHEMES, effective_sample_size, resample
 from mbde_core.expr import ExpressionError, evaluate_value
@@ -206,7 +209,6 @@ class ParticleFilter(Estimator):
             "slider_position": None,
             "imu": None,
         },
-        "gate": 0.0,                      # chi-square probability of the per-reading gate (0 = off)
         "init": "uniform",                # uniform (eq. 22) | gaussian (around the given initial state)
         "uniform": {
             "z": [],                      # [lo, hi] or g pairs; []: angles [-pi, pi), others q0 +/- longest body
@@ -260,7 +262,7 @@ class ParticleFilter(Estimator):
         self._codes_label = self.atlas.labels[order]
         self._sensor_noise = {}
         self.counts = {"resamples": 0, "updates": 0, "recoveries": 0, "propagation_failures": 0, "branch_jumps": 0}
-        self.recovery_reasons = {"likelihood": 0, "ess": 0, "propagation": 0}
+        self.recovery_reasons = {"likelihood": 0, "ess": 0, "propagation": 0, "gate": 0}
         self._ess_sum = 0.0
         self.ess_threshold = float(cfg["resampling"]["ess_threshold"])
         self.scheme = cfg["resampling"]["scheme"]
@@ -270,7 +272,7 @@ class ParticleFilter(Estimator):
         self.collapse_fraction = float(rec["ess_fraction"])
         self.collapse_time = float(rec["time"])
         self.branch_check = bool(cfg.get("branch_check", True))
-        self.default_gate = float(cfg.get("gate", 0.0) or 0.0)
+        self.default_gate = float(cfg.get("gate", 0.0) or 0.0)  # when update() is given no gates
         self._alloc()
 
     def _alloc(self):
@@ -386,6 +388,10 @@ class ParticleFilter(Estimator):
         self.recovery_reasons[reason] += 1
         self._init_uniform()
 
+    def reacquire(self, inflation: float) -> None:
+        """The stage's gate rejected every reading for a while: re-initialise (uniform prior)."""
+        self._recover("gate")
+
     # -- Algorithm 1 ---------------------------------------------------------------------------
     def predict(self, dt: float) -> None:
         """Lines 2-4: integrate every particle over dt, then draw its new acceleration noise."""
@@ -447,7 +453,10 @@ class ParticleFilter(Estimator):
         Returns (ll (N,), accepted names, rejected names, stacked innovation y of the
         accepted readings against the predicted mean, its covariance S).
         """
-        gates = gates or {}
+        if gates is None:  # not driven by a stage: the ``gate`` option
+            gates = {}
+            if self.default_gate > 0:
+                gates = {s.name: float(scipy.stats.chi2.ppf(self.default_gate, s.dim)) for s in self.sensors}
         N = self.N
         ll = np.zeros(N)
         w = self.weights()
@@ -467,17 +476,14 @@ class ParticleFilter(Estimator):
             dev = s.residual(pred, mean[None, :])
             S = (dev.T * w) @ dev + R
             y = s.residual(value, mean)
-            limit = gates.get(m.sensor)
-            if limit is None and self.default_gate > 0:
-                limit = float(scipy.stats.chi2.ppf(self.default_gate, s.dim))
-            if limit is not None and limit > 0:
-                d2 = float(y @ np.linalg.solve(S, y))
-                if not d2 <= limit:
-                    rejected.append(m.sensor)
-                    continue
             r = s.residual(value[None, :], pred)
             e = r @ W.T
-            ll += -0.5 * np.einsum("ij,ij->i", e, e)
+            ll_m = -0.5 * np.einsum("ij,ij->i", e, e)
+            limit = gates.get(m.sensor)
+            if limit is not None and limit > 0 and not predictive_d2(ll_m, self.logw, pred, s.residual, W) <= limit:
+                rejected.append(m.sensor)
+                continue
+            ll += ll_m
             accepted.append(m.sensor)
             ys.append(y)
             Ss.append(S)
@@ -550,7 +556,7 @@ class ParticleFilter(Estimator):
             vel = [m for m in measurements if self._velocity_linear(m.sensor)]
             if vel:
                 prop = self._velocity_proposal(vel)
-                _, acc_v, _, ys_v, Ss_v = self.log_likelihood(vel, None)  # moments for the NIS
+                _, acc_v, _, ys_v, Ss_v = self.log_likelihood(vel, {})  # moments for the NIS
                 measurements = [m for m in measurements if not self._velocity_linear(m.sensor)]
         ll, accepted, rejected, ys, Ss = self.log_likelihood(measurements, gates)
         if prop is not None:
@@ -591,7 +597,7 @@ class ParticleFilter(Estimator):
         collapse = ess is None or ess < self.collapse_fraction * self.N
         if self.recovery and self._is_lost(underflow or collapse):
             self._recover("likelihood" if underflow else "ess")
-            ll = self._weigh([m for m in measurements if m.sensor in accepted], None)[0]
+            ll = self._weigh([m for m in measurements if m.sensor in accepted], {})[0]
             ll = np.where(np.isnan(ll), -np.inf, ll)
             if ll.max() >= self.ll_floor:  # else the new uniform set stays unweighted
                 logw = self.logw + ll

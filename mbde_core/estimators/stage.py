@@ -1,8 +1,8 @@
 """EstimatorStage: drives an estimator on a fixed step with asynchronous multirate sensors.
 
-The same stage runs inside ``mbde replay`` (fed from a bag in stamp order) and inside
-the live ROS node (fed from subscriptions), so both produce identical results for the
-same input.
+The same stage runs inside ``mbde replay`` (fed from a bag in arrival order) and inside
+the live ROS node (fed from subscriptions), so both produce identical results -- and
+detect, count and handle every anomaly of the readings identically -- for the same input.
 
 Time grid: t_k = t_0 + k dt, with t_0 the stamp of the first accepted measurement. A
 reading stamped t belongs to the slot k = round((t - t_0)/dt). The stage predicts the
@@ -12,17 +12,34 @@ in stamp order, and the estimate of t_k is emitted. Slots without readings are p
 predictions (also emitted). Feeding readings one by one or in batches therefore gives
 bit-identical results.
 
-Robustness (each case counted in ``counters``, nothing crashes):
+Robustness (each case counted in ``counters``, nothing crashes, see also
+:mod:`mbde_core.estimators.stage_guards`):
 
-- unknown sensor names and non-finite stamps/values are skipped;
-- a reading older than the current slot is ``out_of_order`` (skipped), unless it is
-  older by more than ``backward_jump`` seconds: a backward time jump (bag loop,
-  simulation restart) resets the estimator at the new time;
-- a forward gap longer than ``max_gap`` seconds resets instead of predicting through it;
-- an optional Mahalanobis gate per sensor (chi-square probability ``gate``) rejects
-  outliers inside the estimator's update (``rejected_gate``);
-- an optional ``reorder_window`` [s] buffers readings so that small arrival-order
-  inversions between topics (live operation) are re-sorted before processing.
+- unknown sensor names and non-finite stamps/values are skipped (``unknown_sensor``,
+  ``non_finite``);
+- a ``reorder_window`` [s] buffers readings so that small arrival-order inversions
+  between topics are re-sorted; a reading older than the current slot is still
+  ``out_of_order`` (skipped);
+- duplicate stamps: a second reading of one sensor with the stamp of its previous one
+  is skipped (``duplicates``): the first is fused;
+- backward time jumps (a reading older than the filter time by more than
+  ``backward_jump`` s: a clock step, a bag loop): the readings of the old time are
+  finished, then the estimator restarts at the new time from its last estimate (the
+  mechanism did not jump, its clock did), counted in ``resets`` with the jump's size
+  (``backward_jump_last``, ``backward_jump_max`` [s]). If the readings then disagree
+  with that estimate until the re-acquisition rule fires (the motion restarted too: a
+  bag loop), the estimator restarts from the initial guess instead;
+- readings far in the future (stamped more than ``backward_jump`` s after the stream)
+  wait for the next reading: one in the same new time confirms a forward jump (then
+  handled as a gap), one in the old time makes it a ``future`` reading (skipped);
+- a forward gap longer than ``max_gap`` seconds restarts from the initial guess
+  (``gap_resets``) instead of predicting through it; shorter gaps are predicted through;
+- the per-reading Mahalanobis gate (chi-square probability ``gate``, on by default in
+  every estimator's options) rejects outliers inside the estimator's update
+  (``rejected_gate``), with a re-acquisition rule (``reacquisitions``): consecutive
+  rejections of a sensor make the estimator widen its uncertainty;
+- after every restart or re-acquisition the time until the filter agrees with its
+  readings again is measured (``reconvergence_last``, ``reconvergence_max`` [s]).
 """
 from __future__ import annotations
 
@@ -37,7 +54,12 @@ import numpy as np
 import scipy.stats
 
 from mbde_core.estimators.base import InitialState, UpdateResult
+from mbde_core.estimators.stage_guards import ForwardJumpGuard, Reacquisition, Reconvergence
 from mbde_core.types import MechanismSnapshot, Measurement
+
+# Stage options shared by `mbde replay` and the live node (node parameters of the same names)
+STAGE_DEFAULTS = {"reorder_window": 0.02, "backward_jump": 1.0, "max_gap": 10.0}
+DUPLICATE_TOLERANCE = 1e-9  # s: equal stamps
 
 
 @dataclass
@@ -54,11 +76,18 @@ class StageCounters:
     received: int = 0
     fused: int = 0
     rejected_gate: int = 0
+    reacquisitions: int = 0
     out_of_order: int = 0
+    duplicates: int = 0
+    future: int = 0
     non_finite: int = 0
     unknown_sensor: int = 0
-    resets: int = 0
+    resets: int = 0                   # backward time jumps
+    backward_jump_last: float = 0.0   # s
+    backward_jump_max: float = 0.0    # s
     gap_resets: int = 0
+    reconvergence_last: float | None = None  # s
+    reconvergence_max: float = 0.0    # s
     steps: int = 0
     per_sensor_fused: dict = field(default_factory=dict)
     per_sensor_rejected: dict = field(default_factory=dict)
@@ -77,13 +106,17 @@ class EstimatorStage:
     initial: callable ``t -> InitialState`` used at start and after resets.
     gate: chi-square probability of the Mahalanobis gate (0 = off), a float for every
         sensor or a dict sensor -> probability.
+    reacquire: re-acquisition rule of the gate, {rejections, time, inflation} (see
+        :class:`~mbde_core.estimators.stage_guards.Reacquisition`); None = off.
+    backward_jump, max_gap, reorder_window [s]: see the module docstring.
     on_step: optional callback(StepRecord) for every emitted grid step.
     keep: keep the emitted StepRecords in ``self.records`` (replay) or not (live).
     """
 
     def __init__(self, estimator, step: float, initial: Callable[[float], InitialState], *,
-                 gate=0.0, backward_jump: float = 1.0, max_gap: float = 10.0, reorder_window: float = 0.0,
-                 on_step: Callable[[StepRecord], None] | None = None, keep: bool = True):
+                 gate=0.0, reacquire: dict | None = None, backward_jump: float = 1.0, max_gap: float = 10.0,
+                 reorder_window: float = 0.0, on_step: Callable[[StepRecord], None] | None = None,
+                 keep: bool = True):
         if not step > 0:
             raise ValueError("step must be > 0")
         self.est = estimator
@@ -98,8 +131,20 @@ class EstimatorStage:
         self.records: list[StepRecord] = []
         self.counters = StageCounters()
         self.gates = self._gates(gate)
+        rq = reacquire or {}
+        self.reacq = Reacquisition(rq.get("rejections", 1), rq.get("time", 0.0)) if reacquire else None
+        self.inflation = float(rq.get("inflation", 100.0))
+        self.reconv = Reconvergence()
+        self.guard = ForwardJumpGuard(self.backward_jump)
         self._seq = itertools.count()
         self.reset()
+
+    @classmethod
+    def from_config(cls, estimator, config: dict, initial, **kw) -> "EstimatorStage":
+        """The stage of an estimator with validated options ``config`` (step, gate,
+        reacquire); kw: the other constructor arguments (stage options, on_step, keep)."""
+        return cls(estimator, config["step"], initial, gate=config.get("gate", 0.0),
+                   reacquire=config.get("reacquire"), **kw)
 
     def _gates(self, gate) -> dict[str, float]:
         probs = gate if isinstance(gate, dict) else {s.name: gate for s in self.sensors}
@@ -119,6 +164,11 @@ class EstimatorStage:
         self.k: int = -1  # current slot index (estimator is at t0 + k dt)
         self.pending: list[Measurement] = []
         self._in_flight: Measurement | None = None  # see _process
+        self._last_stamp: dict[str, float] = {}
+        self._after_jump = False  # restarted warm after a backward jump, not re-converged yet
+        self.guard.drop_all()
+        if self.reacq is not None:
+            self.reacq.clear()
 
     def buffered(self) -> list[Measurement]:
         """Readings fed but not yet fused, oldest first: those waiting for the current
@@ -148,11 +198,34 @@ class EstimatorStage:
     def time(self) -> float | None:
         return None if self.t0 is None else self.t0 + self.k * self.dt
 
-    def _start(self, t: float) -> None:
+    @property
+    def newest(self) -> float | None:
+        """Newest stamp of the stream (readings held as possibly from the future excluded)."""
+        return self._latest if math.isfinite(self._latest) else None
+
+    def _start(self, t: float, init: InitialState | None = None) -> None:
         self.t0 = t
         self.k = 0
         self.pending = []
-        self.est.reset(t, self.initial(t))
+        self._last_stamp = {}
+        self.est.reset(t, self.initial(t) if init is None else init)
+        if self.reacq is not None:
+            self.reacq.clear()
+
+    def _warm_initial(self, t: float) -> InitialState:
+        """The current estimate as an initial state (the configured initial standard
+        deviations as a floor); the initial guess if the estimate is not usable."""
+        cold = self.initial(t)
+        try:
+            snap = self.est.estimate()
+        except Exception:  # noqa: BLE001 - an estimator that cannot estimate restarts cold
+            return cold
+        g = len(snap.z)
+        if snap.cov is None or not (np.isfinite(snap.cov).all() and np.isfinite(snap.z).all() and np.isfinite(snap.zd).all()):
+            return cold
+        sd = np.sqrt(np.clip(np.diag(snap.cov), 0.0, None))
+        return InitialState(snap.z.copy(), snap.zd.copy(), np.maximum(sd[:g], cold.sigma_z),
+                            np.maximum(sd[g:], cold.sigma_zd), snap.q.copy(), snap.branch if snap.branch >= 0 else None)
 
     # -- input -------------------------------------------------------------------------------
     def feed(self, measurements) -> None:
@@ -168,24 +241,31 @@ class EstimatorStage:
             if not (math.isfinite(m.stamp) and value.shape == (self.sensors[m.sensor].dim,) and np.all(np.isfinite(value))):
                 self.counters.non_finite += 1
                 continue
-            heapq.heappush(self._heap, (m.stamp, next(self._seq), Measurement(float(m.stamp), m.sensor, value)))
-            self._latest = max(self._latest, m.stamp)
-            if m.stamp < self._latest - self.backward_jump:  # a jump back: process at once
-                self._latest = m.stamp
+            ready, refuted = self.guard.admit(Measurement(float(m.stamp), m.sensor, value), self._latest)
+            self.counters.future += refuted
+            for r in ready:
+                if r.stamp < self._latest - self.backward_jump:  # a jump back: finish the old time first
+                    self._drain(math.inf)
+                    self._latest = r.stamp
+                heapq.heappush(self._heap, (r.stamp, next(self._seq), r))
+                self._latest = max(self._latest, r.stamp)
         self._drain(self._latest - self.reorder_window)
 
     def advance_to(self, t: float) -> None:
-        """The clock says it is now t: process buffered readings and close slots up to t."""
+        """The clock says it is now t: process buffered readings and close slots up to t
+        (never predicting further than ``max_gap`` past the current slot)."""
         self._drain(t - self.reorder_window)
         if self.t0 is None:
             return
         k_target = int(math.floor((t - self.reorder_window - self.t0) / self.dt + 1e-9))
-        if k_target > self.k:
+        if k_target > self.k and (k_target - self.k) * self.dt <= self.max_gap:
             self._close_slot()
             self._step_to(k_target)
 
     def flush(self) -> None:
-        """Process everything buffered and close the current slot (end of a replay)."""
+        """Process everything buffered and close the current slot (end of a replay); readings
+        still held as possibly from the future are dropped (``future``)."""
+        self.counters.future += self.guard.drop_all()
         self._drain(math.inf)
         if self.t0 is not None and self.pending:
             self._close_slot()
@@ -204,9 +284,11 @@ class EstimatorStage:
             self._start(m.stamp)
         now = self.t0 + self.k * self.dt
         if m.stamp < now - self.backward_jump:
-            self.counters.resets += 1
-            self._start(m.stamp)
-            now = self.t0
+            self._jumped_back(m, now)
+        last = self._last_stamp.get(m.sensor)
+        if last is not None and abs(m.stamp - last) <= DUPLICATE_TOLERANCE:
+            self.counters.duplicates += 1
+            return
         k_m = int(round((m.stamp - self.t0) / self.dt))
         if k_m < self.k:
             self.counters.out_of_order += 1
@@ -218,11 +300,32 @@ class EstimatorStage:
                 self._in_flight = None
                 self.counters.gap_resets += 1
                 self._start(m.stamp)
+                self._disturbed(m.stamp)
                 k_m = 0
             else:
                 self._step_to(k_m)
             self._in_flight = None
+        self._last_stamp[m.sensor] = m.stamp
         self.pending.append(m)
+
+    def _jumped_back(self, m: Measurement, now: float) -> None:
+        """A backward time jump to m.stamp: close the old time, restart from the estimate."""
+        size = now - m.stamp
+        c = self.counters
+        c.resets += 1
+        c.backward_jump_last = size
+        c.backward_jump_max = max(c.backward_jump_max, size)
+        self._in_flight = m
+        if self.pending:
+            self._close_slot()
+        self._in_flight = None
+        self._start(m.stamp, self._warm_initial(m.stamp))
+        self._disturbed(m.stamp)
+        self._after_jump = True
+
+    def _disturbed(self, t: float) -> None:
+        self._after_jump = False
+        self.reconv.disturbed(t)
 
     # -- filter steps ----------------------------------------------------------------------------
     def _close_slot(self) -> None:
@@ -239,9 +342,28 @@ class EstimatorStage:
                 c.per_sensor_fused[n] = c.per_sensor_fused.get(n, 0) + 1
             for n in result.rejected:
                 c.per_sensor_rejected[n] = c.per_sensor_rejected.get(n, 0) + 1
+            self._watch(result)
         cost = time.perf_counter() - t_start + getattr(self, "_predict_cost", 0.0)
         self._predict_cost = 0.0
         self._emit(result, cost)
+
+    def _watch(self, result: UpdateResult) -> None:
+        """Re-convergence time and the gate's re-acquisition rule after an update."""
+        t = self.t0 + self.k * self.dt
+        took = self.reconv.observe(t, result)
+        if took is not None:
+            self._after_jump = False
+            self.counters.reconvergence_last = took
+            self.counters.reconvergence_max = max(self.counters.reconvergence_max, took)
+        if self.reacq is None or not self.reacq.observe(t, result):
+            return
+        self.counters.reacquisitions += 1
+        if self._after_jump:  # the motion restarted with the clock (a bag loop): the initial guess
+            self.est.reset(t, self.initial(t))
+        else:
+            self.est.reacquire(self.inflation)
+        self._after_jump = False
+        self.reconv.disturbed(t)
 
     def _step_to(self, k_target: int) -> None:
         """Predict slot by slot up to k_target (emitting the empty slots in between)."""

@@ -89,3 +89,26 @@ class Throttle:
             self._last[key] = now
             return True
         return False
+
+
+def stamp_anomaly_values(c: dict) -> list:
+    """Diagnostic values of the stage's stamp and gate anomaly counters (StageCounters dict)."""
+    out = [("duplicate stamps", c["duplicates"]), ("future stamps", c["future"]),
+           ("gate re-acquisitions", c["reacquisitions"]), ("gap resets", c["gap_resets"])]
+    if c["resets"]:
+        out.append(("backward jump [s] (last, largest)", f"{c['backward_jump_last']:.3f}, {c['backward_jump_max']:.3f}"))
+    if c["reconvergence_last"] is not None:
+        out.append(("re-convergence [s] (last, largest)", f"{c['reconvergence_last']:.3f}, {c['reconvergence_max']:.3f}"))
+    return out
+
+
+def stamp_anomaly_problems(d: dict) -> list:
+    """Warnings for the anomaly counts of one diagnostics period (counter differences)."""
+    out = []
+    if d["duplicates"]:
+        out.append((WARN, f"{d['duplicates']} reading(s) with a duplicate stamp this period"))
+    if d["future"]:
+        out.append((WARN, f"{d['future']} reading(s) stamped in the future this period"))
+    if d["reacquisitions"]:
+        out.append((WARN, f"{d['reacquisitions']} gate re-acquisition(s) this period (readings kept disagreeing)"))
+    return out

@@ -38,7 +38,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from mbde_core.errors import ConfigError, DataError
-from mbde_core.live.diagnostics import ERROR, OK, WARN, Status, Throttle
+from mbde_core.live.diagnostics import (ERROR, OK, WARN, Status, Throttle, stamp_anomaly_problems,
+                                        stamp_anomaly_values)
 from mbde_core.rosio.convert import particle_set_msg
 from mbde_core.rosio.sensor_io import estimate_messages, sensor_reading
 
@@ -203,9 +204,10 @@ class LiveEstimator:
         from mbde_core.estimators.stage import EstimatorStage
 
         cfg = self.opt.config
-        self.stage = EstimatorStage(self.est, self.step, lambda t: self.initial, gate=cfg.get("gate", 0.0),
-                                    backward_jump=self.opt.backward_jump, max_gap=self.opt.max_gap,
-                                    reorder_window=self.opt.reorder_window, on_step=self._on_step, keep=False)
+        self.stage = EstimatorStage.from_config(self.est, cfg, lambda t: self.initial,
+                                                backward_jump=self.opt.backward_jump, max_gap=self.opt.max_gap,
+                                                reorder_window=self.opt.reorder_window, on_step=self._on_step,
+                                                keep=False)
         self.stage.counters = self.counters  # counters survive resets
         self.newest: float | None = None
         self.newest_arrival: float | None = None
@@ -265,10 +267,11 @@ class LiveEstimator:
                     self.window.lag_min = min(self.window.lag_min, lag)
                     if self.lag is None:
                         self.lag = lag
-                if self.newest is None or m.stamp > self.newest or m.stamp < self.newest - self.opt.backward_jump:
-                    self.newest = m.stamp
-                    self.newest_arrival = now  # node clock when the newest reading arrived
             self._guard(self.stage.feed, m)
+            newest = self.stage.newest  # the stage's stream time: a reading held as from the future is not in it
+            if newest is not None and newest != self.newest:
+                self.newest = newest
+                self.newest_arrival = now  # node clock when the newest reading arrived
 
     def tick(self, now: float | None) -> None:
         """The node clock reads ``now`` [s]: predict through overdue readings (see module doc)."""
@@ -392,7 +395,8 @@ class LiveEstimator:
         span = max(wall - w.start, 1e-9)
         c = self.counters.as_dict()
         d = {k: c[k] - w.counters.get(k, 0) for k in ("out_of_order", "non_finite", "rejected_gate",
-                                                       "unknown_sensor", "resets", "gap_resets")}
+                                                       "unknown_sensor", "resets", "gap_resets", "duplicates",
+                                                       "future", "reacquisitions")}
         problems: list[tuple[int, str]] = list(extra_problems)
         values = [("estimator", self.opt.name), ("mechanism", self.mech.name),
                   ("model", self.scenario.name), ("independent coordinates", ", ".join(self.mech.independent_names)),
@@ -434,6 +438,7 @@ class LiveEstimator:
                    ("late (out of order)", c["out_of_order"]), ("non-finite", c["non_finite"]),
                    ("malformed", sum(st.malformed for st in self.stats.values())),
                    ("rejected by gate", c["rejected_gate"]), ("unknown sensor", c["unknown_sensor"]),
+                   *stamp_anomaly_values(c),
                    ("steps", c["steps"]), ("resets", total_resets),
                    ("reset reasons", ", ".join(f"{k}: {v}" for k, v in sorted(breakdown.items())) or "-"),
                    ("estimator errors", self.errors), ("non-finite estimates", self.non_finite_estimates)]
@@ -481,6 +486,7 @@ class LiveEstimator:
             problems.append((WARN, f"{d['non_finite']} non-finite reading(s) this period"))
         if d["rejected_gate"]:
             problems.append((WARN, f"{d['rejected_gate']} reading(s) rejected by the gate this period"))
+        problems += stamp_anomaly_problems(d)
         if d["unknown_sensor"]:
             problems.append((WARN, f"{d['unknown_sensor']} reading(s) of unknown sensors this period"))
         if w.resets or d["resets"] or d["gap_resets"]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mbde_core.errors import ConfigError, MbdeError
+from mbde_core.estimators.stage import STAGE_DEFAULTS
 
 TYPES = ("string", "bool", "integer", "double", "string_array")
 
@@ -176,13 +177,15 @@ def _build_schema() -> dict[str, tuple[Param, ...]]:
                   max=1000.0, unit="Hz"),
             Param("particles_top_k", "integer", 30, "PF hypotheses drawn in the markers (highest weights)",
                   min=0, max=1000),
-            Param("reorder_window", "double", 0.02, "readings are held this long to re-sort small arrival-"
+            Param("reorder_window", "double", STAGE_DEFAULTS["reorder_window"], "readings are held this long to re-sort small arrival-"
                   "order inversions between topics (adds this latency)", min=0.0, max=5.0, unit="s"),
             Param("max_prediction", "double", 0.5, "keep predicting with the clock at most this long after "
                   "the newest reading (then the estimate is reported stale)", min=0.0, max=60.0, unit="s"),
-            Param("backward_jump", "double", 1.0, "a reading older than the filter time by more than this "
-                  "resets the estimator (bag loop, restarted simulation)", min=0.0, unit="s"),
-            Param("max_gap", "double", 10.0, "a gap between readings longer than this resets instead of "
+            Param("backward_jump", "double", STAGE_DEFAULTS["backward_jump"], "a reading older than the filter "
+                  "time by more than this restarts the estimator at the new time (clock step, bag loop; counted "
+                  "with its size); a reading stamped this much ahead of the others waits for a second one to "
+                  "confirm the new time (else it is counted as from the future and skipped)", min=0.0, unit="s"),
+            Param("max_gap", "double", STAGE_DEFAULTS["max_gap"], "a gap between readings longer than this resets instead of "
                   "predicting through it", min=0.0, unit="s"),
             Param("diagnostics_period", "double", 1.0, "period of /diagnostics and of the 'waiting for' messages",
                   min=0.1, max=60.0, unit="s"),

@@ -131,7 +131,8 @@ def load_inputs(bag: str, mechanism_file: str | None = None, sensors_file: str |
         for topic, n in reader.skipped.items():  # undecodable messages, per topic
             skipped[f"undecodable {topic}"] = n
         start, end = reader.start or 0.0, reader.end or 0.0
-    measurements.sort(key=lambda m: m.stamp)
+    # arrival (bag) order, as the live node receives them: the stage re-sorts small
+    # inversions (reorder window) and detects stamp anomalies (backward jumps, duplicates)
     truth = _truth(truth_rows, mech) if truth_rows else None
     if truth is not None and len(effort_rows) == len(truth.t) and all(None not in r for r in effort_rows):
         truth.effort = np.array(effort_rows, dtype=float)

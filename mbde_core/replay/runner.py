@@ -1,7 +1,8 @@
 """Run estimators through their stage on the readings of a bag and evaluate them.
 
-Every estimator gets the same readings in stamp order, its own stage (fixed step from
-its config), the same initial guess (the scenario's estimator initial state, or the
+Every estimator gets the same readings in the bag's (arrival) order, its own stage
+(fixed step, gate and re-acquisition from its config; reorder window, backward-jump and
+gap limits the live node's defaults, so that stamp anomalies are handled as live), the same initial guess (the scenario's estimator initial state, or the
 mechanism's initial configuration) with the config's initial standard deviations, and a
 seeded random generator. Metrics need the bag's ground truth and are omitted without it.
 """
@@ -15,7 +16,7 @@ import numpy as np
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.metrics import evaluate_run, truth_at
-from mbde_core.estimators.stage import EstimatorStage
+from mbde_core.estimators.stage import STAGE_DEFAULTS, EstimatorStage
 
 
 @dataclass
@@ -56,7 +57,7 @@ def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, pa
                 particles.append((state["k"], cloud))
         state["k"] += 1
 
-    stage = EstimatorStage(est, cfg["step"], lambda t: init, gate=cfg.get("gate", 0.0), on_step=on_step)
+    stage = EstimatorStage.from_config(est, cfg, lambda t: init, on_step=on_step, **STAGE_DEFAULTS)
     ms = inputs.measurements
     total = len(ms)
     chunk = max(total // 200, 1)

@@ -14,7 +14,7 @@ import difflib
 import re
 from typing import Any, Iterable
 
-import yaml
+from mbde_core.config.yamlnode import parse_yaml
 
 from mbde_core.errors import ConfigError
 
@@ -52,11 +52,11 @@ def parse_setting(text: str) -> tuple[list[str | int], str, Any]:
         raise ConfigError("--set", "", f"expected KEY.PATH=VALUE, got {text!r}")
     key, raw = text.split("=", 1)
     parts = parse_key_path(key)
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError("--set", key.strip(), f"cannot parse the value {raw!r} as YAML: {problem}") from None
+    try:  # the protections of every config file (depth, tags, alias expansion, duplicate keys)
+        value = parse_yaml(raw, "--set").value if raw.strip() else None
+    except ConfigError as exc:
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise ConfigError("--set", key.strip(), f"cannot parse the value {shown!r} as YAML: {exc.message}") from None
     return parts, key.strip(), value
 
 

@@ -1,0 +1,216 @@
+"""Fault-injection benchmark: every fault of :mod:`mbde_core.faults.kinds` on simulated bags
+of every shipped scenario, replayed through every estimator with its default options.
+
+For each scenario a bag is simulated (``mbde simulate``, ``--duration`` seconds) into
+``--out``/bags and read back as ``mbde replay`` reads it; each fault is injected into its
+readings (arrival order) and every estimator replays them through the same code as
+``mbde replay`` (:func:`mbde_core.replay.runner.run_estimator`: the shared estimator
+stage, default stage options). Scores (:mod:`mbde_core.faults.score`): RMSE of z over
+the run and its ratio to the clean run, recovery time and RMSE after recovery for
+faults that end, the stage's counters, and crashes: exceptions (caught by the replay
+driver or escaping it), non-finite estimates and negative or non-finite NEES values.
+
+Targets (default options): outliers -> RMSE <= 1.5 x clean; backward jump and gap ->
+recovered within 1 s after the data resumes; no crash of any kind. The summary table
+marks misses with ``!``. Writes ``faults.csv`` and ``faults.json`` into ``--out``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import multiprocessing
+import os
+import time
+
+import numpy as np
+
+HELP = "fault injection (outliers, stamp anomalies, gaps, dropouts, drift...) on every scenario and estimator"
+ESTIMATORS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "pf", "adekf")
+TARGETS = {"outliers": ("ratio", 1.5), "backward_jump": ("recovery_s", 1.0), "gap": ("recovery_s", 1.0)}
+COUNTERS = ("rejected_gate", "reacquisitions", "out_of_order", "non_finite", "duplicates", "backward_jumps",
+            "future", "gap_resets", "estimator_errors")
+
+_INPUTS = {}  # scenario -> ReplayInputs, filled before forking the workers
+
+
+def add_arguments(p):
+    from mbde_core.faults.kinds import FAULT_NAMES
+
+    p.add_argument("--scenario", "--scenarios", dest="scenarios", default="",
+                   help="comma-separated scenario names or YAML files (default: every shipped scenario)")
+    p.add_argument("--estimators", default=",".join(ESTIMATORS), help="estimators (default %(default)s)")
+    p.add_argument("--faults", default=",".join(FAULT_NAMES), help="faults (default: all: %(default)s)")
+    p.add_argument("--duration", type=float, default=5.0, help="simulated seconds per scenario (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the faults and of the stochastic estimators")
+    p.add_argument("--out", default="faults_bench", help="output directory (default %(default)s)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: CPU count)")
+
+
+def _scenarios(arg):
+    from mbde_core.bench.common import config_path
+
+    if not arg:
+        folder = config_path("scenarios")
+        return [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".yaml")]
+    out = []
+    for item in (a.strip() for a in arg.split(",") if a.strip()):
+        out.append(item if item.endswith((".yaml", ".yml")) else config_path("scenarios", f"{item}.yaml"))
+    return out
+
+
+def _simulate(path, duration, folder):
+    import shutil
+
+    from mbde_core.replay.inputs import load_inputs
+    from mbde_core.scenario import load_scenario
+    from mbde_core.simulator.bag import write_simulation_bag
+
+    sc = load_scenario(path)
+    sc = sc.with_overrides(duration=min(duration, sc.duration))
+    bag = os.path.join(folder, sc.name)
+    if os.path.isdir(bag):
+        shutil.rmtree(bag)
+    write_simulation_bag(sc, bag)
+    return sc.name, load_inputs(bag)
+
+
+def _run_pair(task):
+    """Every fault of one (scenario, estimator): clean first (the reference)."""
+    import dataclasses
+
+    from mbde_core.estimators.config_schema import defaults
+    from mbde_core.faults.kinds import inject
+    from mbde_core.faults.score import errors, score
+    from mbde_core.replay.runner import run_estimator
+
+    scen, name, faults, seed = task
+    inputs = _INPUTS[scen]
+    mech = inputs.mechanism
+    angular = np.isin(mech.independent, mech.rel_columns)
+    target = next(iter(inputs.sensors)).name
+    sigma = {s.name: np.sqrt(np.diag(s.covariance())) for s in inputs.sensors}
+    cfg = defaults(name)
+    rows, clean = [], None
+    for fault in ["clean"] + [f for f in faults if f != "clean"]:
+        inj = inject(fault, inputs.measurements, target, sigma, seed)
+        run_in = dataclasses.replace(inputs, measurements=inj.measurements)
+        row = {"scenario": scen, "estimator": name, "fault": fault}
+        t0 = time.perf_counter()
+        try:
+            run = run_estimator(run_in, name, cfg, seed=seed)
+            if fault == "clean":
+                t, e, _ = errors(run.records, inj, inputs.truth, angular)
+                clean = (t, e)
+            row.update(score(run.records, inj, inputs.truth, angular, clean))
+            row.update({k: run.counters.get(k, 0) for k in COUNTERS})
+            row["raised"] = run.counters.get("estimator_errors", 0)
+            if run.counters.get("last_estimator_error"):
+                row["error"] = run.counters["last_estimator_error"][:200]
+        except Exception as exc:  # noqa: BLE001 - reported as a crash, the benchmark goes on
+            row.update(raised=1, error=f"{type(exc).__name__}: {exc}"[:200])
+            if fault == "clean":
+                return [row]
+        row["wall_s"] = time.perf_counter() - t0
+        if fault in faults:
+            rows.append(row)
+    return rows
+
+
+def run(args) -> int:
+    from mbde_core.errors import DataError
+    from mbde_core.faults.kinds import FAULT_NAMES
+    from mbde_core.simulator.progress import ProgressBar
+
+    names = [n.strip() for n in args.estimators.split(",") if n.strip()]
+    faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+    bad = [n for n in names if n not in ESTIMATORS] + [f for f in faults if f not in FAULT_NAMES]
+    if bad:
+        raise DataError(f"unknown estimator(s) or fault(s): {', '.join(bad)}")
+    paths = _scenarios(args.scenarios)
+    for p in paths:
+        if not os.path.isfile(p):
+            raise DataError(f"--scenario: no such scenario {p}")
+    os.makedirs(os.path.join(args.out, "bags"), exist_ok=True)
+    t_start = time.perf_counter()
+    order = []
+    for p in paths:
+        scen, inputs = _simulate(p, args.duration, os.path.join(args.out, "bags"))
+        _INPUTS[scen] = inputs
+        order.append(scen)
+    tasks = [(s, n, faults, args.seed) for s in order for n in names]
+    rows = []
+    bar = ProgressBar("faults")
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(max(1, args.jobs)) as pool:
+        for k, out in enumerate(pool.imap_unordered(_run_pair, tasks)):
+            rows.extend(out)
+            bar(k + 1, len(tasks))
+    bar.close()
+    rank = {s: i for i, s in enumerate(order)}
+    rows.sort(key=lambda r: (rank[r["scenario"]], names.index(r["estimator"]), faults.index(r["fault"])))
+    _write(args.out, rows)
+    print(format_tables(rows, order, names, faults))
+    misses = target_misses(rows)
+    crashes = sum(_crashes(r) for r in rows)
+    print(f"\n{len(rows)} runs in {time.perf_counter() - t_start:.0f} s; crashes {crashes}; target misses {len(misses)}"
+          f"; wrote {args.out}/faults.csv, faults.json")
+    return 0
+
+
+def _crashes(r) -> int:
+    return int(r.get("raised", 0) or 0) + int(r.get("non_finite_estimates", 0) or 0) + int(r.get("bad_nees", 0) or 0)
+
+
+def target_misses(rows) -> list:
+    out = []
+    for r in rows:
+        key, limit = TARGETS.get(r["fault"], (None, None))
+        if key is not None and not (r.get(key, math.inf) <= limit):
+            out.append(r)
+    return out
+
+
+def _write(folder, rows):
+    keys = ["scenario", "estimator", "fault", "rmse", "clean_rmse", "ratio", "recovery_s", "rmse_after",
+            "clean_rmse_after", "tolerance", *COUNTERS, "raised", "non_finite_estimates", "bad_nees", "wall_s", "error"]
+    with open(os.path.join(folder, "faults.csv"), "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    with open(os.path.join(folder, "faults.json"), "w", encoding="utf-8") as fh:
+        json.dump(rows, fh, indent=1, default=lambda x: None if isinstance(x, float) and not math.isfinite(x) else str(x))
+
+
+def _cell(r) -> str:
+    if r is None:
+        return "-"
+    if r.get("rmse") is None:
+        return "crash"
+    text = f"{r['ratio']:.2f}" if math.isfinite(r.get("ratio", math.nan)) else "nan"
+    if "recovery_s" in r:
+        rec = r["recovery_s"]
+        text += f"/{rec:.2f}s" if math.isfinite(rec) else "/never"
+    key, limit = TARGETS.get(r["fault"], (None, None))
+    if key is not None and not (r.get(key, math.inf) <= limit):
+        text += "!"
+    if _crashes(r):
+        text += f" C{_crashes(r)}"
+    return text
+
+
+def format_tables(rows, scenarios, names, faults) -> str:
+    """Per scenario: RMSE ratio to clean (/recovery time) per fault and estimator, then the
+    counters of the stage summed over the estimators."""
+    by = {(r["scenario"], r["estimator"], r["fault"]): r for r in rows}
+    lines = []
+    w = max(len(f) for f in faults) + 2
+    for s in scenarios:
+        lines.append(f"\n{s}: RMSE(z) / clean RMSE [/ recovery time]; ! = misses its target, C = crashes")
+        lines.append(f"{'fault':<{w}}" + "".join(f"{n:>16}" for n in names))
+        for f in faults:
+            lines.append(f"{f:<{w}}" + "".join(f"{_cell(by.get((s, n, f))):>16}" for n in names))
+        clean = [by.get((s, n, "clean")) for n in names]
+        lines.append(f"{'clean RMSE [rad]':<{w}}" + "".join(
+            f"{(c['rmse'] if c and c.get('rmse') is not None else math.nan):>16.4f}" for c in clean))
+    return "\n".join(lines)

@@ -1,0 +1,119 @@
+"""Guards of the estimator stage against faulty readings and clocks (used by :mod:`stage`).
+
+- :class:`ForwardJumpGuard`: a reading stamped more than ``limit`` seconds after the
+  newest reading of the stream is either the first reading after a gap or a reading
+  from the future (a corrupt stamp). It is held until the next reading decides: one
+  stamped within ``limit`` of it confirms the new time (both are processed: a gap), one
+  that continues the old time refutes it (dropped, counted as ``future``). At the end of
+  a replay an unconfirmed reading is dropped. Both drivers see the same decisions,
+  since only readings (never the node clock) decide.
+- :class:`Reacquisition`: the re-acquisition rule of the Mahalanobis gate. A gate
+  protects the estimate from outliers, but after a real jump of the state (an impact, a
+  slip, a wrong reset) every reading would be rejected forever. After ``rejections``
+  consecutive rejections of one sensor's readings, spanning at least ``time`` seconds,
+  the estimator widens its uncertainty (:meth:`Estimator.reacquire`: Kalman
+  covariances x ``inflation``, the particle filter re-initialises) and the next readings
+  are tested against it; repeated while the rejections go on.
+- :class:`Reconvergence`: after a reset (backward jump, long gap) or a re-acquisition,
+  the time until the filter agrees with its readings again: the first update that
+  closes a run of ``CONVERGED_UPDATES`` accepted updates whose mean NIS per degree of
+  freedom is at most ``CONVERGED_NIS``.
+"""
+from __future__ import annotations
+
+import math
+
+CONVERGED_UPDATES = 10
+CONVERGED_NIS = 3.0   # mean NIS per dof over the run of updates (chi2(10)/10 95 %: 1.83)
+MAX_SUSPECTS = 64
+
+
+class ForwardJumpGuard:
+    """Holds readings that jump ahead of the stream until another reading confirms them."""
+
+    def __init__(self, limit: float):
+        self.limit = float(limit)
+        self.suspects: list = []
+
+    def admit(self, m, newest: float) -> tuple[list, int]:
+        """(readings to queue now, readings refuted as future) for the new reading m;
+        newest: the newest stamp of the stream so far (-inf before the first reading)."""
+        if not math.isfinite(newest) or m.stamp <= newest + self.limit:
+            refuted = len(self.suspects)
+            self.suspects = []
+            return [m], refuted
+        close = [s for s in self.suspects if abs(s.stamp - m.stamp) <= self.limit]
+        if close:
+            refuted = len(self.suspects) - len(close)
+            self.suspects = []
+            return close + [m], refuted
+        self.suspects.append(m)
+        if len(self.suspects) > MAX_SUSPECTS:
+            self.suspects.pop(0)
+            return [], 1
+        return [], 0
+
+    def drop_all(self) -> int:
+        """Forget the held readings (end of a replay, reset): their number."""
+        n = len(self.suspects)
+        self.suspects = []
+        return n
+
+
+class Reacquisition:
+    """Consecutive gate rejections per sensor; True when the estimator must widen."""
+
+    def __init__(self, rejections: int, time: float):
+        self.rejections = max(int(rejections), 1)
+        self.time = float(time)
+        self.clear()
+
+    def clear(self) -> None:
+        self.streaks: dict[str, list] = {}  # sensor -> [count, time of the first rejection]
+
+    def observe(self, t: float, result) -> bool:
+        if result is None:
+            return False
+        for name in result.accepted:
+            self.streaks.pop(name, None)
+        fire = False
+        for name in result.rejected:
+            streak = self.streaks.setdefault(name, [0, t])
+            streak[0] += 1
+            fire |= streak[0] >= self.rejections and t - streak[1] >= self.time - 1e-12
+        if fire:
+            self.clear()
+        return fire
+
+
+class Reconvergence:
+    """Time from a disturbance (reset, re-acquisition) to agreement with the readings."""
+
+    def __init__(self):
+        self.since = None
+        self.run: list = []
+        self.last = None
+        self.max = 0.0
+
+    def disturbed(self, t: float) -> None:
+        if self.since is None:
+            self.since = t
+        self.run = []
+
+    def observe(self, t: float, result) -> float | None:
+        """Feed an update result at time t; returns the re-convergence time when reached."""
+        if self.since is None or result is None:
+            return None
+        if result.rejected or not result.accepted or result.nis is None or not math.isfinite(result.nis):
+            self.run = []
+            return None
+        self.run.append(result.nis / max(result.dof, 1))
+        if len(self.run) < CONVERGED_UPDATES:
+            return None
+        if sum(self.run[-CONVERGED_UPDATES:]) / CONVERGED_UPDATES > CONVERGED_NIS:
+            return None
+        took = t - self.since
+        self.since, self.run = None, []
+        self.last = took
+        self.max = max(self.max, took)
+        return took

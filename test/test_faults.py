@@ -1,0 +1,316 @@
+"""Sensor faults: default gating, stamp anomalies in the stage, live = replay, the bench.
+
+The stage (shared by `mbde replay` and the live node) must count and handle duplicate
+stamps, backward jumps, readings from the future and long gaps; every estimator gates
+outliers by default and re-acquires after a real jump; the same faulty readings give the
+same counters live and in replay; `mbde bench faults` runs and prints its table.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+import pytest
+
+from conftest import mech_path, run_mbde
+from mbde_core.config.yamlnode import parse_yaml
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.config_schema import GATE, defaults
+from mbde_core.estimators.pf_gate import predictive_d2
+from mbde_core.estimators.registry import ESTIMATOR_NAMES
+from mbde_core.estimators.stage import EstimatorStage
+from mbde_core.faults.kinds import FAULT_NAMES, inject
+from mbde_core.faults.score import errors
+from mbde_core.model.mechanism import load_mechanism
+from mbde_core.sensors.config import load_sensors
+from mbde_core.types import Measurement
+
+
+@pytest.fixture(scope="module")
+def bag(tmp_path_factory):
+    from mbde_core.live.model_source import load_source
+    from mbde_core.replay.inputs import load_inputs
+    from mbde_core.simulator.bag import write_simulation_bag
+
+    sc = load_source(scenario_file="scenarios/fourbar_gyro.yaml", settings=["duration=4.5"])
+    out = tmp_path_factory.mktemp("faults") / "bag"
+    write_simulation_bag(sc, out)
+    return out, load_inputs(str(out))
+
+
+def _sigma(inputs):
+    return {s.name: np.sqrt(np.diag(s.covariance())) for s in inputs.sensors}
+
+
+# ------------------------------------------------------------------------------ fault kinds
+def test_fault_kinds_do_what_they_say(bag):
+    _, inputs = bag
+    ms = inputs.measurements
+    sig = _sigma(inputs)["gyro_coupler"][0]
+    got = {name: inject(name, ms, "gyro_coupler", _sigma(inputs), seed=1) for name in FAULT_NAMES}
+    assert [m.stamp for m in got["clean"].measurements] == [m.stamp for m in ms]
+    vals = lambda f: np.array([m.value[0] for m in got[f].measurements])  # noqa: E731
+    base = np.array([m.value[0] for m in ms])
+    assert np.sum(~np.isfinite(vals("nan_inf"))) == 20
+    out = np.abs(vals("outliers") - base) > 50 * sig
+    assert out.sum() == len(ms) // 50 and np.allclose(np.abs(vals("outliers") - base)[out], 100 * sig)
+    assert (np.abs(vals("bursts") - base) > 50 * sig).sum() == 30
+    stamps = np.array([m.stamp for m in got["duplicate_stamps"].measurements])
+    assert np.sum(np.diff(stamps) == 0) == 20
+    jumped = np.array([m.stamp for m in got["backward_jump"].measurements])
+    assert np.sum(np.diff(jumped) < -1.0) == 1 and np.isclose(np.min(np.diff(jumped)), -2.0 + 0.005)
+    assert len(got["gap"].measurements) < len(ms) and got["gap"].resume is not None
+    fut = np.array([m.stamp for m in got["future_stamps"].measurements]) - np.array([m.stamp for m in ms])
+    assert sorted(set(np.round(fut[fut > 0], 6))) == [5.0, 1000.0] and np.sum(fut > 0) == 10
+    stuck = vals("stuck")
+    assert np.sum(np.diff(stuck) == 0) > 150
+    assert np.allclose((vals("bias_step") - base)[vals("bias_step") != base], 10 * sig)
+    assert 0.05 < 1 - len(got["dropout_10"].measurements) / len(ms) < 0.15
+    assert 0.4 < 1 - len(got["dropout_50"].measurements) / len(ms) < 0.6
+    drift = got["clock_drift"]
+    s = np.array([m.stamp for m in drift.measurements])
+    assert np.allclose(drift.true_times(s), [m.stamp for m in ms])
+
+
+# ------------------------------------------------------------------------------ defaults
+def test_gate_and_reacquisition_on_by_default_everywhere():
+    from mbde_core.live.estimator import load_config
+
+    for name in ESTIMATOR_NAMES:
+        assert defaults(name)["gate"] == GATE
+        assert defaults(name)["reacquire"]["rejections"] >= 1
+        cfg = load_config(name)  # the shipped config the live node uses
+        assert cfg["gate"] == GATE, name
+
+
+# ------------------------------------------------------------------------------ stage
+SENSORS = """
+- {name: gyro, type: gyroscope, body: coupler, rate: 200, noise: {sigma: 1*pi/180}}
+- {name: enc, type: encoder, body: crank, rate: 200, noise: {sigma: 1*pi/180}}
+"""
+
+
+@pytest.fixture(scope="module")
+def rig():
+    from mbde_core.engine.integrators import MBState, get_integrator
+
+    m = load_mechanism(mech_path("fourbar"))
+    ss = load_sensors(parse_yaml(SENSORS), m)
+    rng = np.random.default_rng(3)
+    samplers = {s.name: s.noise.sampler(rng) for s in ss}
+    integ = get_integrator("rk4")
+    st = MBState(m.q0, m.qd0)
+    ms, truth = [], []
+    for k in range(2001):
+        t = k * 1e-3
+        if k % 5 == 0:
+            ms.append(Measurement(t, "gyro", samplers["gyro"].apply(t, ss["gyro"].h(st.q, st.qd))))
+            ms.append(Measurement(t, "enc", samplers["enc"].apply(t, ss["enc"].h(st.q))))
+            truth.append((t, st.q[m.independent][0]))
+        st = integ.step(m, t, st, 1e-3)
+    return m, ss, ms, np.array(truth)
+
+
+def stage_for(m, ss, name="dekf", z_offset=0.0, sigma_z=0.05, **kw):
+    cfg = defaults(name)
+    est = make_estimator(name, m, ss, cfg)
+    z = m.q0[m.independent] + z_offset
+    init = InitialState(z, m.qd0[m.independent], np.array([sigma_z]), np.array([0.5]), None)
+    return EstimatorStage.from_config(est, cfg, lambda t: init, **kw)
+
+
+def z_of(stage):
+    return np.array([[r.estimate.stamp, r.estimate.z[0]] for r in stage.records])
+
+
+def test_duplicate_stamps_one_fused_rest_counted(rig):
+    m, ss, ms, _ = rig
+    doubled = []
+    for k, x in enumerate(ms):
+        doubled.append(x)
+        if k % 37 == 0:
+            doubled.append(Measurement(x.stamp, x.sensor, x.value + 0.3))  # same stamp, another value
+    a, b = stage_for(m, ss), stage_for(m, ss)
+    a.feed(ms)
+    a.flush()
+    b.feed(doubled)
+    b.flush()
+    assert b.counters.duplicates == len(doubled) - len(ms)
+    assert b.counters.fused == a.counters.fused == len(ms)
+    assert np.array_equal(z_of(a), z_of(b))
+
+
+def test_backward_jump_restarts_from_the_estimate_counted_with_size(rig):
+    m, ss, ms, truth = rig
+    jump = [x if x.stamp < 1.0 else Measurement(x.stamp - 2.0, x.sensor, x.value) for x in ms]
+    st = stage_for(m, ss)
+    st.feed(jump)
+    st.flush()
+    c = st.counters
+    assert c.resets == 1 and abs(c.backward_jump_last - 2.0) < 0.01 and c.backward_jump_max == c.backward_jump_last
+    z = z_of(st)
+    back = int(np.flatnonzero(np.diff(z[:, 0]) < -1.0)[0])
+    assert abs(z[back + 1, 1] - z[back, 1]) < 0.05  # the track goes on from the last estimate
+    true_t = np.where(np.arange(len(z)) > back, z[:, 0] + 2.0, z[:, 0])
+    err = z[:, 1] - np.interp(true_t, truth[:, 0], truth[:, 1])
+    assert np.max(np.abs(err[back + 1:])) < 0.1
+    assert c.reacquisitions == 0 and c.reconvergence_last is not None and c.reconvergence_last < 0.2
+
+
+def test_bag_loop_falls_back_to_the_initial_guess(rig):
+    """A backward jump whose readings disagree with the continued track (the motion restarted
+    too): the re-acquisition rule restarts from the initial guess, which fits a loop."""
+    m, ss, ms, truth = rig
+    st = stage_for(m, ss)
+    st.feed([x for x in ms if x.stamp >= 0.0] + [x for x in ms if x.stamp < 1.5])
+    st.flush()
+    assert st.counters.resets == 1 and st.counters.reacquisitions >= 1
+    z = z_of(st)
+    tail = z[-50:]
+    assert np.max(np.abs(tail[:, 1] - np.interp(tail[:, 0], truth[:, 0], truth[:, 1]))) < 0.05
+
+
+def test_future_stamps_skipped_without_reset(rig):
+    m, ss, ms, _ = rig
+    bad = list(ms)
+    idx = list(range(100, len(ms), 150))
+    for j, i in enumerate(idx):
+        bad[i] = Measurement(ms[i].stamp + (5.0 if j % 2 else 1000.0), ms[i].sensor, ms[i].value)
+    a, b = stage_for(m, ss), stage_for(m, ss)
+    a.feed([x for k, x in enumerate(ms) if k not in idx])
+    a.flush()
+    b.feed(bad)
+    b.flush()
+    assert b.counters.future == len(idx)
+    assert b.counters.resets == 0 and b.counters.gap_resets == 0
+    assert np.array_equal(z_of(a), z_of(b))
+    # a future reading at the very end (nothing after it to confirm it) is dropped too
+    c = stage_for(m, ss)
+    c.feed(ms[:50] + [Measurement(ms[50].stamp + 100.0, "gyro", ms[50].value)])
+    c.flush()
+    assert c.counters.future == 1 and c.time < 1.0
+
+
+def test_forward_gap_confirmed_by_the_next_reading(rig):
+    m, ss, ms, _ = rig
+    st = stage_for(m, ss, max_gap=1.0)
+    st.feed([x for x in ms if not 0.5 <= x.stamp < 2.0 - 1e-9] + [Measurement(x.stamp + 2.0, x.sensor, x.value)
+                                                                  for x in ms if x.stamp < 0.5])
+    st.flush()
+    assert st.counters.gap_resets == 1 and st.counters.future == 0 and st.counters.resets == 0
+    assert st.counters.reconvergence_last is not None
+
+
+def test_reacquisition_after_a_real_jump(rig):
+    """The estimate is 0.4 rad off with a confident covariance: the gate rejects the encoder
+    (the gyro, near rest, cannot tell); after `reacquire.time` of rejections the covariance
+    is inflated and the filter converges. Without the rule it would reject forever."""
+    m, ss, ms, truth = rig
+    st = stage_for(m, ss, z_offset=0.4, sigma_z=0.005)
+    st.feed(ms)
+    st.flush()
+    assert st.counters.reacquisitions >= 1 and st.counters.rejected_gate >= 20
+    z = z_of(st)
+    late = z[:, 0] > 1.0
+    assert np.max(np.abs(z[late, 1] - np.interp(z[late, 0], truth[:, 0], truth[:, 1]))) < 0.05
+    off = stage_for(m, ss, z_offset=0.4, sigma_z=0.005)
+    off.reacq = None
+    off.feed(ms[:200])
+    off.flush()
+    assert off.counters.per_sensor_rejected == {"enc": 100} and "enc" not in off.counters.per_sensor_fused
+
+
+@pytest.mark.parametrize("name", ["ukf", "errorekf", "cekf", "diekfpm", "adekf", "pf"])
+def test_every_estimator_gates_outliers(rig, name):
+    m, ss, ms, _ = rig
+    cfg = copy.deepcopy(defaults(name))
+    if name == "pf":
+        cfg.update(init="gaussian", particles=200)
+    ms = [x for x in ms if x.stamp < 0.8]
+    spiked = [Measurement(x.stamp, x.sensor, x.value + (2.0 if k % 40 == 20 else 0.0)) for k, x in enumerate(ms)]
+    est = make_estimator(name, m, ss, cfg, rng=np.random.default_rng(0))
+    init = InitialState(m.q0[m.independent], m.qd0[m.independent], np.array([0.05]), np.array([0.5]), m.q0, 0)
+    st = EstimatorStage.from_config(est, cfg, lambda t: init)
+    st.feed(spiked)
+    st.flush()
+    n_out = sum(1 for k in range(len(ms)) if k % 40 == 20)
+    assert st.counters.rejected_gate == n_out, st.counters
+
+
+def test_pf_gate_is_the_mahalanobis_gate_for_a_gaussian_cloud():
+    rng = np.random.default_rng(0)
+    N, sp, ss_ = 20000, 2.0, 1.0
+    pred = rng.normal(0.0, sp, (N, 1))
+    logw = np.full(N, -np.log(N))
+    W = np.array([[1.0 / ss_]])
+
+    def d2(o, p=pred):
+        e = (o - p) @ W.T
+        return predictive_d2(-0.5 * np.einsum("ij,ij->i", e, e), logw, p, lambda a, b: a - b, W)
+
+    for o in (0.0, 1.0, 3.0, 5.0):
+        assert abs(d2(o) - o * o / (ss_**2 + sp**2)) < 0.1 + 0.02 * o * o
+    two = np.concatenate([rng.normal(-10.0, 0.5, (N // 2, 1)), rng.normal(10.0, 0.5, (N // 2, 1))])
+    assert d2(10.0, two) < 1.0 and d2(-10.0, two) < 1.0 and d2(0.0, two) > 50.0  # multimodal: not moments
+
+
+# ------------------------------------------------------------------------------ live = replay
+def _live_counters(bag_path, inputs, name, readings):
+    from mbde_core.live.estimator import EstimatorOptions, LiveEstimator
+    from mbde_core.live.model_source import from_description
+    from mbde_core.rosio.factory import RosbagsFactory
+    from mbde_core.simulator.bag import sensor_message_builder
+    from test_live import description
+
+    factory = RosbagsFactory()
+    core = LiveEstimator(from_description(description(bag_path)), EstimatorOptions(name, defaults(name)), factory,
+                         lambda k, m: None)
+    build = {s.name: (s.topic, sensor_message_builder(s, factory)) for s in inputs.sensors}
+    for x in readings:
+        topic, make = build[x.sensor]
+        core.on_message(topic, make(x.stamp, x.value))
+    core.stage.flush()  # the end of the data (replay flushes)
+    return core.counters.as_dict()
+
+
+def test_live_core_counts_every_fault_as_replay(bag):
+    from mbde_core.replay.runner import run_estimator
+
+    path, inputs = bag
+    for fault in FAULT_NAMES:
+        inj = inject(fault, inputs.measurements, "gyro_coupler", _sigma(inputs), seed=0)
+        run = run_estimator(dataclasses.replace(inputs, measurements=inj.measurements), "dekf", defaults("dekf"))
+        live = _live_counters(path, inputs, "dekf", inj.measurements)
+        replay = {k: run.counters[k] for k in live}
+        assert live == replay, fault
+        assert run.counters["estimator_errors"] == 0
+
+
+# ------------------------------------------------------------------------------ no crash
+@pytest.mark.parametrize("name", ESTIMATOR_NAMES)
+def test_stamp_faults_never_crash(bag, name):
+    from mbde_core.replay.runner import run_estimator
+
+    _, inputs = bag
+    short = [x for x in inputs.measurements if x.stamp < inputs.measurements[0].stamp + 1.0]
+    mech = inputs.mechanism
+    ang = np.isin(mech.independent, mech.rel_columns)
+    for fault in ("nan_inf", "duplicate_stamps", "backward_jump", "future_stamps", "outliers"):
+        inj = inject(fault, short, "gyro_coupler", _sigma(inputs), seed=0)
+        run = run_estimator(dataclasses.replace(inputs, measurements=inj.measurements), name, defaults(name))
+        assert run.counters["estimator_errors"] == 0, (fault, run.counters.get("last_estimator_error"))
+        _, e, health = errors(run.records, inj, inputs.truth, ang)
+        assert health["non_finite_estimates"] == 0 and health["bad_nees"] == 0, (fault, health)
+
+
+def test_bench_faults_cli(tmp_path):
+    out = tmp_path / "bench"
+    proc = run_mbde("bench", "faults", "--scenario", "fourbar_encoder", "--estimators", "dekf", "--faults",
+                    "outliers,gap,future_stamps", "--duration", "3", "--jobs", "1", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "fourbar_encoder: RMSE(z) / clean RMSE" in proc.stdout and "crashes 0" in proc.stdout
+    assert (out / "faults.csv").exists() and (out / "faults.json").exists()
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("outliers"))
+    assert float(row.split()[1].rstrip("!")) <= 1.5
