@@ -35,7 +35,8 @@ class UpdateResult:
 
     nis: normalised innovation squared y^T S^-1 y of the accepted readings (None if the
     estimator has no Gaussian innovation); dof: its degrees of freedom (sum of channel
-    dimensions); innovation: the stacked innovation y (for whiteness tests).
+    dimensions); innovation: the stacked innovation y (for whiteness tests); logdet:
+    log det S (NIS + logdet = -2 log-likelihood of the innovation + const).
     """
 
     accepted: list[str] = field(default_factory=list)
@@ -44,6 +45,7 @@ class UpdateResult:
     dof: int = 0
     innovation: np.ndarray | None = None
     normalized_innovation: np.ndarray | None = None
+    logdet: float | None = None
 
 
 class Estimator:
@@ -57,6 +59,7 @@ class Estimator:
 
     name = "estimator"
     tracks_branches = False
+    LOCAL = True  # a local (Gaussian) observer: re-acquires globally only with the stage's multi-start
 
     def __init__(self, mech, sensors, config: dict, rng: np.random.Generator | None = None):
         self.mech = mech

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman import gate_rows, innovation_stats
+from mbde_core.estimators.kalman import gate_rows, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.noise import van_loan
 
@@ -117,6 +117,10 @@ class CEKF(ReducedKalman):
         P = 0.5 * (P + P.T)
         return x1, P, guess
 
+    def reset(self, t, init) -> None:
+        super().reset(t, init)
+        self._saved = None  # the step an update would redo belongs to the previous track
+
     def predict(self, dt: float) -> None:
         st0 = self._full()
         self._saved = (self.x.copy(), self.P.copy(), self.q, self.qd, st0, self.t, dt)
@@ -136,7 +140,7 @@ class CEKF(ReducedKalman):
         accepted, rejected, rows = gate_rows(names, dims, y, S, gates)
         if rows.size == 0 or self._saved is None:
             return UpdateResult([], rejected if rows.size == 0 else [])
-        nis, e = innovation_stats(y[rows], S[np.ix_(rows, rows)])
+        result = update_result(accepted, rejected, y[rows], S[np.ix_(rows, rows)])
         if rejected:
             keep = [m for m in measurements if m.sensor in accepted]
             o_k = np.concatenate([np.asarray(m.value, float) for m in keep])
@@ -151,4 +155,4 @@ class CEKF(ReducedKalman):
         self.P = P1
         self._assemble_into(x1, guess)
         self._saved = None
-        return UpdateResult(accepted, rejected, nis, int(rows.size), y[rows], e)
+        return result

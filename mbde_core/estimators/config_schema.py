@@ -26,7 +26,10 @@ Options of every estimator (the stage's outlier protection, :mod:`stage`):
 - ``reacquire``: the gate's re-acquisition rule: after ``rejections`` consecutive
   rejections of one sensor's readings, spanning at least ``time`` [s], the
   estimator widens its uncertainty (Kalman covariances x ``inflation``; the particle
-  filter re-initialises), so that a real jump of the state is not rejected forever.
+  filter re-initialises), so that a real jump of the state is not rejected forever. A
+  Kalman observer whose covariance then (or after a sensor gap) covers the circle is
+  lost: it re-acquires with a bank of ``candidates`` copies started on a grid of states,
+  the best fit to the readings over ``window`` [s] wins (:mod:`multistart`; 0 = off).
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ COMMON = {
 GATE = 0.999999
 STAGE = {
     "gate": GATE,
-    "reacquire": {"rejections": 10, "time": 0.2, "inflation": 100.0},
+    "reacquire": {"rejections": 10, "time": 0.2, "inflation": 100.0, "candidates": 24, "window": 0.3},
 }
 
 
@@ -100,7 +103,7 @@ def validate(name: str, options: dict, file: str = "<config>", path: str = "") -
     if not 0.0 <= cfg.get("gate", 0.0) < 1:
         raise ConfigError(file, f"{path or name}.gate", "a chi-square probability in [0, 1)")
     rq = cfg["reacquire"]
-    for key, low in (("rejections", 1), ("time", 0), ("inflation", 1)):
+    for key, low in (("rejections", 1), ("time", 0), ("inflation", 1), ("candidates", 0), ("window", 0)):
         if not (rq[key] is not None and rq[key] >= low):
             raise ConfigError(file, f"{where}.reacquire.{key}", f"must be >= {low}, got {rq[key]}")
     if cfg.get("transition_jacobian", "simple") not in ("simple", "full"):

@@ -39,7 +39,7 @@ import numpy as np
 
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
-from mbde_core.estimators.kalman import cholesky, gate_rows, innovation_stats
+from mbde_core.estimators.kalman import cholesky, gate_rows, update_result
 from mbde_core.estimators.reduced import ReducedModel
 from mbde_core.types import MechanismSnapshot
 
@@ -182,8 +182,7 @@ class DIEKFpm(Estimator):
                     if not srows.size:
                         result = UpdateResult([], rejected)
                         break
-                    nis, e = innovation_stats(y[srows], S[np.ix_(srows, srows)])
-                    result = UpdateResult(accepted, rejected, nis, int(srows.size), y[srows], e)
+                    result = update_result(accepted, rejected, y[srows], S[np.ix_(srows, srows)])
                 Hr, yr, Sr = H[srows], y[srows], S[np.ix_(srows, srows)]
                 K = np.linalg.solve(Sr, Hr @ P).T
                 if it == 0:

@@ -55,19 +55,25 @@ def gate(names, dims, y, S, gates):
 
 
 def innovation_stats(y, S):
-    """(NIS, normalised innovation L^-1 y with S = L L^T)."""
+    """(NIS, normalised innovation L^-1 y with S = L L^T, log det S)."""
     if S.shape == (1, 1):
         s = float(S[0, 0])
         if s > 0.0:  # Cholesky of a 1x1 matrix: L = sqrt(s)
             e = y / math.sqrt(s)
-            return float(e[0] * e[0]), e
-        return float("nan"), np.full_like(y, np.nan)
+            return float(e[0] * e[0]), e, math.log(s)
+        return float("nan"), np.full_like(y, np.nan), float("nan")
     try:
         L = np.linalg.cholesky(S)
         e = np.linalg.solve(L, y)
-        return float(e @ e), e
+        return float(e @ e), e, float(2.0 * np.sum(np.log(np.diagonal(L))))
     except np.linalg.LinAlgError:
-        return float("nan"), np.full_like(y, np.nan)
+        return float("nan"), np.full_like(y, np.nan), float("nan")
+
+
+def update_result(accepted, rejected, y, S) -> UpdateResult:
+    """The UpdateResult of fused readings with innovation y and its covariance S."""
+    nis, e, logdet = innovation_stats(y, S)
+    return UpdateResult(accepted, rejected, nis, int(y.shape[0]), y, e, logdet)
 
 
 def ekf_update(x, P, names, dims, y, H, R, gates):
@@ -87,8 +93,7 @@ def ekf_update(x, P, names, dims, y, H, R, gates):
         K = kalman_gain(P, H, S)
     dx = K @ y
     P = joseph_update(P, K, H, R)
-    nis, e = innovation_stats(y, S)
-    return dx, P, UpdateResult(accepted, rejected, nis, int(y.shape[0]), y, e)
+    return dx, P, update_result(accepted, rejected, y, S)
 
 
 def cholesky(P: np.ndarray) -> np.ndarray:

@@ -191,6 +191,7 @@ class ParticleFilter(Estimator):
     name = "pf"
     tracks_branches = True
     USES_COMMON = False  # no Kalman plant noise / transition Jacobian
+    LOCAL = False  # re-acquires globally by itself (uniform re-initialisation)
     # KLD-sampling (Fox 2003) of an enlarged set at resampling: bins of the (z, zd, B) space,
     # bound epsilon on the K-L divergence with probability 1 - delta (z_{1-delta} = 2.326)
     KLD_BIN_Z = 0.02        # [rad] for angles (x length scale for lengths)

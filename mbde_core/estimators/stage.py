@@ -38,6 +38,9 @@ Robustness (each case counted in ``counters``, nothing crashes, see also
   every estimator's options) rejects outliers inside the estimator's update
   (``rejected_gate``), with a re-acquisition rule (``reacquisitions``): consecutive
   rejections of a sensor make the estimator widen its uncertainty;
+- a local observer (Kalman family) that is lost after a gap, a long-gap restart or a
+  re-acquisition (its covariance covers the circle) re-acquires globally with a
+  multi-start bank (:mod:`~mbde_core.estimators.multistart`, ``multistarts``);
 - after every restart or re-acquisition the time until the filter agrees with its
   readings again is measured (``reconvergence_last``, ``reconvergence_max`` [s]).
 """
@@ -54,12 +57,14 @@ import numpy as np
 import scipy.stats
 
 from mbde_core.estimators.base import InitialState, UpdateResult
+from mbde_core.estimators.multistart import MultiStart, candidates, is_lost
 from mbde_core.estimators.stage_guards import ForwardJumpGuard, Reacquisition, Reconvergence
 from mbde_core.types import MechanismSnapshot, Measurement
 
 # Stage options shared by `mbde replay` and the live node (node parameters of the same names)
 STAGE_DEFAULTS = {"reorder_window": 0.02, "backward_jump": 1.0, "max_gap": 10.0}
 DUPLICATE_TOLERANCE = 1e-9  # s: equal stamps
+LOST_CHECK_GAP = 0.1        # s: after a silence this long the stage checks whether the estimate is lost
 
 
 @dataclass
@@ -77,6 +82,7 @@ class StageCounters:
     fused: int = 0
     rejected_gate: int = 0
     reacquisitions: int = 0
+    multistarts: int = 0
     out_of_order: int = 0
     duplicates: int = 0
     future: int = 0
@@ -134,6 +140,9 @@ class EstimatorStage:
         rq = reacquire or {}
         self.reacq = Reacquisition(rq.get("rejections", 1), rq.get("time", 0.0)) if reacquire else None
         self.inflation = float(rq.get("inflation", 100.0))
+        self.bank_size = int(rq.get("candidates", 0)) if getattr(estimator, "LOCAL", True) else 0
+        self.bank_window = float(rq.get("window", 0.3))
+        self._bank: MultiStart | None = None
         self.reconv = Reconvergence()
         self.guard = ForwardJumpGuard(self.backward_jump)
         self._seq = itertools.count()
@@ -203,11 +212,17 @@ class EstimatorStage:
         """Newest stamp of the stream (readings held as possibly from the future excluded)."""
         return self._latest if math.isfinite(self._latest) else None
 
+    @property
+    def _active(self):
+        """What the filter steps run on: the estimator, or its multi-start bank meanwhile."""
+        return self.est if self._bank is None else self._bank
+
     def _start(self, t: float, init: InitialState | None = None) -> None:
         self.t0 = t
         self.k = 0
         self.pending = []
         self._last_stamp = {}
+        self._bank = None
         self.est.reset(t, self.initial(t) if init is None else init)
         if self.reacq is not None:
             self.reacq.clear()
@@ -296,14 +311,18 @@ class EstimatorStage:
         if k_m > self.k:
             self._in_flight = m
             self._close_slot()
-            if (k_m - self.k) * self.dt > self.max_gap:
+            silence = (k_m - self.k) * self.dt
+            if silence > self.max_gap:
                 self._in_flight = None
                 self.counters.gap_resets += 1
                 self._start(m.stamp)
                 self._disturbed(m.stamp)
+                self._multistart(m.stamp, unknown=True)  # where is it now? anywhere
                 k_m = 0
             else:
                 self._step_to(k_m)
+                if silence > LOST_CHECK_GAP:
+                    self._multistart(self.t0 + self.k * self.dt)
             self._in_flight = None
         self._last_stamp[m.sensor] = m.stamp
         self.pending.append(m)
@@ -334,7 +353,7 @@ class EstimatorStage:
         t_start = time.perf_counter()
         result = None
         if readings:
-            result = self.est.update(readings, self.gates)
+            result = self._active.update(readings, self.gates)
             c = self.counters
             c.fused += sum(1 for m in readings if m.sensor in result.accepted)
             c.rejected_gate += len(result.rejected)
@@ -355,21 +374,46 @@ class EstimatorStage:
             self._after_jump = False
             self.counters.reconvergence_last = took
             self.counters.reconvergence_max = max(self.counters.reconvergence_max, took)
+        if self._bank is not None and self._bank.done(t):
+            self._bank.adopt()
+            self._bank = None
         if self.reacq is None or not self.reacq.observe(t, result):
             return
         self.counters.reacquisitions += 1
         if self._after_jump:  # the motion restarted with the clock (a bag loop): the initial guess
+            self._bank = None
             self.est.reset(t, self.initial(t))
         else:
-            self.est.reacquire(self.inflation)
+            self._active.reacquire(self.inflation)
         self._after_jump = False
         self.reconv.disturbed(t)
+        self._multistart(t)
+
+    def _multistart(self, t: float, unknown: bool = False) -> None:
+        """Start a multi-start bank (:mod:`multistart`) if the estimate is lost (or its
+        whereabouts ``unknown``) and the option is on."""
+        if self.bank_size < 2 or self._bank is not None:
+            return
+        try:
+            snap = self.est.estimate()
+            if unknown:
+                snap.cov = np.diag(np.full(2 * len(snap.z), np.inf))
+            elif not is_lost(self.est, snap):
+                return
+            starts = candidates(self.est, snap, self.bank_size, self.initial(t))
+        except (ValueError, ArithmeticError, np.linalg.LinAlgError):
+            return
+        bank = MultiStart(self.est, t, starts, self.bank_window, max(self.gates.values(), default=0.0))
+        if len(bank) >= 2:
+            self._bank = bank
+            self.counters.multistarts += 1
+            self.reconv.disturbed(t)
 
     def _step_to(self, k_target: int) -> None:
         """Predict slot by slot up to k_target (emitting the empty slots in between)."""
         while self.k < k_target:
             t_start = time.perf_counter()
-            self.est.predict(self.dt)
+            self._active.predict(self.dt)
             self.k += 1
             self.counters.steps += 1
             cost = time.perf_counter() - t_start
@@ -381,7 +425,7 @@ class EstimatorStage:
     def _emit(self, result, cost) -> None:
         if not (self.keep or self.on_step):
             return
-        est = self.est.estimate()
+        est = self._active.estimate()
         est.stamp = self.t0 + self.k * self.dt  # exact grid time (no accumulated rounding)
         rec = StepRecord(est, result, cost)
         if self.keep:

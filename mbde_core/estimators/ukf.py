@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman import cholesky, gate, innovation_stats
+from mbde_core.estimators.kalman import cholesky, gate, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.sensors.base import wrap_angle
 
@@ -123,8 +123,7 @@ class UKF(ReducedKalman):
         self.P = 0.5 * (P + P.T)
         dx = K @ y
         self._assemble_into(self.x + dx, self.model.guess(self._full(), dx[:g]))
-        nis, e = innovation_stats(y, S)
-        return UpdateResult(accepted, rejected, nis, int(y.shape[0]), y, e)
+        return update_result(accepted, rejected, y, S)
 
     def diagnostics(self) -> dict:
         return {"assembly_failures": self.failures, "sigma_point_failures": self.sigma_failures}

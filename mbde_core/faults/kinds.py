@@ -22,10 +22,10 @@ nan_inf           10 NaN and 10 Inf values, evenly spread (the issue's first row
 late              every 10th reading arrives after the next one (arrival order only)
 outliers          a 100-sigma outlier (random sign) every 50 readings of the target
 bursts            3 bursts of 10 consecutive 100-sigma outliers (at 25, 50, 75 % of the run)
-duplicate_stamps  20 readings carry the stamp of the reading before them (same sensor)
+duplicate_stamps  20 random readings carry the stamp of the previous one of their sensor
 backward_jump     the stamps of every reading jump back 2 s at 40 % of the run
 gap               no reading for 2 s from 40 % of the run on
-future_stamps     10 readings stamped 5 s or 1000 s ahead (alternately)
+future_stamps     10 random readings stamped 5 s or 1000 s ahead (alternately)
 stuck             the target repeats one value for 1 s from 40 % of the run on
 bias_step         the target's readings are offset by 10 sigma from 40 % of the run on
 dropout_10        10 % of the readings lost (independently)
@@ -144,7 +144,7 @@ def duplicate_stamps(ms, ctx) -> Injected:
         prev_of[i] = last.get(m.sensor)
         last[m.sensor] = i
     cand = [i for i in range(len(ms)) if prev_of[i] is not None]
-    pick = np.array(cand)[np.linspace(0, len(cand) - 1, 22).astype(int)[1:-1]]
+    pick = np.sort(ctx.rng.choice(cand, size=min(20, len(cand)), replace=False))
     for i in pick:
         out[i] = Measurement(ms[prev_of[i]].stamp, ms[i].sensor, ms[i].value)
     return Injected(out, notes={"duplicates": len(pick)})
@@ -176,7 +176,7 @@ def gap(ms, ctx) -> Injected:
 
 def future_stamps(ms, ctx) -> Injected:
     out = list(ms)
-    pick = np.linspace(0, len(ms) - 1, 12).astype(int)[1:-1]
+    pick = np.sort(ctx.rng.choice(np.arange(1, len(ms) - 1), size=min(10, max(len(ms) - 2, 0)), replace=False))
     for k, i in enumerate(pick):
         ahead = 5.0 if k % 2 == 0 else 1000.0
         out[i] = Measurement(ms[i].stamp + ahead, ms[i].sensor, ms[i].value)

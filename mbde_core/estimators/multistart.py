@@ -1,0 +1,170 @@
+"""Multi-start re-acquisition of a local (Gaussian) observer that lost the mechanism.
+
+A Kalman observer is local: after a long sensor gap (predicted open loop, its covariance
+covering the whole circle), or when its gate's re-acquisition rule had to widen it that
+far, the first readings pull it to the nearest state that explains them, which with
+weakly observable sensors (one gyroscope) is often a wrong one, and it then stays there
+confidently (measured by ``mbde bench faults``). A particle filter re-acquires globally
+by itself; for the local observers the stage runs a bank of copies instead:
+
+- candidates: the estimate's z on a grid of ``candidates`` points (per coordinate
+  M = candidates^(1/g) points; a coordinate whose 3-sigma range covers the circle gets
+  the whole circle, else the 3-sigma range), each assembled on the estimate's assembly
+  branch (the branch atlas of :mod:`pf_init`), with sigma_z = half the grid spacing and
+  the estimate's zd with a standard deviation of at least |zd| (a lost estimate's
+  velocity is as doubtful as its position);
+- every candidate runs the same predictions and updates as a shallow copy of the
+  estimator (shared model, own state) for ``window`` seconds; its score is the sum over
+  its updates of min(NIS, cap) + log det S, i.e. -2 log-likelihood of its innovations
+  (the prediction-error decomposition, robust with the cap: the largest gate threshold),
+  a gate-rejected reading counting cap + its last log det S; the estimates emitted
+  meanwhile are those of the best-scoring candidate;
+- at the end the winner's state becomes the estimator's (the same object: the nodes and
+  replay keep their reference).
+
+Lost: some independent coordinate's standard deviation exceeds ``LOST_SIGMA`` (angles
+[rad]) or ``LOST_SIGMA`` x the mechanism's length scale (lengths).
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+
+from mbde_core.estimators.base import InitialState, UpdateResult
+
+LOST_SIGMA = 0.5
+DEFAULT_CAP = 25.0
+
+
+def is_lost(est, snap) -> bool:
+    """True if the estimate ``snap`` of ``est`` says the mechanism is lost (module doc)."""
+    if snap.cov is None:
+        return False
+    g = len(snap.z)
+    sd = np.sqrt(np.clip(np.diag(snap.cov)[:g], 0.0, None))
+    mech = est.mech
+    angular = np.isin(mech.independent, mech.rel_columns)
+    limit = np.where(angular, LOST_SIGMA, LOST_SIGMA * mech.length_scale)
+    return bool(np.any(~np.isfinite(sd)) or np.any(sd > limit))
+
+
+def candidates(est, snap, count: int, floor: InitialState) -> list[InitialState]:
+    """Initial states of the bank (module doc); floor: the configured initial standard
+    deviations (lower bounds of the candidates')."""
+    from mbde_core.estimators.pf_init import atlas_for
+
+    mech = est.mech
+    g = len(snap.z)
+    angular = np.isin(mech.independent, mech.rel_columns)
+    cov = np.asarray(snap.cov, dtype=float)
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    sd_z = np.where(np.isfinite(sd[:g]), sd[:g], np.inf)
+    m = max(int(math.floor(count ** (1.0 / g) + 1e-9)), 1)
+    axes, spacing = [], np.empty(g)
+    for k in range(g):
+        full = angular[k] and 3.0 * sd_z[k] >= math.pi
+        if full:
+            pts = snap.z[k] + 2.0 * math.pi * np.arange(m) / m
+            spacing[k] = 2.0 * math.pi / m
+        else:
+            half = min(3.0 * sd_z[k], math.pi if angular[k] else 3.0 * mech.length_scale)
+            pts = snap.z[k] + np.linspace(-half, half, m) if m > 1 else np.array([snap.z[k]])
+            spacing[k] = 2.0 * half / max(m - 1, 1)
+        axes.append(pts)
+    Z = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, g)
+    z0 = mech.q0[mech.independent]
+    lo = np.where(angular, -math.pi, z0 - mech.length_scale)
+    hi = np.where(angular, math.pi, z0 + mech.length_scale)
+    atlas = atlas_for(mech, lo, hi, angular, 72 if g == 1 else max(4, int(round(400 ** (1.0 / g)))))
+    code = atlas.codes_of(np.asarray(snap.q, dtype=float)[None])[0]
+    labels = atlas.labels[atlas.codes == code]
+    if labels.size == 0:
+        labels = atlas.labels
+    sig_z = np.maximum(0.5 * spacing, floor.sigma_z)
+    # the velocity of a lost estimate is as doubtful as its position: at least its own size
+    sd_zd = np.where(np.isfinite(sd[g:]), sd[g:], np.inf)
+    sig_zd = np.maximum(np.minimum(np.maximum(sd_zd, np.abs(snap.zd)), 1e6), floor.sigma_zd)
+    out = []
+    for label in labels:
+        Zw = np.where(angular, (Z + math.pi) % (2.0 * math.pi) - math.pi, Z)
+        q, ok = atlas.assemble(Zw, np.full(len(Zw), label))
+        for zi, qi, good in zip(Zw, q, ok):
+            if good:
+                out.append(InitialState(zi.copy(), np.array(snap.zd, dtype=float), sig_z.copy(), sig_zd.copy(),
+                                        qi.copy(), int(label)))
+    return out
+
+
+class MultiStart:
+    """The bank: an Estimator-like object the stage drives instead of ``est`` meanwhile."""
+
+    def __init__(self, est, t: float, starts: list, window: float, cap: float):
+        self.est = est
+        self.sensors = est.sensors
+        self.t0 = float(t)
+        self.window = float(window)
+        self.cap = float(cap) if cap > 0 else DEFAULT_CAP
+        self.members = []
+        for init in starts:
+            member = copy.copy(est)  # shared model and configuration; reset() gives it its own state
+            try:
+                member.reset(t, init)
+            except (ValueError, ArithmeticError, np.linalg.LinAlgError):
+                continue
+            self.members.append(member)
+        self.scores = np.zeros(len(self.members))
+        self.logdet = np.zeros(len(self.members))  # last log det S of each (for its rejected readings)
+        self.best = 0
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    @property
+    def t(self) -> float:
+        return self.members[self.best].t
+
+    def predict(self, dt: float) -> None:
+        for k, member in enumerate(self.members):
+            if math.isfinite(self.scores[k]):
+                try:
+                    member.predict(dt)
+                except Exception:  # noqa: BLE001 - a failing candidate is out
+                    self.scores[k] = math.inf
+
+    def update(self, measurements, gates=None) -> UpdateResult:
+        results = [None] * len(self.members)
+        for k, member in enumerate(self.members):
+            if not math.isfinite(self.scores[k]):
+                continue
+            try:
+                res = member.update(measurements, gates)
+            except Exception:  # noqa: BLE001
+                self.scores[k] = math.inf
+                continue
+            results[k] = res
+            if res.accepted:
+                ok = res.nis is not None and math.isfinite(res.nis) and res.logdet is not None and math.isfinite(res.logdet)
+                if ok:
+                    self.logdet[k] = res.logdet
+                self.scores[k] += (min(res.nis, self.cap) if ok else self.cap) + self.logdet[k]
+            self.scores[k] += (self.cap + self.logdet[k]) * len(res.rejected)
+        self.best = int(np.argmin(self.scores))
+        best = results[self.best]
+        return best if best is not None else UpdateResult([], [m.sensor for m in measurements])
+
+    def estimate(self):
+        return self.members[self.best].estimate()
+
+    def reacquire(self, inflation: float) -> None:
+        for member in self.members:
+            member.reacquire(inflation)
+
+    def done(self, t: float) -> bool:
+        return t - self.t0 >= self.window - 1e-12 or not np.isfinite(self.scores).any()
+
+    def adopt(self) -> None:
+        """The winner's state becomes the estimator's (same object for every holder)."""
+        if np.isfinite(self.scores[self.best]):
+            self.est.__dict__.update(self.members[self.best].__dict__)
