@@ -11,6 +11,7 @@ _TABLE = {
     "cekf": ("mbde_core.estimators.cekf", "CEKF"),
     "diekfpm": ("mbde_core.estimators.diekfpm", "DIEKFpm"),
     "pf": ("mbde_core.estimators.pf", "ParticleFilter"),
+    "vipf": ("mbde_core.estimators.vipf", "VIParticleFilter"),
     "adekf": ("mbde_core.estimators.adekf", "ADEKF"),
 }
 ESTIMATOR_NAMES = tuple(_TABLE)
