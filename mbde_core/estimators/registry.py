@@ -7,6 +7,7 @@ import importlib
 _TABLE = {
     "ukf": ("mbde_core.estimators.ukf", "UKF"),
     "errorekf": ("mbde_core.estimators.errorekf", "ErrorEKF"),
+    "viekf": ("mbde_core.estimators.viekf", "VIEKF"),
     "dekf": ("mbde_core.estimators.dekf", "DEKF"),
     "cekf": ("mbde_core.estimators.cekf", "CEKF"),
     "diekfpm": ("mbde_core.estimators.diekfpm", "DIEKFpm"),

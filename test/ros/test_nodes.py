@@ -57,6 +57,10 @@ CASES = {
     "errorekf": Case("scenarios/fourbar_gyro.yaml", "mbde_nodes.imu_driver", clock=True, bound=0.05,
                      real_time_factor=0.5),
     "pf": Case("scenarios/pf_sim.yaml", "mbde_nodes.imu_driver", clock=True, bound=0.1, real_time_factor=0.5),
+    # the variational filters of paper 002 (vipf: stochastic VI proposal; viekf: structured linearisation)
+    "vipf": Case("scenarios/pf_sim.yaml", "mbde_nodes.imu_driver", clock=True, bound=0.1, real_time_factor=0.5),
+    "viekf": Case("scenarios/fourbar_gyro.yaml", "mbde_nodes.imu_driver", clock=True, bound=0.05,
+                  real_time_factor=0.5),
     # paper 004's slider-crank started at theta = pi/2 (not on a dead centre, where a slider
     # accelerometer cannot tell theta from -theta), as test/test_adekf.py does
     "adekf": Case("scenarios/adekf_slider_crank.yaml", "mbde_nodes.imu_driver", clock=True, bound=0.05,
