@@ -19,6 +19,7 @@ min, max, hypot, deg2rad, rad2deg.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Mapping
@@ -213,13 +214,19 @@ def _binary(op: str, lhs, rhs, text: str):
     return power
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str):
+    """The parsed expression tree of ``text`` (memoised: loaders re-read the same texts)."""
+    return _Parser(text).parse()
+
+
 def compile_expression(text: str):
     """Parse once; return ``fn(variables: Mapping) -> float`` (raises ExpressionError)."""
     text = str(text)
     if len(text) > MAX_LENGTH:
         raise ExpressionError(f"expression too long ({len(text)} characters, at most {MAX_LENGTH})")
     try:
-        node = _Parser(text).parse()
+        node = _parse(text)
     except RecursionError:
         raise ExpressionError("expression nested too deeply") from None
 

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 HELP = "fault injection (outliers, stamp anomalies, gaps, dropouts, drift...) on every scenario and estimator"
-ESTIMATORS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "pf", "adekf")
+from mbde_core.estimators.registry import ESTIMATOR_NAMES as ESTIMATORS  # every estimator
 TARGETS = {"outliers": ("ratio", 1.5), "backward_jump": ("recovery_s", 1.0), "gap": ("recovery_s", 1.0)}
 COUNTERS = ("rejected_gate", "reacquisitions", "out_of_order", "non_finite", "duplicates", "backward_jumps",
             "future", "gap_resets", "estimator_errors")

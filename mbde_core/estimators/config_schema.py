@@ -51,6 +51,9 @@ STAGE = {
     "reacquire": {"rejections": 10, "time": 0.2, "inflation": 100.0, "candidates": 24, "window": 0.3},
 }
 
+# Sections of the same file validated by the offline tools that own them (not observers):
+# ``smoother`` by mbde_core.trajectory.config, ``identification`` by mbde_core.identification.config.
+OFFLINE_SECTIONS = ("smoother", "identification")
 
 
 def defaults(name: str) -> dict:
@@ -63,6 +66,11 @@ def defaults(name: str) -> dict:
     out.update(copy.deepcopy(STAGE))
     out.update(copy.deepcopy(getattr(cls, "DEFAULTS", {})))
     return out
+
+
+def merge_options(node: Node, base: dict) -> dict:
+    """Options of ``node`` merged over the defaults ``base`` (types and keys checked)."""
+    return _merge(node, base)
 
 
 def _merge(node: Node, base: dict) -> dict:
@@ -124,8 +132,10 @@ def load_estimator_configs(path, names) -> dict[str, dict]:
     from mbde_core.estimators.registry import ESTIMATOR_NAMES
 
     for key, child in root.items():
+        if key in OFFLINE_SECTIONS:
+            continue
         if key not in ESTIMATOR_NAMES:
-            raise child.error(f"unknown estimator (choose from {', '.join(ESTIMATOR_NAMES)})")
+            raise child.error(f"unknown estimator (choose from {', '.join(ESTIMATOR_NAMES + OFFLINE_SECTIONS)})")
         try:
             cfg = validate(key, child.value, root.file, key)  # every section, used now or not
         except ModuleNotFoundError:  # an estimator whose optional dependency is missing

@@ -4,7 +4,7 @@ Every estimator gets the same readings in the bag's (arrival) order, its own sta
 (fixed step, gate and re-acquisition from its config; reorder window, backward-jump and
 gap limits the live node's defaults, so that stamp anomalies are handled as live), the same initial guess (the scenario's estimator initial state, or the
 mechanism's initial configuration) with the config's initial standard deviations, and a
-seeded random generator. Metrics need the bag's ground truth and are omitted without it.
+random generator seeded from (seed, estimator name). Metrics need the bag's ground truth and are omitted without it.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mbde_core.estimators import make_estimator
+from mbde_core.estimators import estimator_rng, make_estimator
 from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.metrics import evaluate_run, truth_at
 from mbde_core.estimators.stage import STAGE_DEFAULTS, EstimatorStage
@@ -39,8 +39,11 @@ def initial_state(inputs, cfg) -> InitialState:
 
 
 def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, particle_budget: int = 2_000_000) -> EstimatorRun:
-    """Run one estimator over the replay inputs; progress(k, total) is called while feeding."""
-    est = make_estimator(name, inputs.mechanism, inputs.sensors, cfg, rng=np.random.default_rng(seed))
+    """Run one estimator over the replay inputs; progress(k, total) is called while feeding.
+
+    seed: the run seed; the estimator's generator is ``estimator_rng(seed, name)``, the
+    same for every position in a list of estimators and in the live node."""
+    est = make_estimator(name, inputs.mechanism, inputs.sensors, cfg, rng=estimator_rng(seed, name))
     init = initial_state(inputs, cfg)
     particles = []
     state = {"k": 0, "every": None}
