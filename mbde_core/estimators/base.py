@@ -91,6 +91,11 @@ class Estimator:
     def estimate(self) -> MechanismSnapshot:
         raise NotImplementedError
 
+    def rebase(self, t: float) -> None:
+        """The clock jumped (EstimatorStage, a backward time jump): the same state, now at
+        time t. Subclasses drop what they cached at the old time."""
+        self.t = float(t)
+
     def reacquire(self, inflation: float) -> None:
         """Widen the uncertainty after the stage's gate rejected every reading for a while
         (its re-acquisition rule), so that the next readings can be fused. Default: restart
@@ -114,6 +119,11 @@ class CovarianceInflation:
     """Mixin of the Kalman observers whose covariance is ``self.P``: re-acquisition
     (:meth:`Estimator.reacquire`) scales it, P <- inflation P, keeping the mean, the
     correlations and any augmented states (inputs, biases)."""
+
+    def rebase(self, t: float) -> None:
+        """The clock jumped (EstimatorStage, a backward time jump): the same state, now at
+        time t. Subclasses drop what they cached at the old time."""
+        self.t = float(t)
 
     def reacquire(self, inflation: float) -> None:
         self.P = self.P * float(inflation)

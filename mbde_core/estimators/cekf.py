@@ -121,6 +121,10 @@ class CEKF(ReducedKalman):
         super().reset(t, init)
         self._saved = None  # the step an update would redo belongs to the previous track
 
+    def rebase(self, t) -> None:
+        super().rebase(t)
+        self._saved = None
+
     def predict(self, dt: float) -> None:
         st0 = self._full()
         self._saved = (self.x.copy(), self.P.copy(), self.q, self.qd, st0, self.t, dt)

@@ -141,6 +141,11 @@ class ErrorEKF(CovarianceInflation, Estimator):
         self.failures = 0
         self.full = None
 
+    def rebase(self, t: float) -> None:
+        super().rebase(t)
+        self.state = MBState(self.state.q, self.state.qd)  # its qdd belongs to the old time
+        self.full = None
+
     def _F_and_Q(self, dt, q):
         constant = not self.k and self.config["transition_jacobian"] != "full"
         if constant and dt in self._FQ_cache:

@@ -51,6 +51,10 @@ class ReducedKalman(CovarianceInflation, Estimator):
         self.full = None
         self.failures = 0
 
+    def rebase(self, t: float) -> None:
+        super().rebase(t)
+        self.full = None  # its accelerations were evaluated at the old time
+
     def _full(self) -> FullState:
         """The FullState of (self.q, self.qd) at self.t (evaluated when first needed)."""
         if self.full is None:

@@ -157,6 +157,11 @@ class MultiStart:
     def estimate(self):
         return self.members[self.best].estimate()
 
+    def rebase(self, t: float) -> None:
+        for member in self.members:
+            member.rebase(t)
+        self.t0 = float(t)
+
     def reacquire(self, inflation: float) -> None:
         for member in self.members:
             member.reacquire(inflation)

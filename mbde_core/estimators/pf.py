@@ -392,6 +392,12 @@ class ParticleFilter(Estimator):
         self.recovery_reasons[reason] += 1
         self._init_uniform()
 
+    def rebase(self, t: float) -> None:
+        shift = float(t) - self.t
+        super().rebase(t)
+        self._since_init += shift
+        self._lost_hist = collections.deque((a + shift, lost) for a, lost in self._lost_hist)
+
     def reacquire(self, inflation: float) -> None:
         """The stage's gate rejected every reading for a while: re-initialise (uniform prior)."""
         self._recover("gate")

@@ -23,12 +23,15 @@ Robustness (each case counted in ``counters``, nothing crashes, see also
 - duplicate stamps: a second reading of one sensor with the stamp of its previous one
   is skipped (``duplicates``): the first is fused;
 - backward time jumps (a reading older than the filter time by more than
-  ``backward_jump`` s: a clock step, a bag loop): the readings of the old time are
-  finished, then the estimator restarts at the new time from its last estimate (the
-  mechanism did not jump, its clock did), counted in ``resets`` with the jump's size
-  (``backward_jump_last``, ``backward_jump_max`` [s]). If the readings then disagree
-  with that estimate until the re-acquisition rule fires (the motion restarted too: a
-  bag loop), the estimator restarts from the initial guess instead;
+  ``backward_jump`` s: a clock step or a bag loop), counted in ``resets`` with the jump's
+  size (``backward_jump_last``, ``backward_jump_max`` [s]): the readings of the old time
+  are finished, then the estimator restarts at the new time. Back to (within
+  ``LOOP_TOLERANCE`` of) the first stamp ever seen, the recording looped (``ros2 bag play
+  --loop``, a restarted simulation): it restarts from the initial guess. Elsewhere the
+  clock stepped while the mechanism moved on: the estimator keeps its state and
+  covariance at the new time (:meth:`Estimator.rebase`), and
+  restarts from the initial guess if its readings are then rejected until the
+  re-acquisition rule fires (the motion restarted after all);
 - readings far in the future (stamped more than ``backward_jump`` s after the stream)
   wait for the next reading: one in the same new time confirms a forward jump (then
   handled as a gap), one in the old time makes it a ``future`` reading (skipped);
@@ -65,6 +68,7 @@ from mbde_core.types import MechanismSnapshot, Measurement
 STAGE_DEFAULTS = {"reorder_window": 0.02, "backward_jump": 1.0, "max_gap": 10.0}
 DUPLICATE_TOLERANCE = 1e-9  # s: equal stamps
 LOST_CHECK_GAP = 0.1        # s: after a silence this long the stage checks whether the estimate is lost
+LOOP_TOLERANCE = 0.1        # s: a jump back to within this of the first stamp is a loop of the recording
 
 
 @dataclass
@@ -143,6 +147,7 @@ class EstimatorStage:
         self.bank_size = int(rq.get("candidates", 0)) if getattr(estimator, "LOCAL", True) else 0
         self.bank_window = float(rq.get("window", 0.3))
         self._bank: MultiStart | None = None
+        self.first: float | None = None  # stamp of the first reading ever (a loop jumps back to it)
         self.reconv = Reconvergence()
         self.guard = ForwardJumpGuard(self.backward_jump)
         self._seq = itertools.count()
@@ -199,9 +204,10 @@ class EstimatorStage:
     def restart(self) -> None:
         """After an estimator failure: forget the track (the next reading starts a new one
         from the initial guess) but keep the readings not yet fused (:meth:`buffered`)."""
-        carry = self.buffered()
+        carry, held = self.buffered(), self.guard.suspects
         self.reset()
         self.requeue(carry)
+        self.guard.suspects = held  # still waiting for a reading to decide
 
     @property
     def time(self) -> float | None:
@@ -218,6 +224,8 @@ class EstimatorStage:
         return self.est if self._bank is None else self._bank
 
     def _start(self, t: float, init: InitialState | None = None) -> None:
+        if self.first is None:
+            self.first = t
         self.t0 = t
         self.k = 0
         self.pending = []
@@ -226,21 +234,6 @@ class EstimatorStage:
         self.est.reset(t, self.initial(t) if init is None else init)
         if self.reacq is not None:
             self.reacq.clear()
-
-    def _warm_initial(self, t: float) -> InitialState:
-        """The current estimate as an initial state (the configured initial standard
-        deviations as a floor); the initial guess if the estimate is not usable."""
-        cold = self.initial(t)
-        try:
-            snap = self.est.estimate()
-        except Exception:  # noqa: BLE001 - an estimator that cannot estimate restarts cold
-            return cold
-        g = len(snap.z)
-        if snap.cov is None or not (np.isfinite(snap.cov).all() and np.isfinite(snap.z).all() and np.isfinite(snap.zd).all()):
-            return cold
-        sd = np.sqrt(np.clip(np.diag(snap.cov), 0.0, None))
-        return InitialState(snap.z.copy(), snap.zd.copy(), np.maximum(sd[:g], cold.sigma_z),
-                            np.maximum(sd[g:], cold.sigma_zd), snap.q.copy(), snap.branch if snap.branch >= 0 else None)
 
     # -- input -------------------------------------------------------------------------------
     def feed(self, measurements) -> None:
@@ -338,7 +331,14 @@ class EstimatorStage:
         if self.pending:
             self._close_slot()
         self._in_flight = None
-        self._start(m.stamp, self._warm_initial(m.stamp))
+        if self.first is not None and abs(m.stamp - self.first) <= LOOP_TOLERANCE:
+            self._start(m.stamp)  # back to where the data started: a bag loop, the initial guess fits
+            self._disturbed(m.stamp)
+            return
+        self.t0, self.k, self.pending, self._last_stamp = m.stamp, 0, [], {}  # the same state at the new time
+        self._active.rebase(m.stamp)
+        if self.reacq is not None:
+            self.reacq.clear()
         self._disturbed(m.stamp)
         self._after_jump = True
 
@@ -389,6 +389,9 @@ class EstimatorStage:
         self.reconv.disturbed(t)
         self._multistart(t)
 
+    def _cap(self) -> float:
+        return max(self.gates.values(), default=0.0)
+
     def _multistart(self, t: float, unknown: bool = False) -> None:
         """Start a multi-start bank (:mod:`multistart`) if the estimate is lost (or its
         whereabouts ``unknown``) and the option is on."""
@@ -403,7 +406,7 @@ class EstimatorStage:
             starts = candidates(self.est, snap, self.bank_size, self.initial(t))
         except (ValueError, ArithmeticError, np.linalg.LinAlgError):
             return
-        bank = MultiStart(self.est, t, starts, self.bank_window, max(self.gates.values(), default=0.0))
+        bank = MultiStart(self.est, t, starts, self.bank_window, self._cap())
         if len(bank) >= 2:
             self._bank = bank
             self.counters.multistarts += 1

@@ -23,7 +23,8 @@ late              every 10th reading arrives after the next one (arrival order o
 outliers          a 100-sigma outlier (random sign) every 50 readings of the target
 bursts            3 bursts of 10 consecutive 100-sigma outliers (at 25, 50, 75 % of the run)
 duplicate_stamps  20 random readings carry the stamp of the previous one of their sensor
-backward_jump     the stamps of every reading jump back 2 s at 40 % of the run
+backward_jump     the stamps of every reading jump back 2 s at 50 % of the run (the clock steps)
+bag_loop          at 60 % of the run the recording starts again (stamps and motion)
 gap               no reading for 2 s from 40 % of the run on
 future_stamps     10 random readings stamped 5 s or 1000 s ahead (alternately)
 stuck             the target repeats one value for 1 s from 40 % of the run on
@@ -57,6 +58,7 @@ class Injected:
     resume: float | None = None
     to_true: Callable[[np.ndarray], np.ndarray] | None = None
     notes: dict = field(default_factory=dict)
+    after_jump: bool = False  # recovery counts only the estimates after the output's first jump back
 
     def true_times(self, stamps) -> np.ndarray:
         """True times (K,) of estimates emitted at ``stamps`` (K,), in emission order."""
@@ -151,7 +153,7 @@ def duplicate_stamps(ms, ctx) -> Injected:
 
 
 def backward_jump(ms, ctx) -> Injected:
-    t_jump = ctx.at(FAULT_AT)
+    t_jump = ctx.at(0.5)
     out = [m if m.stamp < t_jump else Measurement(m.stamp - JUMP, m.sensor, m.value) for m in ms]
 
     def to_true(stamps):
@@ -165,6 +167,14 @@ def backward_jump(ms, ctx) -> Injected:
 
     first = next((m.stamp for m in ms if m.stamp >= t_jump), None)
     return Injected(out, resume=first, to_true=to_true, notes={"jump": JUMP})
+
+
+def bag_loop(ms, ctx) -> Injected:
+    """The recording plays again from its start at 60 % of the run (``ros2 bag play --loop``):
+    stamps and motion restart together."""
+    again = [m for m in ms if m.stamp < ctx.at(0.4)]
+    return Injected(list(ms[: int(0.6 * len(ms))]) + again, resume=ctx.start, after_jump=True,
+                    notes={"loop_at": 0.6})
 
 
 def gap(ms, ctx) -> Injected:
@@ -223,7 +233,7 @@ def clock_drift(ms, ctx) -> Injected:
     return Injected(out, to_true=to_true, notes={"drift": DRIFT})
 
 
-FAULTS = {f.__name__: f for f in (clean, nan_inf, late, outliers, bursts, duplicate_stamps, backward_jump, gap,
+FAULTS = {f.__name__: f for f in (clean, nan_inf, late, outliers, bursts, duplicate_stamps, backward_jump, bag_loop, gap,
                                   future_stamps, stuck, bias_step, _dropout(0.1), _dropout(0.5), clock_drift)}
 FAULT_NAMES = tuple(FAULTS)
 
