@@ -54,7 +54,8 @@ DEFAULTS = {
     "noise_tolerance": 0.05,  # stop when every sigma changes by less than this fraction
     "rank_tolerance": 1e-9,  # null direction: eigenvalue <= tol * largest (relative units)
     "min_sigma_a": 1e-9,
-    "descend": 10.0,  # floor of the re-estimated acceleration sigma [unit/s^2]
+    "descend": 10.0,  # the noise search descends by this factor per pass until bracketed
+    "initial_sigma_a": "auto",  # auto: 0.3 RMS(zdd) of the initial guess; "config": the smoother's plant noise  # floor of the re-estimated acceleration sigma [unit/s^2]
 }
 
 
@@ -187,6 +188,12 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
         say("not identifiable: " + ", ".join(n for n, a in zip(labels, active) if not a))
     jp = JointProblem(pm, problems, active, sensor_factory)
     u = jp.unknowns(pm.p0)
+    if opt["initial_sigma_a"] not in ("auto", "config"):
+        _rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], np.full(jp.g, float(opt["initial_sigma_a"])), {})
+    elif opt["initial_sigma_a"] == "auto":  # 30 % of the initial guess's accelerations (parameters ~20 % off)
+        rms = np.sqrt(np.mean(X[:, 2 * jp.g:] ** 2, axis=0))
+        start_sigma = np.maximum(0.3 * rms, np.maximum(discretization_sigma(jp, X), opt["min_sigma_a"]))
+        _rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], start_sigma, {})
     lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["pass_tolerance"], mu0=opt["mu0"])
     final = False
     history, iterations, passes = [], 0, 0
