@@ -141,7 +141,9 @@ class JointProblem:
 
     def _use(self, rec, mech) -> None:
         """Evaluate recording ``rec`` with mechanism ``mech`` (and its sensors)."""
-        rec.model.mech = mech
+        if rec.model.mech is not mech:
+            rec.model.mech = mech
+            rec.model._tv_key = None  # load time functions may depend on a parameter: re-evaluate them
         if self.sensor_factory is not None and any(k == "geometric" for k in self.pm.kinds):
             if self._sensors[0] is not mech:
                 self._sensors = (mech, self.sensor_factory(mech))
