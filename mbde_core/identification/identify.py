@@ -17,16 +17,18 @@ f(z_i, zd_i; p), with the integrator factor between steps.
    (:mod:`mbde_core.trajectory.solver`, the smoother's solver; paper 001 Algorithm 1),
    box bounds by projection. The initial damping is 1e-12 diag(J^T J): the integrator
    rows make the diagonal huge, and a larger damping only slows the first steps.
-4. Noise re-estimation (paper 001 eqs. 3.26-3.28, :mod:`.noise`): the acceleration-noise
-   sigma of the eom rows and each sensor channel's sigma are rescaled by their variance
-   factors (with redundancy numbers) and the problem is solved again, until every
-   factor is within ``noise_tolerance`` of 1 or ``noise_passes`` passes. The step in
-   log sigma is a secant step on log(factor) (Foerstner's step sigma^2 *= factor when
-   the secant is not usable), clamped to a factor 30 per pass. With an exact model (no
-   disturbances) the acceleration sigma would fall without end; it stops at the
-   integration scheme's own error (:func:`discretization_sigma`).
-5. Covariance of the parameters: the inverse Schur complement (eqs. 3.31-3.32); the
-   identifiability is checked again at the solution.
+4. Noise re-estimation (paper 001 eqs. 3.26-3.28, :mod:`.noise`): the first pass uses an
+   acceleration-noise sigma of 30 % of the initial guess's accelerations (the parameters
+   are typically ~20 % off); after each pass the variance factors of the eom rows and of
+   every sensor channel (with redundancy numbers) give the next sigmas (descent, then
+   regula falsi in log sigma: :class:`.noise.SigmaSearch`; Foerstner's step for the
+   sensors) and the problem is solved again from the previous solution, until every
+   sigma moves by less than ``noise_tolerance``; a last pass polishes at the final
+   tolerance. With an exact model (no disturbances) the acceleration sigma would fall
+   without end; it stops at the integration scheme's own error
+   (:func:`.noise.discretization_sigma`) or where the banded Cholesky stops factoring.
+5. Covariance of the parameters: (T^T T)^-1 of the state-projected parameter Jacobian
+   (eqs. 3.30-3.32, :mod:`.projection`); the identifiability is checked again there.
 """
 from __future__ import annotations
 
@@ -36,10 +38,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mbde_core.identification.identifiability import analyse
-from mbde_core.identification.noise import variance_factors
+from mbde_core.identification.noise import SigmaSearch, discretization_sigma, rescale, sensor_sigmas, variance_factors
 from mbde_core.identification.problem import JointProblem
 from mbde_core.identification.projection import project
-from mbde_core.trajectory.factors import Integrator
 from mbde_core.trajectory.problem import SmootherProblem
 from mbde_core.trajectory.solver import LMOptions, levenberg_marquardt
 
@@ -53,9 +54,9 @@ DEFAULTS = {
     "noise_passes": 8,  # re-estimation passes (0: keep the configured noise)
     "noise_tolerance": 0.05,  # stop when every sigma changes by less than this fraction
     "rank_tolerance": 1e-9,  # null direction: eigenvalue <= tol * largest (relative units)
-    "min_sigma_a": 1e-9,
+    "min_sigma_a": 1e-9,  # floor of the re-estimated acceleration sigma [unit/s^2]
     "descend": 10.0,  # the noise search descends by this factor per pass until bracketed
-    "initial_sigma_a": "auto",  # auto: 0.3 RMS(zdd) of the initial guess; "config": the smoother's plant noise  # floor of the re-estimated acceleration sigma [unit/s^2]
+    "initial_sigma_a": "auto",  # auto: 0.3 RMS(zdd) of the initial guess; "config": the smoother's plant noise
 }
 
 
@@ -146,18 +147,6 @@ def _problems(pm, recordings, smoother_cfg, guess_cfg, initial: str = "auto"):
     return probs, np.vstack(X0s), infos
 
 
-def _rescale(problems, scheme, relaxation, sigma_a, sensor_factor):
-    """Set every recording's sigma_a (g,) (integrator sigmas follow) and rescale sensor
-    whitening by 1/sqrt(factor) per channel."""
-    for pr in problems:
-        pr.sigma_a = np.array(sigma_a, dtype=float)
-        pr.integrator = Integrator(pr.g, pr.readings.dt, scheme, pr.sigma_a, relaxation)
-        for s in pr.readings.sensors:
-            f = sensor_factor.get(s.name)
-            if f is not None:
-                s.whiten = np.diag(1.0 / np.sqrt(f)) @ s.whiten
-
-
 def _check(jp, X, u, labels, tol):
     rows = jp.evaluate(X, u)
     return analyse(project(rows, jp.N, jp.b, jp.P).information(), labels, tol)
@@ -189,11 +178,11 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
     jp = JointProblem(pm, problems, active, sensor_factory)
     u = jp.unknowns(pm.p0)
     if opt["initial_sigma_a"] not in ("auto", "config"):
-        _rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], np.full(jp.g, float(opt["initial_sigma_a"])), {})
+        rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], np.full(jp.g, float(opt["initial_sigma_a"])), {})
     elif opt["initial_sigma_a"] == "auto":  # 30 % of the initial guess's accelerations (parameters ~20 % off)
         rms = np.sqrt(np.mean(X[:, 2 * jp.g:] ** 2, axis=0))
         start_sigma = np.maximum(0.3 * rms, np.maximum(discretization_sigma(jp, X), opt["min_sigma_a"]))
-        _rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], start_sigma, {})
+        rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], start_sigma, {})
     lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["pass_tolerance"], mu0=opt["mu0"])
     final = False
     history, iterations, passes = [], 0, 0
@@ -217,7 +206,7 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
             # integrator rows outweigh the readings beyond double precision): keep the
             # previous pass, whose sigma_a is the smallest usable one
             sigma_a, X, u, res, proj, factors = last
-            _rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, {})
+            rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, {})
             noise_status = "numerical floor"
             say(f"pass {passes}: not positive definite at this acceleration sigma; kept the previous pass")
             break
@@ -245,7 +234,7 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
             lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["tolerance"], mu0=opt["mu0"])
             continue
         sigma_a = np.exp(s_next)
-        _rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, sensor_f)
+        rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, sensor_f)
     t_solve = time.perf_counter() - t_start - t_guess
     p = jp.params(u)
     cov = np.full((pm.P, pm.P), np.nan)
@@ -262,91 +251,17 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
     p_out = np.where(final_ok, p, pm.p0)
     at_bound = final_ok & ((np.isclose(p, pm.lower, rtol=1e-9, atol=0)) | np.isclose(p, pm.upper, rtol=1e-9, atol=0))
     trajs, resid, white = _outputs(jp, X, res.rows, recordings)
-    from mbde_core.trajectory.problem import SmootherProblem as _SP
-
     return IdentificationResult(
         pm=pm, p0=pm.p0.copy(), p=p_out, std=std, cov=cov, identifiable=final_ok, at_bound=at_bound,
         identifiability=ident0 if ident is None or ident0.rank < pm.P else ident, history=[float(c) for c in history],
         iterations=iterations, first_pass_iterations=int(first_iterations or 0), passes=passes, status=status,
         noise_status=noise_status,
-        sigma_a=np.asarray(sigma_a), sensor_sigma=_sensor_sigmas(problems, recordings),
+        sigma_a=np.asarray(sigma_a), sensor_sigma=sensor_sigmas(problems),
         factors={k: [float(x) for x in np.atleast_1d(v[0])] for k, v in factors.items()},
-        whiteness=white, trajectories=trajs, residuals=resid, cost_per_factor=_SP.cost_breakdown(res.rows),
+        whiteness=white, trajectories=trajs, residuals=resid, cost_per_factor=SmootherProblem.cost_breakdown(res.rows),
         timings={"initial_guess_s": t_guess, "solve_s": t_solve, "total_s": time.perf_counter() - t_start,
                  "filters": finfo},
     )
-
-
-class SigmaSearch:
-    """Root of phi(s) = log(variance factor of the eom rows) in s = log sigma_a, per
-    independent coordinate (g,).
-
-    Each evaluation is one solve, so the search must be economical and must not stop at
-    a spurious fixed point: from a loose start (a filter's plant noise, phi < 0) sigma_a
-    descends by ``descend`` per pass (or by Foerstner's step phi / 2 if larger) until
-    phi > 0, continuation that also keeps each solve near the previous one; then the
-    bracketed root is refined by regula falsi with the Illinois modification. A factor
-    above 1 without a bracket takes Foerstner's step up. Converged when |phi| / 2 <
-    log(1 + tol) (sigma within tol); at the discretization floor with phi < 0 the search
-    stops there.
-    """
-
-    def __init__(self, g: int, tol: float, descend: float):
-        self.tol = np.log1p(tol)
-        self.jump = np.log(descend)
-        self.lo = np.full((g, 2), np.nan)  # (s, phi) with phi > 0 (sigma too small)
-        self.hi = np.full((g, 2), np.nan)  # (s, phi) with phi < 0 (sigma too large)
-        self.side = np.zeros(g)  # side kept last (Illinois)
-
-    def update(self, s, phi, s_floor):
-        """(next s (g,), converged) from the current s, phi and the floor log sigma."""
-        s, phi = np.asarray(s, float), np.asarray(phi, float)
-        done = np.abs(phi) / 2 < self.tol
-        at_floor = (phi < 0) & (s <= s_floor + 1e-9)
-        nxt = s.copy()
-        for k in range(s.size):
-            if done[k] or at_floor[k]:
-                continue
-            if phi[k] > 0:
-                self._keep(k, self.lo, s[k], phi[k], +1)
-            else:
-                self._keep(k, self.hi, s[k], phi[k], -1)
-            (sl, pl), (sh, ph) = self.lo[k], self.hi[k]
-            if np.isfinite(sl) and np.isfinite(sh):
-                nxt[k] = sl - pl * (sh - sl) / (ph - pl)
-            elif phi[k] < 0:
-                nxt[k] = s[k] + min(phi[k] / 2, -self.jump)
-            else:
-                nxt[k] = s[k] + min(phi[k] / 2, self.jump)
-        return np.maximum(nxt, s_floor), bool(np.all(done | at_floor))
-
-    def _keep(self, k, store, s, phi, side):
-        if self.side[k] == side:  # the other end was kept twice: Illinois halves its phi
-            other = self.hi if side > 0 else self.lo
-            other[k, 1] *= 0.5
-        self.side[k] = side
-        store[k] = (s, phi)
-
-
-def discretization_sigma(jp, X) -> np.ndarray:
-    """Floor (g,) of the re-estimated acceleration sigma: the Newmark linear-acceleration
-    scheme's truncation error as an acceleration, dt^2 z^(4) / 12 ~ (second difference of
-    zdd) / 12, RMS over the recordings. Below it the eom residuals measure the scheme's
-    error, not disturbances (paper 001 sec. 4.9, shadow parameters)."""
-    g = jp.g
-    d2 = [np.diff(Xr[:, 2 * g:], 2, axis=0) for Xr in jp.split(X) if Xr.shape[0] > 2]
-    if not d2:
-        return np.zeros(g)
-    return np.sqrt(np.mean(np.concatenate(d2) ** 2, axis=0)) / 12.0
-
-
-def _sensor_sigmas(problems, recordings) -> dict:
-    """Re-estimated sensor sigmas {name: (d,)} from the final whitening (diagonal part)."""
-    out = {}
-    for s in problems[0].readings.sensors:
-        C = np.linalg.inv(s.whiten.T @ s.whiten)
-        out[s.name] = [float(v) for v in np.sqrt(np.diag(C))]
-    return out
 
 
 def _outputs(jp, X, rows, recordings):
