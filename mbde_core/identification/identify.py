@@ -84,7 +84,8 @@ class IdentificationResult:
     identifiable: np.ndarray
     at_bound: np.ndarray
     identifiability: object
-    history: list  # cost after each accepted LM step, all passes
+    history: list  # cost at the start and after each accepted LM step, all passes
+    pass_starts: list  # index into history where each pass starts (the weights change there)
     iterations: int  # accepted LM steps, all passes
     first_pass_iterations: int
     passes: int
@@ -185,7 +186,7 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
         rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], start_sigma, {})
     lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["pass_tolerance"], mu0=opt["mu0"])
     final = False
-    history, iterations, passes = [], 0, 0
+    history, pass_starts, iterations, passes = [], [], 0, 0
     sigma_a = problems[0].sigma_a.copy()
     noise_status = "not re-estimated"
     search = SigmaSearch(len(sigma_a), opt["noise_tolerance"], opt["descend"])
@@ -211,7 +212,8 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
             say(f"pass {passes}: not positive definite at this acceleration sigma; kept the previous pass")
             break
         X, u = res.X, res.p
-        history += res.history[1:] if history else res.history
+        pass_starts.append(len(history))
+        history += res.history
         iterations += res.iterations
         first_iterations = res.iterations if first_iterations is None else first_iterations
         status = res.status
@@ -254,6 +256,7 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
     return IdentificationResult(
         pm=pm, p0=pm.p0.copy(), p=p_out, std=std, cov=cov, identifiable=final_ok, at_bound=at_bound,
         identifiability=ident0 if ident is None or ident0.rank < pm.P else ident, history=[float(c) for c in history],
+        pass_starts=pass_starts,
         iterations=iterations, first_pass_iterations=int(first_iterations or 0), passes=passes, status=status,
         noise_status=noise_status,
         sigma_a=np.asarray(sigma_a), sensor_sigma=sensor_sigmas(problems),

@@ -42,6 +42,7 @@ def summary(result, sources) -> dict:
             "null_directions": ident.null_directions if ident is not None else [],
         },
         "cost_per_iteration": result.history,
+        "pass_starts": result.pass_starts,
         "iterations": result.iterations,
         "first_pass_iterations": result.first_pass_iterations,
         "noise_passes": result.passes,
@@ -107,7 +108,9 @@ def write_plots(out: str, result, sources) -> list[str]:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     h = np.asarray(result.history, dtype=float)
     ax.semilogy(np.arange(len(h)), h, "o-", ms=3)
-    ax.set_xlabel("accepted Levenberg-Marquardt step (all noise passes)")
+    for k in result.pass_starts[1:]:
+        ax.axvline(k - 0.5, color="0.6", lw=0.8, ls="--")
+    ax.set_xlabel("Levenberg-Marquardt step (dashed: new noise weights)")
     ax.set_ylabel("cost 1/2 |r|^2")
     ax.set_title("identification cost")
     ax.grid(True, which="both", alpha=0.3)
