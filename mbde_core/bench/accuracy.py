@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import csv
 import json
-import multiprocessing
 import os
+import sys
 import time
 
 import numpy as np
@@ -33,8 +33,6 @@ CASES = {
 OBSERVERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm")
 FILTER_STEP = 0.005
 
-_TRUTHS = {}  # filled in the parent before forking the workers
-
 
 def add_arguments(p):
     p.add_argument("--out", required=True, help="output directory")
@@ -45,18 +43,22 @@ def add_arguments(p):
     p.add_argument("--cases", default=",".join(CASES), help="scenarios (default %(default)s)")
     p.add_argument("--duration", type=float, default=5.0, help="simulated seconds per run (default %(default)s)")
     p.add_argument("--config", help="estimator config YAML (default config/estimators/default.yaml)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: CPU count)")
+    from mbde_core import runs
+
+    runs.add_arguments(p, "variants")
 
 
-def _run_task(task):
-    """One (case, period, gravity error, run): every observer on the same readings."""
+def _run_task(truths, task):
+    """One (case, period, gravity error, run): every observer on the same readings.
+
+    truths: {case: TruthRecord} shared by all tasks (simulated once by the caller)."""
     from mbde_core.estimators import make_estimator
     from mbde_core.estimators.base import InitialState
     from mbde_core.estimators.metrics import coordinate_errors
     from mbde_core.estimators.stage import EstimatorStage
 
     case, period, gerr, run, names, configs = task
-    truth = _TRUTHS[case]
+    truth = truths[case]
     sc = truth.scenario.with_overrides(gravity_error=gerr)
     mech = sc.estimator_mechanism()
     sensors = sc.estimator_sensors()
@@ -100,7 +102,7 @@ def run(args) -> int:
     from mbde_core.errors import DataError
     from mbde_core.estimators.config_schema import load_estimator_configs
     from mbde_core.scenario import load_scenario
-    from mbde_core.simulator.progress import ProgressBar
+    from mbde_core import runs
 
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -112,19 +114,18 @@ def run(args) -> int:
     configs = load_estimator_configs(args.config or config_path("estimators", "default.yaml"), names)
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
+    truths = {}
     for case in cases:
         sc = load_scenario(config_path("scenarios", f"{case}.yaml"))
-        _TRUTHS[case] = TruthRecord(sc, args.duration)
-        print(f"truth {case}: {args.duration:g} s simulated in {_TRUTHS[case].wall_time:.1f} s")
+        truths[case] = TruthRecord(sc, args.duration)
+        print(f"truth {case}: {args.duration:g} s simulated in {truths[case].wall_time:.1f} s")
     tasks = [(c, p, g, r, names, configs) for c in cases for p in periods for g in gerrs for r in range(args.runs)]
-    rows = []
-    bar = ProgressBar("accuracy")
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(max(1, args.jobs)) as pool:
-        for k, out in enumerate(pool.imap_unordered(_run_task, tasks)):
-            rows.extend(out)
-            bar(k + 1, len(tasks))
-    bar.close()
+    t_runs = time.perf_counter()
+    outcomes = runs.run_tasks(_run_task, tasks, truths, label="accuracy", **runs.options(args))
+    wall_runs = time.perf_counter() - t_runs
+    rows = [row for o in outcomes if o.ok for row in o.value]
+    for line in runs.failures(outcomes, lambda i: "variant {} period {} gravity error {:g} run {}".format(*tasks[i][:4])):
+        print(f"failed: {line}", file=sys.stderr)
     rows.sort(key=lambda r: (r["case"], r["gravity_error"], r["period_steps"], r["estimator"], r["run"]))
     _write_csv(os.path.join(args.out, "accuracy.csv"), rows)
     summary = _summarise(rows)
@@ -133,7 +134,9 @@ def run(args) -> int:
                    "cells": summary}, fh, indent=2, default=lambda x: None)
     print(format_tables(summary, names, periods))
     _figures(args.out, summary, names, periods, gerrs)
-    print(f"\n{len(tasks)} variants x {len(names)} observers in {time.perf_counter() - t_start:.0f} s; "
+    cpu = sum(r["wall_s"] for r in rows)
+    print(f"\n{len(tasks)} variants x {len(names)} observers in {time.perf_counter() - t_start:.0f} s "
+          f"(runs {wall_runs:.0f} s wall, {cpu:.0f} s in the observers); "
           f"wrote {args.out}/accuracy.csv, accuracy.json, rmse_*.png, cost.png")
     return 0
 
