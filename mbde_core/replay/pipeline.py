@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -110,7 +111,7 @@ def _write_bag(bo: BagOutcome, source, storage: str, plots: bool) -> None:
             c = r.counters
             print(f"warning: {r.name} failed {c['estimator_errors']} time(s), first at t = "
                   f"{c['first_estimator_error_at']} s (last: {c['last_estimator_error']}); each failure restarted "
-                  "its track from the initial guess at the next reading, as the live node does")
+                  "its track from the initial guess at the next reading, as the live node does", file=sys.stderr)
     t0 = time.perf_counter()
     bo.doc = write_metrics(os.path.join(bo.out, "metrics.json"), source, results)
     bo.timings["metrics"] = time.perf_counter() - t0
