@@ -93,3 +93,29 @@ def test_bench_accuracy_task_on_dask_matches_serial(cluster):
     assert key(dask) == key(serial)
     assert all(o.ok for o in serial[:-1]) and "KeyError" in serial[-1].error and "KeyError" in dask[-1].error
     assert all(np.isfinite(r["rmse_z"]) for o in serial[:-1] for r in o.value)
+
+
+def test_replay_on_dask_matches_serial(cluster, tmp_path):
+    """mbde replay's (bag, estimator) tasks on the cluster: same metrics and estimates bag."""
+    from mbde_core.bench.common import config_path
+    from mbde_core.estimators.config_schema import load_estimator_configs
+    from mbde_core.replay import pipeline
+    from mbde_core.rosio.bag import BagReader
+    from mbde_core.scenario import load_scenario
+    from mbde_core.simulator.bag import write_simulation_bag
+
+    bag = str(tmp_path / "bag")
+    write_simulation_bag(load_scenario(config_path("scenarios", "fourbar_imu.yaml"), ["duration=0.5"]), bag)
+    names = ["errorekf", "ukf"]
+    configs = load_estimator_configs(None, names)
+    out = {}
+    for label, kw in (("serial", {"jobs": 1}), ("dask", {"scheduler": cluster.scheduler_address})):
+        d = tmp_path / label
+        d.mkdir()
+        (bo,) = pipeline.replay([bag], names, configs, str(d), plots=False, log=lambda s: None, **kw)
+        with BagReader(d / "estimates") as r:
+            out[label] = (bo.doc["estimators"], [(t, topic, data) for topic, t, _, data in r.raw_messages()])
+    for name in names:
+        a, b = out["serial"][0][name]["metrics"], out["dask"][0][name]["metrics"]
+        assert a["rmse"] == b["rmse"] and a["nees"] == b["nees"] and a["counters"] == b["counters"]
+    assert out["serial"][1] == out["dask"][1]

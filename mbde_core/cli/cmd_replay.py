@@ -36,10 +36,15 @@ def add_arguments(p):
     p.add_argument("--seed", type=int, default=0, help="run seed; each estimator draws from (seed, its name), whatever its position in --estimators (default 0)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--timings", metavar="FILE", help="write the wall-time breakdown (load, estimators, writing, "
+                   "metrics, report, plots) as JSON (used by `mbde bench replay`)")
     runs.add_arguments(p, "(bag, estimator) runs")
 
 
 def run(args) -> int:
+    import time
+
+    t_run = time.time()
     from mbde_core import runs
     from mbde_core.errors import DataError
     from mbde_core.estimators.config_schema import load_estimator_configs
@@ -70,8 +75,22 @@ def run(args) -> int:
     if len(outcomes) > 1:
         print(summary_text(summary_rows(outcomes)))
         print(f"wrote {args.out}/summary.csv, summary.md")
+    if args.timings:
+        _write_timings(args.timings, t_run, outcomes)
     failed = sum(len(bo.failed) for bo in outcomes)
     if failed:
         print(f"{failed} run(s) failed (see above); the others were written", file=sys.stderr)
         return 1
     return 0
+
+
+def _write_timings(path: str, t_run: float, outcomes) -> None:
+    import json
+    import time
+
+    doc = {"run_start_unix": t_run, "run_end_unix": time.time(),
+           "bags": [{"bag": bo.bag, "phases": bo.timings,
+                     "estimators": {r.name: {"wall": r.wall_time, **r.timings} for r in bo.results}}
+                    for bo in outcomes]}
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)

@@ -16,6 +16,8 @@
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.stats
 
@@ -197,16 +199,19 @@ class RunMetrics:
         costs = arrays["costs"]
         self.cost["sum"] += float(np.sum(costs))
         self.cost["max"] = max(self.cost["max"], float(np.max(costs)))
+        by_dim: dict[int, list] = {}  # innovations of this chunk per dimension, in order
         for u in arrays["updates"]:
             if u is None or u.nis is None:
                 continue
             self.nis["any"] = True
-            if np.isfinite(u.nis):
+            if math.isfinite(u.nis):
                 self.nis["sum"] += float(u.nis)
                 self.nis["n"] += 1
                 self.nis["dof"] += int(u.dof)
             if self.truth and u.normalized_innovation is not None:
-                self.white.add(u.normalized_innovation)
+                by_dim.setdefault(len(u.normalized_innovation), []).append(u.normalized_innovation)
+        for rows in by_dim.values():
+            self.white.add_block(np.array(rows, dtype=float))
         if not self.truth:
             return
         ez = coordinate_errors(arrays["z"], truth_z, self.angular)

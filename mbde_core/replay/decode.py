@@ -52,17 +52,26 @@ class TopicDecoder:
         for idx in by_len.values():
             rows = stack_rows([bytes(datas[i]) for i in idx])
             left = np.ones(len(idx), dtype=bool)
-            for layout, info in self.layouts:
-                if layout.size != rows.shape[1]:
-                    continue
-                hit = left & layout.matches(rows)
-                if hit.any():
-                    sel = np.nonzero(hit)[0]
-                    for j, item in zip(sel, self.rows(layout, info, rows[sel])):
-                        out[idx[j]] = item
-                    left &= ~hit
-            for j in np.nonzero(left)[0]:
+            tried = 0  # layouts already applied to these rows
+            while left.any():
+                for layout, info in self.layouts[tried:]:
+                    if layout.size == rows.shape[1]:
+                        hit = left & layout.matches(rows)
+                        if hit.any():
+                            sel = np.nonzero(hit)[0]
+                            for j, item in zip(sel, self.rows(layout, info, rows[sel])):
+                                out[idx[j]] = item
+                            left &= ~hit
+                tried = len(self.layouts)
+                if not left.any():
+                    break
+                j = int(np.argmax(left))  # the first row no layout fits: learn its shape
                 out[idx[j]] = self._single(datas[idx[j]])
+                left[j] = False
+                if len(self.layouts) == tried:  # nothing learnt: the others one by one
+                    for j in np.nonzero(left)[0]:
+                        out[idx[j]] = self._single(datas[idx[j]])
+                    break
         return out
 
     def _single(self, data):

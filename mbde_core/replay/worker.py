@@ -77,29 +77,30 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     mech, cfg = source.mechanism, task.config
     est = make_estimator(task.name, mech, source.sensors, cfg, rng=estimator_rng(task.seed, task.name))
     init = initial_state(source, cfg)
-    pending: list = []
-    stage = EstimatorStage(est, cfg["step"], lambda t: init, gate=cfg.get("gate", 0.0), on_step=pending.append, keep=False)
+    total_steps = max(int(source.duration / cfg["step"]) + 1, 1)
+    out = _Output(task, mech, total_steps)
+    pending: list = []  # emitted estimates not yet evaluated and written
+
+    def on_step(rec):
+        pending.append(rec)
+        out.particles(est, rec)
+
+    stage = EstimatorStage(est, cfg["step"], lambda t: init, gate=cfg.get("gate", 0.0), on_step=on_step, keep=False)
     guard = GuardedStage(stage)
     angular = np.isin(mech.independent, mech.rel_columns)
     metrics = RunMetrics(angular, source.duration, truth=source.has_truth)
     inputs = InputMetrics(mech)
-    total_steps = max(int(source.duration / cfg["step"]) + 1, 1)
-    out = _Output(task, mech, total_steps)
     stream = Stream(source)
     truth = TruthWindow(angular)
     clock = {"filter": 0.0, "output": 0.0}
 
     def drain(final: bool) -> None:
+        """Evaluate and write full batches whose stamps the truth has passed (all if final)."""
         t0 = time.perf_counter()
         while pending:
-            if source.has_truth and not final:
-                k = int(np.searchsorted([r.estimate.stamp for r in pending[:BATCH]], truth.last, side="right"))
-                if k < min(len(pending), BATCH) and (k == 0 or len(pending) < BATCH):
-                    break  # wait for more truth (or a full batch)
-            else:
-                k = min(len(pending), BATCH)
-                if not final and k < BATCH:
-                    break
+            k = min(len(pending), BATCH)
+            if not final and (k < BATCH or (source.has_truth and pending[k - 1].estimate.stamp > truth.last)):
+                break
             batch, pending[:k] = pending[:k], []
             arrays = record_arrays(batch)
             tr = truth.at(arrays["stamps"]) if source.has_truth else None
@@ -112,11 +113,6 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
             out.add(batch, arrays, tr, angular)
         clock["output"] += time.perf_counter() - t0
 
-    def on_step(rec):
-        pending.append(rec)
-        out.particles(est, rec)
-
-    stage.on_step = on_step
     for chunk in stream:
         truth.extend(chunk.truth)
         t0 = time.perf_counter()
@@ -124,6 +120,8 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
             guard.call(stage.feed, m)
         clock["filter"] += time.perf_counter() - t0
         drain(False)
+        if not pending and len(truth.t) > 100_000:  # no estimates for a long stretch: bound the window
+            truth.drop_before(truth.last - 10.0)
     guard.call(stage.flush)
     drain(True)
     out.close()
