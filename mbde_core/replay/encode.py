@@ -129,3 +129,31 @@ def read_part(path: str):
                 return
             t_ns, kind, topic, size = _HEAD.unpack(head)
             yield t_ns, kind, topic, fh.read(size)
+
+
+def write_records_part(path: str, name: str, records, particles, mech, batch: int = 2048) -> list:
+    """Part file of an in-memory run (StepRecords and [(step, ParticleCloud)] with stamps),
+    e.g. the batch smoother's; returns its [(topic, type)] (see module doc)."""
+    from mbde_core.rosio.convert import PARTICLE_SET, particle_set_msg
+
+    enc = EstimateEncoder(mech)
+    ns = f"/mbde/{name}"
+    topics = [(ns + "/state", MECHANISM_STATE), (ns + "/joint_states", JOINT_STATE)]
+    clouds = [(sec_to_ns(c.stamp), enc.store.serialize_cdr(particle_set_msg(enc.factory, c, mech.independent_names, "world"),
+                                                           PARTICLE_SET)) for _, c in particles]
+    if clouds:
+        topics.append((ns + "/particles", PARTICLE_SET))
+    part = PartWriter(path)
+    c = 0
+    for start in range(0, len(records), batch):
+        t_ns, states, joints = enc.encode([r.estimate for r in records[start: start + batch]])
+        for t, a, b in zip(t_ns, states, joints):
+            part.write(t, 0, 0, a)
+            part.write(t, 0, 1, b)
+            while c < len(clouds) and clouds[c][0] <= t:
+                part.write(clouds[c][0], 1, 2, clouds[c][1])
+                c += 1
+    for t, data in clouds[c:]:
+        part.write(t, 1, 2, data)
+    part.close()
+    return topics

@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from mbde_core.rosio.bag import BagWriter
-from mbde_core.replay.encode import read_part
+from mbde_core.replay.encode import read_part, write_records_part
 from mbde_core.rosio.convert import STRING, string_msg
 from mbde_core.rosio.factory import RosbagsFactory
 
@@ -60,23 +60,34 @@ def write_metrics(path: str, source, results) -> dict:
 def write_estimates_bag(path: str, source, results, storage: str = "sqlite3", description: str | None = None) -> dict:
     """Estimates as a ROS 2 bag: /mbde/<estimator>/state, /joint_states (+ /particles).
 
+    results: streamed runs (part file + topics, :mod:`mbde_core.replay.worker`) or
+    in-memory runs (records + particles, :class:`mbde_core.replay.runner.EstimatorRun`).
     Merges the estimators' part files (each in time order; see
     :mod:`mbde_core.replay.encode`) by (time, kind, estimator): at equal times the
     estimates of every estimator come before the particle sets, in estimator order.
     Streams: memory does not grow with the bag. Returns {topic: messages written}.
     """
+    import tempfile
+
     f = RosbagsFactory()
-    with BagWriter(path, storage) as bag:
+    with tempfile.TemporaryDirectory() as tmp, BagWriter(path, storage) as bag:
+        parts = []  # (part file, [(topic, type)]) per run; in-memory runs are encoded first
+        for r in results:
+            if getattr(r, "part", None):
+                parts.append((r.part, r.topics))
+            else:
+                part = os.path.join(tmp, f"{r.name}.part")
+                parts.append((part, write_records_part(part, r.name, r.records, r.particles, source.mechanism)))
         if description:
             bag.add_topic("/mbde/description", STRING, "transient_local")
             bag.write("/mbde/description", source.start, string_msg(f, description))
-        for r in results:
-            for topic, typename in r.topics:
+        for _, topics in parts:
+            for topic, typename in topics:
                 bag.add_topic(topic, typename)
-        streams = [_tagged(read_part(r.part), k) for k, r in enumerate(results)]
-        topics = [[t for t, _ in r.topics] for r in results]
+        streams = [_tagged(read_part(part), k) for k, (part, _) in enumerate(parts)]
+        names = [[t for t, _ in topics] for _, topics in parts]
         for t_ns, _, run, _, topic, data in heapq.merge(*streams):
-            bag.write_raw_ns(topics[run][topic], t_ns, data)
+            bag.write_raw_ns(names[run][topic], t_ns, data)
         return dict(bag.counts)
 
 
@@ -85,8 +96,8 @@ def _tagged(records, run: int):
         yield t_ns, kind, run, seq, topic, data
 
 
-def write_report(path: str, doc: dict, plots: list[str]) -> None:
-    lines = ["# mbde replay report", "", f"- bag: `{doc['bag']}`", f"- mechanism: {doc['mechanism']} "
+def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde replay report") -> None:
+    lines = [f"# {title}", "", f"- bag: `{doc['bag']}`", f"- mechanism: {doc['mechanism']} "
              f"(z = {', '.join(doc['independent_coordinates'])})", f"- duration: {doc['duration_s']:.3f} s",
              f"- ground truth: {'yes' if doc['ground_truth'] else 'no (accuracy metrics omitted)'}",
              "- readings: " + ", ".join(f"{k}: {v}" for k, v in doc["readings"].items())]

@@ -17,7 +17,7 @@ def _plt():
     return plt
 
 
-def plot_run(path: str, source, run) -> str:
+def plot_run(path: str, source, run, series: dict | None = None) -> str:
     """One figure per estimator: z (truth, estimate, 95 % band), error with band, NEES.
 
     run.series (thinned by the replay worker): t (K,), z (K, g), sig (K, g) standard
@@ -25,7 +25,7 @@ def plot_run(path: str, source, run) -> str:
     """
     plt = _plt()
     mech = source.mechanism
-    ser = run.series
+    ser = run.series if series is None else series
     t, z, sig = ser["t"], ser["z"], ser["sig"]
     angular = np.isin(mech.independent, mech.rel_columns)
     has_truth = "ez" in ser
@@ -86,3 +86,34 @@ def plot_summary(path: str, doc: dict) -> str:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def series_of_records(inputs, run) -> dict:
+    """The plot series (see :func:`plot_run`) of an in-memory run against inputs.truth."""
+    from mbde_core.estimators.metrics import coordinate_errors, nees, record_arrays, truth_at
+
+    mech = inputs.mechanism
+    a = record_arrays(run.records)
+    g = mech.dof
+    have_cov = all(c is not None for c in a["covs"])
+    out = {"t": a["stamps"], "z": a["z"],
+           "sig": np.sqrt(np.clip(np.array([np.diag(c)[:g] for c in a["covs"]]), 0, None)) if have_cov
+           else np.full((len(a["stamps"]), g), np.nan)}
+    if inputs.truth is not None and len(a["stamps"]):
+        angular = np.isin(mech.independent, mech.rel_columns)
+        tr = inputs.truth
+        out["ez"] = coordinate_errors(a["z"], truth_at(a["stamps"], tr.t, tr.z, angular), angular)
+        if have_cov:
+            ezd = a["zd"] - truth_at(a["stamps"], tr.t, tr.zd)
+            out["nees"] = nees(np.hstack([out["ez"], ezd]), np.array(a["covs"]))
+    return out
+
+
+def write_plots(out_dir: str, inputs, runs, doc) -> list[str]:
+    """summary.png and one figure per in-memory run (records; e.g. the batch smoother's)."""
+    paths = [plot_summary(os.path.join(out_dir, "summary.png"), doc)]
+    for r in runs:
+        if len(r.records):
+            paths.append(plot_run(os.path.join(out_dir, f"{r.name}.png"), inputs, r, series_of_records(inputs, r)))
+    return paths
+
