@@ -18,13 +18,14 @@ formulation of the mbde-matlab and libmbse toolkits):
 Constraints hold to the Newton tolerance at every step, so long simulations do not
 drift. Single states only (the simulator integrates one ground truth).
 
-Speed: the multipliers lambda* start from the previous step's converged values
+Speed (a step from a state without multipliers is the textbook form above operation for
+operation, bit for bit): the multipliers lambda* start from the previous step's converged values
 (``MBState.aux``; Bayo & Ledesma 1996) instead of zero: at 1 ms the Newton iteration
 then converges in 2 iterations instead of 5. Phi and Phi_q come together from the
 mechanism's generated kernels (one evaluation per iterate, reused for lambda*, the next
 iteration and the projections); Q and the force Jacobians are evaluated once per step
 unless a load depends on q or qd (gravity, constant and time-dependent forces: K = C =
-0, and M - 0 = M exactly); h^2/4 alpha is one scalar; the projection matrix is
+0, and M - 0 = M exactly); the projection matrix is
 factorised once with LAPACK getrf and the 2 x ``projections`` solves reuse it through
 getrs, called directly (no argument-checking wrappers).
 """
@@ -74,7 +75,6 @@ class ALI3P:
             Qe = M @ R0 @ np.asarray(extra_zdd, dtype=float).reshape(mech.dof)
         ev = _Evaluator(mech, t1, Qe)
         alpha = ev.alpha(self.penalty)
-        c_pen = 0.25 * h * h * alpha
         qdh = -((2.0 / h) * q0 + qd0)
         qddh = -((4.0 / h**2) * q0 + (4.0 / h) * qd0 + qdd0)
         q1 = q0 + h * qd0 + 0.5 * h * h * qdd0
@@ -91,7 +91,7 @@ class ALI3P:
                 Q = ev.forces(q1, qd1)
                 Kf, Cf = ev.force_jacobians(q1, qd1)
             if Kf is None:  # = the line below with K = C = 0
-                fq = M + c_pen * (J.T @ J)
+                fq = M + 0.25 * h * h * (alpha * J.T @ J)
             else:
                 fq = M - 0.5 * h * Cf + 0.25 * h * h * (alpha * J.T @ J - Kf)
             f = 0.25 * h * h * (M @ qdd1 + J.T @ (alpha * Phi + lam) - Q)
@@ -106,14 +106,14 @@ class ALI3P:
         qdd_star = (4.0 / h**2) * q1 + qddh
         Kf, Cf = ev.force_jacobians(q1, qd_star)
         W = M if Kf is None else M - 0.5 * h * Cf - 0.25 * h * h * Kf
-        fq = W + c_pen * (J.T @ J)
+        fq = W + 0.25 * h * h * alpha * J.T @ J
         lu = _LU(fq)
         # Each projection divides the constraint violation by ~ h^2 alpha ||Phi_q||^2 / ||W||;
         # repeating it (same factorisation) drives it to rounding level.
         qd1 = qd_star
         for _ in range(self.projections):
             qd1 = lu.solve(W @ qd1)
-        rhs_a = c_pen * (J.T @ ev.phi_q_dot_qd(q1, qd1))
+        rhs_a = 0.25 * h * h * alpha * J.T @ ev.phi_q_dot_qd(q1, qd1)
         qdd1 = qdd_star
         for _ in range(self.projections):
             qdd1 = lu.solve(W @ qdd1 - rhs_a)
