@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mbde_core.replay.source import DESCRIPTION_TOPIC, TRUTH_JOINTS_TOPIC, TRUTH_TOPIC, Stream, open_source  # noqa: F401
+from mbde_core.replay.source import (DESCRIPTION_TOPIC, TRUTH_JOINTS_TOPIC, TRUTH_TOPIC, ReplayModel,  # noqa: F401
+                                     Stream, open_source)
 from mbde_core.types import Measurement
 
 
@@ -36,25 +37,13 @@ class TruthSeries:
 
 
 @dataclass
-class ReplayInputs:
-    bag: str
-    mechanism: object  # the estimators' Mechanism
-    sensors: object  # SensorSet on that mechanism
-    measurements: list[Measurement]
-    truth: TruthSeries | None
-    initial_z: np.ndarray
-    initial_zd: np.ndarray
-    initial_q: np.ndarray
-    initial_branch: int | None
-    scenario: object | None
-    start: float
-    end: float
+class ReplayInputs(ReplayModel):
+    """A whole (short) bag in memory: the model plus every reading and the ground truth."""
+
+    measurements: list[Measurement] = field(default_factory=list)
+    truth: TruthSeries | None = None
     skipped: dict = field(default_factory=dict)
     counts: dict = field(default_factory=dict)
-
-    @property
-    def duration(self) -> float:
-        return max(self.end - self.start, 0.0)
 
 
 def load_inputs(bag: str, mechanism_file: str | None = None, sensors_file: str | None = None) -> ReplayInputs:
@@ -71,9 +60,9 @@ def load_inputs(bag: str, mechanism_file: str | None = None, sensors_file: str |
     truth = _truth(samples) if samples else None
     if truth is not None and stream.effort_ok:
         truth.effort = np.array([row["effort"] for _, row in samples], dtype=float)
-    return ReplayInputs(src.bag, src.mechanism, src.sensors, measurements, truth, src.initial_z, src.initial_zd,
-                        src.initial_q, src.initial_branch, src.scenario, src.start, src.end, dict(stream.skipped),
-                        dict(stream.counts))
+    return ReplayInputs(src.bag, src.mechanism, src.sensors, src.initial_z, src.initial_zd, src.initial_q,
+                        src.initial_branch, src.scenario, src.start, src.end, measurements=measurements, truth=truth,
+                        skipped=dict(stream.skipped), counts=dict(stream.counts))
 
 
 def _truth(samples) -> TruthSeries:

@@ -33,12 +33,9 @@ REORDER_WINDOW = 2.0  # s
 
 
 @dataclass
-class ReplaySource:
-    """What a replay needs to know before reading the data (picklable, no open files).
-
-    ``topics``: {topic: (type, message count)} from the bag's metadata; ``expected``:
-    {sensor name: message count on its topic}.
-    """
+class ReplayModel:
+    """A bag's model, sensors, initial guess and time span (shared by ReplaySource and
+    :class:`mbde_core.replay.inputs.ReplayInputs`)."""
 
     bag: str
     mechanism: object  # the estimators' Mechanism
@@ -50,12 +47,22 @@ class ReplaySource:
     scenario: object | None
     start: float
     end: float
-    topics: dict
-    expected: dict = field(default_factory=dict)
 
     @property
     def duration(self) -> float:
         return max(self.end - self.start, 0.0)
+
+
+@dataclass
+class ReplaySource(ReplayModel):
+    """What a replay needs to know before reading the data (picklable, no open files).
+
+    ``topics``: {topic: (type, message count)} from the bag's metadata; ``expected``:
+    {sensor name: message count on its topic}.
+    """
+
+    topics: dict = field(default_factory=dict)
+    expected: dict = field(default_factory=dict)
 
     @property
     def has_truth(self) -> bool:
@@ -106,7 +113,7 @@ def open_source(bag, mechanism_file: str | None = None, sensors_file: str | None
                     z0, zd0 = snap.z, snap.zd
                     break
     src = ReplaySource(os.fspath(bag), mech, sensors, np.asarray(z0, float), np.asarray(zd0, float),
-                       np.asarray(q0, float), branch0, scenario, start, end, topics)
+                       np.asarray(q0, float), branch0, scenario, start, end, topics=topics)
     if not src.sensor_topics:
         raise DataError(f"{bag}: none of the sensor topics is in the bag "
                         f"({', '.join(sorted({s.topic for s in sensors}))})")
