@@ -3,6 +3,8 @@
     identification:
       step: auto                  # grid step [s]; auto = the fastest sensor's period
       initial_guess: auto         # lowpass (paper 001 sec. 4.4, encoders on every z) | filter | auto
+      horizons: auto              # stages: the first 20 % of the recordings, then all (2 s or more);
+                                  # or a list of horizons [s] before the whole recordings
       initial_sigma_a: auto       # acceleration-noise sigma of the first pass: auto (0.3 RMS of the
                                   # initial guess's zdd), config (the smoother's plant noise) or a number
       descend: 10                 # the noise search divides sigma by this per pass until bracketed
@@ -49,7 +51,9 @@ def validate_identification(options, file: str = "<config>", path: str = "identi
         if not node.has(key):
             continue
         child = node.get(key)
-        if key in words and isinstance(child.value, str):
+        if key == "horizons":
+            cfg[key] = "auto" if child.value == "auto" else child.vector(None, positive=True)
+        elif key in words and isinstance(child.value, str):
             cfg[key] = child.string(words[key])
         elif key == "initial_guess":
             cfg[key] = child.string(words[key])

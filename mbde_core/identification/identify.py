@@ -56,6 +56,7 @@ DEFAULTS = {
     "rank_tolerance": 1e-9,  # null direction: eigenvalue <= tol * largest (relative units)
     "min_sigma_a": 1e-9,  # floor of the re-estimated acceleration sigma [unit/s^2]
     "descend": 10.0,  # the noise search descends by this factor per pass until bracketed
+    "horizons": "auto",  # stages: auto = [20 % of the longest recording, all] (>= 2 s), or a list of seconds
     "initial_sigma_a": "auto",  # auto: 0.3 RMS(zdd) of the initial guess; "config": the smoother's plant noise
 }
 
@@ -98,6 +99,7 @@ class IdentificationResult:
     trajectories: list  # per recording: dict(t, z, zd, zdd, q)
     residuals: list  # per recording: {sensor: (t (K,), normalised residual (K, d))}
     cost_per_factor: dict
+    stages: list = field(default_factory=list)  # per horizon: iterations, passes, estimate, sigma
     timings: dict = field(default_factory=dict)
 
     @property
@@ -108,19 +110,24 @@ class IdentificationResult:
         return np.where(np.outer(s, s) > 0, c, np.nan)
 
 
-def _problems(pm, recordings, smoother_cfg, guess_cfg, initial: str = "auto"):
-    """(SmootherProblem per recording, X0 stacked, initial-guess info) with the starting
-    model; initial: 'lowpass' (paper 001 sec. 4.4, :mod:`.initial`), 'filter' (the
+def _problems(pm, p, recordings, smoother_cfg, guess_cfg, initial: str = "auto", horizon: float | None = None):
+    """(SmootherProblem per recording, X0 stacked, initial-guess info) with the model at
+    parameters p, on the readings up to ``horizon`` s after each recording's first (None:
+    all); initial: 'lowpass' (paper 001 sec. 4.4, :mod:`.initial`), 'filter' (the
     smoother's forward filter) or 'auto' (lowpass when encoders read every z)."""
     from mbde_core.identification.initial import encoder_channels, lowpass_guess
     from mbde_core.trajectory.model import MultibodyModel
     from mbde_core.trajectory.smoother import BatchSmoother
 
-    mech = pm.mechanism(pm.p0)
+    mech = pm.mechanism(p)
     probs, X0s, infos = [], [], []
     for rec in recordings:
         sm = BatchSmoother(mech, rec.sensors, smoother_cfg, guess_cfg)
-        readings = sm.readings(rec.measurements)
+        meas = rec.measurements
+        if horizon is not None and meas:
+            t0 = min(m.stamp for m in meas)
+            meas = [m for m in meas if m.stamp <= t0 + horizon + 1e-9]
+        readings = sm.readings(meas)
         if readings.N < 2:
             from mbde_core.errors import DataError
 
@@ -148,8 +155,8 @@ def _problems(pm, recordings, smoother_cfg, guess_cfg, initial: str = "auto"):
     return probs, np.vstack(X0s), infos
 
 
-def _check(jp, X, u, labels, tol):
-    rows = jp.evaluate(X, u)
+def _check(jp, X, p, labels, tol):
+    rows = jp.evaluate(X, jp.unknowns(p))
     return analyse(project(rows, jp.N, jp.b, jp.P).information(), labels, tol)
 
 
@@ -162,88 +169,38 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
 
     opt = dict(DEFAULTS, **(options or {}))
     cfg = dict(smoother_cfg or smoother_defaults())
-    if opt["step"] == "auto":
-        cfg["step"] = min(s.period for rec in recordings for s in rec.sensors)
-    else:
-        cfg["step"] = float(opt["step"])
+    cfg["step"] = min(s.period for rec in recordings for s in rec.sensors) if opt["step"] == "auto" else float(opt["step"])
     say = progress or (lambda msg: None)
     t_start = time.perf_counter()
-    problems, X, finfo = _problems(pm, recordings, cfg, guess_cfg, opt["initial_guess"])
+    problems, X, finfo = _problems(pm, pm.p0, recordings, cfg, guess_cfg, opt["initial_guess"])
     t_guess = time.perf_counter() - t_start
-    jp = JointProblem(pm, problems, sensor_factory=sensor_factory)
     labels = pm.names
-    ident0 = _check(jp, X, jp.unknowns(pm.p0), labels, opt["rank_tolerance"])
+    ident0 = _check(JointProblem(pm, problems, sensor_factory=sensor_factory), X, pm.p0, labels, opt["rank_tolerance"])
     active = ident0.identifiable.copy()
     if not active.all():
         say("not identifiable: " + ", ".join(n for n, a in zip(labels, active) if not a))
-    jp = JointProblem(pm, problems, active, sensor_factory)
-    u = jp.unknowns(pm.p0)
-    if opt["initial_sigma_a"] not in ("auto", "config"):
-        rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], np.full(jp.g, float(opt["initial_sigma_a"])), {})
-    elif opt["initial_sigma_a"] == "auto":  # 30 % of the initial guess's accelerations (parameters ~20 % off)
-        rms = np.sqrt(np.mean(X[:, 2 * jp.g:] ** 2, axis=0))
-        start_sigma = np.maximum(0.3 * rms, np.maximum(discretization_sigma(jp, X), opt["min_sigma_a"]))
-        rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], start_sigma, {})
-    lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["pass_tolerance"], mu0=opt["mu0"])
-    final = False
-    history, pass_starts, iterations, passes = [], [], 0, 0
-    sigma_a = problems[0].sigma_a.copy()
-    noise_status = "not re-estimated"
-    search = SigmaSearch(len(sigma_a), opt["noise_tolerance"], opt["descend"])
-    first_iterations = None
-    status = ""
-    factors = {}
-    proj = None
-    last = None  # (sigma_a, X, u, res, proj, factors) of the last good pass
-    while True:
-        passes += 1
-        res = levenberg_marquardt(jp, X, u, lm)
-        try:
-            proj = project(res.rows, jp.N, jp.b, jp.P) if np.isfinite(res.cost) else None
-        except np.linalg.LinAlgError:
-            proj = None
-        if proj is None and last is not None:
-            # the normal equations lost positive definiteness (sigma_a so small that the
-            # integrator rows outweigh the readings beyond double precision): keep the
-            # previous pass, whose sigma_a is the smallest usable one
-            sigma_a, X, u, res, proj, factors = last
-            rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, {})
-            noise_status = "numerical floor"
-            say(f"pass {passes}: not positive definite at this acceleration sigma; kept the previous pass")
-            break
-        X, u = res.X, res.p
-        pass_starts.append(len(history))
-        history += res.history
-        iterations += res.iterations
-        first_iterations = res.iterations if first_iterations is None else first_iterations
-        status = res.status
-        say(f"pass {passes}: {res.iterations} iterations, cost {res.cost:.6g} ({res.status}); "
-            f"acceleration sigma {', '.join(f'{v:.3g}' for v in sigma_a)}, "
-            f"floor {', '.join(f'{v:.3g}' for v in discretization_sigma(jp, X))}")
-        if proj is None:
-            break
-        factors = variance_factors(proj, res.rows)
-        last = (sigma_a.copy(), X, u, res, proj, factors)
-        if final:
-            break
-        sensor_f = {name[4:]: np.asarray(v[0], dtype=float) for name, v in factors.items() if name.startswith("obs:")}
-        sensors_done = all(np.all(np.abs(np.sqrt(f) - 1.0) < opt["noise_tolerance"]) for f in sensor_f.values())
-        floor = np.maximum(discretization_sigma(jp, X), opt["min_sigma_a"])
-        s_next, eom_done = search.update(np.log(sigma_a), np.log(np.maximum(factors["eom"][0], 1e-300)), np.log(floor))
-        noise_status = "converged" if eom_done and sensors_done else "pass limit"
-        if (eom_done and sensors_done) or passes > opt["noise_passes"]:
-            final = True  # polish at the final tolerance (usually 1-2 steps)
-            lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["tolerance"], mu0=opt["mu0"])
-            continue
-        sigma_a = np.exp(s_next)
-        rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, sensor_f)
+    p, sigma = pm.p0.copy(), None
+    horizons = _horizons(opt["horizons"], recordings)
+    log = {"history": [], "pass_starts": [], "iterations": 0, "passes": 0, "stages": []}
+    for k, horizon in enumerate(horizons):
+        if k > 0 or horizon is not None:  # the filter's guess with the current parameters, up to the horizon
+            problems, X, finfo = _problems(pm, p, recordings, cfg, guess_cfg, opt["initial_guess"], horizon)
+        jp = JointProblem(pm, problems, active, sensor_factory)
+        last_stage = k == len(horizons) - 1  # earlier stages only need a start for the next: 3 noise passes
+        stage = _solve_stage(jp, problems, X, jp.unknowns(p), sigma, cfg,
+                             opt if last_stage else dict(opt, noise_passes=min(3, opt["noise_passes"])), say, log)
+        p, sigma = jp.params(stage["u"]), stage["sigma_a"]
+        log["stages"].append({"horizon_s": horizon, "iterations": stage["iterations"], "passes": stage["passes"],
+                              "estimate": [float(v) for v in p], "acceleration_sigma": [float(v) for v in sigma]})
+        if horizon is not None:
+            say(f"horizon {horizon:g} s: " + ", ".join(f"{n} = {v:.6g}" for n, v, a in zip(labels, p, active) if a))
+    res, proj, X = stage["res"], stage["proj"], stage["X"]
     t_solve = time.perf_counter() - t_start - t_guess
-    p = jp.params(u)
     cov = np.full((pm.P, pm.P), np.nan)
     std = np.full(pm.P, np.nan)
     final_ok = active.copy()
     ident = None
-    if jp.P and np.isfinite(res.cost):
+    if jp.P and proj is not None:
         ident = analyse(proj.information(), [n for n, a in zip(labels, active) if a], opt["rank_tolerance"])
         final_ok[np.flatnonzero(active)] = ident.identifiable
         C = proj.covariance(rcond=np.sqrt(opt["rank_tolerance"])) * np.outer(jp.scale[active], jp.scale[active])
@@ -255,16 +212,88 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
     trajs, resid, white = _outputs(jp, X, res.rows, recordings)
     return IdentificationResult(
         pm=pm, p0=pm.p0.copy(), p=p_out, std=std, cov=cov, identifiable=final_ok, at_bound=at_bound,
-        identifiability=ident0 if ident is None or ident0.rank < pm.P else ident, history=[float(c) for c in history],
-        pass_starts=pass_starts,
-        iterations=iterations, first_pass_iterations=int(first_iterations or 0), passes=passes, status=status,
-        noise_status=noise_status,
-        sigma_a=np.asarray(sigma_a), sensor_sigma=sensor_sigmas(problems),
-        factors={k: [float(x) for x in np.atleast_1d(v[0])] for k, v in factors.items()},
+        identifiability=ident0 if ident is None or ident0.rank < pm.P else ident,
+        history=[float(c) for c in log["history"]], pass_starts=log["pass_starts"], iterations=log["iterations"],
+        first_pass_iterations=stage["first_iterations"], passes=log["passes"], status=res.status,
+        noise_status=stage["noise_status"], sigma_a=np.asarray(sigma), sensor_sigma=sensor_sigmas(problems),
+        factors={k: [float(x) for x in np.atleast_1d(v[0])] for k, v in stage["factors"].items()},
         whiteness=white, trajectories=trajs, residuals=resid, cost_per_factor=SmootherProblem.cost_breakdown(res.rows),
+        stages=log["stages"],
         timings={"initial_guess_s": t_guess, "solve_s": t_solve, "total_s": time.perf_counter() - t_start,
                  "filters": finfo},
     )
+
+
+def _horizons(spec, recordings) -> list:
+    """Stage horizons [s] (None = all of every recording): 'auto' = [20 % of the longest
+    recording, None] for recordings of 2 s or more, else [None]; or a list of seconds."""
+    if spec != "auto":
+        return [float(h) for h in spec] + [None]
+    longest = max(max((m.stamp for m in rec.measurements), default=0.0) - min((m.stamp for m in rec.measurements), default=0.0)
+                  for rec in recordings)
+    return [0.2 * longest, None] if longest >= 2.0 else [None]
+
+
+def _solve_stage(jp, problems, X, u, sigma_start, cfg, opt, say, log) -> dict:
+    """Levenberg-Marquardt passes with the noise search (steps 3-4 of the module docstring)."""
+    if sigma_start is not None:
+        sigma_a = np.asarray(sigma_start, dtype=float)
+    elif opt["initial_sigma_a"] == "auto":  # 30 % of the initial guess's accelerations (parameters ~20 % off)
+        rms = np.sqrt(np.mean(X[:, 2 * jp.g:] ** 2, axis=0))
+        sigma_a = np.maximum(0.3 * rms, np.maximum(discretization_sigma(jp, X), opt["min_sigma_a"]))
+    elif opt["initial_sigma_a"] == "config":
+        sigma_a = problems[0].sigma_a.copy()
+    else:
+        sigma_a = np.full(jp.g, float(opt["initial_sigma_a"]))
+    rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, {})
+    lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["pass_tolerance"], mu0=opt["mu0"])
+    search = SigmaSearch(len(sigma_a), opt["noise_tolerance"], opt["descend"])
+    out = {"iterations": 0, "passes": 0, "first_iterations": None, "noise_status": "not re-estimated", "factors": {}}
+    final, last = False, None  # last: (sigma_a, X, u, res, proj, factors) of the last good pass
+    while True:
+        out["passes"] += 1
+        res = levenberg_marquardt(jp, X, u, lm)
+        try:
+            proj = project(res.rows, jp.N, jp.b, jp.P) if np.isfinite(res.cost) else None
+        except np.linalg.LinAlgError:
+            proj = None
+        if proj is None and last is not None:
+            # the normal equations lost positive definiteness (sigma_a so small that the
+            # integrator rows outweigh the readings beyond double precision): keep the
+            # previous pass, whose sigma_a is the smallest usable one
+            sigma_a, X, u, res, proj, out["factors"] = last
+            rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, {})
+            out["noise_status"] = "numerical floor"
+            say(f"pass {out['passes']}: not positive definite at this acceleration sigma; kept the previous pass")
+            break
+        X, u = res.X, res.p
+        log["pass_starts"].append(len(log["history"]))
+        log["history"] += res.history
+        log["iterations"] += res.iterations
+        log["passes"] += 1
+        out["iterations"] += res.iterations
+        out["first_iterations"] = res.iterations if out["first_iterations"] is None else out["first_iterations"]
+        say(f"pass {out['passes']}: {res.iterations} iterations, cost {res.cost:.6g} ({res.status}); "
+            f"acceleration sigma {', '.join(f'{v:.3g}' for v in sigma_a)}")
+        if proj is None:
+            break
+        factors = out["factors"] = variance_factors(proj, res.rows)
+        last = (sigma_a.copy(), X, u, res, proj, factors)
+        if final:
+            break
+        sensor_f = {name[4:]: np.asarray(v[0], dtype=float) for name, v in factors.items() if name.startswith("obs:")}
+        sensors_done = all(np.all(np.abs(np.sqrt(f) - 1.0) < opt["noise_tolerance"]) for f in sensor_f.values())
+        floor = np.maximum(discretization_sigma(jp, X), opt["min_sigma_a"])
+        s_next, eom_done = search.update(np.log(sigma_a), np.log(np.maximum(factors["eom"][0], 1e-300)), np.log(floor))
+        out["noise_status"] = "converged" if eom_done and sensors_done else "pass limit"
+        if (eom_done and sensors_done) or out["passes"] > opt["noise_passes"]:
+            final = True  # polish at the final tolerance (usually 1-2 steps)
+            lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["tolerance"], mu0=opt["mu0"])
+            continue
+        sigma_a = np.exp(s_next)
+        rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, sensor_f)
+    out.update(res=res, proj=proj, X=X, u=u, sigma_a=sigma_a, first_iterations=int(out["first_iterations"] or 0))
+    return out
 
 
 def _outputs(jp, X, rows, recordings):

@@ -46,6 +46,7 @@ def summary(result, sources) -> dict:
         "iterations": result.iterations,
         "first_pass_iterations": result.first_pass_iterations,
         "noise_passes": result.passes,
+        "stages": result.stages,
         "status": result.status,
         "noise": {"status": result.noise_status, "acceleration_sigma": [float(v) for v in result.sigma_a],
                   "sensor_sigma": result.sensor_sigma,
