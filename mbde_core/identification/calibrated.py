@@ -188,13 +188,10 @@ def _edit(text, original_doc, new_doc, params, values, stds, identifiable):
 
 
 def _joint_load_matches(par, ld, doc) -> bool:
-    from mbde_core.identification.keypath import _items, _same_pair
+    from mbde_core.identification.keypath import is_joint_load
 
-    if not isinstance(ld, dict) or ld.get("type") != "joint_damping":
-        return False
     _, body, body2 = par.target[1]
-    names = {i: n for i, n, _ in _items(doc, "planar_bodies", "body")}
-    return _same_pair(ld, body, body2, names)
+    return is_joint_load(doc, ld, body, body2)
 
 
 def new_doc_value(doc, where):

@@ -13,6 +13,12 @@ f(z_i, zd_i; p), with the integrator factor between steps.
    works for any sensor set.
 2. Identifiability at the initial guess (:mod:`.identifiability`): parameters in a null
    direction of the reduced Jacobian are reported and held, not estimated.
+2b. Growing horizon: with parameters 20 % off, a forward filter's trajectory drifts
+   (gyroscopes observe positions only through the dynamics), and the joint problem over
+   a long recording can settle in a wrong basin (e.g. weaker gravity and more damping).
+   So the first stage solves only the first 20 % of every recording (anchored by the
+   initial-state prior, before the drift), and the last stage all of it, with the
+   filter's guess re-run with the first stage's parameters (``horizons``).
 3. Levenberg-Marquardt on the banded normal equations with dense parameter columns
    (:mod:`mbde_core.trajectory.solver`, the smoother's solver; paper 001 Algorithm 1),
    box bounds by projection. The initial damping is 1e-12 diag(J^T J): the integrator
