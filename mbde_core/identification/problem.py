@@ -82,16 +82,19 @@ class JointProblem:
         except ConfigError:
             return _infinite(self.b)
         rows = []
-        for rec, Xr, off in zip(self.recs, self.split(X), self.offsets[:-1]):
-            self._use(rec, mech)
-            rr = rec.evaluate(Xr)
-            if any(rb.name == "assembly" for rb in rr):
-                return _infinite(self.b)
+        try:
+            for rec, Xr, off in zip(self.recs, self.split(X), self.offsets[:-1]):
+                self._use(rec, mech)
+                rr = rec.evaluate(Xr)
+                if any(rb.name == "assembly" for rb in rr):
+                    return _infinite(self.b)
+                if self.P:
+                    self._dynamic_columns(rec, Xr, rr, p)
+                rows += [_shift(rb, off) for rb in rr]
             if self.P:
-                self._dynamic_columns(rec, Xr, rr, p)
-            rows += [_shift(rb, off) for rb in rr]
-        if self.P:
-            self._geometric_columns(X, p, rows)
+                self._geometric_columns(X, p, rows)
+        except ConfigError:  # no valid neighbour to differentiate at (p at the edge of validity)
+            return _infinite(self.b)
         return rows
 
     def _dynamic_columns(self, rec, Xr, rows, p):
