@@ -138,8 +138,11 @@ class JointProblem:
         for rec, Xr, off in zip(self.recs, self.split(X), self.offsets[:-1]):
             self._use(rec, mech)
             trial, guess = rec._trial, rec.q_guess
-            out += [_shift(rb, off) for rb in rec.evaluate(Xr)]
+            rr = rec.evaluate(Xr)
             rec._trial, rec.q_guess = trial, guess
+            if any(rb.name == "assembly" for rb in rr):
+                raise ConfigError(self.pm.file, "", "the linkage does not assemble next to this trial point")
+            out += [_shift(rb, off) for rb in rr]
         return out
 
     def _use(self, rec, mech) -> None:
