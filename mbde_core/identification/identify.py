@@ -45,7 +45,7 @@ import numpy as np
 
 from mbde_core.identification.identifiability import analyse
 from mbde_core.identification.noise import SigmaSearch, discretization_sigma, rescale, sensor_sigmas, variance_factors
-from mbde_core.identification.problem import JointProblem
+from mbde_core.identification.problem import JointProblem, column_scales
 from mbde_core.identification.projection import project
 from mbde_core.trajectory.problem import SmootherProblem
 from mbde_core.trajectory.solver import LMOptions, levenberg_marquardt
@@ -181,7 +181,9 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
     problems, X, finfo = _problems(pm, pm.p0, recordings, cfg, guess_cfg, opt["initial_guess"])
     t_guess = time.perf_counter() - t_start
     labels = pm.names
-    ident0 = _check(JointProblem(pm, problems, sensor_factory=sensor_factory), X, pm.p0, labels, opt["rank_tolerance"])
+    scale = column_scales(pm, problems, X, sensor_factory)
+    ident0 = _check(JointProblem(pm, problems, sensor_factory=sensor_factory, scale=scale), X, pm.p0, labels,
+                    opt["rank_tolerance"])
     active = ident0.identifiable.copy()
     if not active.all():
         say("not identifiable: " + ", ".join(n for n, a in zip(labels, active) if not a))
@@ -191,7 +193,7 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
     for k, horizon in enumerate(horizons):
         if k > 0 or horizon is not None:  # the filter's guess with the current parameters, up to the horizon
             problems, X, finfo = _problems(pm, p, recordings, cfg, guess_cfg, opt["initial_guess"], horizon)
-        jp = JointProblem(pm, problems, active, sensor_factory)
+        jp = JointProblem(pm, problems, active, sensor_factory, scale)
         last_stage = k == len(horizons) - 1  # earlier stages only need a start for the next: 3 noise passes
         stage = _solve_stage(jp, problems, X, jp.unknowns(p), sigma, cfg,
                              opt if last_stage else dict(opt, noise_passes=min(3, opt["noise_passes"])), say, log)

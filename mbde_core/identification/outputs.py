@@ -38,7 +38,7 @@ def summary(result, sources) -> dict:
         "correlation": {"parameters": pm.names, "matrix": [[_num(c) for c in row] for row in corr]},
         "identifiability": {
             "rank": ident.rank if ident is not None else 0,
-            "eigenvalues_relative": [float(v) for v in (ident.eigenvalues if ident is not None else [])],
+            "eigenvalues_normalised": [float(v) for v in (ident.eigenvalues if ident is not None else [])],
             "null_directions": ident.null_directions if ident is not None else [],
         },
         "cost_per_iteration": result.history,
