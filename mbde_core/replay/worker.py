@@ -73,7 +73,7 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     from mbde_core.estimators.stage import EstimatorStage
     from mbde_core.replay.runner import GuardedStage, InputMetrics, initial_state
 
-    t_wall = time.perf_counter()
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
     mech, cfg = source.mechanism, task.config
     est = make_estimator(task.name, mech, source.sensors, cfg, rng=estimator_rng(task.seed, task.name))
     init = initial_state(source, cfg)
@@ -143,6 +143,7 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
         t0 = time.perf_counter()
         res.plot = plot_run(task.plot, source, res)
         clock["plot"] = time.perf_counter() - t0
+    clock["cpu"] = time.process_time() - t_cpu
     return res
 
 
