@@ -48,6 +48,9 @@ class ALI3P:
         self.max_iter = max_iter
 
     def step(self, mech, t, state: MBState, h, extra_zdd=None) -> MBState:
+        if getattr(mech, "drivers", None):
+            raise ValueError(f"ali3p does not support the time-dependent driving constraints of {mech.name!r} "
+                             "(use rk4, euler, midpoint or symplectic_euler)")
         q0, qd0, qdd0, single = state.batch()
         if not single and q0.shape[0] != 1:
             out = [self.step(mech, t, MBState(q0[k], qd0[k], None if qdd0 is None else qdd0[k]), h,
