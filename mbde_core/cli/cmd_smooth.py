@@ -28,6 +28,9 @@ def add_arguments(p):
     p.add_argument("--config", help="estimator config YAML with a `smoother:` section (default: defaults)")
     p.add_argument("--mechanism", help="mechanism YAML (instead of the bag's description)")
     p.add_argument("--sensors", help="sensor YAML with a `sensors:` list (with --mechanism)")
+    p.add_argument("--window", type=float, help="smooth in overlapping windows of this many seconds (long bags, "
+                                                "bounded memory; default: the config's smoother.window, 0 = whole run)")
+    p.add_argument("--overlap", type=float, help="margin [s] solved on each side of a window and dropped (default: config, 2 s)")
     p.add_argument("--storage", choices=("sqlite3", "mcap"), default="sqlite3", help="storage of the output bag")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -41,6 +44,14 @@ def run(args) -> int:
     if args.sensors and not args.mechanism:
         raise DataError("--sensors needs --mechanism")
     cfg, guess_cfg = load_smoother_config(args.config)
+    for key in ("window", "overlap"):
+        value = getattr(args, key)
+        if value is not None:
+            if not value >= 0:
+                raise DataError(f"--{key}: must be >= 0, got {value:g}")
+            cfg[key] = float(value)
+    if 0 < cfg["window"] < 2 * cfg["step"]:
+        raise DataError(f"--window: must be 0 (whole run) or at least two steps of {cfg['step']:g} s")
     if os.path.exists(args.out):
         if not args.force:
             raise DataError(f"--out: {args.out} exists (use --force to replace it)")

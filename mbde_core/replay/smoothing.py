@@ -21,7 +21,7 @@ NAME = "smoother"
 
 
 def smooth_inputs(inputs, cfg: dict, guess_cfg: dict, progress: bool = False):
-    """SmoothedTrajectory of the replay inputs' readings."""
+    """SmoothedTrajectory of the replay inputs' readings (in windows if cfg['window'] > 0)."""
     from mbde_core.trajectory.smoother import BatchSmoother
 
     g = inputs.mechanism.dof
@@ -29,6 +29,15 @@ def smooth_inputs(inputs, cfg: dict, guess_cfg: dict, progress: bool = False):
     init = InitialState(inputs.initial_z.copy(), inputs.initial_zd.copy(), np.full(g, float(sig["z"])),
                         np.full(g, float(sig["zd"])), inputs.initial_q.copy(), inputs.initial_branch)
     smoother = BatchSmoother(inputs.mechanism, inputs.sensors, cfg, guess_cfg)
+    if cfg.get("window", 0.0) > 0:
+        from mbde_core.simulator.progress import ProgressBar
+        from mbde_core.trajectory.windowed import smooth_windowed
+
+        bar = ProgressBar("smoother ") if progress else None
+        out = smooth_windowed(smoother, inputs.measurements, init, progress=bar)
+        if bar is not None:
+            bar.close()
+        return out
     return smoother.smooth(inputs.measurements, init)
 
 
