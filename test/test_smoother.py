@@ -165,3 +165,34 @@ def test_windowed_smoothing_seams(fourbar_truth):
     d = np.abs(np.hstack([win.z - full.z, win.zd - full.zd])) / sig
     assert d.max() < 0.1, d.max(axis=0)
     assert np.all(np.einsum("kii->ki", win.cov) > 0)
+
+
+def test_replay_reference_smoother(bag, tmp_path):
+    from mbde_core.rosio.bag import BagWriter
+
+    stripped = tmp_path / "no_truth"
+    with BagReader(bag) as r, BagWriter(stripped) as w:
+        topics = {t: ty for t, ty, _ in r.topics()}
+        keep = [t for t in topics if "ground_truth" not in t]
+        for t in keep:
+            w.add_topic(t, topics[t], "transient_local" if t == "/mbde/description" else "reliable")
+        for topic, t, msg in r.messages(keep):
+            w.write(topic, t, msg)
+    out = tmp_path / "r"
+    proc = run_mbde("replay", stripped, "--estimators", "dekf", "--reference", "smoother", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "metrics.json").read_text())
+    assert doc["ground_truth"] is False and doc["reference"]["kind"] == "smoother"
+    assert doc["reference"]["status"] == "converged" and "rmse_vs_ground_truth" not in doc["reference"]
+    m = doc["estimators"]["dekf"]["metrics"]
+    assert 0 < m["rmse"]["z"][0] < 0.05 and m["nees"]["reference_covariance_subtracted"] is True
+    assert "batch smoother" in (out / "report.md").read_text()
+    with BagReader(out / "estimates") as r:
+        topics = {t: n for t, _, n in r.topics()}
+    assert topics["/mbde/smoother/state"] == 301 and topics["/mbde/dekf/state"] == 301
+    # with ground truth in the bag the reference also reports its own accuracy
+    out2 = tmp_path / "r2"
+    proc = run_mbde("replay", bag, "--estimators", "dekf", "--reference", "smoother", "--out", out2, "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    ref = json.loads((out2 / "metrics.json").read_text())["reference"]
+    assert ref["bag_ground_truth"] is True and ref["rmse_vs_ground_truth"]["z"][0] < 0.02

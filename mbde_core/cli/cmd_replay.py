@@ -12,7 +12,10 @@ estimators, each in its fixed-step stage exactly as the live `estimator` node ru
 The model and the sensors come from the bag's /mbde/description (bags written by
 `mbde simulate`, including the scenario's model errors) or from --mechanism/--sensors.
 If the bag has ground truth (/mbde/ground_truth), accuracy and consistency metrics are
-computed; otherwise only costs and counters.
+computed; otherwise only costs and counters, unless `--reference smoother`: then the
+batch smoother of the same readings (`mbde smooth`, options from the config's `smoother:`
+section) is the reference of RMSE and NEES (NEES with the filter's covariance minus the
+smoother's), the report says so, and the smoothed trajectory joins the estimates bag.
 
 Writes into OUT: metrics.json (per estimator: RMSE of z, zd, zdd, max error, mean NEES
 and NIS with their 95 % chi-square bands, fraction of steps in the band, innovation
@@ -32,6 +35,9 @@ def add_arguments(p):
     p.add_argument("--sensors", help="sensor YAML with a `sensors:` list (with --mechanism)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--storage", choices=("sqlite3", "mcap"), default="sqlite3", help="storage of the estimates bag")
+    p.add_argument("--reference", choices=("truth", "smoother"), default="truth",
+                   help="what RMSE/NEES compare with: the bag's ground truth (default; none: metrics omitted) "
+                        "or the batch smoother of the same readings (bags without ground truth)")
     p.add_argument("--seed", type=int, default=0, help="run seed; each estimator draws from (seed, its name), whatever its position in --estimators (default 0)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -62,6 +68,15 @@ def run(args) -> int:
     print(f"bag {args.bag}: {inputs.mechanism.name}, {inputs.duration:.3f} s, "
           + ", ".join(f"{k} {v} readings" for k, v in inputs.counts.items())
           + ("" if inputs.truth is not None else "; no ground truth"))
+    reference, extra_runs = None, []
+    if args.reference == "smoother":
+        from mbde_core.replay.smoothing import use_smoother_reference
+        from mbde_core.trajectory.config import load_smoother_config
+
+        ref_run, reference = use_smoother_reference(inputs, *load_smoother_config(args.config))
+        extra_runs.append(ref_run)
+        print(f"reference: smoother, {reference['status']} after {reference['iterations']} iterations "
+              f"({reference['wall_time_s']:.2f} s)")
     runs = []
     for name in names:
         bar = ProgressBar(f"{name:<9}")
@@ -74,13 +89,13 @@ def run(args) -> int:
                   file=sys.stderr)
         evaluate(inputs, r)
         runs.append(r)
-    doc = write_metrics(os.path.join(args.out, "metrics.json"), inputs, runs)
+    doc = write_metrics(os.path.join(args.out, "metrics.json"), inputs, runs, reference)
     description = None
     if inputs.scenario is not None:
         from mbde_core.scenario.description import write_description
 
         description = write_description(inputs.scenario)
-    write_estimates_bag(os.path.join(args.out, "estimates"), inputs, runs, args.storage, description)
+    write_estimates_bag(os.path.join(args.out, "estimates"), inputs, runs + extra_runs, args.storage, description)
     plots = []
     if not args.no_plots:
         from mbde_core.replay.plots import write_plots

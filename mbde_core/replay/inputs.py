@@ -41,6 +41,8 @@ class TruthSeries:
     input_names: list
     inputs: np.ndarray
     effort: np.ndarray | None = None  # (K, n) true generalized input per coordinate
+    cov: np.ndarray | None = None  # (K, 2g, 2g) covariance of [z, zd] of an estimated reference
+    source: str = "ground truth"  # or "smoother" (mbde replay --reference smoother)
 
 
 @dataclass

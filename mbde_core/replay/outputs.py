@@ -31,13 +31,17 @@ def _clean(obj):
     return obj
 
 
-def write_metrics(path: str, inputs, runs) -> dict:
+def write_metrics(path: str, inputs, runs, reference: dict | None = None) -> dict:
+    """metrics.json; ``reference``: what the accuracy metrics compare with, if not the
+    bag's ground truth (``mbde replay --reference smoother``)."""
+    truth = inputs.truth
     doc = {
         "bag": inputs.bag,
         "mechanism": inputs.mechanism.name,
         "independent_coordinates": inputs.mechanism.independent_names,
         "duration_s": inputs.duration,
-        "ground_truth": inputs.truth is not None,
+        "ground_truth": reference.get("bag_ground_truth", False) if reference else truth is not None,
+        "reference": reference or ({"kind": "ground truth"} if truth is not None else None),
         "readings": inputs.counts,
         "skipped_messages": inputs.skipped,
         "estimators": {r.name: {"metrics": r.metrics, "config": r.config} for r in runs},
@@ -82,10 +86,14 @@ def write_estimates_bag(path: str, inputs, runs, storage: str = "sqlite3", descr
 def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde replay report") -> None:
     lines = [f"# {title}", "", f"- bag: `{doc['bag']}`", f"- mechanism: {doc['mechanism']} "
              f"(z = {', '.join(doc['independent_coordinates'])})", f"- duration: {doc['duration_s']:.3f} s",
-             f"- ground truth: {'yes' if doc['ground_truth'] else 'no (accuracy metrics omitted)'}",
+             f"- ground truth: {'yes' if doc['ground_truth'] else 'no' if doc.get('reference') else 'no (accuracy metrics omitted)'}",
              "- readings: " + ", ".join(f"{k}: {v}" for k, v in doc["readings"].items())]
     if doc["skipped_messages"]:
         lines.append("- skipped messages: " + ", ".join(f"{k}: {v}" for k, v in doc["skipped_messages"].items()))
+    ref = doc.get("reference") or {}
+    if ref.get("kind") == "smoother":
+        lines.append("- reference of RMSE and NEES: **the batch smoother** of the same readings (`mbde replay --reference "
+                     "smoother`), not ground truth; NEES uses P - P_smoother. " + reference_note(ref))
     lines += ["", "## Summary", "", summary_table(doc, markdown=True), ""]
     lines += ["RMSE per independent coordinate; NEES/NIS: mean and the 95 % chi-square band of the mean "
               "(single run: successive steps are correlated, the band is optimistic); step time per filter "
@@ -94,6 +102,15 @@ def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde repl
         lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})", ""]
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
+
+
+def reference_note(ref: dict) -> str:
+    """One sentence on a smoother reference: convergence, its own uncertainty and accuracy."""
+    out = (f"Smoother: {ref.get('status')} after {ref.get('iterations')} iterations, mean sigma of z "
+           + "/".join(format(v, ".3g") for v in ref.get("mean_sigma_z", [])))
+    if ref.get("rmse_vs_ground_truth"):
+        out += "; its RMSE of z against the bag's ground truth " + "/".join(format(v, ".3g") for v in ref["rmse_vs_ground_truth"]["z"])
+    return out + "."
 
 
 def summary_table(doc: dict, markdown: bool = False) -> str:

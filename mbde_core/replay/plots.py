@@ -39,7 +39,7 @@ def plot_run(path: str, inputs, run) -> str:
         zc = np.unwrap(z[:, c]) if angular[c] else z[:, c]
         if has_truth:
             tc = zc - coordinate_errors(z[:, [c]], tz[:, [c]], angular[[c]])[:, 0]  # truth on the estimate's branch of the angle
-            ax.plot(t, tc, "k-", lw=1.2, label="truth")
+            ax.plot(t, tc, "k-", lw=1.2, label=getattr(inputs.truth, "source", "truth"))
         ax.plot(t, zc, "C3-", lw=1.0, label=f"{run.name} estimate")
         ax.fill_between(t, zc - 1.96 * sig[:, c], zc + 1.96 * sig[:, c], color="C3", alpha=0.2, lw=0, label="95 % band")
         ax.set_ylabel(f"{name} [{unit}]")

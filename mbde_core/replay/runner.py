@@ -105,7 +105,11 @@ def evaluate(inputs, run: EstimatorRun) -> dict:
         tz = truth_at(stamps, tr.t, tr.z, angular)
         tzd = truth_at(stamps, tr.t, tr.zd)
         tzdd = truth_at(stamps, tr.t, tr.zdd)
-        out = evaluate_run(recs, tz, tzd, tzdd, angular, inputs.duration)
+        tcov = None
+        if tr.cov is not None:
+            k = tr.cov.shape[1]
+            tcov = truth_at(stamps, tr.t, tr.cov.reshape(len(tr.t), k * k)).reshape(len(stamps), k, k)
+        out = evaluate_run(recs, tz, tzd, tzdd, angular, inputs.duration, tcov)
         inputs_metrics = _input_metrics(inputs, recs, stamps)
         if inputs_metrics:
             out["inputs"] = inputs_metrics
