@@ -111,8 +111,9 @@ def plot_cost(path: str, info: dict) -> str:
     hist = info.get("history") or []
     fig, ax = plt.subplots(figsize=(5, 3))
     ax.semilogy(range(len(hist)), hist, "o-")
-    ax.set_xlabel("accepted Levenberg-Marquardt step")
-    ax.set_ylabel("cost 1/2 |r|^2")
+    windowed = bool(info.get("windows"))
+    ax.set_xlabel("window" if windowed else "accepted Levenberg-Marquardt step")
+    ax.set_ylabel("final cost 1/2 |r|^2" if windowed else "cost 1/2 |r|^2")
     ax.set_title(f"smoother: {info.get('status')}, {info.get('iterations')} iterations")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()

@@ -20,6 +20,7 @@ The result is a :class:`SmoothedTrajectory` on the filters' stamps.
 """
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 
@@ -225,11 +226,11 @@ class ForwardGuess:
         return {"filter": self.sm.config["initial_guess"], "filter_failures": self.failures, "filled_steps": self.filled}
 
 
-def readings_measurements(readings: Readings) -> list[Measurement]:
-    """The readings as Measurements stamped at their grid times, in time order."""
-    out = []
-    for s in readings.sensors:
+def readings_measurements(readings: Readings):
+    """The readings as Measurements stamped at their grid times, in time order (made
+    one by one: a long run's readings stay compact arrays)."""
+    def one(s):
         t = readings.t0 + readings.dt * (readings.first + s.idx)
-        out += [Measurement(float(ti), s.name, v) for ti, v in zip(t, s.values)]
-    out.sort(key=lambda m: m.stamp)
-    return out
+        return (Measurement(float(ti), s.name, v) for ti, v in zip(t, s.values))
+
+    return heapq.merge(*(one(s) for s in readings.sensors), key=lambda m: m.stamp)

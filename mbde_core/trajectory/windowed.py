@@ -1,7 +1,7 @@
 """Long runs in overlapping windows: bounded memory, marginalised past, stated seam error.
 
-The grid (N steps) is cut into windows of W steps (``window`` seconds); window k keeps
-steps [a, b) = [k W, (k+1) W) and solves steps [lo, hi) = [a - O, b + O) (``overlap``
+The grid (N steps) is cut into round(N / W) windows of about W steps (``window``
+seconds); window k keeps steps [a, b) and solves steps [lo, hi) = [a - O, b + O) (``overlap``
 seconds O on each side, clipped to the run). The margins are solved but dropped, so every
 kept state has O steps of readings on both sides (except at the run's ends).
 
@@ -71,9 +71,10 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
     prior_mean, prior_sqrt = smoother.prior(init)
     prev = None  # (lo, X, q) of the previous window's solution
     guessed = 0  # steps of the forward filter taken so far
-    for k, a in enumerate(range(0, N, W)):
+    K = max(1, int(round(N / W)))  # windows of about W steps (no short last one)
+    cuts = np.linspace(0, N, K + 1).round().astype(int)
+    for k, (a, b) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist())):
         t_start = time.perf_counter()
-        b = min(a + W, N)
         lo, hi = (max(a - O, 0), min(b + O, N)) if k else (0, min(b + O, N))
         X0 = np.empty((hi - lo, 3 * g))
         q0 = np.empty((hi - lo, smoother.mech.n))
