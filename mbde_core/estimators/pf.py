@@ -392,7 +392,7 @@ class ParticleFilter(Estimator):
     # -- Algorithm 1 ---------------------------------------------------------------------------
     def predict(self, dt: float) -> None:
         """Lines 2-4: integrate every particle over dt, then draw its new acceleration noise."""
-        st = self.integrator.step(self.mech, self.t, MBState(self.q, self.qd, self.qdd, aux=self._aux), dt, extra_zdd=self.v)
+        st = self._propagate(dt)
         self.t += dt
         self._last_dt = float(dt)
         q, qd, qdd = st.q, st.qd, st.qdd
@@ -408,6 +408,11 @@ class ParticleFilter(Estimator):
             self._replace_failed(ok)
         if self.branch_check:
             self._check_branches()
+
+    def _propagate(self, dt: float) -> MBState:
+        """The proposal: every particle integrated over dt with its acceleration noise
+        (subclasses change it, e.g. :class:`mbde_core.estimators.vipf.VIParticleFilter`)."""
+        return self.integrator.step(self.mech, self.t, MBState(self.q, self.qd, self.qdd, aux=self._aux), dt, extra_zdd=self.v)
 
     def _replace_failed(self, ok):
         bad = np.nonzero(~ok)[0]

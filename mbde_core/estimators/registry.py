@@ -10,10 +10,12 @@ import numpy as np
 _TABLE = {
     "ukf": ("mbde_core.estimators.ukf", "UKF"),
     "errorekf": ("mbde_core.estimators.errorekf", "ErrorEKF"),
+    "viekf": ("mbde_core.estimators.viekf", "VIEKF"),
     "dekf": ("mbde_core.estimators.dekf", "DEKF"),
     "cekf": ("mbde_core.estimators.cekf", "CEKF"),
     "diekfpm": ("mbde_core.estimators.diekfpm", "DIEKFpm"),
     "pf": ("mbde_core.estimators.pf", "ParticleFilter"),
+    "vipf": ("mbde_core.estimators.vipf", "VIParticleFilter"),
     "adekf": ("mbde_core.estimators.adekf", "ADEKF"),
 }
 ESTIMATOR_NAMES = tuple(_TABLE)
