@@ -65,8 +65,8 @@ def validate_smoother(options, file: str = "<config>", path: str = "smoother") -
                 bad(f"{group}.{key}", f"must be > 0, got {value}")
     if cfg["integrator"] not in SCHEMES:
         bad("integrator", f"must be one of {', '.join(SCHEMES)}")
-    if cfg["initial_guess"] not in ESTIMATOR_NAMES or cfg["initial_guess"] in ("pf", "adekf"):
-        bad("initial_guess", "must be a Kalman observer (ukf, errorekf, dekf, cekf, diekfpm)")
+    if cfg["initial_guess"] not in ESTIMATOR_NAMES:
+        bad("initial_guess", f"must be one of {', '.join(ESTIMATOR_NAMES)}")
     if cfg["solver"] not in ("lm", "trf"):
         bad("solver", "must be lm or trf")
     if not (isinstance(cfg["max_iterations"], (int, float)) and cfg["max_iterations"] >= 1):
