@@ -1,6 +1,7 @@
 """Files written by ``mbde replay``: metrics.json, an estimates bag, report.md, PNG plots."""
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import os
@@ -8,9 +9,9 @@ import os
 import numpy as np
 
 from mbde_core.rosio.bag import BagWriter
-from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE, PARTICLE_SET, STRING, particle_set_msg, string_msg
+from mbde_core.replay.encode import read_part, write_records_part
+from mbde_core.rosio.convert import STRING, string_msg
 from mbde_core.rosio.factory import RosbagsFactory
-from mbde_core.rosio.sensor_io import estimate_messages
 
 
 def _clean(obj):
@@ -31,56 +32,71 @@ def _clean(obj):
     return obj
 
 
-def write_metrics(path: str, inputs, runs, reference: dict | None = None) -> dict:
-    """metrics.json; ``reference``: what the accuracy metrics compare with, if not the
-    bag's ground truth (``mbde replay --reference smoother``)."""
-    truth = inputs.truth
+def write_metrics(path: str, source, results, reference: dict | None = None) -> dict:
+    """metrics.json of one bag: source (ReplaySource or ReplayInputs), results: per
+    estimator objects with name, metrics, config; readings counts and skipped messages
+    from the first result that has them (every estimator reads the same bag).
+    reference: what RMSE/NEES compare with when it is not the bag's ground truth
+    (``mbde replay --reference smoother``: :func:`mbde_core.replay.smoothing.smoother_reference`)."""
+    counts = getattr(source, "counts", None) or next((r.counts for r in results if getattr(r, "counts", None)), {})
+    skipped = getattr(source, "skipped", None)
+    if skipped is None:
+        skipped = next((r.skipped for r in results if hasattr(r, "skipped")), {})
+    truth = getattr(source, "has_truth", None)
     doc = {
-        "bag": inputs.bag,
-        "mechanism": inputs.mechanism.name,
-        "independent_coordinates": inputs.mechanism.independent_names,
-        "duration_s": inputs.duration,
-        "ground_truth": reference.get("bag_ground_truth", False) if reference else truth is not None,
-        "reference": reference or ({"kind": "ground truth"} if truth is not None else None),
-        "readings": inputs.counts,
-        "skipped_messages": inputs.skipped,
-        "estimators": {r.name: {"metrics": r.metrics, "config": r.config} for r in runs},
+        "bag": source.bag,
+        "mechanism": source.mechanism.name,
+        "independent_coordinates": source.mechanism.independent_names,
+        "duration_s": source.duration,
+        "ground_truth": bool(truth if truth is not None else source.truth is not None),
+        "readings": counts,
+        "skipped_messages": skipped,
+        "estimators": {r.name: {"metrics": r.metrics, "config": r.config} for r in results},
     }
+    doc["reference"] = reference or ({"kind": "ground truth"} if doc["ground_truth"] else None)
     doc = _clean(doc)
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=2)
     return doc
 
 
-def write_estimates_bag(path: str, inputs, runs, storage: str = "sqlite3", description: str | None = None) -> None:
-    """Estimates as a ROS 2 bag: /mbde/<estimator>/state, /joint_states (+ /particles)."""
+def write_estimates_bag(path: str, source, results, storage: str = "sqlite3", description: str | None = None) -> dict:
+    """Estimates as a ROS 2 bag: /mbde/<estimator>/state, /joint_states (+ /particles).
+
+    results: streamed runs (part file + topics, :mod:`mbde_core.replay.worker`) or
+    in-memory runs (records + particles, :class:`mbde_core.replay.runner.EstimatorRun`).
+    Merges the estimators' part files (each in time order; see
+    :mod:`mbde_core.replay.encode`) by (time, kind, estimator): at equal times the
+    estimates of every estimator come before the particle sets, in estimator order.
+    Streams: memory does not grow with the bag. Returns {topic: messages written}.
+    """
+    import tempfile
+
     f = RosbagsFactory()
-    mech = inputs.mechanism
-    with BagWriter(path, storage) as bag:
+    with tempfile.TemporaryDirectory() as tmp, BagWriter(path, storage) as bag:
+        parts = []  # (part file, [(topic, type)]) per run; in-memory runs are encoded first
+        for r in results:
+            if getattr(r, "part", None):
+                parts.append((r.part, r.topics))
+            else:
+                part = os.path.join(tmp, f"{r.name}.part")
+                parts.append((part, write_records_part(part, r.name, r.records, r.particles, source.mechanism)))
         if description:
             bag.add_topic("/mbde/description", STRING, "transient_local")
-            bag.write("/mbde/description", inputs.start, string_msg(f, description))
-        for r in runs:
-            ns = f"/mbde/{r.name}"
-            bag.add_topic(ns + "/state", MECHANISM_STATE)
-            bag.add_topic(ns + "/joint_states", JOINT_STATE)
-            if r.particles:
-                bag.add_topic(ns + "/particles", PARTICLE_SET)
-        events = []
-        for r in runs:
-            for rec in r.records:
-                events.append((rec.estimate.stamp, 0, r.name, rec.estimate))
-            for _, cloud in r.particles:
-                events.append((cloud.stamp, 1, r.name, cloud))
-        events.sort(key=lambda e: (e[0], e[1]))
-        for stamp, kind, name, obj in events:
-            ns = f"/mbde/{name}"
-            if kind == 0:
-                state, joints = estimate_messages(f, obj, mech)
-                bag.write(ns + "/state", stamp, state)
-                bag.write(ns + "/joint_states", stamp, joints)
-            else:
-                bag.write(ns + "/particles", stamp, particle_set_msg(f, obj, mech.independent_names, "world"))
+            bag.write("/mbde/description", source.start, string_msg(f, description))
+        for _, topics in parts:
+            for topic, typename in topics:
+                bag.add_topic(topic, typename)
+        streams = [_tagged(read_part(part), k) for k, (part, _) in enumerate(parts)]
+        names = [[t for t, _ in topics] for _, topics in parts]
+        for t_ns, _, run, _, topic, data in heapq.merge(*streams):
+            bag.write_raw_ns(names[run][topic], t_ns, data)
+        return dict(bag.counts)
+
+
+def _tagged(records, run: int):
+    for seq, (t_ns, kind, topic, data) in enumerate(records):
+        yield t_ns, kind, run, seq, topic, data
 
 
 def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde replay report") -> None:
@@ -92,8 +108,8 @@ def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde repl
         lines.append("- skipped messages: " + ", ".join(f"{k}: {v}" for k, v in doc["skipped_messages"].items()))
     ref = doc.get("reference") or {}
     if ref.get("kind") == "smoother":
-        lines.append("- reference of RMSE and NEES: **the batch smoother** of the same readings (`mbde replay --reference "
-                     "smoother`), not ground truth; NEES uses P - P_smoother. " + reference_note(ref))
+        lines.append("- reference of RMSE and NEES: **the batch smoother** of the same readings (`mbde replay "
+                     "--reference smoother`), not ground truth; NEES uses P - P_smoother. " + reference_note(ref))
     lines += ["", "## Summary", "", summary_table(doc, markdown=True), ""]
     lines += ["RMSE per independent coordinate; NEES/NIS: mean and the 95 % chi-square band of the mean "
               "(single run: successive steps are correlated, the band is optimistic); step time per filter "
