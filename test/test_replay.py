@@ -48,11 +48,43 @@ def test_replay_outputs(bag, tmp_path):
         t, msg = last
         assert abs(t - 1.5) < 1e-9
         assert len(msg.covariance) == 4 and list(msg.independent_names) == ["theta"]
+    check_viewable(out / "estimates", ["dekf", "ukf"])
     # deterministic: a second replay gives the same numbers
     out2 = tmp_path / "out2"
     assert run_mbde("replay", bag, "--estimators", "dekf,ukf", "--out", out2, "--no-plots").returncode == 0
     doc2 = json.loads((out2 / "metrics.json").read_text())
     assert doc2["estimators"]["ukf"]["metrics"]["rmse"] == doc["estimators"]["ukf"]["metrics"]["rmse"]
+
+
+def check_viewable(path, names):
+    """The estimates bag carries what Foxglove / RViz need: /tf (truth and each estimate,
+    REP 105 world -> body frames, stamped like the estimates), /tf_static (sensor
+    mounts), model, truth and estimate markers in the world frame."""
+    from mbde_core.rosio.tf import transforms_from_message
+
+    with BagReader(path) as r:
+        topics = {t: (ty, n) for t, ty, n in r.topics()}
+        for topic in ("/tf", "/tf_static", "/mbde/model/markers", "/mbde/ground_truth/markers",
+                      *(f"/mbde/{n}/markers" for n in names)):
+            assert topic in topics, topic
+        assert topics["/tf"][0] == "tf2_msgs/msg/TFMessage" and topics["/tf_static"][1] == 1
+        states = {n: [t for _, t, _ in r.messages([f"/mbde/{n}/state"])] for n in names}
+        tf = {}
+        for _, t, msg in r.messages(["/tf"]):
+            for tr in transforms_from_message(msg):
+                assert tr["parent"] == "world" and abs(tr["stamp"] - t) < 1e-6
+                tf.setdefault(tr["child"], []).append(t)
+        for n in names:  # one estimate frame per moving body, at every estimate
+            for body in ("crank", "coupler", "rocker"):
+                assert tf[f"{n}/{body}"] == pytest.approx(states[n], abs=1e-6)
+        assert {"crank", "coupler", "rocker"} <= set(tf)  # the truth, unprefixed
+        (static,) = [transforms_from_message(m) for _, _, m in r.messages(["/tf_static"])]
+        mounts = {tr["child"]: tr["parent"] for tr in static}
+        assert mounts["gyro_coupler"] == "coupler"  # the sensor's frame_id on the truth
+        assert all(mounts[f"{n}/gyro_coupler"] == f"{n}/coupler" for n in names)
+        for _, _, msg in r.messages(["/mbde/ukf/markers"]):
+            assert {m.header.frame_id for m in msg.markers} == {"world"}
+            break
 
 
 def test_replay_without_description_and_truth(bag, tmp_path):

@@ -373,14 +373,14 @@ def test_force_and_existing_output(tmp_path, capsys):
     assert mbde(args) == 0
     capsys.readouterr()
     assert mbde(args) == 2
-    assert capsys.readouterr().err.strip() == f"mbde simulate: error: {out}: already exists (use --force to replace it)"
+    assert capsys.readouterr().err.strip() == f"mbde simulate: error: --out: {out} exists (use --force to replace it)"
     assert mbde(args + ["--force", "--set", "duration=0.02"]) == 0
     assert "ground truth: 21 samples" in capsys.readouterr().out
     other = tmp_path / "notabag"
     other.mkdir()
     (other / "keep.txt").write_text("precious")
     assert mbde(["simulate", scen("pf_sim"), "--out", str(other), "--force", "--set", "duration=0.01"]) == 2
-    assert "is not a rosbag2 bag directory; not replacing it" in capsys.readouterr().err
+    assert "does not hold an earlier bag; not replacing it" in capsys.readouterr().err
     assert (other / "keep.txt").read_text() == "precious"
 
 

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
+
+from mbde_core.cli.outputs import DEFAULT_STORAGE
 
 HELP = "run estimators on a ROS 2 bag; write metrics.json, an estimates bag, report.md and plots"
 DESCRIPTION = """Replay the sensor readings of a ROS 2 bag (sqlite3 or mcap) through one or more
@@ -31,13 +32,15 @@ def add_arguments(p):
     p.add_argument("--mechanism", help="mechanism YAML (instead of the bag's description)")
     p.add_argument("--sensors", help="sensor YAML with a `sensors:` list (with --mechanism)")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--storage", choices=("sqlite3", "mcap"), default="sqlite3", help="storage of the estimates bag")
+    p.add_argument("--storage", choices=("mcap", "sqlite3"), default=DEFAULT_STORAGE,
+                   help="storage of the estimates bag (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the stochastic estimators (default 0)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
 
 def run(args) -> int:
+    from mbde_core.cli.outputs import prepare_output_dir, results_like
     from mbde_core.errors import DataError
     from mbde_core.estimators.config_schema import load_estimator_configs
     from mbde_core.estimators.registry import ESTIMATOR_NAMES
@@ -53,12 +56,8 @@ def run(args) -> int:
     if args.sensors and not args.mechanism:
         raise DataError("--sensors needs --mechanism")
     configs = load_estimator_configs(args.config, names)
-    if os.path.exists(args.out):
-        if not args.force:
-            raise DataError(f"--out: {args.out} exists (use --force to replace it)")
-        shutil.rmtree(args.out)
+    prepare_output_dir(args.out, args.force, "replay", results_like("metrics.json", "report.md"))
     inputs = load_inputs(args.bag, args.mechanism, args.sensors)
-    os.makedirs(args.out)
     print(f"bag {args.bag}: {inputs.mechanism.name}, {inputs.duration:.3f} s, "
           + ", ".join(f"{k} {v} readings" for k, v in inputs.counts.items())
           + ("" if inputs.truth is not None else "; no ground truth"))

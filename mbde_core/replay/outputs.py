@@ -10,6 +10,7 @@ import numpy as np
 from mbde_core.rosio.bag import BagWriter
 from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE, PARTICLE_SET, STRING, particle_set_msg, string_msg
 from mbde_core.rosio.factory import RosbagsFactory
+from mbde_core.replay.viewables import ViewWriter
 from mbde_core.rosio.sensor_io import estimate_messages
 
 
@@ -49,7 +50,8 @@ def write_metrics(path: str, inputs, runs) -> dict:
 
 
 def write_estimates_bag(path: str, inputs, runs, storage: str = "sqlite3", description: str | None = None) -> None:
-    """Estimates as a ROS 2 bag: /mbde/<estimator>/state, /joint_states (+ /particles)."""
+    """Estimates as a ROS 2 bag: /mbde/<estimator>/state, /joint_states (+ /particles), and
+    TF and markers to view them (:mod:`mbde_core.replay.viewables`)."""
     f = RosbagsFactory()
     mech = inputs.mechanism
     with BagWriter(path, storage) as bag:
@@ -62,6 +64,8 @@ def write_estimates_bag(path: str, inputs, runs, storage: str = "sqlite3", descr
             bag.add_topic(ns + "/joint_states", JOINT_STATE)
             if r.particles:
                 bag.add_topic(ns + "/particles", PARTICLE_SET)
+        frame = inputs.scenario.frame_id if inputs.scenario is not None else "world"
+        view = ViewWriter(bag, f, inputs, runs, frame)
         events = []
         for r in runs:
             for rec in r.records:
@@ -70,6 +74,7 @@ def write_estimates_bag(path: str, inputs, runs, storage: str = "sqlite3", descr
                 events.append((cloud.stamp, 1, r.name, cloud))
         events.sort(key=lambda e: (e[0], e[1]))
         for stamp, kind, name, obj in events:
+            view.until(stamp)
             ns = f"/mbde/{name}"
             if kind == 0:
                 state, joints = estimate_messages(f, obj, mech)
@@ -77,6 +82,7 @@ def write_estimates_bag(path: str, inputs, runs, storage: str = "sqlite3", descr
                 bag.write(ns + "/joint_states", stamp, joints)
             else:
                 bag.write(ns + "/particles", stamp, particle_set_msg(f, obj, mech.independent_names, "world"))
+        view.finish()
 
 
 def write_report(path: str, doc: dict, plots: list[str]) -> None:
