@@ -41,12 +41,20 @@ def write_metrics(path: str, inputs, runs) -> dict:
         "ground_truth": inputs.truth is not None,
         "readings": inputs.counts,
         "skipped_messages": inputs.skipped,
+        "units": coordinate_units(inputs.mechanism),
         "estimators": {r.name: {"metrics": r.metrics, "config": r.config} for r in runs},
     }
     doc = _clean(doc)
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=2)
     return doc
+
+
+def coordinate_units(mech) -> dict:
+    """Units of z, zd, zdd per independent coordinate: rad... for angles, m... for lengths."""
+    angular = [c in set(mech.rel_columns.tolist()) for c in mech.independent]
+    base = ["rad" if a else "m" for a in angular]
+    return {"z": base, "zd": [f"{u}/s" for u in base], "zdd": [f"{u}/s^2" for u in base]}
 
 
 def write_estimates_bag(path: str, inputs, runs, storage: str = "sqlite3", description: str | None = None) -> None:
@@ -93,9 +101,14 @@ def write_report(path: str, doc: dict, plots: list[str]) -> None:
     if doc["skipped_messages"]:
         lines.append("- skipped messages: " + ", ".join(f"{k}: {v}" for k, v in doc["skipped_messages"].items()))
     lines += ["", "## Summary", "", summary_table(doc, markdown=True), ""]
-    lines += ["RMSE per independent coordinate; NEES/NIS: mean and the 95 % chi-square band of the mean "
-              "(single run: successive steps are correlated, the band is optimistic); step time per filter "
-              "step; RTF = processing time / data duration (< 1: faster than real time).", ""]
+    lines += ["RMSE per independent coordinate over the whole run, in the units shown; 'settled': from the "
+              "time the error stays within its tolerance (2 deg for angles, 2 % of the largest body for "
+              "lengths) to the end, with that time in 'converged [s]' (a start-up transient, e.g. a particle "
+              "filter's uniform start, dominates a whole-run RMSE); 'branch [s]': the time after which the "
+              "true assembly branch keeps P > 0.99. NEES/NIS: mean and the 95 % chi-square band of the mean "
+              "(single run: successive steps are correlated, the band is optimistic); `(!)` marks a value "
+              "outside its band. Step time per filter step; RTF = processing time / data duration (< 1: "
+              "faster than real time).", ""]
     for p in plots:
         lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})", ""]
     with open(path, "w", encoding="utf-8") as fh:
@@ -103,22 +116,29 @@ def write_report(path: str, doc: dict, plots: list[str]) -> None:
 
 
 def summary_table(doc: dict, markdown: bool = False) -> str:
-    """The metrics table printed by ``mbde replay`` and ``make demo``."""
-    cols = ["estimator", "RMSE z", "RMSE zd", "RMSE zdd", "NEES", "NEES band", "NIS", "us/step", "RTF", "fused", "rejected"]
+    """The metrics table printed by ``mbde replay`` and ``make demo``: units in every
+    column, ``(!)`` after a NEES or NIS outside its 95 % band."""
+    units = doc.get("units") or {}
+    unit = {k: _common(v) for k, v in units.items()}
+    cols = [f"RMSE z{_u(unit.get('z'))}", f"RMSE zd{_u(unit.get('zd'))}", f"RMSE zdd{_u(unit.get('zdd'))}",
+            "converged [s]", f"settled RMSE z{_u(unit.get('z'))}", "branch [s]", "NEES [band]", "NIS [band]",
+            "step [us]", "RTF", "fused", "rejected"]
+    cols = ["estimator"] + cols
     rows = []
     for name, entry in doc["estimators"].items():
         m = entry["metrics"] or {}
         rm = m.get("rmse", {})
-        nees = m.get("nees", {})
-        nis = m.get("nis", {})
+        conv = m.get("convergence", {})
         c = m.get("counters", {})
         rej = sum(c.get(k, 0) for k in ("rejected_gate", "out_of_order", "non_finite", "unknown_sensor"))
-        band = nees.get("band_95")
         rows.append([
             name,
-            _fmt_list(rm.get("z")), _fmt_list(rm.get("zd")), _fmt_list(rm.get("zdd")),
-            _fmt(nees.get("mean")), f"[{band[0]:.2f}, {band[1]:.2f}]" if band else "-",
-            _fmt(nis.get("mean")),
+            _fmt_list(rm.get("z"), units.get("z"), unit.get("z")), _fmt_list(rm.get("zd"), units.get("zd"), unit.get("zd")),
+            _fmt_list(rm.get("zdd"), units.get("zdd"), unit.get("zdd")),
+            _fmt(conv.get("converged_after"), ".3f") if conv else "-",
+            _fmt_list(conv.get("rmse_settled"), units.get("z"), unit.get("z")) if conv else "-",
+            _fmt(conv.get("branch_identified_after"), ".3f") if "branch_identified_after" in conv else "-",
+            _banded(m.get("nees")), _banded(m.get("nis")),
             _fmt(m.get("step_time_us", {}).get("mean"), ".0f"),
             _fmt(m.get("realtime_factor"), ".3f"),
             str(c.get("fused", "-")), str(rej),
@@ -129,14 +149,41 @@ def summary_table(doc: dict, markdown: bool = False) -> str:
         return "\n".join(out)
     widths = [max(len(cols[i]), *(len(r[i]) for r in rows)) for i in range(len(cols))]
     line = lambda vals: "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
-    return "\n".join([line(cols)] + [line(r) for r in rows])
+    flagged = any("(!)" in cell for r in rows for cell in r)
+    return "\n".join([line(cols)] + [line(r) for r in rows]
+                     + (["(!) outside its 95 % consistency band"] if flagged else []))
+
+
+def _common(units):
+    """The unit shared by every coordinate, else None (then each value carries its own)."""
+    return units[0] if units and all(u == units[0] for u in units) else None
+
+
+def _u(unit):
+    return f" [{unit}]" if unit else ""
+
+
+def _banded(entry) -> str:
+    """'1.02 [0.9, 1.1]', with '(!)' when the mean is outside the band."""
+    if not entry or entry.get("mean") is None:
+        return "-"
+    band = entry.get("band_95")
+    text = f"{entry['mean']:.3g}"
+    if band and band[0] is not None:
+        text += f" [{band[0]:.2f}, {band[1]:.2f}]"
+        if not band[0] <= entry["mean"] <= band[1]:
+            text += " (!)"
+    return text
 
 
 def _fmt(v, spec=".3g"):
     return "-" if v is None else format(v, spec)
 
 
-def _fmt_list(v):
+def _fmt_list(v, units=None, common=None):
+    """'0.0123' or, with coordinates of several units, '0.0123 rad/0.004 m'."""
     if v is None:
         return "-"
+    if units and not common:
+        return "/".join(f"{x:.3g} {u}" for x, u in zip(v, units))
     return "/".join(format(x, ".3g") for x in v)

@@ -74,8 +74,9 @@ def plot_run(path: str, inputs, run) -> str:
     return path
 
 
-def plot_summary(path: str, doc: dict) -> str:
-    """Bar charts of RMSE(z) and mean step time per estimator."""
+def plot_summary(path: str, doc: dict, unit: str = "") -> str:
+    """Bar charts of RMSE(z) and mean step time per estimator, linear axes from zero (a
+    truncated log axis makes small differences look large)."""
     plt = _plt()
     names = list(doc["estimators"])
     rmse = [((doc["estimators"][n]["metrics"] or {}).get("rmse") or {}).get("z") for n in names]
@@ -84,11 +85,11 @@ def plot_summary(path: str, doc: dict) -> str:
     if any(r is not None for r in rmse):
         vals = [np.sqrt(np.mean(np.square(r))) if r else np.nan for r in rmse]
         axes[0].bar(names, vals, color="C3")
-        axes[0].set_ylabel("RMSE z (rms over coordinates)")
-        axes[0].set_yscale("log")
+        axes[0].set_ylabel(f"RMSE z{f' [{unit}]' if unit else ''} (rms over coordinates)")
     axes[1].bar(names, [c or 0 for c in cost], color="C0")
     axes[1].set_ylabel("mean step time [us]")
     for ax in axes:
+        ax.set_ylim(bottom=0.0)
         ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -96,9 +97,47 @@ def plot_summary(path: str, doc: dict) -> str:
     return path
 
 
+def plot_branches(path: str, inputs, run) -> str | None:
+    """Branch probabilities of an estimator over time (and the true branch), or None if it
+    reports none (Kalman filters follow one branch)."""
+    recs = [r for r in run.records if r.estimate.branch_probabilities is not None
+            and len(r.estimate.branch_probabilities)]
+    if not recs:
+        return None
+    plt = _plt()
+    t0 = run.records[0].estimate.stamp
+    t = np.array([r.estimate.stamp for r in recs]) - t0
+    width = max(len(r.estimate.branch_probabilities) for r in recs)
+    p = np.zeros((len(recs), width))
+    for k, r in enumerate(recs):
+        bp = np.asarray(r.estimate.branch_probabilities, float)
+        p[k, : len(bp)] = bp
+    true = None
+    if inputs.truth is not None and len(inputs.truth.branch):
+        true = int(np.bincount(np.clip(np.asarray(inputs.truth.branch, int), 0, None)).argmax())
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for b in range(width):
+        ax.plot(t, p[:, b], lw=2.0 if b == true else 1.2, label=f"branch {b}" + (" (truth)" if b == true else ""))
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("t [s] since the first estimate")
+    ax.set_ylabel("probability")
+    ax.set_title(f"{run.name}: assembly-branch probabilities")
+    ax.legend(loc="center right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_plots(out_dir: str, inputs, runs, doc) -> list[str]:
-    paths = [plot_summary(os.path.join(out_dir, "summary.png"), doc)]
+    mech = inputs.mechanism
+    angular = np.isin(mech.independent, mech.rel_columns)
+    unit = "rad" if angular.all() else "m" if not angular.any() else ""
+    paths = [plot_summary(os.path.join(out_dir, "summary.png"), doc, unit)]
     for r in runs:
         if r.records:
             paths.append(plot_run(os.path.join(out_dir, f"{r.name}.png"), inputs, r))
+            branches = plot_branches(os.path.join(out_dir, f"{r.name}_branches.png"), inputs, r)
+            if branches:
+                paths.append(branches)
     return paths

@@ -103,6 +103,7 @@ def evaluate(inputs, run: EstimatorRun) -> dict:
         tzd = truth_at(stamps, tr.t, tr.zd)
         tzdd = truth_at(stamps, tr.t, tr.zdd)
         out = evaluate_run(recs, tz, tzd, tzdd, angular, inputs.duration)
+        out["convergence"] = _convergence(inputs, recs, stamps, tz, angular)
         inputs_metrics = _input_metrics(inputs, recs, stamps)
         if inputs_metrics:
             out["inputs"] = inputs_metrics
@@ -119,6 +120,21 @@ def evaluate(inputs, run: EstimatorRun) -> dict:
     out["wall_time_s"] = run.wall_time
     run.metrics = out
     return out
+
+
+def _convergence(inputs, recs, stamps, tz, angular) -> dict:
+    """Convergence time, settled RMSE and branch identification (replay/convergence.py)."""
+    from mbde_core.estimators.metrics import coordinate_errors
+    from mbde_core.replay.convergence import convergence_metrics
+
+    err = coordinate_errors(np.array([r.estimate.z for r in recs]), tz, angular)
+    probs = [r.estimate.branch_probabilities for r in recs]
+    bp = true_branch = None
+    if all(p is not None and len(p) for p in probs) and len({len(p) for p in probs}) == 1:
+        bp = np.array(probs, dtype=float)
+        tr = inputs.truth
+        true_branch = np.asarray(tr.branch)[np.clip(np.searchsorted(tr.t, stamps), 0, len(tr.t) - 1)]
+    return convergence_metrics(stamps - stamps[0], err, angular, inputs.mechanism.length_scale, bp, true_branch)
 
 
 def _input_metrics(inputs, recs, stamps) -> dict:
