@@ -332,3 +332,36 @@ def test_bench_pf_smoke(tmp_path):
         assert (out / f).stat().st_size > 100, f
     bad = run_mbde("bench", "pf", "--out", tmp_path / "x", "--only", "nothing")
     assert bad.returncode == 2 and "--only" in bad.stderr
+
+
+def test_published_covariance_is_symmetric_positive_definite_and_nees_never_negative(sims):
+    from mbde_core.estimators.metrics import nees
+
+    sc, res, meas = sims[0]
+    cfg = defaults("pf")
+    cfg.update(init="gaussian", particles=200)
+    est = make_estimator("pf", sc.estimator_mechanism(), sc.estimator_sensors(), cfg, rng=np.random.default_rng(4))
+    init = sc.estimator_initial_state()
+    est.reset(0.0, InitialState(init.z, init.zd, np.full(1, 0.05), np.full(1, 0.5), init.q, init.branch))
+    covs = []
+    for k in range(40):
+        if k:
+            est.predict(0.005)
+        est.update([meas[k]])
+        covs.append(est.estimate().cov)
+    # degenerate sets: one particle carries all the weight; every particle a copy of one
+    est.logw = np.where(np.arange(est.N) == 3, 0.0, -np.inf)
+    covs.append(est.estimate().cov)
+    est._resample(est.weights(), 1.0)
+    covs.append(est.estimate().cov)
+    for P in covs:
+        assert np.array_equal(P, P.T)
+        assert np.linalg.eigvalsh(P).min() > 0
+    # NEES of a rank-deficient PSD matrix with rounding noise: never negative
+    rng = np.random.default_rng(0)
+    E = rng.standard_normal((200, 2))
+    A = rng.standard_normal((200, 2, 1))
+    P = A @ np.swapaxes(A, 1, 2) * 1e-3 + rng.standard_normal((200, 2, 2)) * 1e-19
+    v = nees(E, P)
+    assert np.all(v >= 0) and np.isfinite(v).all()
+    assert np.isnan(nees(np.ones((1, 2)), np.zeros((1, 2, 2))))[0]

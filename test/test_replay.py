@@ -169,3 +169,19 @@ def test_estimator_failure_is_counted_and_the_run_goes_on(bag, monkeypatch):
     assert c["fused"] == 300  # only the reading of the failed update is lost
     stamps = [rec.estimate.stamp for rec in r.records]
     assert stamps[-1] == pytest.approx(1.5) and len(stamps) >= 300
+
+
+def test_seed_depends_on_the_estimator_name_not_its_position(bag, tmp_path):
+    from mbde_core.estimators import estimator_rng
+
+    cfg = tmp_path / "pf.yaml"
+    cfg.write_text("pf: {particles: 40, uniform: {particles: 300}}\n")
+    docs = []
+    for order in ("pf,dekf", "dekf,pf"):
+        out = tmp_path / order.replace(",", "_")
+        proc = run_mbde("replay", bag, "--estimators", order, "--config", cfg, "--seed", "5", "--out", out, "--no-plots")
+        assert proc.returncode == 0, proc.stderr
+        docs.append(json.loads((out / "metrics.json").read_text())["estimators"]["pf"]["metrics"])
+    assert docs[0]["rmse"] == docs[1]["rmse"] and docs[0]["nees"] == docs[1]["nees"]
+    a, b, c = estimator_rng(5, "pf").random(3), estimator_rng(5, "pf").random(3), estimator_rng(5, "ukf").random(3)
+    assert np.array_equal(a, b) and not np.allclose(a, c) and not np.allclose(a, estimator_rng(6, "pf").random(3))

@@ -34,7 +34,7 @@ def add_arguments(p):
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--storage", choices=("mcap", "sqlite3"), default=DEFAULT_STORAGE,
                    help="storage of the estimates bag (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the stochastic estimators (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="run seed; each estimator draws from (seed, its name), whatever its position in --estimators (default 0)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
@@ -62,9 +62,9 @@ def run(args) -> int:
           + ", ".join(f"{k} {v} readings" for k, v in inputs.counts.items())
           + ("" if inputs.truth is not None else "; no ground truth"))
     runs = []
-    for k, name in enumerate(names):
+    for name in names:
         bar = ProgressBar(f"{name:<9}")
-        r = run_estimator(inputs, name, configs[name], seed=args.seed + k, progress=bar)
+        r = run_estimator(inputs, name, configs[name], seed=args.seed, progress=bar)
         bar.close()
         if r.counters["estimator_errors"]:
             print(f"warning: {name} failed {r.counters['estimator_errors']} time(s), first at t = "

@@ -18,20 +18,13 @@ keeps every particle on its own assembly branch.
 
 Variational integrators in natural coordinates with holonomic constraints (paper 002
 sec. 2; constrained discrete Euler-Lagrange equations in position-momentum form, with
-the RATTLE velocity projection):
+the RATTLE velocity projection), solved by Newton on the independent coordinates
+(:mod:`mbde_core.engine.variational`, which states the equations):
 
-- ``midpoint`` (2nd order), from L_d = h L((q0+q1)/2, (q1-q0)/h) and discrete forces
-  f^- = f^+ = h/2 F(q_mid, v_mid)::
+- ``midpoint`` (2nd order), from L_d = h L((q0+q1)/2, (q1-q0)/h) (paper 002 eq. 6);
+- ``symplectic_euler`` (1st order), from L_d = h [1/2 v^T M v - V(q1)] (paper 002 eq. 5).
 
-      M (q1 - q0) = h p0 + h^2/2 F(q_mid, v_mid) - Phi_q(q0)^T lambda',   Phi(q1) = 0
-      p1 = M (q1 - q0)/h + h/2 F(q_mid, v_mid)
-
-- ``symplectic_euler`` (1st order), from L_d = h [1/2 v^T M v - V(q1)] (paper 002 eq. 5)::
-
-      M (q1 - q0) = h p0 - Phi_q(q0)^T lambda',   Phi(q1) = 0
-      p1 = M (q1 - q0)/h + h F(q1, v)
-
-  and for both, qd1 solves [[M, Phi_q^T], [Phi_q, 0]] [qd1; mu] = [p1; 0].
+Both also take the additive noise of the stochastic schemes (``step_noisy``).
 
 ``ali3p`` (:mod:`mbde_core.engine.ali3p`) is the drift-free index-3 augmented
 Lagrangian formulation with the trapezoidal rule, also exposed here.
@@ -49,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mbde_core.engine import dynamics, fastpath, kinematics
+from mbde_core.engine import dynamics, fastpath, kinematics, variational
 from mbde_core.engine.linalg import solve
 
 
@@ -348,73 +341,25 @@ class Trapezoidal(_IndependentIntegrator):
 
 
 class _Variational:
-    """Constrained variational integrators in natural coordinates (see module docstring)."""
+    """Constrained variational integrators (see :mod:`mbde_core.engine.variational`)."""
 
     implicit = True
     midpoint = True
 
-    def __init__(self, tol: float = 1e-12, max_iter: int = 25):
-        self.tol = tol
+    def __init__(self, tol: float = 1e-10, max_iter: int = 25):
+        self.tol = tol  # on the last Newton step |dz| (times max(1, length scale))
         self.max_iter = max_iter
 
+    def params(self, mech, h):
+        return variational.VIParams(h, self.midpoint, self.tol * max(1.0, mech.length_scale), self.max_iter)
+
     def step(self, mech, t, state: MBState, h, extra_zdd=None) -> MBState:
-        # a single state keeps its (n,) shape (no batch axis: less numpy overhead)
-        q0 = np.asarray(state.q, dtype=float)
-        qd0 = np.asarray(state.qd, dtype=float).reshape(q0.shape)
-        single = q0.ndim == 1
-        n = q0.shape[-1]
-        m = mech.m
-        M = mech.M
-        p0 = qd0 @ M.T
-        J0 = mech.phi_q(q0)
-        J0T = np.swapaxes(J0, -1, -2)
-        Qe = None
-        if extra_zdd is not None:
-            R0 = kinematics.r_matrix(mech, q0, phi_q=J0)
-            v = np.asarray(extra_zdd, dtype=float).reshape(q0.shape[:-1] + (mech.dof,))
-            Qe = np.einsum("ij,...jk,...k->...i", M, R0, v)
-        tf = t + 0.5 * h if self.midpoint else t + h
-        loaded = self.midpoint and (mech.loads.position_dependent or mech.loads.velocity_dependent or Qe is not None)
+        return variational.run(mech, t, state, self.params(mech, h), extra_zdd)
 
-        def force(q1):
-            if self.midpoint:
-                qa, va = 0.5 * (q0 + q1), (q1 - q0) / h
-            else:
-                qa, va = q1, (q1 - q0) / h
-            F = mech.forces(tf, qa, va)
-            return F if Qe is None else F + Qe
-
-        q1 = q0 + h * qd0
-        lam = np.zeros(q0.shape[:-1] + (m,))
-        tol = 1e-12 * max(1.0, mech.length_scale**2)
-        step_tol = 1e-13 * max(1.0, mech.length_scale)
-        A = np.zeros(q0.shape[:-1] + (n + m, n + m))
-        A[..., :n, n:] = J0T
-        for _ in range(self.max_iter):
-            G1 = (q1 - q0) @ M.T - h * p0 + np.einsum("...ji,...j->...i", J0, lam)
-            if self.midpoint:
-                G1 -= 0.5 * h * h * force(q1)
-            G2 = mech.phi(q1)
-            A[..., :n, :n] = M
-            if loaded:
-                K, C = mech.force_jacobians(tf, 0.5 * (q0 + q1), (q1 - q0) / h)
-                A[..., :n, :n] -= 0.5 * h * h * (0.5 * K + C / h)
-            A[..., n:, :n] = mech.phi_q(q1)
-            rhs = -np.concatenate([G1, G2], axis=-1)
-            dy = solve(A, rhs)
-            q1 = q1 + dy[..., :n]
-            lam = lam + dy[..., n:]
-            ok = (np.max(np.abs(dy[..., :n]), axis=-1) <= step_tol) & (np.max(np.abs(G2), axis=-1) <= 1e3 * tol)
-            if ok.all():
-                break
-        ok = np.all(np.abs(mech.phi(q1)) <= 1e3 * tol, axis=-1)
-        F1 = force(q1)
-        p1 = (q1 - q0) @ M.T / h + (0.5 * h if self.midpoint else h) * F1
-        qd1 = project_momentum(mech, q1, p1)
-        qdd1 = dynamics.forward(mech, t + h, q1, qd1)[1]
-        if single:
-            return MBState(q1, qd1, qdd1, bool(ok))
-        return MBState(q1, qd1, qdd1, ok)
+    def step_noisy(self, mech, t, state: MBState, h, dz=None, dzd=None, extra_zdd=None) -> MBState:
+        """The stochastic step of paper 002 eqs. 5-6: position increment dz = sigma dW1 and
+        velocity increment dzd = gamma dW2 ((g,) or (N, g), or None)."""
+        return variational.run(mech, t, state, self.params(mech, h), extra_zdd, dz, dzd)
 
 
 class VariationalMidpoint(_Variational):
@@ -427,20 +372,6 @@ class SymplecticEuler(_Variational):
     name = "symplectic_euler"
     order = 1
     midpoint = False
-
-
-def project_momentum(mech, q, p):
-    """qd from a momentum p (n,) or (N, n): [[M, Phi_q^T], [Phi_q, 0]] [qd; mu] = [p; 0]."""
-    q = np.asarray(q, dtype=float)
-    n = q.shape[-1]
-    m = mech.m
-    J = mech.phi_q(q)
-    A = np.zeros(q.shape[:-1] + (n + m, n + m))
-    A[..., :n, :n] = mech.M
-    A[..., :n, n:] = np.swapaxes(J, -1, -2)
-    A[..., n:, :n] = J
-    rhs = np.concatenate([p, np.zeros(q.shape[:-1] + (m,))], axis=-1)
-    return solve(A, rhs)[..., :n]
 
 
 def get_integrator(name: str, **kwargs):

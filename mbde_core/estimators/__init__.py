@@ -3,4 +3,4 @@
 One interface (:class:`base.Estimator`), one module per observer, maths in docstrings
 with the paper's equation numbers. ``make_estimator(name, ...)`` builds one by name.
 """
-from mbde_core.estimators.registry import ESTIMATOR_NAMES, make_estimator  # noqa: F401
+from mbde_core.estimators.registry import ESTIMATOR_NAMES, estimator_rng, make_estimator  # noqa: F401

@@ -30,6 +30,9 @@ COMMON = {
     "transition_jacobian": "simple",
 }
 
+# Sections of the same file validated by the offline tools that own them (not observers):
+# ``smoother`` by mbde_core.trajectory.config.
+OFFLINE_SECTIONS = ("smoother",)
 
 
 def defaults(name: str) -> dict:
@@ -41,6 +44,11 @@ def defaults(name: str) -> dict:
     out = copy.deepcopy(COMMON) if getattr(cls, "USES_COMMON", True) else {"step": COMMON["step"]}
     out.update(copy.deepcopy(getattr(cls, "DEFAULTS", {})))
     return out
+
+
+def merge_options(node: Node, base: dict) -> dict:
+    """Options of ``node`` merged over the defaults ``base`` (types and keys checked)."""
+    return _merge(node, base)
 
 
 def _merge(node: Node, base: dict) -> dict:
@@ -98,8 +106,10 @@ def load_estimator_configs(path, names) -> dict[str, dict]:
     from mbde_core.estimators.registry import ESTIMATOR_NAMES
 
     for key, child in root.items():
+        if key in OFFLINE_SECTIONS:
+            continue
         if key not in ESTIMATOR_NAMES:
-            raise child.error(f"unknown estimator (choose from {', '.join(ESTIMATOR_NAMES)})")
+            raise child.error(f"unknown estimator (choose from {', '.join(ESTIMATOR_NAMES + OFFLINE_SECTIONS)})")
         if key in names:
             out[key] = validate(key, child.value, root.file, key)
     return out

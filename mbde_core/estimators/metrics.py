@@ -38,13 +38,27 @@ def coordinate_errors(est: np.ndarray, truth: np.ndarray, angular: np.ndarray) -
 
 
 def nees(err_x: np.ndarray, covs: np.ndarray) -> np.ndarray:
-    """(K,) e^T P^-1 e for errors (K, d) and covariances (K, d, d); NaN where P is singular."""
-    out = np.full(len(err_x), np.nan)
-    for k, (e, P) in enumerate(zip(err_x, covs)):
-        try:
-            out[k] = float(e @ np.linalg.solve(P, e))
-        except np.linalg.LinAlgError:
-            pass
+    """(K,) e^T P^-1 e for errors (K, d) and covariances (K, d, d); never negative.
+
+    P is symmetrised and inverted through its eigen-decomposition P = V diag(l) V^T with
+    the eigenvalues floored at 1e-12 max(l) (rounding can leave a PSD matrix with tiny
+    negative eigenvalues, and a plain solve then returns any sign): e^T P^-1 e =
+    sum_k (v_k^T e)^2 / l_k >= 0. NaN where e or P is not finite or P is zero.
+    """
+    E = np.asarray(err_x, dtype=float)
+    P = np.asarray(covs, dtype=float)
+    out = np.full(len(E), np.nan)
+    ok = np.isfinite(E).all(axis=1) & np.isfinite(P).all(axis=(1, 2))
+    if not ok.any():
+        return out
+    Ps = 0.5 * (P[ok] + np.swapaxes(P[ok], 1, 2))
+    lam, V = np.linalg.eigh(Ps)
+    top = lam.max(axis=1)
+    good = top > 0
+    lam = np.maximum(lam, 1e-12 * top[:, None])
+    proj = np.einsum("kij,ki->kj", V, E[ok])
+    val = np.sum(proj * proj / np.where(lam > 0, lam, 1.0), axis=1)
+    out[np.nonzero(ok)[0][good]] = val[good]
     return out
 
 

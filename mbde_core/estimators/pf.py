@@ -95,6 +95,7 @@ from mbde_core.engine import dynamics, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
+from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.estimators.pf_init import atlas_for, sample_uniform
 from mbde_core.estimators.resampling import SCHEMES, effective_sample_size, resample
 from mbde_core.expr import ExpressionError, evaluate_value
@@ -271,6 +272,8 @@ class ParticleFilter(Estimator):
         self.collapse_time = float(rec["time"])
         self.branch_check = bool(cfg.get("branch_check", True))
         self.default_gate = float(cfg.get("gate", 0.0) or 0.0)
+        self._last_dt = float(cfg.get("step", 0.005))
+        self._kernel = None
         self._alloc()
 
     def _alloc(self):
@@ -389,8 +392,9 @@ class ParticleFilter(Estimator):
     # -- Algorithm 1 ---------------------------------------------------------------------------
     def predict(self, dt: float) -> None:
         """Lines 2-4: integrate every particle over dt, then draw its new acceleration noise."""
-        st = self.integrator.step(self.mech, self.t, MBState(self.q, self.qd, self.qdd, aux=self._aux), dt, extra_zdd=self.v)
+        st = self._propagate(dt)
         self.t += dt
+        self._last_dt = float(dt)
         q, qd, qdd = st.q, st.qd, st.qdd
         self._aux = st.aux
         ok = np.asarray(st.ok, dtype=bool)
@@ -404,6 +408,11 @@ class ParticleFilter(Estimator):
             self._replace_failed(ok)
         if self.branch_check:
             self._check_branches()
+
+    def _propagate(self, dt: float) -> MBState:
+        """The proposal: every particle integrated over dt with its acceleration noise
+        (subclasses change it, e.g. :class:`mbde_core.estimators.vipf.VIParticleFilter`)."""
+        return self.integrator.step(self.mech, self.t, MBState(self.q, self.qd, self.qdd, aux=self._aux), dt, extra_zdd=self.v)
 
     def _replace_failed(self, ok):
         bad = np.nonzero(~ok)[0]
@@ -711,14 +720,37 @@ class ParticleFilter(Estimator):
         return d
 
     def covariance(self, w=None, means=None) -> np.ndarray:
-        """(2g, 2g) weighted covariance of [z, zd] about the (circular) mean."""
+        """(2g, 2g) covariance of [z, zd]: symmetric positive definite by construction.
+
+        Weighted outer products of the deviations X (angle deviations wrapped about the
+        circular mean), Y = sqrt(w) X, P = Y^T Y (PSD), symmetrised, plus the kernel of
+        the particle set: the covariance of one prediction's acceleration noise over the
+        last step dt, sigma_a^2 dt [[dt^3/3, dt^2/2], [dt^2/2, dt]] per coordinate (Van
+        Loan; positive definite for sigma_a > 0), i.e. the covariance of the kernel
+        density sum_i w_i N(x_i, Q) that the particles stand for -- never singular, even
+        when every particle is a copy of one.
+        """
         w = self.weights() if w is None else w
         zm, zdm, _ = self.mean(w) if means is None else means
         g = self.g
         X = np.empty((self.N, 2 * g))
         X[:, :g] = self.deviations(zm, w)
         np.subtract(self.zd, zdm, out=X[:, g:])
-        return (X.T * w) @ X
+        X *= np.sqrt(w)[:, None]
+        P = X.T @ X
+        P = 0.5 * (P + P.T)
+        return P + self._kernel_covariance()
+
+    def _kernel_covariance(self) -> np.ndarray:
+        """(2g, 2g) covariance of one prediction's noise over the last step (see covariance)."""
+        key = (self._last_dt, self.sigma_a)
+        if self._kernel is None or self._kernel[0] != key:
+            dt = self._last_dt
+            q = self.sigma_a ** 2 * dt
+            if not q > 0:  # no acceleration noise: a floor at 1e-12 of the state's scale
+                q = 1e-12
+            self._kernel = (key, kinematic_plant_noise(self.g, dt, q))
+        return self._kernel[1]
 
     def interval(self, p: float = 0.95):
         """Central p-interval of z and zd from weighted quantiles: {'z': (lo, hi), 'zd': (lo, hi)}.

@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import importlib
+import zlib
+
+import numpy as np
 
 # name -> (module, class)
 _TABLE = {
     "ukf": ("mbde_core.estimators.ukf", "UKF"),
     "errorekf": ("mbde_core.estimators.errorekf", "ErrorEKF"),
+    "viekf": ("mbde_core.estimators.viekf", "VIEKF"),
     "dekf": ("mbde_core.estimators.dekf", "DEKF"),
     "cekf": ("mbde_core.estimators.cekf", "CEKF"),
     "diekfpm": ("mbde_core.estimators.diekfpm", "DIEKFpm"),
     "pf": ("mbde_core.estimators.pf", "ParticleFilter"),
+    "vipf": ("mbde_core.estimators.vipf", "VIParticleFilter"),
     "adekf": ("mbde_core.estimators.adekf", "ADEKF"),
 }
 ESTIMATOR_NAMES = tuple(_TABLE)
@@ -26,3 +31,15 @@ def estimator_class(name: str):
 def make_estimator(name: str, mech, sensors, config: dict, rng=None):
     """Build estimator ``name`` for a mechanism model and its sensors."""
     return estimator_class(name)(mech, sensors, config, rng)
+
+
+def estimator_rng(seed: int, name: str) -> np.random.Generator:
+    """The random generator of estimator ``name`` for run seed ``seed``.
+
+    SeedSequence(seed, spawn_key=(crc32(name),)) -- the construction of the simulator's
+    per-sensor noise streams -- so an estimator's randomness depends on (seed, name) only,
+    never on its position in a list of estimators or on the process that runs it. Used by
+    ``mbde replay`` and by the live estimator node (bit-identical runs).
+    """
+    key = zlib.crc32(str(name).encode("utf-8"))
+    return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(key,)))

@@ -153,7 +153,7 @@ class LiveEstimator:
     KEYS = ("state", "joint_states", "particles", "markers", "tf")
 
     def __init__(self, scenario, options: EstimatorOptions, factory, publish, log=None, wall=_time.monotonic):
-        from mbde_core.estimators import make_estimator
+        from mbde_core.estimators import estimator_rng, make_estimator
         from mbde_core.estimators.stage import StageCounters
         from mbde_core.replay.runner import initial_state
 
@@ -175,7 +175,7 @@ class LiveEstimator:
                                                      initial_branch=init.branch), options.config)
         try:
             self.est = make_estimator(options.name, self.mech, self.sensors, options.config,
-                                      rng=np.random.default_rng(options.seed))
+                                      rng=estimator_rng(options.seed, options.name))
         except ModuleNotFoundError as exc:
             raise ConfigError("<parameters>", "estimator",
                               f"estimator {options.name!r} is not available in this installation ({exc})") from None

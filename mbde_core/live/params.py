@@ -174,7 +174,7 @@ def _build_schema() -> dict[str, tuple[Param, ...]]:
                   "format); '' = the shipped estimators/<estimator>.yaml, else estimators/default.yaml"),
             *_model_params("the estimator's model (with its model errors) and its sensors"),
             Param("frame_id", "string", "", "frame of the outputs; '' = the scenario's frame_id (world)"),
-            Param("seed", "integer", 0, "seed of the stochastic estimators (PF)", min=0, max=2**31 - 1),
+            Param("seed", "integer", 0, "run seed of the stochastic estimators (PF): the generator is seeded from (seed, estimator name), as by `mbde replay --seed`", min=0, max=2**31 - 1),
             Param("publish_rate", "double", 50.0, "rate of ~/state and ~/joint_states in data time; 0 = every "
                   "filter step", min=0.0, max=10000.0, unit="Hz"),
             Param("marker_rate", "double", 10.0, "rate of ~/markers; 0 = off", min=0.0, max=100.0, unit="Hz"),

@@ -93,8 +93,8 @@ def write_estimates_bag(path: str, inputs, runs, storage: str = "sqlite3", descr
         view.finish()
 
 
-def write_report(path: str, doc: dict, plots: list[str]) -> None:
-    lines = ["# mbde replay report", "", f"- bag: `{doc['bag']}`", f"- mechanism: {doc['mechanism']} "
+def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde replay report") -> None:
+    lines = [f"# {title}", "", f"- bag: `{doc['bag']}`", f"- mechanism: {doc['mechanism']} "
              f"(z = {', '.join(doc['independent_coordinates'])})", f"- duration: {doc['duration_s']:.3f} s",
              f"- ground truth: {'yes' if doc['ground_truth'] else 'no (accuracy metrics omitted)'}",
              "- readings: " + ", ".join(f"{k}: {v}" for k, v in doc["readings"].items())]

@@ -3,7 +3,7 @@
 Every estimator gets the same readings in stamp order, its own stage (fixed step from
 its config), the same initial guess (the scenario's estimator initial state, or the
 mechanism's initial configuration) with the config's initial standard deviations, and a
-seeded random generator. Metrics need the bag's ground truth and are omitted without it.
+random generator seeded from (seed, estimator name). Metrics need the bag's ground truth and are omitted without it.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mbde_core.estimators import make_estimator
+from mbde_core.estimators import estimator_rng, make_estimator
 from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.metrics import evaluate_run, truth_at
 from mbde_core.estimators.stage import EstimatorStage
@@ -38,8 +38,11 @@ def initial_state(inputs, cfg) -> InitialState:
 
 
 def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, particle_budget: int = 2_000_000) -> EstimatorRun:
-    """Run one estimator over the replay inputs; progress(k, total) is called while feeding."""
-    est = make_estimator(name, inputs.mechanism, inputs.sensors, cfg, rng=np.random.default_rng(seed))
+    """Run one estimator over the replay inputs; progress(k, total) is called while feeding.
+
+    seed: the run seed; the estimator's generator is ``estimator_rng(seed, name)``, the
+    same for every position in a list of estimators and in the live node."""
+    est = make_estimator(name, inputs.mechanism, inputs.sensors, cfg, rng=estimator_rng(seed, name))
     init = initial_state(inputs, cfg)
     particles = []
     state = {"k": 0, "every": None}

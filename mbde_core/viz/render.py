@@ -272,7 +272,7 @@ def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, s
         configs = load_estimator_configs(config, list(estimators))
         inputs = load_inputs(bags[0], mechanism_file)
         est_mech = inputs.mechanism
-        runs = [run_estimator(inputs, name, configs[name], seed=seed + k) for k, name in enumerate(estimators)]
+        runs = [run_estimator(inputs, name, configs[name], seed=seed) for name in estimators]
         tracks.update(tracks_from_runs(runs))
     r = Renderer(truth_mech, est_mech, tracks, top_k=top_k, size=size, dpi=dpi)
     t_first, t_last = r.time_range()

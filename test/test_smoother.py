@@ -1,0 +1,138 @@
+"""The batch smoother (paper 003 sec. 3.4) on simulated runs: recovery of the true
+trajectory, consistency (NEES in the chi-square band on perfect-model runs), the forward
+filter beaten on the same readings, bad readings skipped, and ``mbde smooth`` end to end."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import REPO, run_mbde
+from mbde_core.bench.common import TruthRecord, config_path
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.config_schema import defaults
+from mbde_core.estimators.metrics import chi2_band, coordinate_errors
+from mbde_core.estimators.stage import EstimatorStage
+from mbde_core.rosio.bag import BagReader
+from mbde_core.scenario import load_scenario
+from mbde_core.trajectory.smoother import BatchSmoother
+from mbde_core.types import Measurement
+
+RUNS = 4
+SIGMA0 = (0.05, 0.5)
+
+
+@pytest.fixture(scope="module")
+def fourbar_truth():
+    return TruthRecord(load_scenario(config_path("scenarios", "fourbar_gyro.yaml")), 3.0)
+
+
+def _start(sc, seed):
+    mech = sc.estimator_mechanism()
+    init = sc.estimator_initial_state()
+    rng = np.random.default_rng(100 + seed)
+    z0 = init.z + rng.normal(0, SIGMA0[0], mech.dof)
+    zd0 = init.zd + rng.normal(0, SIGMA0[1], mech.dof)
+    return InitialState(z0, zd0, np.full(mech.dof, SIGMA0[0]), np.full(mech.dof, SIGMA0[1]), init.q, init.branch)
+
+
+def test_perfect_model_recovery_nees_and_filter_beaten(fourbar_truth):
+    tr = fourbar_truth
+    sc = tr.scenario.with_overrides(gravity_error=0.0)
+    mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
+    angular = np.isin(mech.independent, mech.rel_columns)
+    nees, rms_s, rms_f = [], [], []
+    for run in range(RUNS):
+        meas = tr.measurements(tr.scenario.sensors, 0.005, seed=run)
+        start = _start(sc, run)
+        res = BatchSmoother(mech, sensors).smooth(meas, start)
+        assert res.info["status"] == "converged"
+        assert len(res) == len(tr.t[::5]) and abs(res.t[-1] - 3.0) < 1e-9
+        tz, tzd, _ = tr.at(res.t)
+        e = np.hstack([coordinate_errors(res.z, tz, angular), res.zd - tzd])
+        nees.append(np.mean(np.einsum("ki,kij,kj->k", e, np.linalg.inv(res.cov), e)))
+        rms_s.append(np.sqrt(np.mean(e[:, 0] ** 2)))
+        # estimates on the constraints, on the true assembly branch
+        assert np.max(np.abs(mech.phi(res.q))) < 1e-8
+        np.testing.assert_allclose(res.q, tr.q[::5], atol=0.05)
+        assert np.all(np.linalg.eigvalsh(res.cov) > 0)
+        est = make_estimator("errorekf", mech, sensors, defaults("errorekf"))
+        st = EstimatorStage(est, 0.005, lambda t, s=start: s)
+        st.feed(meas)
+        st.flush()
+        zf = np.array([r.estimate.z for r in st.records])
+        rms_f.append(np.sqrt(np.mean(coordinate_errors(zf, tz, angular) ** 2)))
+    lo, hi = chi2_band(2 * mech.dof, RUNS)
+    assert lo <= np.mean(nees) <= hi, (nees, lo, hi)
+    assert np.mean(rms_s) < np.radians(0.5), rms_s  # gyroscope only: far better than a 1-degree encoder
+    assert np.mean(rms_s) < 0.8 * np.mean(rms_f), (rms_s, rms_f)
+
+
+def test_bad_readings_are_counted_and_skipped(fourbar_truth):
+    tr = fourbar_truth
+    sc = tr.scenario
+    mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
+    meas = [m for m in tr.measurements(sc.sensors, 0.005, seed=9) if m.stamp <= 1.0]
+    start = _start(sc, 0)
+    clean = BatchSmoother(mech, sensors).smooth(meas, start)
+    bad = list(meas) + [Measurement(0.5, "gyro_coupler", np.array([np.nan])), Measurement(0.52, "nope", np.array([1.0])),
+                        Measurement(float("inf"), "gyro_coupler", np.array([0.1])),
+                        Measurement(0.6, "gyro_coupler", np.array([0.1, 0.2]))]
+    dirty = BatchSmoother(mech, sensors).smooth(bad[::-1], start)  # any order
+    c = dirty.info["readings"]
+    assert (c["non_finite"], c["unknown_sensor"], c["used"]) == (3, 1, len(meas))
+    np.testing.assert_allclose(dirty.z, clean.z, atol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def bag(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sm") / "bag"
+    proc = run_mbde("simulate", os.path.join(REPO, "config", "scenarios", "fourbar_gyro.yaml"), "--out", out,
+                    "--set", "duration=1.5")
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_mbde_smooth_writes_trajectory_metrics_and_plots(bag, tmp_path):
+    out = tmp_path / "s"
+    proc = run_mbde("smooth", bag, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "converged" in proc.stdout
+    doc = json.loads((out / "metrics.json").read_text())
+    m = doc["estimators"]["smoother"]["metrics"]
+    assert doc["ground_truth"] is True and m["steps"] == 301
+    assert m["rmse"]["z"][0] < 0.02 and m["nees"]["mean"] is not None
+    s = m["solver"]
+    assert s["iterations"] >= 1 and s["final_cost"] < s["initial_cost"] and s["wall_time_s"] > 0
+    for f in ("report.md", "summary.png", "smoother.png", "smoother_cost.png"):
+        assert (out / f).stat().st_size > 100, f
+    with BagReader(out / "estimates") as r:
+        topics = {t: (ty, n) for t, ty, n in r.topics()}
+        assert topics["/mbde/smoother/state"] == ("mbde_msgs/msg/MechanismState", 301)
+        assert topics["/mbde/smoother/joint_states"] == ("sensor_msgs/msg/JointState", 301)
+        for _, _, msg in r.messages(["/mbde/smoother/state"]):
+            assert len(msg.covariance) == 4 and msg.covariance[0] > 0
+            break
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--sensors", "s.yaml"], "--sensors needs --mechanism"),
+    (["--config", "BADCFG"], "smoother.solver: must be lm or trf"),
+    (["--config", "BADKEY"], "smoother.steps: unknown key"),
+])
+def test_mbde_smooth_bad_input_one_line(bag, tmp_path, args, message):
+    (tmp_path / "bad.yaml").write_text("smoother: {solver: newton}\n")
+    (tmp_path / "badkey.yaml").write_text("smoother: {steps: 0.01}\n")
+    args = [str(tmp_path / "bad.yaml") if a == "BADCFG" else str(tmp_path / "badkey.yaml") if a == "BADKEY" else a for a in args]
+    proc = run_mbde("smooth", bag, "--out", tmp_path / "o", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_mbde_smooth_missing_bag_and_existing_out(tmp_path):
+    proc = run_mbde("smooth", tmp_path / "nope", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    (tmp_path / "o").mkdir()
+    proc = run_mbde("smooth", tmp_path / "nope", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "exists" in proc.stderr
