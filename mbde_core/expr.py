@@ -15,6 +15,7 @@ min, max, hypot, deg2rad, rad2deg.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Mapping
@@ -199,9 +200,15 @@ def _binary(op: str, lhs, rhs, text: str):
     return power
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str):
+    """The parsed expression tree of ``text`` (memoised: loaders re-read the same texts)."""
+    return _Parser(text).parse()
+
+
 def compile_expression(text: str):
     """Parse once; return ``fn(variables: Mapping) -> float`` (raises ExpressionError)."""
-    node = _Parser(str(text)).parse()
+    node = _parse(str(text))
 
     def fn(variables: Mapping[str, float] | None = None) -> float:
         try:

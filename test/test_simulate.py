@@ -80,6 +80,7 @@ EXPECTED_TOPICS = {  # scenario: {sensor topic: (type, rate Hz)}
     "fivebar_gyro": {"/mbde/sensors/gyro_coupler1": (cv.IMU, 200), "/mbde/sensors/gyro_coupler2": (cv.IMU, 200)},
     "fivebar_encoder": {"/mbde/sensors/encoder_crank1": (cv.JOINT_STATE, 200),
                         "/mbde/sensors/encoder_crank2": (cv.JOINT_STATE, 200)},
+    "pendulum_release": {"/mbde/sensors/encoder": (cv.JOINT_STATE, 1000)},
     "adekf_slider_crank": {"/mbde/sensors/accel_slider": (cv.IMU, 1000),
                            "/mbde/reference/motor_encoder": (cv.JOINT_STATE, 1000)},
 }

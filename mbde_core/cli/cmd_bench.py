@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-HELP = "benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004)"
+HELP = "benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001)"
 DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and figures into --out.
 
   accuracy   paper 003 matrix: {fourbar, fivebar} x {encoders, gyroscopes} x sensor period
@@ -16,10 +16,12 @@ DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and fig
   speed      us per filter step of each observer; our UKF vs FilterPy's with the same model
   pf         paper 000 particle-filter experiments (convergence, branches, sweep, speed)
   adekf      paper 004 ADE-KF experiments (slider-crank, exact vs learned map, MSC Adams)
+  identify   paper 001 identification: coverage of seeded runs, iterations, wall time, and
+             the paper-003 gravity-error bags replayed before/after calibration
 
 Run `mbde bench NAME --help` for the options of each."""
 
-BENCHES = ("accuracy", "speed", "pf", "adekf")
+BENCHES = ("accuracy", "speed", "pf", "adekf", "identify")
 
 
 def add_arguments(p):

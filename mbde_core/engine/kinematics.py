@@ -261,3 +261,23 @@ def full_state(mech, q_guess, z, zd, zdd=None):
     qd = velocity(mech, q, zd, phi_q=J)
     qdd = None if zdd is None else acceleration(mech, q, qd, zdd, phi_q=J)
     return q, qd, qdd, ok
+
+
+def solve_position_continuation(mech, z, q_start=None, steps: int = 64):
+    """q (N, n) at z (N, g) (or (n,) at (g,)), reached by continuation from q_start
+    (default: the mechanism's initial configuration) in ``steps`` equal steps of z.
+
+    A single Newton solve from a distant guess may land on another solution (another
+    assembly branch, or a relative angle off by pi); small steps stay on the start's
+    branch. Raises ValueError if a step fails.
+    """
+    z = np.asarray(z, dtype=float)
+    single = z.ndim == 1
+    Z = np.atleast_2d(z)
+    q = np.tile(mech.q0 if q_start is None else np.asarray(q_start, dtype=float), (Z.shape[0], 1))
+    start = q[:, mech.independent].copy()
+    for s in np.linspace(0.0, 1.0, steps + 1)[1:]:
+        q, ok = solve_position(mech, start + s * (Z - start), q)
+        if not np.all(ok):
+            raise ValueError("the configuration cannot be reached by continuation from the initial one")
+    return q[0] if single else q

@@ -31,8 +31,8 @@ COMMON = {
 }
 
 # Sections of the same file validated by the offline tools that own them (not observers):
-# ``smoother`` by mbde_core.trajectory.config.
-OFFLINE_SECTIONS = ("smoother",)
+# ``smoother`` by mbde_core.trajectory.config, ``identification`` by mbde_core.identification.config.
+OFFLINE_SECTIONS = ("smoother", "identification")
 
 
 def defaults(name: str) -> dict:

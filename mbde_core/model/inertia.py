@@ -46,3 +46,24 @@ def body_point_coefficients(L: float, local) -> np.ndarray:
     """(2, 4) matrix C with r(local) = C [r_i; r_j] for a body-frame point ``local``."""
     xi, eta = local
     return np.hstack([(1 - xi / L) * np.eye(2) - (eta / L) * J2, (xi / L) * np.eye(2) + (eta / L) * J2])
+
+
+def assemble_inertia(spec, n: int, px, py) -> tuple[np.ndarray, np.ndarray]:
+    """The mechanism's mass matrix M (n, n) and gravity force Q_gravity (n,).
+
+    Sums every body's M_b and Q_b (above) and every slider's point mass over the
+    coordinate columns px, py of the points (index n = a fixed point, dropped).
+    """
+    M = np.zeros((n + 1, n + 1))
+    Qg = np.zeros(n + 1)
+    g = np.array(spec.gravity, dtype=float)
+    for b in spec.bodies:
+        i, j = b.points[0], b.points[1]
+        cols = [px[i], py[i], px[j], py[j]]
+        M[np.ix_(cols, cols)] += body_mass_matrix(b.length, b.mass, b.I0, b.cog)
+        Qg[cols] += body_gravity_force(b.length, b.mass, b.cog, g)
+    for s in spec.sliders:
+        M[px[s.point], px[s.point]] += s.mass
+        M[py[s.point], py[s.point]] += s.mass
+        Qg[[px[s.point], py[s.point]]] += s.mass * g
+    return M[:n, :n].copy(), Qg[:n].copy()

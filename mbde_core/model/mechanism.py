@@ -17,7 +17,7 @@ from mbde_core.errors import ConfigError
 from mbde_core.engine.fastpath import soa as _soa  # (fastpath imports nothing of the model)
 from mbde_core.model import codegen
 from mbde_core.model.constraints import ConstraintSet
-from mbde_core.model.inertia import body_gravity_force, body_mass_matrix, body_point_coefficients
+from mbde_core.model.inertia import assemble_inertia, body_point_coefficients
 from mbde_core.model.loader import load_mechanism_spec
 from mbde_core.model.loads import LoadSet
 from mbde_core.model.spec import MechanismSpec
@@ -86,22 +86,8 @@ class Mechanism:
         self.constraints.bind_fixed(self.fixed_xy)
 
         # -- mass matrix and gravity --------------------------------------------------------
-        M = np.zeros((n + 1, n + 1))
-        Qg = np.zeros(n + 1)
-        self.body_basis = []
-        for b in spec.bodies:
-            i, j = b.points[0], b.points[1]
-            cols = [px[i], py[i], px[j], py[j]]
-            Mb = body_mass_matrix(b.length, b.mass, b.I0, b.cog)
-            M[np.ix_(cols, cols)] += Mb
-            Qg[cols] += body_gravity_force(b.length, b.mass, b.cog, self.gravity)
-            self.body_basis.append((i, j, b.length))
-        for s in spec.sliders:
-            M[px[s.point], px[s.point]] += s.mass
-            M[py[s.point], py[s.point]] += s.mass
-            Qg[[px[s.point], py[s.point]]] += s.mass * self.gravity
-        self.M = M[:n, :n].copy()
-        self.Q_gravity = Qg[:n].copy()
+        self.body_basis = [(b.points[0], b.points[1], b.length) for b in spec.bodies]
+        self.M, self.Q_gravity = assemble_inertia(spec, n, px, py)
         # the generated kernels embed these values: make accidental in-place edits fail
         self.M.setflags(write=False)
         self.Q_gravity.setflags(write=False)

@@ -129,7 +129,10 @@ def levenberg_marquardt(problem, X0: np.ndarray, p0: np.ndarray | None = None, o
             if mu > 1e12:
                 status = "stalled"
                 break
-    ne.factor(0.0)
+    try:
+        ne.factor(0.0)
+    except np.linalg.LinAlgError:  # e.g. a singular Schur complement of parameters: the caller decides
+        pass
     return LMResult(X, p, cost, initial, it, evaluations, status, history, rows, ne, time.perf_counter() - t0)
 
 
