@@ -13,8 +13,11 @@ def test_bench_help_lists_benchmarks():
 
 def test_bench_accuracy_tiny(tmp_path):
     proc = run_mbde("bench", "accuracy", "--out", tmp_path, "--runs", "1", "--periods", "1,15", "--gravity-errors", "1",
-                    "--cases", "fourbar_gyro", "--duration", "0.6", "--estimators", "dekf,cekf", "--jobs", "1")
+                    "--cases", "fourbar_gyro", "--duration", "0.6", "--estimators", "dekf,cekf", "--jobs", "1",
+                    "--scaling", "1,2")
     assert proc.returncode == 0, proc.stderr
+    assert "speed-up 1 -> 2 workers" in proc.stdout and proc.stdout.count("%  yes") == 2  # identical results
+    assert "estimated wall time of 100 runs per cell" in proc.stdout
     doc = json.loads((tmp_path / "accuracy.json").read_text())
     cells = {(c["estimator"], c["period_steps"]): c for c in doc["cells"]}
     assert set(cells) == {("dekf", 1), ("dekf", 15), ("cekf", 1), ("cekf", 15)}
@@ -30,3 +33,19 @@ def test_bench_speed_tiny(tmp_path):
     assert "filterpy-ukf" in proc.stdout and "FilterPy UKF / our UKF" in proc.stdout
     doc = json.loads((tmp_path / "speed.json").read_text())
     assert doc["fourbar_gyro"]["ukf"]["mean_us"] > 0
+
+
+def test_bench_replay_streaming_tiny(tmp_path):
+    proc = run_mbde("bench", "replay", "--out", tmp_path, "--only", "streaming", "--durations", "1")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "replay_bench.json").read_text())
+    rows = doc["streaming"]["rows"]
+    assert [r["duration_s"] for r in rows] == [1.0]
+    assert all(r["replay_rss_mb"] > 10 and r["simulate_s"] > 0 for r in rows)
+    assert "Long bags" in proc.stdout and "peak RSS" in proc.stdout
+    timings = tmp_path / "t.json"
+    proc = run_mbde("replay", tmp_path / "bag1", "--estimators", "dekf", "--out", tmp_path / "r", "--timings", timings)
+    assert proc.returncode == 0, proc.stderr
+    t = json.loads(timings.read_text())["bags"][0]
+    assert {"load", "tasks", "write", "metrics", "report", "plots_wait"} <= set(t["phases"])
+    assert set(t["estimators"]) == {"dekf"} and t["estimators"]["dekf"]["plot"] > 0

@@ -258,3 +258,23 @@ def test_replacing_a_model_attribute_regenerates_the_kernels(mechs):
     back = pickle.loads(pickle.dumps(m))
     assert back._fast() is not None
     np.testing.assert_array_equal(dynamics.forward(back, 0.0, q[0], qd[0])[1], dynamics.forward(m, 0.0, q[0], qd[0])[1])
+
+
+@pytest.mark.parametrize("name", ["fourbar", "fivebar", "loaded"])
+def test_ali3p_warm_multipliers_agree_with_cold_steps(mechs, name):
+    """Starting lambda* from the previous step (MBState.aux) changes the result only
+    within the Newton tolerance; constraints still hold to rounding."""
+    m = mechs[name]
+    q, qd = states(m, 1, seed=21)
+    it = get_integrator("ali3p")
+    warm = cold = MBState(q[0], qd[0], ref.initial_accelerations(ref.generic(m), 0.0, q[0], qd[0]))
+    for k in range(100):
+        warm = it.step(m, 1e-3 * k, warm, 1e-3)
+        c = it.step(m, 1e-3 * k, cold, 1e-3)
+        cold = MBState(c.q, c.qd, c.qdd, c.ok)  # aux dropped: lambda* from zero
+        assert warm.ok and cold.ok and warm.aux is not None
+    scale = max(1.0, m.length_scale)
+    assert np.max(np.abs(warm.q - cold.q)) < 1e-9 * scale
+    assert np.max(np.abs(warm.qd - cold.qd)) < 1e-7 * scale
+    assert np.max(np.abs(m.phi(warm.q))) < 1e-9 * scale**2
+    assert np.max(np.abs(m.phi_q(warm.q) @ warm.qd)) < 1e-8 * scale

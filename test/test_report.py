@@ -48,3 +48,21 @@ def test_summary_table_has_units_and_flags_values_outside_their_band():
     mixed = dict(doc, units={"z": ["rad", "m"], "zd": ["rad/s", "m/s"], "zdd": ["rad/s^2", "m/s^2"]})
     mixed["estimators"]["pf"]["metrics"]["rmse"]["z"] = [0.1, 0.02]
     assert "0.1 rad/0.02 m" in summary_table(mixed)
+
+
+def test_streamed_convergence_equals_the_whole_series():
+    from mbde_core.replay.convergence import ConvergenceMetrics
+
+    rng = np.random.default_rng(3)
+    t = np.arange(0, 3, 0.005)
+    err = np.where(t < 0.4, rng.normal(0, 0.5, t.size), rng.normal(0, 0.005, t.size))[:, None]
+    err[300] = 0.1  # one excursion after a first settling
+    probs = np.column_stack([np.where(t < 0.2, 0.5, 0.995), np.where(t < 0.2, 0.5, 0.005)])
+    whole = convergence_metrics(t, err, [True], 1.0, probs, np.zeros(t.size, int))
+    acc = ConvergenceMetrics([True], 1.0)
+    for k in range(0, t.size, 97):
+        acc.add(t[k:k + 97], err[k:k + 97], probs[k:k + 97], np.zeros(len(t[k:k + 97]), int))
+    got = acc.result()
+    assert got["converged_after"] == pytest.approx(whole["converged_after"], abs=1e-12)
+    assert got["rmse_settled"] == pytest.approx(whole["rmse_settled"], rel=1e-12)
+    assert got["branch_identified_after"] == pytest.approx(whole["branch_identified_after"], abs=1e-12)

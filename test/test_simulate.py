@@ -77,6 +77,7 @@ EXPECTED_TOPICS = {  # scenario: {sensor topic: (type, rate Hz)}
                        "/mbde/reference/crank_encoder": (cv.JOINT_STATE, 1 / 0.006)},
     "fourbar_gyro": {"/mbde/sensors/gyro_coupler": (cv.IMU, 200)},
     "fourbar_encoder": {"/mbde/sensors/encoder_crank": (cv.JOINT_STATE, 200)},
+    "fourbar_imu": {"/mbde/sensors/gyro_coupler": (cv.IMU, 200), "/mbde/sensors/accel_rocker": (cv.IMU, 200)},
     "fivebar_gyro": {"/mbde/sensors/gyro_coupler1": (cv.IMU, 200), "/mbde/sensors/gyro_coupler2": (cv.IMU, 200)},
     "fivebar_encoder": {"/mbde/sensors/encoder_crank1": (cv.JOINT_STATE, 200),
                         "/mbde/sensors/encoder_crank2": (cv.JOINT_STATE, 200)},

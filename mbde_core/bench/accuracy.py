@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import csv
 import json
-import multiprocessing
 import os
+import sys
 import time
 
 import numpy as np
@@ -33,8 +33,6 @@ CASES = {
 OBSERVERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm")
 FILTER_STEP = 0.005
 
-_TRUTHS = {}  # filled in the parent before forking the workers
-
 
 def add_arguments(p):
     p.add_argument("--out", required=True, help="output directory")
@@ -45,18 +43,24 @@ def add_arguments(p):
     p.add_argument("--cases", default=",".join(CASES), help="scenarios (default %(default)s)")
     p.add_argument("--duration", type=float, default=5.0, help="simulated seconds per run (default %(default)s)")
     p.add_argument("--config", help="estimator config YAML (default config/estimators/default.yaml)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: CPU count)")
+    p.add_argument("--scaling", metavar="N,N", help="also time the runs on each of these numbers of local workers "
+                   "(e.g. 1,2): speed-up, efficiency and the estimated wall time of 100 runs per cell on N workers")
+    from mbde_core import runs
+
+    runs.add_arguments(p, "variants")
 
 
-def _run_task(task):
-    """One (case, period, gravity error, run): every observer on the same readings."""
+def _run_task(truths, task):
+    """One (case, period, gravity error, run): every observer on the same readings.
+
+    truths: {case: TruthRecord} shared by all tasks (simulated once by the caller)."""
     from mbde_core.estimators import make_estimator
     from mbde_core.estimators.base import InitialState
     from mbde_core.estimators.metrics import coordinate_errors
     from mbde_core.estimators.stage import EstimatorStage
 
     case, period, gerr, run, names, configs = task
-    truth = _TRUTHS[case]
+    truth = truths[case]
     sc = truth.scenario.with_overrides(gravity_error=gerr)
     mech = sc.estimator_mechanism()
     sensors = sc.estimator_sensors()
@@ -100,7 +104,7 @@ def run(args) -> int:
     from mbde_core.errors import DataError
     from mbde_core.estimators.config_schema import load_estimator_configs
     from mbde_core.scenario import load_scenario
-    from mbde_core.simulator.progress import ProgressBar
+    from mbde_core import runs
 
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -112,30 +116,85 @@ def run(args) -> int:
     configs = load_estimator_configs(args.config or config_path("estimators", "default.yaml"), names)
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
+    truths = {}
     for case in cases:
         sc = load_scenario(config_path("scenarios", f"{case}.yaml"))
-        _TRUTHS[case] = TruthRecord(sc, args.duration)
-        print(f"truth {case}: {args.duration:g} s simulated in {_TRUTHS[case].wall_time:.1f} s")
+        truths[case] = TruthRecord(sc, args.duration)
+        print(f"truth {case}: {args.duration:g} s simulated in {truths[case].wall_time:.1f} s")
     tasks = [(c, p, g, r, names, configs) for c in cases for p in periods for g in gerrs for r in range(args.runs)]
-    rows = []
-    bar = ProgressBar("accuracy")
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(max(1, args.jobs)) as pool:
-        for k, out in enumerate(pool.imap_unordered(_run_task, tasks)):
-            rows.extend(out)
-            bar(k + 1, len(tasks))
-    bar.close()
+    t_runs = time.perf_counter()
+    outcomes = runs.run_tasks(_run_task, tasks, truths, label="accuracy", **runs.options(args))
+    wall_runs = time.perf_counter() - t_runs
+    scaling = None
+    if args.scaling:
+        scaling = _scaling(args, tasks, truths, outcomes)
+    rows = [row for o in outcomes if o.ok for row in o.value]
+    for line in runs.failures(outcomes, lambda i: "variant {} period {} gravity error {:g} run {}".format(*tasks[i][:4])):
+        print(f"failed: {line}", file=sys.stderr)
     rows.sort(key=lambda r: (r["case"], r["gravity_error"], r["period_steps"], r["estimator"], r["run"]))
     _write_csv(os.path.join(args.out, "accuracy.csv"), rows)
     summary = _summarise(rows)
     with open(os.path.join(args.out, "accuracy.json"), "w", encoding="utf-8") as fh:
         json.dump({"runs": args.runs, "duration_s": args.duration, "filter_step_s": FILTER_STEP,
-                   "cells": summary}, fh, indent=2, default=lambda x: None)
+                   "cells": summary, "scaling": scaling}, fh, indent=2, default=lambda x: None)
     print(format_tables(summary, names, periods))
+    if scaling:
+        print(scaling_table(scaling))
     _figures(args.out, summary, names, periods, gerrs)
-    print(f"\n{len(tasks)} variants x {len(names)} observers in {time.perf_counter() - t_start:.0f} s; "
+    cpu = sum(r["wall_s"] for r in rows)
+    print(f"\n{len(tasks)} variants x {len(names)} observers in {time.perf_counter() - t_start:.0f} s "
+          f"(runs {wall_runs:.0f} s wall, {cpu:.0f} s in the observers); "
           f"wrote {args.out}/accuracy.csv, accuracy.json, rmse_*.png, cost.png")
     return 0
+
+
+def _scaling(args, tasks, truths, reference) -> dict:
+    """Wall time of the same variants on each worker count of --scaling (local processes)."""
+    from mbde_core import runs
+
+    def key(outcomes):
+        return [None if not o.ok else [(r["estimator"], r["rmse_z"], r["rmse_zd"]) for r in o.value] for o in outcomes]
+
+    rows = []
+    for jobs in [int(j) for j in args.scaling.split(",") if j.strip()]:
+        t0 = time.perf_counter()
+        out = runs.run_tasks(_run_task, tasks, truths, label=f"{jobs} worker(s)", jobs=jobs)
+        rows.append({"workers": jobs, "wall_s": time.perf_counter() - t0, "identical": key(out) == key(reference)})
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    cells = len({t[:3] for t in tasks})
+    return {"variants": len(tasks), "cells": cells, "runs": args.runs, "duration_s": args.duration,
+            "observers": len(tasks[0][4]), "rows": rows, "load_average_1min_after": load}
+
+
+def scaling_table(sc: dict) -> str:
+    """Speed-up per worker count and the estimated wall time of 100 runs per cell."""
+    rows = sc["rows"]
+    base = next((r for r in rows if r["workers"] == 1), rows[0])
+    per_variant = base["wall_s"] * base["workers"] / sc["variants"]
+    lines = [f"\nScale-out: {sc['variants']} variants ({sc['cells']} cells x {sc['runs']} runs, {sc['observers']} observers, "
+             f"{sc['duration_s']:g} s each) on local worker processes",
+             f"{'workers':>8}{'wall [s]':>10}{'speed-up':>10}{'efficiency':>12}  identical to the first run"]
+    eff = 1.0
+    for r in rows:
+        sp = base["wall_s"] * base["workers"] / r["wall_s"]
+        e = sp / r["workers"]
+        if r["workers"] > 1:
+            eff = e
+        lines.append(f"{r['workers']:>8}{r['wall_s']:>10.1f}{sp:>9.2f}x{100 * e:>11.0f}%  {'yes' if r['identical'] else 'NO'}")
+    two = next((r for r in rows if r["workers"] == 2), None)
+    if two is not None:
+        sp2 = base["wall_s"] * base["workers"] / two["wall_s"]
+        lines.append(f"speed-up 1 -> 2 workers: {sp2:.2f}x (target >= 1.8x: {'met' if sp2 >= 1.8 else 'NOT met'})")
+    total = 100 * sc["cells"] * per_variant
+    lines.append(f"estimated wall time of 100 runs per cell ({100 * sc['cells']} variants, {sc['duration_s']:g} s each; "
+                 f"{per_variant:.2f} s per variant on one worker, {100 * eff:.0f} % efficiency):")
+    lines.append("  " + ", ".join(f"{n} workers {_duration(total / (n * (eff if n > 1 else 1.0)))}"
+                                  for n in (1, 2, 4, 8, 16, 32, 64)))
+    return "\n".join(lines)
+
+
+def _duration(s: float) -> str:
+    return f"{s / 3600:.1f} h" if s >= 5400 else f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
 
 
 def _write_csv(path, rows):

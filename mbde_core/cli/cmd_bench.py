@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-HELP = "benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001)"
+HELP = "benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001), replay"
 DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and figures into --out.
 
   accuracy   paper 003 matrix: {fourbar, fivebar} x {encoders, gyroscopes} x sensor period
@@ -18,10 +18,11 @@ DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and fig
   adekf      paper 004 ADE-KF experiments (slider-crank, exact vs learned map, MSC Adams)
   identify   paper 001 identification: coverage of seeded runs, iterations, wall time, and
              the paper-003 gravity-error bags replayed before/after calibration
+  replay     mbde replay at scale: wall-time breakdown of a 10 s replay, hour-long bags (time, memory)
 
 Run `mbde bench NAME --help` for the options of each."""
 
-BENCHES = ("accuracy", "speed", "pf", "adekf", "identify")
+BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay")
 
 
 def add_arguments(p):

@@ -51,3 +51,61 @@ def convergence_metrics(t, err, angular, length_scale: float, branch_p=None, tru
         out["branch_identified_after"] = settle_time(t, p_true > BRANCH_P)
         out["branch_probability_final"] = float(p_true[-1])
     return out
+
+
+class ConvergenceMetrics:
+    """:func:`convergence_metrics` computed in batches, in time order (streamed replays).
+
+    ``add(t, err, branch_p, true_branch)`` per batch; ``result()`` at the end."""
+
+    def __init__(self, angular, length_scale: float):
+        self.tol = np.where(np.asarray(angular, bool), ANGLE_TOL, LENGTH_TOL * max(length_scale, 1e-12))
+        self.t0 = None
+        self.t_conv = None  # first time of the current run of in-tolerance steps
+        self.sq = np.zeros(len(self.tol))
+        self.n = 0
+        self.t_branch = None
+        self.p_final = None
+        self.has_branch = False
+
+    def add(self, t, err, branch_p=None, true_branch=None) -> None:
+        t = np.asarray(t, float)
+        err = np.asarray(err, float)
+        if not len(t):
+            return
+        if self.t0 is None:
+            self.t0 = float(t[0])
+        ok = np.all(np.abs(err) <= self.tol, axis=1)
+        for k in range(len(t)):  # a batch has at most a few thousand steps
+            if ok[k]:
+                if self.t_conv is None:
+                    self.t_conv = float(t[k])
+                    self.sq[:] = 0.0
+                    self.n = 0
+                self.sq += err[k] ** 2
+                self.n += 1
+            else:
+                self.t_conv = None
+        if branch_p is not None and true_branch is not None:
+            self.has_branch = True
+            p = np.asarray(branch_p, float)
+            lab = np.asarray(true_branch, int)
+            inside = (lab >= 0) & (lab < p.shape[1])
+            p_true = np.where(inside, p[np.arange(len(p)), np.clip(lab, 0, p.shape[1] - 1)], 0.0)
+            for k in range(len(t)):
+                if p_true[k] > BRANCH_P:
+                    if self.t_branch is None:
+                        self.t_branch = float(t[k])
+                else:
+                    self.t_branch = None
+            self.p_final = float(p_true[-1])
+
+    def result(self) -> dict:
+        out = {"convergence_tolerance": self.tol.tolist(),
+               "converged_after": None if self.t_conv is None else self.t_conv - self.t0}
+        if self.t_conv is not None and self.n:
+            out["rmse_settled"] = np.sqrt(self.sq / self.n).tolist()
+        if self.has_branch:
+            out["branch_identified_after"] = None if self.t_branch is None else self.t_branch - self.t0
+            out["branch_probability_final"] = self.p_final
+        return out

@@ -1,17 +1,19 @@
 """Files written by ``mbde replay``: metrics.json, an estimates bag, report.md, PNG plots."""
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import os
 
 import numpy as np
 
+from mbde_core.replay.viewables import static_messages
 from mbde_core.rosio.bag import BagWriter
-from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE, PARTICLE_SET, STRING, particle_set_msg, string_msg
+from mbde_core.rosio.tf import TF_TOPIC
+from mbde_core.replay.encode import read_part, write_records_part
+from mbde_core.rosio.convert import STRING, string_msg
 from mbde_core.rosio.factory import RosbagsFactory
-from mbde_core.replay.viewables import ViewWriter
-from mbde_core.rosio.sensor_io import estimate_messages
 
 
 def _clean(obj):
@@ -32,17 +34,25 @@ def _clean(obj):
     return obj
 
 
-def write_metrics(path: str, inputs, runs) -> dict:
+def write_metrics(path: str, source, results) -> dict:
+    """metrics.json of one bag: source (ReplaySource or ReplayInputs), results: per
+    estimator objects with name, metrics, config; readings counts and skipped messages
+    from the first result that has them (every estimator reads the same bag)."""
+    counts = getattr(source, "counts", None) or next((r.counts for r in results if getattr(r, "counts", None)), {})
+    skipped = getattr(source, "skipped", None)
+    if skipped is None:
+        skipped = next((r.skipped for r in results if hasattr(r, "skipped")), {})
+    truth = getattr(source, "has_truth", None)
     doc = {
-        "bag": inputs.bag,
-        "mechanism": inputs.mechanism.name,
-        "independent_coordinates": inputs.mechanism.independent_names,
-        "duration_s": inputs.duration,
-        "ground_truth": inputs.truth is not None,
-        "readings": inputs.counts,
-        "skipped_messages": inputs.skipped,
-        "units": coordinate_units(inputs.mechanism),
-        "estimators": {r.name: {"metrics": r.metrics, "config": r.config} for r in runs},
+        "bag": source.bag,
+        "mechanism": source.mechanism.name,
+        "independent_coordinates": source.mechanism.independent_names,
+        "duration_s": source.duration,
+        "ground_truth": bool(truth if truth is not None else source.truth is not None),
+        "readings": counts,
+        "skipped_messages": skipped,
+        "units": coordinate_units(source.mechanism),
+        "estimators": {r.name: {"metrics": r.metrics, "config": r.config} for r in results},
     }
     doc = _clean(doc)
     with open(path, "w", encoding="utf-8") as fh:
@@ -57,40 +67,51 @@ def coordinate_units(mech) -> dict:
     return {"z": base, "zd": [f"{u}/s" for u in base], "zdd": [f"{u}/s^2" for u in base]}
 
 
-def write_estimates_bag(path: str, inputs, runs, storage: str = "sqlite3", description: str | None = None) -> None:
+def write_estimates_bag(path: str, source, results, storage: str = "sqlite3", description: str | None = None) -> dict:
     """Estimates as a ROS 2 bag: /mbde/<estimator>/state, /joint_states (+ /particles), and
-    TF and markers to view them (:mod:`mbde_core.replay.viewables`)."""
+    to view them /tf, /tf_static and markers (:mod:`mbde_core.replay.viewables`).
+
+    results: streamed runs (part file + topics, :mod:`mbde_core.replay.worker`) or
+    in-memory runs (records + particles, :class:`mbde_core.replay.runner.EstimatorRun`).
+    Merges the estimators' part files (each in time order; see
+    :mod:`mbde_core.replay.encode`) by (time, kind, estimator): at equal times the
+    estimates of every estimator come before the particle sets, in estimator order.
+    Streams: memory does not grow with the bag. Returns {topic: messages written}.
+    """
+    import tempfile
+
     f = RosbagsFactory()
-    mech = inputs.mechanism
-    with BagWriter(path, storage) as bag:
+    with tempfile.TemporaryDirectory() as tmp, BagWriter(path, storage) as bag:
+        parts = []  # (part file, [(topic, type)]) per run; in-memory runs are encoded first
+        for r in results:
+            if getattr(r, "part", None):
+                parts.append((r.part, r.topics))
+            else:
+                part = os.path.join(tmp, f"{r.name}.part")
+                parts.append((part, write_records_part(part, r.name, r.records, r.particles, source.mechanism)))
         if description:
             bag.add_topic("/mbde/description", STRING, "transient_local")
-            bag.write("/mbde/description", inputs.start, string_msg(f, description))
-        for r in runs:
-            ns = f"/mbde/{r.name}"
-            bag.add_topic(ns + "/state", MECHANISM_STATE)
-            bag.add_topic(ns + "/joint_states", JOINT_STATE)
-            if r.particles:
-                bag.add_topic(ns + "/particles", PARTICLE_SET)
-        frame = inputs.scenario.frame_id if inputs.scenario is not None else "world"
-        view = ViewWriter(bag, f, inputs, runs, frame)
-        events = []
-        for r in runs:
-            for rec in r.records:
-                events.append((rec.estimate.stamp, 0, r.name, rec.estimate))
-            for _, cloud in r.particles:
-                events.append((cloud.stamp, 1, r.name, cloud))
-        events.sort(key=lambda e: (e[0], e[1]))
-        for stamp, kind, name, obj in events:
-            view.until(stamp)
-            ns = f"/mbde/{name}"
-            if kind == 0:
-                state, joints = estimate_messages(f, obj, mech)
-                bag.write(ns + "/state", stamp, state)
-                bag.write(ns + "/joint_states", stamp, joints)
-            else:
-                bag.write(ns + "/particles", stamp, particle_set_msg(f, obj, mech.independent_names, "world"))
-        view.finish()
+            bag.write("/mbde/description", source.start, string_msg(f, description))
+        if any(t == TF_TOPIC for _, topics in parts for t, _ in topics):  # streamed runs carry TF: viewable
+            for topic, typename, msg in static_messages(f, source, [r.name for r in results]):
+                bag.add_topic(topic, typename, "transient_local")
+                bag.write(topic, source.start, msg)
+        added = set()
+        for _, topics in parts:
+            for topic, typename in topics:
+                if topic not in added:  # /tf is shared by the estimators
+                    bag.add_topic(topic, typename)
+                    added.add(topic)
+        streams = [_tagged(read_part(part), k) for k, (part, _) in enumerate(parts)]
+        names = [[t for t, _ in topics] for _, topics in parts]
+        for t_ns, _, run, _, topic, data in heapq.merge(*streams):
+            bag.write_raw_ns(names[run][topic], t_ns, data)
+        return dict(bag.counts)
+
+
+def _tagged(records, run: int):
+    for seq, (t_ns, kind, topic, data) in enumerate(records):
+        yield t_ns, kind, run, seq, topic, data
 
 
 def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde replay report") -> None:
@@ -147,7 +168,7 @@ def summary_table(doc: dict, markdown: bool = False) -> str:
         out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         out += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(out)
-    widths = [max(len(cols[i]), *(len(r[i]) for r in rows)) for i in range(len(cols))]
+    widths = [max([len(cols[i])] + [len(r[i]) for r in rows]) for i in range(len(cols))]
     line = lambda vals: "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
     flagged = any("(!)" in cell for r in rows for cell in r)
     return "\n".join([line(cols)] + [line(r) for r in rows]
