@@ -35,6 +35,21 @@ def test_bench_speed_tiny(tmp_path):
     assert doc["fourbar_gyro"]["ukf"]["mean_us"] > 0
 
 
+def test_bench_vi_tiny(tmp_path):
+    proc = run_mbde("bench", "vi", "--out", tmp_path, "--only", "oscillator,kalman,pendulum,crane,ekf", "--runs", "1",
+                    "--particles", "50", "--duration", "1", "--ekf-periods", "0.05", "--ekf-duration", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert set(doc) == {"oscillator", "kalman", "pendulum", "crane", "ekf"}
+    osc = {(r["scheme"], r["t"]): r for r in doc["oscillator"]}
+    assert osc[("midpoint", 60.0)]["area_noise_free"] == osc[("midpoint", 0.0)]["area_noise_free"]
+    assert osc[("euler", 60.0)]["area_noise_free"] > 10 * osc[("euler", 0.0)]["area_noise_free"]
+    assert {r["filter"] for r in doc["crane"]} == {"vipf midpoint", "pf rk4", "pf euler"}
+    for name in ("oscillator.png", "kalman.png", "crane.png", "ekf.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+    assert "Planar crane" in proc.stdout and "VI-EKF vs errorEKF" in proc.stdout
+
+
 def test_bench_replay_streaming_tiny(tmp_path):
     proc = run_mbde("bench", "replay", "--out", tmp_path, "--only", "streaming", "--durations", "1")
     assert proc.returncode == 0, proc.stderr

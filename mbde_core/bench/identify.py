@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import csv
 import json
-import multiprocessing
 import os
+import sys
 import time
 
 import numpy as np
@@ -47,13 +47,20 @@ def add_arguments(p):
     p.add_argument("--loop", action=argparse_bool(), default=True, help="also close the loop on the paper-003 cases (default on)")
     p.add_argument("--loop-cases", default="fourbar_gyro,fourbar_encoder,fivebar_gyro,fivebar_encoder",
                    help="paper-003 scenarios for the before/after replay (default %(default)s)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: CPU count)")
+    from mbde_core import runs
+
+    runs.add_arguments(p, "identification runs")
 
 
 def argparse_bool():
     import argparse
 
     return argparse.BooleanOptionalAction
+
+
+def _case_task(shared, task) -> dict:
+    """mbde_core.runs task (nothing shared): one seeded identification run."""
+    return run_case(task)
 
 
 def run_case(task) -> dict:
@@ -137,8 +144,8 @@ def format_coverage(summary) -> str:
 
 
 def run(args) -> int:
+    from mbde_core import runs
     from mbde_core.errors import DataError
-    from mbde_core.simulator.progress import ProgressBar
 
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     bad = [c for c in cases if c not in CASES]
@@ -147,14 +154,11 @@ def run(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
     tasks = [(c, r, args.offset) for c in cases for r in range(args.runs)]
-    rows = []
-    bar = ProgressBar("identify")
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(max(1, args.jobs)) as pool:
-        for k, row in enumerate(pool.imap_unordered(run_case, tasks)):
-            rows.append(row)
-            bar(k + 1, len(tasks))
-    bar.close()
+    outcomes = runs.run_tasks(_case_task, tasks, label="identify", **runs.options(args))
+    rows = [o.value for o in outcomes if o.ok]
+    for line in runs.failures(outcomes, lambda i: "case {} run {}".format(*tasks[i][:2])):
+        print(f"failed: {line}", file=sys.stderr)
+    jobs = "Dask" if args.scheduler else args.jobs or runs.default_jobs()
     rows.sort(key=lambda r: (cases.index(r["case"]), r["run"]))
     summary = summarise(rows)
     with open(os.path.join(args.out, "coverage.csv"), "w", newline="", encoding="utf-8") as fh:
@@ -168,13 +172,13 @@ def run(args) -> int:
                             r.get("iterations", ""), r.get("passes", ""), f"{r['wall_s']:.3f}", r["failed"]])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(format_coverage(summary))
-    print(f"(wall times with {args.jobs} parallel job(s), load average {load:.1f}; paper 001: 4-6 iterations; "
+    print(f"(wall times with {jobs} parallel job(s), load average {load:.1f}; paper 001: 4-6 iterations; "
           f"target four-bar 10 s at 200 Hz, 4 parameters: <= 10 s)")
     doc = {"coverage": summary, "runs": rows, "load_average": load}
     if args.loop:
         from mbde_core.bench.identify_loop import close_the_loop, format_loop
 
-        loop = close_the_loop([c.strip() for c in args.loop_cases.split(",") if c.strip()], args.out, args.jobs)
+        loop = close_the_loop([c.strip() for c in args.loop_cases.split(",") if c.strip()], args.out, args.jobs)  # local
         print(format_loop(loop))
         doc["loop"] = loop
     with open(os.path.join(args.out, "identify.json"), "w", encoding="utf-8") as fh:

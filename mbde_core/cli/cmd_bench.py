@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-HELP = "benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001), replay"
+HELP = "benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001), replay, vi (paper 002)"
 DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and figures into --out.
 
   accuracy   paper 003 matrix: {fourbar, fivebar} x {encoders, gyroscopes} x sensor period
@@ -19,10 +19,12 @@ DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and fig
   identify   paper 001 identification: coverage of seeded runs, iterations, wall time, and
              the paper-003 gravity-error bags replayed before/after calibration
   replay     mbde replay at scale: wall-time breakdown of a 10 s replay, hour-long bags (time, memory)
+  vi         paper 002 variational-integrator filters (oscillator clouds, symplectic Kalman,
+             crane VI PF vs RK4/Euler PF, VI-EKF vs errorEKF, VI step speed)
 
 Run `mbde bench NAME --help` for the options of each."""
 
-BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay")
+BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay", "vi")
 
 
 def add_arguments(p):
