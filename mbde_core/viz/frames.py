@@ -13,7 +13,8 @@ Sensor frames (the readings' ``header.frame_id``) hang below the frame they are 
 - body accelerometer: at ``offset``, x along its first axis (``axes[0]``);
 - point or slider accelerometer: at the moving point with world-fixed axes (x along the
   first axis), so a *moving* frame below ``world``, not a static one;
-- slider position sensor: at the slider track's origin, x along the track (static).
+- slider position sensor: at the slider track's origin, x along the track (static);
+- point position sensor: at its point with world axes (moving).
 
 A frame is a planar rigid transform (x, y, yaw); :attr:`FrameTransform.quaternion` is
 the rotation about z as a unit quaternion (transforms3d), in ROS's (x, y, z, w) order.
@@ -97,6 +98,9 @@ class MechanismFrames:
             if s.body >= 0:
                 return FrameTransform(self.body_frame(s.body), frame, s.offset[0], s.offset[1], s.axes[0])
             self._moving_sensors.append((frame, s.point, s.axes[0]))
+            return None
+        if kind == "point_position":  # a tracked point (camera, marker): world axes, at the point
+            self._moving_sensors.append((frame, s.point, 0.0))
             return None
         if kind == "slider_position":
             return FrameTransform(self.world, frame, float(s.origin[0]), float(s.origin[1]),
