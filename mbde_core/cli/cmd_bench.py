@@ -39,8 +39,17 @@ def add_arguments(p):
             continue
         sp = sub.add_parser(name, help=getattr(mod, "HELP", name), description=mod.__doc__)
         mod.add_arguments(sp)
+        if not any("--force" in a.option_strings for a in sp._actions):
+            sp.add_argument("--force", action="store_true", help="write into an existing, non-empty --out folder")
         sp.set_defaults(_bench_module=mod)
 
 
 def run(args) -> int:
+    import os
+
+    from mbde_core.errors import DataError
+
+    out = getattr(args, "out", None)
+    if out and os.path.isdir(out) and os.listdir(out) and not args.force:
+        raise DataError(f"--out: {out} exists and is not empty (use --force to write into it)")
     return int(args._bench_module.run(args) or 0)

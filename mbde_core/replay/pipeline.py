@@ -150,7 +150,7 @@ def _write_bag(bo: BagOutcome, source, storage: str, plots: bool) -> None:
         summary.join()
         if summary.exitcode == 0:
             pngs.append(os.path.join(bo.out, "summary.png"))
-    pngs += [r.plot for r in results if r.plot]
+    pngs += [r.plot for r in results if r.plot] + [p for r in results for p in r.extra_plots]
     bo.timings["plots_wait"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     write_report(os.path.join(bo.out, "report.md"), bo.doc, pngs)

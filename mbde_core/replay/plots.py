@@ -71,8 +71,11 @@ def plot_run(path: str, source, run, series: dict | None = None) -> str:
 
 
 def plot_summary(path: str, doc: dict) -> str:
-    """Bar charts of RMSE(z) and mean step time per estimator."""
+    """Bar charts of RMSE(z) and mean step time per estimator, linear axes from zero (a
+    truncated log axis makes small differences look large)."""
     plt = _plt()
+    units = (doc.get("units") or {}).get("z") or []
+    unit = units[0] if units and all(u == units[0] for u in units) else ""
     names = list(doc["estimators"])
     rmse = [((doc["estimators"][n]["metrics"] or {}).get("rmse") or {}).get("z") for n in names]
     cost = [((doc["estimators"][n]["metrics"] or {}).get("step_time_us") or {}).get("mean") for n in names]
@@ -80,12 +83,37 @@ def plot_summary(path: str, doc: dict) -> str:
     if any(r is not None for r in rmse):
         vals = [np.sqrt(np.mean(np.square(r))) if r else np.nan for r in rmse]
         axes[0].bar(names, vals, color="C3")
-        axes[0].set_ylabel("RMSE z (rms over coordinates)")
-        axes[0].set_yscale("log")
+        axes[0].set_ylabel(f"RMSE z{f' [{unit}]' if unit else ''} (rms over coordinates)")
     axes[1].bar(names, [c or 0 for c in cost], color="C0")
     axes[1].set_ylabel("mean step time [us]")
     for ax in axes:
+        ax.set_ylim(bottom=0.0)
         ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_branches(path: str, source, run) -> str | None:
+    """Assembly-branch probabilities over time (run.series 'bp', thinned by the replay
+    worker), the true branch drawn thicker; None if the estimator reports none."""
+    ser = run.series
+    bp, t = ser.get("bp"), ser.get("t")
+    if bp is None or t is None or len(bp) != len(t) or not len(t):
+        return None
+    plt = _plt()
+    t = np.asarray(t) - t[0]
+    truth = getattr(source, "initial_branch", None)
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for b in range(bp.shape[1]):
+        true = b == truth
+        ax.plot(t, bp[:, b], lw=2.0 if true else 1.2, label=f"branch {b}" + (" (truth at the start)" if true else ""))
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("t [s] since the first estimate")
+    ax.set_ylabel("probability")
+    ax.set_title(f"{run.name}: assembly-branch probabilities")
+    ax.legend(loc="center right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
