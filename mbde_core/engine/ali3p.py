@@ -54,6 +54,9 @@ class ALI3P:
         self.max_iter = max_iter
 
     def step(self, mech, t, state: MBState, h, extra_zdd=None) -> MBState:
+        if getattr(mech, "drivers", None):
+            raise ValueError(f"ali3p does not support the time-dependent driving constraints of {mech.name!r} "
+                             "(use rk4, euler, midpoint or symplectic_euler)")
         if isinstance(state.q, np.ndarray) and state.q.ndim == 1 and state.qdd is not None:  # one state
             q0, qd0, qdd0, single = state.q[None], state.qd[None], state.qdd[None], True
         else:
