@@ -41,7 +41,7 @@ step: 0.001
 
 def test_shipped_scenarios_are_the_documented_set():
     assert SHIPPED == ["adekf_slider_crank", "fivebar_encoder", "fivebar_gyro", "fourbar_encoder",
-                       "fourbar_gyro", "pendulum_release", "pf_rig_branch0", "pf_rig_branch1", "pf_sim"]
+                       "fourbar_gyro", "fourbar_imu", "pendulum_release", "pf_rig_branch0", "pf_rig_branch1", "pf_sim"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import multiprocessing
 import os
 
 import yaml
@@ -91,10 +90,16 @@ def close_the_loop(cases, out: str, jobs: int) -> list:
     root = os.path.join(out, "loop")
     os.makedirs(root, exist_ok=True)
     tasks = [(c, g, root) for c in cases for g in GRAVITY_ERRORS]
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(max(1, min(jobs, len(tasks)))) as pool:
-        rows = pool.map(loop_case, tasks)
-    return rows
+    from mbde_core import runs
+
+    outcomes = runs.run_tasks(_loop_task, tasks, label="closing the loop", jobs=jobs)  # local: work files
+    return [o.value if o.ok else {"case": t[0], "gravity_error": t[1], "failed": True, "error": o.error}
+            for o, t in zip(outcomes, tasks)]
+
+
+def _loop_task(shared, task) -> dict:
+    """mbde_core.runs task (nothing shared)."""
+    return loop_case(task)
 
 
 def format_loop(rows) -> str:

@@ -38,7 +38,7 @@ its :class:`EstimatorStage`, as in ``mbde replay``.
 
 Writes DIR/tracking.csv, branches.csv, integrators.csv, sweep.csv, speed.csv, results.json and the figures
 tracking.png (Fig. 7), branches.png (Fig. 11), sweep.png (Fig. 8), speed.png; prints the
-tables. Runs use ``--jobs`` processes (default: CPU count); the speed part runs alone.
+tables. Runs use ``--jobs`` local processes (default: CPU count) or a Dask cluster (``--scheduler``); the speed part runs alone.
 """
 from __future__ import annotations
 
@@ -46,7 +46,6 @@ import copy
 import csv
 import json
 import math
-import multiprocessing
 import os
 import time
 
@@ -68,7 +67,7 @@ TARGET = 2e6  # particle-steps/s at 1e4 particles (issue 5)
 EXPERIMENTS = ("tracking", "branches", "integrators", "sweep", "speed")
 PAPER_VARIANT = {"uniform": {"particles": 0, "velocity_proposal": False}}
 
-_TRUTHS: dict = {}  # filled in the parent before forking the workers
+_TRUTHS: dict = {}  # key -> TruthRecord: filled by run(), and in each worker by _task
 _MODELS: dict = {}  # per worker: (truth key, error %) -> (mechanism, sensors, scenario)
 
 
@@ -87,7 +86,9 @@ def add_arguments(p):
     p.add_argument("--duration", type=float, default=10.0, help="pf_sim duration [s] (default %(default)s)")
     p.add_argument("--particles", default=",".join(str(n) for n in SPEED_N),
                    help="speed: particle counts (default %(default)s)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: CPU count)")
+    from mbde_core import runs
+
+    runs.add_arguments(p, "filter runs")
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -201,7 +202,9 @@ def run_pf(key: str, cfg: dict, seed: int, error: float = 0.0, series: bool = Tr
     return out
 
 
-def _task(task):
+def _task(truths, task):
+    """One PF run (mbde_core.runs task); truths: {key: TruthRecord} shared by all tasks."""
+    _TRUTHS.update(truths)
     kind, key, variant, cfg, seed, error, sigma, series = task
     try:
         res = run_pf(key, cfg, seed, error, series)
@@ -589,7 +592,7 @@ def run(args) -> int:
     from mbde_core.bench.common import TruthRecord, config_path
     from mbde_core.errors import DataError
     from mbde_core.scenario import load_scenario
-    from mbde_core.simulator.progress import ProgressBar
+    from mbde_core import runs
 
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     bad = only - set(EXPERIMENTS)
@@ -645,13 +648,14 @@ def run(args) -> int:
     results = []
     if tasks:
         tasks.sort(key=lambda t: (t[1] not in ("sim0", "sweep"), t[0] != "sweep"))  # long runs first
-        bar = ProgressBar("pf runs")
-        ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(max(1, args.jobs)) as pool:
-            for k, res in enumerate(pool.imap_unordered(_task, tasks)):
-                results.append(res)
-                bar(k + 1, len(tasks))
-        bar.close()
+        outcomes = runs.run_tasks(_task, tasks, dict(_TRUTHS), label="pf runs", **runs.options(args))
+        for o, task in zip(outcomes, tasks):
+            if o.ok:
+                results.append(o.value)
+            else:  # the worker itself failed: report the run as failed, keep the others
+                kind, key, variant, _, seed, error, sigma, _ = task
+                results.append({"failed": True, "error": o.error, "kind": kind, "truth": key, "variant": variant,
+                                "seed": seed, "error_pct": error, "sigma_a": sigma})
     doc = {"runs": args.runs, "seed": args.seed, "duration_s": args.duration}
     text = []
     keys = ["kind", "truth", "variant", "error_pct", "sigma_a", "seed", "convergence_s", "rmse_deg", "rmse_all_deg",

@@ -1,9 +1,9 @@
 """mbde replay: run estimators on a ROS 2 bag and evaluate them (no ROS needed)."""
 from __future__ import annotations
 
-import os
-import shutil
 import sys
+
+from mbde_core.cli.outputs import DEFAULT_STORAGE
 
 HELP = "run estimators on a ROS 2 bag; write metrics.json, an estimates bag, report.md and plots"
 DESCRIPTION = """Replay the sensor readings of a ROS 2 bag (sqlite3 or mcap) through one or more
@@ -12,7 +12,11 @@ estimators, each in its fixed-step stage exactly as the live `estimator` node ru
 The model and the sensors come from the bag's /mbde/description (bags written by
 `mbde simulate`, including the scenario's model errors) or from --mechanism/--sensors.
 If the bag has ground truth (/mbde/ground_truth), accuracy and consistency metrics are
-computed; otherwise only costs and counters.
+computed; otherwise only costs and counters, unless `--reference smoother`: then each
+bag is first smoothed (`mbde smooth`, options from the config's `smoother:` section) and
+RMSE and NEES compare with the smoothed trajectory (NEES with the filter's covariance
+minus the smoother's); metrics.json ("reference") and the report say which reference
+was used.
 
 Writes into OUT: metrics.json (per estimator: RMSE of z, zd, zdd, max error, mean NEES
 and NIS with their 95 % chi-square bands, fraction of steps in the band, innovation
@@ -22,29 +26,43 @@ bag with /mbde/<estimator>/state and /mbde/<estimator>/joint_states, playable wi
 
 
 def add_arguments(p):
+    from mbde_core import runs
     from mbde_core.estimators.registry import ESTIMATOR_NAMES
 
-    p.add_argument("bag", help="ROS 2 bag directory")
+    p.add_argument("bag", nargs="+", help="ROS 2 bag directories, or folders holding bags")
     p.add_argument("--estimators", default="ukf,errorekf,dekf,cekf,diekfpm",
                    help=f"comma-separated list from: {', '.join(ESTIMATOR_NAMES)} (default: %(default)s)")
     p.add_argument("--config", help="estimator config YAML (see config/estimators/); default options otherwise")
     p.add_argument("--mechanism", help="mechanism YAML (instead of the bag's description)")
     p.add_argument("--sensors", help="sensor YAML with a `sensors:` list (with --mechanism)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--storage", choices=("sqlite3", "mcap"), default="sqlite3", help="storage of the estimates bag")
+    p.add_argument("--out", required=True, help="output directory (several bags: one sub-folder per bag + summary)")
+    p.add_argument("--storage", choices=("mcap", "sqlite3"), default=DEFAULT_STORAGE,
+                   help="storage of the estimates bag (default %(default)s)")
+    p.add_argument("--reference", choices=("truth", "smoother"), default="truth",
+                   help="what RMSE/NEES compare with: the bag's ground truth (default; none: metrics omitted) "
+                        "or the batch smoother of the same readings (bags without ground truth)")
+    p.add_argument("--reorder-window", type=float, default=None, metavar="S",
+                   help="the estimator stage's reorder window [s], as the live node's reorder_window parameter "
+                        "(default: its default, 0.02): raise it for bags whose readings were recorded late")
     p.add_argument("--seed", type=int, default=0, help="run seed; each estimator draws from (seed, its name), whatever its position in --estimators (default 0)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--timings", metavar="FILE", help="write the wall-time breakdown (load, estimators, writing, "
+                   "metrics, report, plots) as JSON (used by `mbde bench replay`)")
+    runs.add_arguments(p, "(bag, estimator) runs")
 
 
 def run(args) -> int:
+    import time
+
+    t_run = time.time()
+    from mbde_core import runs
+    from mbde_core.cli.outputs import prepare_output_dir, results_like
     from mbde_core.errors import DataError
     from mbde_core.estimators.config_schema import load_estimator_configs
     from mbde_core.estimators.registry import ESTIMATOR_NAMES
-    from mbde_core.replay.inputs import load_inputs
-    from mbde_core.replay.outputs import summary_table, write_estimates_bag, write_metrics, write_report
-    from mbde_core.replay.runner import evaluate, run_estimator
-    from mbde_core.simulator.progress import ProgressBar
+    from mbde_core.replay.outputs import summary_table
+    from mbde_core.replay.pipeline import find_bags, replay, summary_rows, summary_text
 
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     bad = [n for n in names if n not in ESTIMATOR_NAMES]
@@ -52,41 +70,38 @@ def run(args) -> int:
         raise DataError(f"--estimators: unknown {', '.join(bad) or '(empty)'} (choose from {', '.join(ESTIMATOR_NAMES)})")
     if args.sensors and not args.mechanism:
         raise DataError("--sensors needs --mechanism")
+    if args.reorder_window is not None and not 0.0 <= args.reorder_window <= 60.0:
+        raise DataError(f"--reorder-window: must be in [0, 60] s, got {args.reorder_window}")
     configs = load_estimator_configs(args.config, names)
-    if os.path.exists(args.out):
-        if not args.force:
-            raise DataError(f"--out: {args.out} exists (use --force to replace it)")
-        shutil.rmtree(args.out)
-    inputs = load_inputs(args.bag, args.mechanism, args.sensors)
-    os.makedirs(args.out)
-    print(f"bag {args.bag}: {inputs.mechanism.name}, {inputs.duration:.3f} s, "
-          + ", ".join(f"{k} {v} readings" for k, v in inputs.counts.items())
-          + ("" if inputs.truth is not None else "; no ground truth"))
-    runs = []
-    for name in names:
-        bar = ProgressBar(f"{name:<9}")
-        r = run_estimator(inputs, name, configs[name], seed=args.seed, progress=bar)
-        bar.close()
-        if r.counters["estimator_errors"]:
-            print(f"warning: {name} failed {r.counters['estimator_errors']} time(s), first at t = "
-                  f"{r.counters['first_estimator_error_at']} s (last: {r.counters['last_estimator_error']}); "
-                  "each failure restarted its track from the initial guess at the next reading, as the live node does",
-                  file=sys.stderr)
-        evaluate(inputs, r)
-        runs.append(r)
-    doc = write_metrics(os.path.join(args.out, "metrics.json"), inputs, runs)
-    description = None
-    if inputs.scenario is not None:
-        from mbde_core.scenario.description import write_description
-
-        description = write_description(inputs.scenario)
-    write_estimates_bag(os.path.join(args.out, "estimates"), inputs, runs, args.storage, description)
-    plots = []
-    if not args.no_plots:
-        from mbde_core.replay.plots import write_plots
-
-        plots = write_plots(args.out, inputs, runs, doc)
-    write_report(os.path.join(args.out, "report.md"), doc, plots)
-    print(summary_table(doc))
-    print(f"wrote {args.out}: metrics.json, estimates/ ({args.storage}), report.md" + (f", {len(plots)} plots" if plots else ""))
+    bags = find_bags(args.bag)
+    prepare_output_dir(args.out, args.force, "replay", results_like("metrics.json", "report.md", "summary.csv"))
+    outcomes = replay(bags, names, configs, args.out, storage=args.storage, seed=args.seed, plots=not args.no_plots,
+                      mechanism_file=args.mechanism, sensors_file=args.sensors, reference=args.reference,
+                      config_file=args.config, reorder_window=args.reorder_window, **runs.options(args))
+    for bo in outcomes:
+        if len(outcomes) == 1 and bo.doc is not None:
+            print(summary_table(bo.doc))
+        print(f"wrote {bo.out}: metrics.json, estimates/ ({args.storage}), report.md"
+              + (f", {len(bo.plots)} plots" if bo.plots else ""))
+    if len(outcomes) > 1:
+        print(summary_text(summary_rows(outcomes)))
+        print(f"wrote {args.out}/summary.csv, summary.md")
+    if args.timings:
+        _write_timings(args.timings, t_run, outcomes)
+    failed = sum(len(bo.failed) for bo in outcomes)
+    if failed:
+        print(f"{failed} run(s) failed (see above); the others were written", file=sys.stderr)
+        return 1
     return 0
+
+
+def _write_timings(path: str, t_run: float, outcomes) -> None:
+    import json
+    import time
+
+    doc = {"run_start_unix": t_run, "run_end_unix": time.time(),
+           "bags": [{"bag": bo.bag, "phases": bo.timings,
+                     "estimators": {r.name: {"wall": r.wall_time, **r.timings} for r in bo.results}}
+                    for bo in outcomes]}
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)

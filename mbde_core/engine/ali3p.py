@@ -18,14 +18,20 @@ formulation of the mbde-matlab and libmbse toolkits):
 Constraints hold to the Newton tolerance at every step, so long simulations do not
 drift. Single states only (the simulator integrates one ground truth).
 
-Speed (same arithmetic as the textbook form above, operation for operation, so results
-are unchanged to the last bit): Phi and Phi_q come from the mechanism's generated
-kernels; the force Jacobians are evaluated only when a load depends on q or qd (gravity,
-constant and time-dependent forces have none: K = C = 0, and M - 0 = M exactly); the
-projection matrix is factorised once with LAPACK getrf and the 2 x ``projections``
-solves reuse it through getrs, called directly (no argument-checking wrappers).
+Speed (a step from a state without multipliers is the textbook form above operation for
+operation, bit for bit): the multipliers lambda* start from the previous step's converged values
+(``MBState.aux``; Bayo & Ledesma 1996) instead of zero: at 1 ms the Newton iteration
+then converges in 2 iterations instead of 5. Phi and Phi_q come together from the
+mechanism's generated kernels (one evaluation per iterate, reused for lambda*, the next
+iteration and the projections); Q and the force Jacobians are evaluated once per step
+unless a load depends on q or qd (gravity, constant and time-dependent forces: K = C =
+0, and M - 0 = M exactly); the projection matrix is
+factorised once with LAPACK getrf and the 2 x ``projections`` solves reuse it through
+getrs, called directly (no argument-checking wrappers).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import scipy.linalg
@@ -48,7 +54,13 @@ class ALI3P:
         self.max_iter = max_iter
 
     def step(self, mech, t, state: MBState, h, extra_zdd=None) -> MBState:
-        q0, qd0, qdd0, single = state.batch()
+        if getattr(mech, "drivers", None):
+            raise ValueError(f"ali3p does not support the time-dependent driving constraints of {mech.name!r} "
+                             "(use rk4, euler, midpoint or symplectic_euler)")
+        if isinstance(state.q, np.ndarray) and state.q.ndim == 1 and state.qdd is not None:  # one state
+            q0, qd0, qdd0, single = state.q[None], state.qd[None], state.qdd[None], True
+        else:
+            q0, qd0, qdd0, single = state.batch()
         if not single and q0.shape[0] != 1:
             out = [self.step(mech, t, MBState(q0[k], qd0[k], None if qdd0 is None else qdd0[k]), h,
                              None if extra_zdd is None else np.asarray(extra_zdd)[k]) for k in range(q0.shape[0])]
@@ -65,21 +77,22 @@ class ALI3P:
             R0 = kinematics.r_matrix(mech, q0)
             Qe = M @ R0 @ np.asarray(extra_zdd, dtype=float).reshape(mech.dof)
         ev = _Evaluator(mech, t1, Qe)
-        # penalty scaled to the mass matrix and the geometry
-        alpha = self.penalty * max(np.max(np.abs(np.diag(M))), 1e-12) / max(mech.length_scale, 1e-12) ** 2
+        alpha = ev.alpha(self.penalty)
         qdh = -((2.0 / h) * q0 + qd0)
         qddh = -((4.0 / h**2) * q0 + (4.0 / h) * qd0 + qdd0)
         q1 = q0 + h * qd0 + 0.5 * h * h * qdd0
-        lam = np.zeros(mech.m)
+        warm = isinstance(state.aux, _Multipliers) and len(state.aux.lam) == mech.m and state.aux.h == h
+        lam = np.array(state.aux.lam, dtype=float) if warm else np.zeros(mech.m)
         scale = max(1.0, mech.length_scale)
         ok = False
+        Q = Kf = Cf = None
+        Phi, J = ev.phi_and_jacobian(q1)
         for _ in range(self.max_iter):
-            qd1 = (2.0 / h) * q1 + qdh
+            qd1 = (2.0 / h) * q1 + qdh if ev.state_dependent or Q is None else None
             qdd1 = (4.0 / h**2) * q1 + qddh
-            Phi = ev.phi(q1)
-            J = ev.phi_q(q1)
-            Q = ev.forces(q1, qd1)
-            Kf, Cf = ev.force_jacobians(q1, qd1)
+            if qd1 is not None:  # forces depend on the state (or the first iteration)
+                Q = ev.forces(q1, qd1)
+                Kf, Cf = ev.force_jacobians(q1, qd1)
             if Kf is None:  # = the line below with K = C = 0
                 fq = M + 0.25 * h * h * (alpha * J.T @ J)
             else:
@@ -87,13 +100,13 @@ class ALI3P:
             f = 0.25 * h * h * (M @ qdd1 + J.T @ (alpha * Phi + lam) - Q)
             dq = -solve_one(fq, f)  # = numpy.linalg.solve
             q1 = q1 + dq
-            lam = lam + alpha * ev.phi(q1)
+            Phi, J = ev.phi_and_jacobian(q1)  # for lambda*, the next iteration, the projections
+            lam = lam + alpha * Phi
             if fastpath.maxabs(dq.tolist()) <= self.tol * scale:  # = np.max(np.abs(dq)), NaN included
                 ok = True
                 break
         qd_star = (2.0 / h) * q1 + qdh
         qdd_star = (4.0 / h**2) * q1 + qddh
-        J = ev.phi_q(q1)
         Kf, Cf = ev.force_jacobians(q1, qd_star)
         W = M if Kf is None else M - 0.5 * h * Cf - 0.25 * h * h * Kf
         fq = W + 0.25 * h * h * alpha * J.T @ J
@@ -107,9 +120,20 @@ class ALI3P:
         qdd1 = qdd_star
         for _ in range(self.projections):
             qdd1 = lu.solve(W @ qdd1 - rhs_a)
-        ok = ok and bool(fastpath.maxabs(ev.phi(q1).tolist()) <= 1e-9 * max(1.0, mech.length_scale**2))
+        ok = ok and bool(fastpath.maxabs(Phi.tolist()) <= 1e-9 * max(1.0, mech.length_scale**2))
+        ok = ok and math.isfinite(sum(qd1.tolist()) + sum(qdd1.tolist()))
         return MBState(q1 if single else q1[None], qd1 if single else qd1[None],
-                       qdd1 if single else qdd1[None], ok if single else np.array([ok]))
+                       qdd1 if single else qdd1[None], ok if single else np.array([ok]),
+                       _Multipliers(lam.tolist(), h) if single else None)
+
+
+class _Multipliers:
+    """The converged augmented-Lagrangian multipliers lambda* (list of m floats) of a step
+    (MBState.aux): the next step of the same size starts its iteration from them instead
+    of zero (Bayo & Ledesma 1996), which saves ~3 of 5 Newton iterations at 1 ms."""
+
+    def __init__(self, lam, h):
+        self.lam, self.h = lam, h
 
 
 class _Evaluator:
@@ -125,6 +149,16 @@ class _Evaluator:
         self.K = fastpath.kernels(mech)
         loads = mech.loads
         self.constant_jacobians = not (loads.position_dependent or loads.velocity_dependent)
+        self.state_dependent = not self.constant_jacobians  # Q(t1, q, qd) varies within a step
+
+    def alpha(self, penalty: float) -> float:
+        """Penalty scaled to the mass matrix and the geometry (cached per mechanism)."""
+        mech = self.mech
+        key = ("ali3p_alpha", penalty)
+        cache = mech.__dict__.setdefault("_ali3p_cache", {})
+        if key not in cache:
+            cache[key] = penalty * max(np.max(np.abs(np.diag(mech.M))), 1e-12) / max(mech.length_scale, 1e-12) ** 2
+        return cache[key]
 
     def phi(self, q):
         K = self.K
@@ -132,6 +166,18 @@ class _Evaluator:
             return self.mech.phi(q)
         x = q.tolist()
         return np.array(K.scalar.phi(x, K.scalar.trig(x)))
+
+    def phi_and_jacobian(self, q):
+        """(Phi (m,), Phi_q (m, n)) at q, sharing the sines and cosines (kernels)."""
+        K = self.K
+        if K is None:
+            return self.mech.phi(q), self.mech.phi_q(q)
+        S = K.scalar
+        x = q.tolist()
+        tr = S.trig(x)
+        J = np.zeros(K.m * K.n)
+        J[K.jac_flat] = S.jac_values(x, tr)
+        return np.array(S.phi(x, tr)), J.reshape(K.m, K.n)
 
     def phi_q(self, q):
         return self.mech.phi_q(q)
@@ -154,8 +200,9 @@ class _Evaluator:
 class _LU:
     """LU factors of a square matrix: scipy.linalg.lu_factor/lu_solve without the wrappers.
 
-    Same LAPACK routines (getrf/getrs), so the same numbers; non-finite input raises the
-    same ValueError as the wrappers' checks.
+    Same LAPACK routines (getrf/getrs), so the same numbers; a non-finite matrix raises the
+    same ValueError as the wrapper's check (right-hand sides are not checked: a non-finite
+    one gives a non-finite solution, which the step reports as not ok).
     """
 
     def __init__(self, A):
@@ -166,7 +213,6 @@ class _LU:
             self.lu, self.piv = scipy.linalg.lu_factor(A)
 
     def solve(self, b):
-        if not np.all(np.isfinite(b)):
-            scipy.linalg.lu_solve((self.lu, self.piv), b)  # raises ValueError
+        """x with A x = b (non-finite b gives non-finite x: the step then reports not ok)."""
         x, info = lapack.dgetrs(self.lu, self.piv, b)
         return x

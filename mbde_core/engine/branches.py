@@ -30,8 +30,9 @@ class BranchTool:
     signatures (list of sign tuples; index = label).
     """
 
-    def __init__(self, mech, starts: int = 48, samples: int = 12, seed: int = 0):
+    def __init__(self, mech, starts: int = 48, samples: int = 12, seed: int = 0, t: float = 0.0):
         self.mech = mech
+        self.t = float(t)  # the time of the position problems (driving constraints)
         self.starts = starts
         self.rng = np.random.default_rng(seed)
         self.candidates = self._candidates()
@@ -99,7 +100,7 @@ class BranchTool:
         guess[:, : 2 * nm] = self.rng.uniform(np.tile(lo, nm), np.tile(hi, nm), size=(S, 2 * nm))
         guess[:, mech.rel_columns] = self.rng.uniform(-np.pi, np.pi, size=(S, mech.n_rel))
         guess[0] = mech.q0
-        q, ok = kinematics.solve_position(mech, np.broadcast_to(z, (S, mech.dof)), guess, max_iter=60)
+        q, ok = kinematics.solve_position(mech, np.broadcast_to(z, (S, mech.dof)), guess, max_iter=60, t=self.t)
         q = q[ok & self._angles_consistent(q)]
         return self._dedupe(q)
 
@@ -203,8 +204,9 @@ class BranchTool:
         z = self.mech.q0[self.mech.independent] if z is None else z
         return len(self.solve_all(np.asarray(z, dtype=float)))
 
-    def assemble(self, z: np.ndarray, labels: np.ndarray, starts: int = 16):
-        """Configurations on requested branches: z (N, g), labels (N,) -> (q (N, n), ok (N,)).
+    def assemble(self, z: np.ndarray, labels: np.ndarray, starts: int = 16, t: float | None = None):
+        """Configurations on requested branches: z (N, g), labels (N,) -> (q (N, n), ok (N,)),
+        at time t (default the tool's).
 
         Vectorised over particles: ``starts`` random Newton starts each; ok is False where
         no solution with that label exists (e.g. z outside the branch's range).
@@ -219,7 +221,8 @@ class BranchTool:
         guess[..., : 2 * nm] = self.rng.uniform(np.tile(lo, nm), np.tile(hi, nm), size=(N, starts, 2 * nm))
         guess[..., mech.rel_columns] = self.rng.uniform(-np.pi, np.pi, size=(N, starts, mech.n_rel))
         guess[:, 0] = mech.q0
-        qs, ok = kinematics.solve_position(mech, np.repeat(z, starts, axis=0), guess.reshape(N * starts, mech.n), max_iter=60)
+        qs, ok = kinematics.solve_position(mech, np.repeat(z, starts, axis=0), guess.reshape(N * starts, mech.n), max_iter=60,
+                                           t=self.t if t is None else t)
         ok &= self._angles_consistent(qs)
         lab = np.full(N * starts, -2, dtype=np.int64)
         if ok.any():

@@ -9,6 +9,10 @@ A second, independent formulation solves the Lagrange-multiplier system
 [[M, Phi_q^T], [Phi_q, 0]] [qdd; lambda] = [Q; -(Phi_q)' qd] (paper 003 eq. 1); both
 agree to rounding and the tests check it.
 
+With time-dependent driving constraints (:mod:`mbde_core.model.drivers`) the
+acceleration has the particular part s_a(t) (Phi_q,d s_a[d] = c''(t)):
+zdd = (R^T M R)^{-1} R^T (Q - M (R' zd + s_a)), qdd = R zdd + R' zd + s_a.
+
 Inverse dynamics: the generalized forces tau on driven coordinates d (a valid set of
 independent coordinates) that produce a given motion satisfy
 R^T (M qdd - Q - E_d tau) = 0, i.e. (E_d^T R)^T tau = R^T (M qdd - Q).
@@ -47,12 +51,19 @@ def evaluate(mech, t: float, q: np.ndarray, qd: np.ndarray, extra_Q=None, extra_
     extra_Q: optional (N, n) additional generalized forces; extra_zdd: optional (N, g)
     acceleration added to zdd (the acceleration noise v of paper 000 eq. 11).
     """
+    if getattr(mech, "drivers", None):
+        return _evaluate_driven(mech, t, q, qd, extra_Q, extra_zdd)
+    return _evaluate_static(mech, t, q, qd, extra_Q, extra_zdd)
+
+
+def _evaluate_static(mech, t, q, qd, extra_Q=None, extra_zdd=None) -> DynamicsEval:
+    """evaluate() without the drivers' terms."""
     K = fastpath.kernels(mech)
     if K is not None:
         return _evaluate_fast(mech, K, t, np.asarray(q, dtype=float), np.asarray(qd, dtype=float), extra_Q, extra_zdd)
     J = mech.phi_q(q)
     R = kinematics.r_matrix(mech, q, phi_q=J)
-    rdzd = kinematics.rdot_zd(mech, q, qd, phi_q=J)
+    rdzd = kinematics.rdot_zd(mech, q, qd, phi_q=J, drivers=False)
     Q = mech.forces(t, q, qd)
     if extra_Q is not None:
         Q = Q + extra_Q
@@ -64,6 +75,20 @@ def evaluate(mech, t: float, q: np.ndarray, qd: np.ndarray, extra_Q=None, extra_
         zdd = zdd + extra_zdd
     qdd = np.einsum("nij,nj->ni", R, zdd) + rdzd
     return DynamicsEval(zdd, qdd, R, rdzd, J, Mbar, Qbar, Q)
+
+
+def _evaluate_driven(mech, t, q, qd, extra_Q, extra_zdd) -> DynamicsEval:
+    """evaluate() with drivers: the particular acceleration s_a enters as the force -M s_a."""
+    q = np.atleast_2d(np.asarray(q, dtype=float))
+    qd = np.asarray(qd, dtype=float).reshape(q.shape)
+    sa = kinematics.particular(mech, q, mech.drivers.rates(t)[1])
+    MsT = sa @ mech.M.T
+    eQ = -MsT if extra_Q is None else np.asarray(extra_Q, dtype=float).reshape(q.shape) - MsT
+    ev = _evaluate_static(mech, t, q, qd, eQ, extra_zdd)
+    ev.qdd = ev.qdd + sa
+    ev.rdzd = ev.rdzd + sa
+    ev.Q = ev.Q + MsT
+    return ev
 
 
 def _evaluate_small(mech, K, t, q, qd, extra_Q, extra_zdd) -> DynamicsEval:
@@ -124,7 +149,7 @@ def forward(mech, t: float, q, qd, extra_Q=None):
     """(zdd, qdd) for a single state (n,) or a batch (N, n)."""
     q = np.asarray(q, dtype=float)
     single = q.ndim == 1
-    K = fastpath.kernels(mech)
+    K = None if getattr(mech, "drivers", None) else fastpath.kernels(mech)
     if K is not None:
         out = _forward_fast(mech, K, t, q, qd, extra_Q)
         if out is not None:
@@ -174,6 +199,8 @@ def forward_lagrange(mech, t: float, q, qd):
     A[:n, n:] = J.T
     A[n:, :n] = J
     b = np.concatenate([mech.forces(t, q, qd), -mech.phi_q_dot_qd(q, qd)])
+    if getattr(mech, "drivers", None):
+        b[n:] += mech.drivers.rates(t)[1]
     x = solve_one(A, b)  # = numpy.linalg.solve
     return x[: mech.n], x[mech.n :]
 

@@ -122,10 +122,11 @@ def maxabs(vals) -> float:
 # single state (lists of floats)
 
 
-def s_position(mech, K, z, guess, max_iter: int):
+def s_position(mech, K, z, guess, max_iter: int, offset=None):
     """Newton-Raphson for the dependent coordinates, one state.
 
-    z: g floats; guess: n floats. Returns (q list, ok, tr, J) with the semantics of
+    z: g floats; guess: n floats; offset: the drivers' c(t) (m floats) or None (solves
+    Phi_s(q) = c, :mod:`mbde_core.model.drivers`). Returns (q list, ok, tr, J) with the semantics of
     :func:`kinematics.solve_position`, tr and J (``jac``) at the returned q. Raises
     ArithmeticError/ValueError on an exactly singular block or non-finite input (the
     caller falls back to the generic code).
@@ -142,6 +143,8 @@ def s_position(mech, K, z, guess, max_iter: int):
         if it and not K.angles_fixed:
             tr = S.trig(q)
         ph, J = S.phijac(q, tr)
+        if offset is not None:
+            ph = [p - c for p, c in zip(ph, offset)]
         if it == max_iter or not maxabs(ph) > tol:  # converged (NaN also stops: it never converges)
             break
         dq = S.newton_step(J, tr, ph)
@@ -172,11 +175,11 @@ def s_dynamics(mech, K, t, q, qd, tr, J, extra_Q=None, ez=None):
 # batch (batch-last arrays)
 
 
-def v_position(mech, K, Z, G, max_iter: int, copy: bool = True):
+def v_position(mech, K, Z, G, max_iter: int, copy: bool = True, offset=None):
     """Newton-Raphson for N states at once.
 
     Z: (g, N); G: (n, N) guesses (updated in place if not copy: a float64 C-contiguous
-    temporary of the caller). Returns (q (n, N), ok (N,), tr). Each state iterates
+    temporary of the caller); offset: the drivers' c(t) (m floats) or None. Returns (q (n, N), ok (N,), tr). Each state iterates
     until |Phi| <= tol (then its update is zero), as :func:`kinematics.solve_position`.
     A state whose step is not finite (exactly singular block) takes the least-squares
     step instead, as the generic code does when LAPACK reports a singular matrix.
@@ -201,6 +204,8 @@ def v_position(mech, K, Z, G, max_iter: int, copy: bool = True):
             if it and not K.angles_fixed:
                 tr = V.trig(q)
             ph, J = V.phijac(q, tr)
+            if offset is not None:
+                ph = tuple(p - c for p, c in zip(ph, offset))
             err = _row_maxabs(ph, N)  # per state; NaN if any residual is NaN
             if it == max_iter:
                 break
@@ -393,6 +398,8 @@ class Single:
     def start(self, t, q, qd, ctx, v=None):
         """Stage at a given state (q, qd) (its dynamics, extra acceleration v added)."""
         tr, J = ctx
+        if self.mech.drivers:
+            return self.driven(t, q, qd, tr, J, v)
         zdd, qdd, R, rd = self.K.scalar.dynamics_t(J, tr, q, qd, self.K.time_values(t), v)
         return Stage({"zdd": zdd, "qdd": qdd, "R": R, "rd": rd}, list)
 
@@ -403,9 +410,30 @@ class Single:
         """
         K = self.K
         S = K.scalar
-        q, ok, tr, J = s_position(self.mech, K, z, guess, 30)
+        drivers = self.mech.drivers
+        q, ok, tr, J = s_position(self.mech, K, z, guess, 30, drivers.offset(t).tolist() if drivers else None)
+        if drivers:
+            qd = self.add(list(S.velocity(J, tr, zd)), self.particular(tr, J, drivers.rates(t)[0]))
+            return q, ok, self.driven(t, q, qd, tr, J, v)
         qd, zdd, qdd, R, rd = S.post(J, tr, q, zd, K.time_values(t), v, full)
         return q, ok, Stage({"qd": qd, "zdd": zdd, "qdd": qdd, "R": R, "rd": rd}, list)
+
+    def particular(self, tr, J, b):
+        """x (n,): x[z] = 0, Phi_q,d x[d] = b (m,) -- the drivers' particular solutions."""
+        x = [0.0] * self.K.n
+        for c, val in zip(self.K.dep, self.K.scalar.dsolve(J, tr, [float(v) for v in b])):
+            x[c] = val
+        return x
+
+    def driven(self, t, q, qd, tr, J, v=None):
+        """Stage at (q, qd) of a mechanism with drivers: R^T M R zdd = R^T (Q - M (R'zd + s_a))
+        and qdd = R zdd + R'zd + s_a (:mod:`mbde_core.model.drivers`)."""
+        K = self.K
+        sa = self.particular(tr, J, self.mech.drivers.rates(t)[1])
+        Ms = (np.asarray(self.mech.M) @ np.array(sa)).tolist()
+        Q = [a - b for a, b in zip(K.scalar.forces(q, qd, K.time_values(t)), Ms)]
+        zdd, qdd, R, rd, _, _ = K.scalar.dynamics(J, tr, q, qd, Q, v)
+        return Stage({"qd": qd, "zdd": zdd, "qdd": self.add(qdd, sa), "R": R, "rd": self.add(rd, sa)}, list)
 
 
 class Batch:
@@ -469,6 +497,8 @@ class Batch:
 
     def start(self, t, q, qd, ctx, v=None):
         tr, J = ctx
+        if self.mech.drivers:
+            return self.driven(t, q, qd, tr, J, v)
         with np.errstate(all="ignore"):
             zdd, qdd, R, rd = self.K.vector.dynamics_t(J, tr, q, qd, self.K.time_values(t), v)
         return Stage({"zdd": zdd, "qdd": qdd, "R": R, "rd": rd}, self._stack)
@@ -476,7 +506,31 @@ class Batch:
     def advance(self, t, guess, z, zd, v=None, full=True):
         K = self.K
         V = K.vector
+        drivers = self.mech.drivers
         with np.errstate(all="ignore"):
-            q, ok, tr, J = v_position(self.mech, K, z, guess, 30, copy=False)
+            q, ok, tr, J = v_position(self.mech, K, z, guess, 30, copy=False, offset=drivers.offset(t).tolist() if drivers else None)
+            if drivers:
+                qd = self._stack(V.velocity(J, tr, zd)) + self.particular(tr, J, drivers.rates(t)[0])
+                st = self.driven(t, q, qd, tr, J, v)
+                st.raw.update(tr=tr, J=J)
+                return q, ok, st
             qd, zdd, qdd, R, rd = V.post(J, tr, q, zd, K.time_values(t), v, full)
         return q, ok, Stage({"qd": qd, "zdd": zdd, "qdd": qdd, "R": R, "rd": rd, "tr": tr, "J": J}, self._stack)
+
+    def particular(self, tr, J, b):
+        """x (n, N): x[z] = 0, Phi_q,d x[d] = b (m,) -- the drivers' particular solutions."""
+        x = np.zeros((self.K.n, self.N))
+        with np.errstate(all="ignore"):
+            for c, val in zip(self.K.dep, self.K.vector.dsolve(J, tr, [float(v) for v in b])):
+                x[c] = val
+        return x
+
+    def driven(self, t, q, qd, tr, J, v=None):
+        """Stage at (q, qd) of a mechanism with drivers (see :meth:`Single.driven`)."""
+        K = self.K
+        sa = self.particular(tr, J, self.mech.drivers.rates(t)[1])
+        with np.errstate(all="ignore"):
+            Q = self._stack(K.vector.forces(q, qd, K.time_values(t))) - np.asarray(self.mech.M) @ sa
+            zdd, qdd, R, rd, _, _ = K.vector.dynamics(J, tr, q, qd, tuple(Q), v)
+        return Stage({"qd": qd, "zdd": zdd, "qdd": self._stack(qdd) + sa, "R": R, "rd": self._stack(rd) + sa},
+                     lambda x: x if isinstance(x, np.ndarray) else self._stack(x))

@@ -116,8 +116,8 @@ class _Generic:
 
     def advance(self, t, guess, z, zd, v=None, full=True):
         mech = self.mech
-        q, ok = kinematics.solve_position(mech, z, guess)
-        qd = kinematics.velocity(mech, q, zd, phi_q=mech.phi_q(q))
+        q, ok = kinematics.solve_position(mech, z, guess, t=t)
+        qd = kinematics.velocity(mech, q, zd, phi_q=mech.phi_q(q), t=t)
         return q, ok, self._stage(t, q, qd, v)
 
 
@@ -237,9 +237,9 @@ class _IndependentIntegrator:
         return B.start(t, x, B.vec(qd), B.context(x), None if v is None else B.vec(v)).zdd.T
 
     def _assemble(self, mech, t, q_guess, z, zd):
-        q, ok = kinematics.solve_position(mech, z, q_guess)
+        q, ok = kinematics.solve_position(mech, z, q_guess, t=t)
         J = None if fastpath.kernels(mech) is not None else mech.phi_q(q)
-        qd = kinematics.velocity(mech, q, zd, phi_q=J)
+        qd = kinematics.velocity(mech, q, zd, phi_q=J, t=t)
         return q, qd, ok
 
     def _finish(self, mech, t1, q0, qd0, h, z1, zd1, single, ok_prev=True):

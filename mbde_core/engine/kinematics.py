@@ -9,6 +9,11 @@ ch. 4; paper 003 eq. 2; paper 000 eq. 12):
 - acceleration: Phi_q qdd = -(Phi_q)' qd  ->  qdd = R zdd + R'zd with
   (R'zd)[z] = 0 and (R'zd)[d] = -Phi_q,d^{-1} (Phi_q)' qd.
 
+With time-dependent driving constraints (:mod:`mbde_core.model.drivers`) the time t is
+needed (a ValueError without it): the position problem solves Phi_s(q) = c(t), and the
+velocity and acceleration gain the particular solutions of c'(t) and c''(t)
+(:func:`particular`).
+
 Every function accepts a single state (q: (n,)) or a batch (q: (N, n)); results keep
 that leading axis. How they run:
 
@@ -29,15 +34,24 @@ import numpy as np
 from mbde_core.engine import fastpath
 from mbde_core.engine.fastpath import phi_tol as _phi_tol
 from mbde_core.engine.linalg import solve
+from mbde_core.model.drivers import require_time
 
 
-def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
+def _offset(mech, t):
+    """The drivers' c(t) (m,) or None (no drivers)."""
+    return mech.drivers.offset(require_time(mech, t)) if getattr(mech, "drivers", None) else None
+
+
+def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None, t=None):
     """Solve Phi(q) = 0 for the dependent coordinates with z fixed.
 
     z: (g,) or (N, g); q_guess: (n,) or (N, n) (its z entries are overwritten).
     Returns (q, ok) with ok a bool (or (N,) bool array): converged to |Phi| <= 1e-12 L^2.
     Steps are limited to one mechanism length so far-away guesses do not blow up.
+    t: time (needed with driving constraints).
     """
+    off = _offset(mech, t)
+    offl = None if off is None else off.tolist()
     K = fastpath.kernels(mech) if independent is None else None
     q_guess = np.asarray(q_guess, dtype=float)
     if K is not None and q_guess.ndim == 2:
@@ -45,11 +59,11 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
         Z = np.asarray(z, dtype=float).reshape(N, mech.dof)
         if 0 < N <= fastpath.SMALL_BATCH:
             try:
-                res = [fastpath.s_position(mech, K, Z[k].tolist(), q_guess[k].tolist(), max_iter) for k in range(N)]
+                res = [fastpath.s_position(mech, K, Z[k].tolist(), q_guess[k].tolist(), max_iter, offl) for k in range(N)]
                 return np.array([r[0] for r in res]).reshape(N, mech.n), np.array([r[1] for r in res], dtype=bool)
             except fastpath.SCALAR_ERRORS:
                 pass  # the batched code handles singular and non-finite states
-        q, ok, _, _ = fastpath.v_position(mech, K, Z.T, fastpath.soa(q_guess, mech.n), max_iter, copy=False)
+        q, ok, _, _ = fastpath.v_position(mech, K, Z.T, fastpath.soa(q_guess, mech.n), max_iter, copy=False, offset=offl)
         return q.T, ok
     iz = mech.independent if independent is None else np.asarray(independent)
     dep = mech.dependent if independent is None else np.setdiff1d(np.arange(mech.n), iz)
@@ -60,14 +74,14 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
     q[:, iz] = np.asarray(z, dtype=float).reshape(q.shape[0], len(iz))
     if single and K is not None:
         try:
-            return _solve_position_single(mech, K, q[0], max_iter)
+            return _solve_position_single(mech, K, q[0], max_iter, off)
         except fastpath.SCALAR_ERRORS:
             pass  # non-finite input: the generic code below decides
     tol = _phi_tol(mech)
     max_step = mech.length_scale
     with np.errstate(all="ignore"):
         for _ in range(max_iter):
-            phi = mech.phi(q)
+            phi = mech.phi(q, t)
             err = np.max(np.abs(phi), axis=1)
             done = ~(err > tol)  # NaN counts as done (failed): it never converges
             if done.all():
@@ -83,12 +97,12 @@ def solve_position(mech, z, q_guess, *, max_iter: int = 30, independent=None):
             if big.any():
                 dq[big] *= (max_step / norm[big])[:, None]
             q[:, dep] += dq
-    phi = mech.phi(q)
+    phi = mech.phi(q, t)
     ok = np.all(np.abs(phi) <= 1e3 * tol, axis=1) & np.all(np.isfinite(q), axis=1)
     return (q[0], bool(ok[0])) if single else (q, ok)
 
 
-def _solve_position_single(mech, K, q, max_iter):
+def _solve_position_single(mech, K, q, max_iter, off=None):
     """The Newton iteration above for one state, on the generated kernels.
 
     Phi and Phi_q come from the scalar kernels (the same numbers as the generic
@@ -103,6 +117,8 @@ def _solve_position_single(mech, K, q, max_iter):
     for _ in range(max_iter):
         tr = S.trig(x)
         ph = S.phi(x, tr)
+        if off is not None:
+            ph = [p - c for p, c in zip(ph, off.tolist())]
         if not fastpath.maxabs(ph) > tol:  # converged (NaN also stops: it never converges)
             break
         Jd = K.dense_dependent(S.jac_values(x, tr))
@@ -119,6 +135,8 @@ def _solve_position_single(mech, K, q, max_iter):
         ph = None
     if ph is None:
         ph = S.phi(x, S.trig(x))
+        if off is not None:
+            ph = [p - c for p, c in zip(ph, off.tolist())]
     lim = 1e3 * tol
     ok = all(abs(v) <= lim for v in ph) and all(map(math.isfinite, x))
     return np.array(x), ok
@@ -207,9 +225,38 @@ def r_matrix(mech, q, phi_q=None):
     return R
 
 
-def velocity(mech, q, zd, phi_q=None):
-    """qd = R zd: (n,) or (N, n) from zd (g,) or (N, g)."""
+def particular(mech, q, b, phi_q=None):
+    """x (n,) or (N, n) with x[z] = 0 and Phi_q,d x[d] = b (m,): the driving constraints'
+    particular velocity (b = c'(t)) and acceleration (b = c''(t)) solutions."""
     q = np.asarray(q, dtype=float)
+    b = np.asarray(b, dtype=float)
+    out = np.zeros_like(q)
+    if q.ndim == 2:
+        vals = _batched_kernel(mech, q, phi_q, "dsolve", np.broadcast_to(b, (q.shape[0], b.size)))
+        if vals is not None:
+            out[:, mech.dependent] = _vectors(vals, q.shape[0])
+            return out
+    Jd, _ = _blocks(mech, q, phi_q)
+    out[..., mech.dependent] = solve(Jd, np.broadcast_to(b, q.shape[:-1] + b.shape).copy())
+    return out
+
+
+def _driver_term(mech, q, t, k, phi_q):
+    """The particular solution of c'(t) (k = 0) or c''(t) (k = 1), or 0 without drivers."""
+    if not getattr(mech, "drivers", None):
+        return 0.0
+    return particular(mech, q, mech.drivers.rates(require_time(mech, t))[k], phi_q)
+
+
+def velocity(mech, q, zd, phi_q=None, t=None):
+    """qd = R zd (+ the drivers' particular velocity at t): (n,) or (N, n) from zd (g,) or (N, g)."""
+    q = np.asarray(q, dtype=float)
+    if getattr(mech, "drivers", None):
+        return _velocity(mech, q, zd, phi_q) + _driver_term(mech, q, t, 0, phi_q)
+    return _velocity(mech, q, zd, phi_q)
+
+
+def _velocity(mech, q, zd, phi_q):
     zd = np.asarray(zd, dtype=float).reshape(q.shape[:-1] + (mech.dof,))
     vals = _batched_kernel(mech, q, phi_q, "velocity", zd)
     if vals is not None:
@@ -222,9 +269,12 @@ def velocity(mech, q, zd, phi_q=None):
     return qd
 
 
-def rdot_zd(mech, q, qd, phi_q=None):
-    """R'zd: (n,) or (N, n), the acceleration obtained with zdd = 0."""
+def rdot_zd(mech, q, qd, phi_q=None, t=None, drivers: bool = True):
+    """R'zd (+ the drivers' particular acceleration at t if ``drivers``): (n,) or (N, n),
+    the acceleration obtained with zdd = 0."""
     q = np.asarray(q, dtype=float)
+    if drivers and getattr(mech, "drivers", None):
+        return rdot_zd(mech, q, qd, phi_q, drivers=False) + _driver_term(mech, q, t, 1, phi_q)
     qd = np.asarray(qd, dtype=float).reshape(q.shape)
     vals = _batched_kernel(mech, q, phi_q, "acceleration", q, qd, np.zeros(q.shape[:-1] + (mech.dof,)))
     if vals is not None:
@@ -235,9 +285,17 @@ def rdot_zd(mech, q, qd, phi_q=None):
     return out
 
 
-def acceleration(mech, q, qd, zdd, phi_q=None):
-    """qdd = R zdd + R'zd: (n,) or (N, n) from zdd (g,) or (N, g)."""
+def acceleration(mech, q, qd, zdd, phi_q=None, t=None):
+    """qdd = R zdd + R'zd (+ the drivers' particular acceleration at t): (n,) or (N, n)
+    from zdd (g,) or (N, g)."""
     q = np.asarray(q, dtype=float)
+    if getattr(mech, "drivers", None):
+        drv = _driver_term(mech, q, t, 1, phi_q)
+        return _acceleration(mech, q, qd, zdd, phi_q) + drv
+    return _acceleration(mech, q, qd, zdd, phi_q)
+
+
+def _acceleration(mech, q, qd, zdd, phi_q):
     qd = np.asarray(qd, dtype=float).reshape(q.shape)
     zdd = np.asarray(zdd, dtype=float).reshape(q.shape[:-1] + (mech.dof,))
     vals = _batched_kernel(mech, q, phi_q, "acceleration", q, qd, zdd)
@@ -251,15 +309,15 @@ def acceleration(mech, q, qd, zdd, phi_q=None):
     return out
 
 
-def full_state(mech, q_guess, z, zd, zdd=None):
+def full_state(mech, q_guess, z, zd, zdd=None, t=None):
     """Assemble (q, qd, qdd) from independent (z, zd, zdd) with a nearby guess for q.
 
-    Returns (q, qd, qdd, ok); qdd is None if zdd is None.
+    Returns (q, qd, qdd, ok); qdd is None if zdd is None. t: time (with drivers).
     """
-    q, ok = solve_position(mech, z, q_guess)
+    q, ok = solve_position(mech, z, q_guess, t=t)
     J = None if (np.ndim(q) == 2 and fastpath.kernels(mech) is not None) else mech.phi_q(q)
-    qd = velocity(mech, q, zd, phi_q=J)
-    qdd = None if zdd is None else acceleration(mech, q, qd, zdd, phi_q=J)
+    qd = velocity(mech, q, zd, phi_q=J, t=t)
+    qdd = None if zdd is None else acceleration(mech, q, qd, zdd, phi_q=J, t=t)
     return q, qd, qdd, ok
 
 

@@ -128,7 +128,8 @@ class _SingleVI(fastpath.Single):
         return B
 
     def position(self, t, z, guess):
-        return fastpath.s_position(self.mech, self.K, z, guess, 30)
+        drivers = self.mech.drivers
+        return fastpath.s_position(self.mech, self.K, z, guess, 30, drivers.offset(t).tolist() if drivers else None)
 
     def rmat(self, ctx):
         return list(zip(*self.K.scalar.rmatrix(ctx[1], ctx[0])))
@@ -199,7 +200,15 @@ class _SingleVI(fastpath.Single):
 
     def post(self, t, q, ctx, zd):
         tr, J = ctx
+        if self.mech.drivers:
+            qd = self.add(list(self.K.scalar.velocity(J, tr, zd)), self.particular(tr, J, self.mech.drivers.rates(t)[0]))
+            st = self.driven(t, q, qd, tr, J)
+            return qd, st.zdd, st.qdd, st.R, st.rd
         return self.K.scalar.post(J, tr, q, zd, self.K.time_values(t), None, True)
+
+    def drift(self, t, ctx):
+        """The drivers' particular velocity s_v(t) at this configuration (n values)."""
+        return self.particular(ctx[0], ctx[1], self.mech.drivers.rates(t)[0])
 
     @staticmethod
     def finite(x):
@@ -215,8 +224,10 @@ class _BatchVI(fastpath.Batch):
         self.g = mech.dof
 
     def position(self, t, z, guess):
+        drivers = self.mech.drivers
         with np.errstate(all="ignore"):
-            return fastpath.v_position(self.mech, self.K, z, guess, 30, copy=False)
+            return fastpath.v_position(self.mech, self.K, z, guess, 30, copy=False,
+                                       offset=drivers.offset(t).tolist() if drivers else None)
 
     def rows(self, R):
         """(n, g, N) array of kernel rows (floats broadcast)."""
@@ -234,7 +245,7 @@ class _BatchVI(fastpath.Batch):
         return np.einsum("ikN,kN->iN", R, x)
 
     def mmat(self, R):
-        return np.tensordot(self.M, R, axes=1)
+        return np.einsum("ij,jkN->ikN", self.M, R)  # (BLAS matmul is slower for (n, n) x (n, g N))
 
     @staticmethod
     def tdot(B, x):
@@ -286,9 +297,16 @@ class _BatchVI(fastpath.Batch):
 
     def post(self, t, q, ctx, zd):
         tr, J = ctx
+        if self.mech.drivers:
+            qd = self._stack(self.K.vector.velocity(J, tr, zd)) + self.drift(t, ctx)
+            st = self.driven(t, q, qd, tr, J)
+            return qd, st.zdd, st.qdd, st.R, st.rd
         with np.errstate(all="ignore"):
             qd, zdd, qdd, R, rd = self.K.vector.post(J, tr, q, zd, self.K.time_values(t), None, True)
         return self._stack(qd), self._stack(zdd), self._stack(qdd), R, rd
+
+    def drift(self, t, ctx):
+        return self.particular(ctx[0], ctx[1], self.mech.drivers.rates(t)[0])
 
     @staticmethod
     def finite(x):
@@ -314,7 +332,7 @@ class _GenericVI(_BatchVI):
         return fastpath.Stage({"zdd": ev.zdd.T, "rd": ev.rdzd.T}, lambda x: x)
 
     def position(self, t, z, guess):
-        q, ok = kinematics.solve_position(self.mech, z.T, guess.T)
+        q, ok = kinematics.solve_position(self.mech, z.T, guess.T, t=t)
         q = np.ascontiguousarray(q.T)
         return q, ok, q, None
 
@@ -322,9 +340,13 @@ class _GenericVI(_BatchVI):
         return np.ascontiguousarray(self.mech.forces(t, q.T, v.T).T)
 
     def post(self, t, q, ctx, zd):
-        qd = kinematics.velocity(self.mech, q.T, zd.T)
+        qd = kinematics.velocity(self.mech, q.T, zd.T, t=t)
         ev = dynamics.evaluate(self.mech, t, q.T, qd)
         return qd.T, ev.zdd.T, ev.qdd.T, None, None
+
+    def drift(self, t, ctx):
+        q = ctx[0]
+        return kinematics.particular(self.mech, q.T, self.mech.drivers.rates(t)[0]).T
 
 
 # ----------------------------------------------------------------------------------------
@@ -376,8 +398,11 @@ def vi_algorithm(B, iz, t, P: VIParams, q0, qd0, qdd0, v, s1, s2):
             return Fc, None, None
 
 
-    # the residual's constant part: Mbar0 w (+ c_h R0^T F when F is constant)
-    rhs0 = B.mv(B.gram(B0, R0), w)
+    # the residual's constant part: R0^T M (h qd0) + Mbar0 (w - h zd0) (= Mbar0 w if qd0 = R0 zd0,
+    # i.e. without drivers) (+ c_h R0^T F when F is constant)
+    rhs0 = B.tdot(B0, B.scale(h, qd0))
+    if s1 is not None or (s2 is not None and P.midpoint):
+        rhs0 = B.add(rhs0, B.mv(B.gram(B0, R0), B.axpy(w, -h, zd0)))
     if P.midpoint and not loads:
         rhs0 = B.axpy(rhs0, P.c_h, B.tdot(R0, force(q0)[0]))
     # second-order predictor (z1 - z0 = w + h^2/2 zdd0 + O(h^3) for the midpoint rule)
@@ -409,6 +434,8 @@ def vi_algorithm(B, iz, t, P: VIParams, q0, qd0, qdd0, v, s1, s2):
     R1 = B.rmat((tr1, J1))
     B1 = B.mmat(R1)
     pz = B.axpy(B.scale(1.0 / h, B.tdot(B1, dq)), P.c_p, B.tdot(R1, F))
+    if mech.drivers:  # pz = R^T M (R zd + s_v): remove the drivers' drift
+        pz = B.sub(pz, B.tdot(B1, B.drift(t + h, (tr1, J1) if not isinstance(B, _GenericVI) else (q1, None))))
     zd1 = B.solve(B.gram(B1, R1), pz)
     if s2 is not None:
         zd1 = B.axpy(zd1, 0.5 if P.midpoint else 1.0, s2)

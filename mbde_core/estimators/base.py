@@ -60,8 +60,14 @@ class Estimator:
     name = "estimator"
     tracks_branches = False
     LOCAL = True  # a local (Gaussian) observer: re-acquires globally only with the stage's multi-start
+    SUPPORTS_DRIVERS = False  # time-dependent driving constraints (mbde_core.model.drivers)
 
     def __init__(self, mech, sensors, config: dict, rng: np.random.Generator | None = None):
+        if getattr(mech, "drivers", None) and not self.SUPPORTS_DRIVERS:
+            from mbde_core.errors import ConfigError
+
+            raise ConfigError(mech.spec.file, "driving_constraints",
+                              f"the {self.name} estimator does not support time-dependent driving constraints (pf and vipf do)")
         self.mech = mech
         self.sensors = sensors
         self.config = config

@@ -16,6 +16,8 @@
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.stats
 
@@ -62,89 +64,229 @@ def nees(err_x: np.ndarray, covs: np.ndarray) -> np.ndarray:
     return out
 
 
+def reference_nees(err_x: np.ndarray, covs, ref_covs: np.ndarray | None = None) -> np.ndarray:
+    """(K,) NEES of errors (K, d) with covariances covs (K, d, d), less ref_covs (K, d, d)
+    if given (an estimated reference, see :meth:`RunMetrics.add`): NaN where
+    covs - ref_covs is not positive definite."""
+    C = np.array(covs, dtype=float)
+    if ref_covs is not None:
+        C = C - ref_covs
+        with np.errstate(invalid="ignore"):
+            pd = np.linalg.eigvalsh(0.5 * (C + np.swapaxes(C, 1, 2))).min(axis=1) > 0
+        C[~pd] = np.nan
+    return nees(err_x, C)
+
+
 def whiteness(normalized: list[np.ndarray], max_lag: int = 20) -> dict:
-    """Autocorrelation test of normalised innovation sequences (per channel)."""
-    if not normalized:
-        return {}
-    dims = {}
+    """Autocorrelation test of normalised innovation sequences (per channel).
+
+    The sequence of the most frequent innovation dimension is tested; see
+    :class:`Whiteness` (this is it, fed at once).
+    """
+    acc = Whiteness(max_lag)
     for e in normalized:
-        dims.setdefault(len(e), []).append(e)
-    d, seqs = max(dims.items(), key=lambda kv: len(kv[1]))
-    X = np.array(seqs)  # (N, d)
-    N = X.shape[0]
-    if N < 10:
-        return {}
-    L = int(min(max_lag, N // 4))
-    X = X - X.mean(axis=0)
-    var = np.sum(X * X, axis=0)
-    rho = np.array([[np.sum(X[l:, c] * X[:-l, c]) / var[c] if var[c] > 0 else 0.0 for l in range(1, L + 1)] for c in range(d)])
-    bound = 1.96 / np.sqrt(N)
+        acc.add(e)
+    return acc.result()
+
+
+class Whiteness:
+    """Streaming autocorrelation test of normalised innovations (bounded memory).
+
+    Per innovation dimension d: count N, sums of y = x - x_0 and y^2, lagged products
+    sum_t y_t y_(t-l) for l = 1..max_lag, and the first and last max_lag samples, which
+    give the sample autocorrelation of the mean-removed sequence exactly:
+    sum_(t>=l) (y_t - m)(y_(t-l) - m) = P_l - m (S - head_l) - m (S - tail_l) + (N - l) m^2.
+    The result tests the dimension with the most samples at lags 1..L, L = min(max_lag,
+    N // 4): rho_l per channel, and the fraction of |rho_l| > 1.96 / sqrt(N).
+    """
+
+    def __init__(self, max_lag: int = 20):
+        self.max_lag = int(max_lag)
+        self.dims: dict[int, dict] = {}
+
+    def add(self, e) -> None:
+        """One normalised innovation vector (d,)."""
+        self.add_block(np.asarray(e, dtype=float)[None, :])
+
+    def add_block(self, X: np.ndarray) -> None:
+        """Consecutive innovations of one dimension, (k, d)."""
+        X = np.asarray(X, dtype=float)
+        if X.size == 0:
+            return
+        d = X.shape[1]
+        L = self.max_lag
+        st = self.dims.get(d)
+        if st is None:
+            st = self.dims[d] = {"x0": X[0].copy(), "n": 0, "s": np.zeros(d), "q": np.zeros(d),
+                                 "p": np.zeros((L + 1, d)), "head": np.zeros((0, d)), "tail": np.zeros((0, d))}
+        Y = X - st["x0"]
+        c = len(st["tail"])
+        Z = np.vstack([st["tail"], Y])
+        for lag in range(1, L + 1):
+            a = max(c, lag)
+            if a < len(Z):
+                st["p"][lag] += np.sum(Z[a:] * Z[a - lag: len(Z) - lag], axis=0)
+        st["n"] += len(Y)
+        st["s"] += Y.sum(axis=0)
+        st["q"] += np.sum(Y * Y, axis=0)
+        if len(st["head"]) < L:
+            st["head"] = np.vstack([st["head"], Y[: L - len(st["head"])]])
+        st["tail"] = Z[-L:] if L else Z[:0]
+
+    def result(self) -> dict:
+        if not self.dims:
+            return {}
+        st = max(self.dims.values(), key=lambda v: v["n"])
+        N = st["n"]
+        if N < 10:
+            return {}
+        L = int(min(self.max_lag, N // 4))
+        m = st["s"] / N
+        var = st["q"] - N * m * m
+        rho = np.zeros((len(m), L))
+        for lag in range(1, L + 1):
+            cov = st["p"][lag] - m * (st["s"] - st["head"][:lag].sum(axis=0)) \
+                - m * (st["s"] - st["tail"][-lag:].sum(axis=0)) + (N - lag) * m * m
+            rho[:, lag - 1] = np.where(var > 0, cov / np.where(var > 0, var, 1.0), 0.0)
+        bound = 1.96 / np.sqrt(N)
+        return {
+            "lags": L,
+            "samples": N,
+            "max_abs_autocorrelation": float(np.max(np.abs(rho))),
+            "fraction_outside_95": float(np.mean(np.abs(rho) > bound)),
+            "bound_95": float(bound),
+        }
+
+
+def record_arrays(records) -> dict:
+    """Arrays of a list of StepRecords: stamps (K,), z/zd/zdd (K, g), covs (list, entries
+    (2g, 2g) or None), updates (list of UpdateResult or None), costs (K,)."""
     return {
-        "lags": L,
-        "samples": N,
-        "max_abs_autocorrelation": float(np.max(np.abs(rho))),
-        "fraction_outside_95": float(np.mean(np.abs(rho) > bound)),
-        "bound_95": float(bound),
+        "stamps": np.array([r.estimate.stamp for r in records], dtype=float),
+        "z": np.array([r.estimate.z for r in records], dtype=float),
+        "zd": np.array([r.estimate.zd for r in records], dtype=float),
+        "zdd": np.array([r.estimate.zdd for r in records], dtype=float),
+        "covs": [r.estimate.cov for r in records],
+        "updates": [r.update for r in records],
+        "costs": np.array([r.cost for r in records], dtype=float),
     }
 
 
-def evaluate_run(records, truth_z, truth_zd, truth_zdd, angular, duration: float | None = None) -> dict:
+def evaluate_run(records, truth_z, truth_zd, truth_zdd, angular, duration: float | None = None,
+                 truth_cov: np.ndarray | None = None) -> dict:
     """Metrics of one estimator run.
 
     records: list of StepRecord (stage output); truth_*: (K, g) truth at the records'
-    stamps (see :func:`truth_at`); angular: (g,) bool mask of angle coordinates.
+    stamps (see :func:`truth_at`); angular: (g,) bool mask of angle coordinates;
+    truth_cov: covariances of an estimated reference (see :meth:`RunMetrics.add`).
+    The same as :class:`RunMetrics` fed with all records at once.
     """
-    z = np.array([r.estimate.z for r in records])
-    zd = np.array([r.estimate.zd for r in records])
-    zdd = np.array([r.estimate.zdd for r in records])
-    g = z.shape[1]
-    ez = coordinate_errors(z, truth_z, angular)
-    ezd = zd - truth_zd
-    ezdd = zdd - truth_zdd
-    out = {
-        "steps": len(records),
-        "rmse": {"z": _rms(ez), "zd": _rms(ezd), "zdd": _rms(ezdd)},
-        "max_error": {"z": np.max(np.abs(ez), axis=0).tolist(), "zd": np.max(np.abs(ezd), axis=0).tolist(),
-                      "zdd": np.max(np.abs(ezdd), axis=0).tolist()},
-    }
-    covs = [r.estimate.cov for r in records]
-    if all(c is not None for c in covs):
-        ex = np.hstack([ez, ezd])
-        v = nees(ex, np.array(covs))
+    acc = RunMetrics(angular, duration, truth=True)
+    acc.add(record_arrays(records), truth_z, truth_zd, truth_zdd, truth_cov)
+    return acc.result()
+
+
+class RunMetrics:
+    """Streaming metrics of one run: :meth:`add` chunks of steps in time order,
+    :meth:`result` gives the dict of :func:`evaluate_run` (``truth=True``: RMSE, max error,
+    NEES, NIS, whiteness, cost) or, without ground truth, steps, cost and mean NIS."""
+
+    def __init__(self, angular, duration: float | None = None, truth: bool = True, max_lag: int = 20):
+        self.angular = np.asarray(angular, bool)
+        self.duration = duration
+        self.truth = truth
+        g = len(self.angular)
+        self.steps = 0
+        self.sq = {k: np.zeros(g) for k in ("z", "zd", "zdd")}
+        self.mx = {k: np.zeros(g) for k in ("z", "zd", "zdd")}
+        self.nees = {"sum": 0.0, "n": 0, "in_step": 0, "missing_cov": False}
+        self.nis = {"sum": 0.0, "n": 0, "dof": 0, "any": False}
+        self.white = Whiteness(max_lag)
+        self.cost = {"sum": 0.0, "max": -np.inf}
+        self.g = g
+
+    def add(self, arrays: dict, truth_z=None, truth_zd=None, truth_zdd=None, truth_cov=None) -> None:
+        """arrays: :func:`record_arrays` of consecutive steps; truth_*: (K, g) at their stamps.
+
+        truth_cov: (K, 2g, 2g) covariance of [z, zd] of an *estimated* reference (the batch
+        smoother, ``mbde replay --reference smoother``): the NEES then uses P - P_ref, the
+        covariance of the difference between a filter and the smoother of the same
+        readings when both are optimal (Cov(x_f - x_s) = P_f - P_s, Rauch-Tung-Striebel);
+        steps where P - P_ref is not positive definite get no NEES (and are counted)."""
+        K = len(arrays["stamps"])
+        if K == 0:
+            return
+        self.steps += K
+        costs = arrays["costs"]
+        self.cost["sum"] += float(np.sum(costs))
+        self.cost["max"] = max(self.cost["max"], float(np.max(costs)))
+        by_dim: dict[int, list] = {}  # innovations of this chunk per dimension, in order
+        for u in arrays["updates"]:
+            if u is None or u.nis is None:
+                continue
+            self.nis["any"] = True
+            if math.isfinite(u.nis):
+                self.nis["sum"] += float(u.nis)
+                self.nis["n"] += 1
+                self.nis["dof"] += int(u.dof)
+            if self.truth and u.normalized_innovation is not None:
+                by_dim.setdefault(len(u.normalized_innovation), []).append(u.normalized_innovation)
+        for rows in by_dim.values():
+            self.white.add_block(np.array(rows, dtype=float))
+        if not self.truth:
+            return
+        ez = coordinate_errors(arrays["z"], truth_z, self.angular)
+        errs = {"z": ez, "zd": arrays["zd"] - truth_zd, "zdd": arrays["zdd"] - truth_zdd}
+        for k, e in errs.items():
+            self.sq[k] += np.sum(e * e, axis=0)
+            self.mx[k] = np.maximum(self.mx[k], np.max(np.abs(e), axis=0))
+        covs = arrays["covs"]
+        if self.nees["missing_cov"] or any(c is None for c in covs):
+            self.nees["missing_cov"] = True
+            return
+        v = reference_nees(np.hstack([ez, errs["zd"]]), covs, truth_cov)
+        if truth_cov is not None:
+            self.nees["reference"] = self.nees.get("reference", 0) + int(np.isfinite(v).sum())
+            self.nees["reference_steps"] = self.nees.get("reference_steps", 0) + K
         ok = np.isfinite(v)
-        d = 2 * g
-        lo, hi = chi2_band(d, int(ok.sum()))
-        slo, shi = scipy.stats.chi2.ppf([0.025, 0.975], d)
-        out["nees"] = {
-            "mean": float(np.mean(v[ok])) if ok.any() else None,
-            "dof": d,
-            "band_95": [lo, hi],
-            "fraction_in_step_band": float(np.mean((v[ok] >= slo) & (v[ok] <= shi))) if ok.any() else None,
-            "in_band": bool(ok.any() and lo <= np.mean(v[ok]) <= hi),
-        }
-    nis_vals = [(r.update.nis, r.update.dof) for r in records if r.update is not None and r.update.nis is not None]
-    if nis_vals:
-        vals = np.array([x for x, _ in nis_vals], dtype=float)
-        dofs = np.array([d for _, d in nis_vals])
-        ok = np.isfinite(vals)
-        total = int(dofs[ok].sum())
-        n_upd = int(ok.sum())
-        lo = scipy.stats.chi2.ppf(0.025, total) / n_upd if n_upd else None
-        hi = scipy.stats.chi2.ppf(0.975, total) / n_upd if n_upd else None
-        mean_dof = float(np.mean(dofs[ok])) if n_upd else None
-        out["nis"] = {
-            "mean": float(np.mean(vals[ok])) if n_upd else None,
-            "mean_dof": mean_dof,
-            "band_95": [lo, hi],
-            "in_band": bool(n_upd and lo <= np.mean(vals[ok]) <= hi),
-        }
-        out["whiteness"] = whiteness([r.update.normalized_innovation for r in records
-                                      if r.update is not None and r.update.normalized_innovation is not None])
-    cost = np.array([r.cost for r in records])
-    out["step_time_us"] = {"mean": float(np.mean(cost) * 1e6), "max": float(np.max(cost) * 1e6)}
-    if duration:
-        out["realtime_factor"] = float(np.sum(cost) / duration)
-    return out
+        slo, shi = scipy.stats.chi2.ppf([0.025, 0.975], 2 * self.g)
+        self.nees["sum"] += float(np.sum(v[ok]))
+        self.nees["n"] += int(ok.sum())
+        self.nees["in_step"] += int(np.sum((v[ok] >= slo) & (v[ok] <= shi)))
+
+    def result(self) -> dict:
+        out: dict = {"steps": self.steps}
+        if self.truth and self.steps:
+            K = self.steps
+            out["rmse"] = {k: np.sqrt(v / K).tolist() for k, v in self.sq.items()}
+            out["max_error"] = {k: v.tolist() for k, v in self.mx.items()}
+            if not self.nees["missing_cov"]:
+                n, d = self.nees["n"], 2 * self.g
+                lo, hi = chi2_band(d, n)
+                mean = self.nees["sum"] / n if n else None
+                out["nees"] = {"mean": mean, "dof": d, "band_95": [lo, hi],
+                               "fraction_in_step_band": self.nees["in_step"] / n if n else None,
+                               "in_band": bool(n and lo <= mean <= hi)}
+                if self.nees.get("reference_steps"):
+                    out["nees"]["reference_covariance_subtracted"] = True
+                    out["nees"]["fraction_positive_definite"] = self.nees["reference"] / self.nees["reference_steps"]
+        if self.nis["any"]:
+            n, total = self.nis["n"], self.nis["dof"]
+            mean = self.nis["sum"] / n if n else None
+            if self.truth:
+                lo = scipy.stats.chi2.ppf(0.025, total) / n if n else None
+                hi = scipy.stats.chi2.ppf(0.975, total) / n if n else None
+                out["nis"] = {"mean": mean, "mean_dof": total / n if n else None, "band_95": [lo, hi],
+                              "in_band": bool(n and lo <= mean <= hi)}
+                out["whiteness"] = self.white.result()
+            elif n:
+                out["nis"] = {"mean": mean}
+        steps = max(self.steps, 1)
+        out["step_time_us"] = {"mean": self.cost["sum"] / steps * 1e6,
+                               "max": (self.cost["max"] if self.steps else 0.0) * 1e6}
+        if self.duration:
+            out["realtime_factor"] = self.cost["sum"] / self.duration
+        return out
 
 
 def _rms(e: np.ndarray) -> list[float]:

@@ -191,6 +191,7 @@ class ParticleFilter(Estimator):
 
     name = "pf"
     tracks_branches = True
+    SUPPORTS_DRIVERS = True  # every kinematic problem is solved at the filter's time
     USES_COMMON = False  # no Kalman plant noise / transition Jacobian
     LOCAL = False  # re-acquires globally by itself (uniform re-initialisation)
     # KLD-sampling (Fox 2003) of an enlarged set at resampling: bins of the (z, zd, B) space,
@@ -326,7 +327,7 @@ class ParticleFilter(Estimator):
         mech = self.mech
         self.q = q
         self._aux = None
-        self.qd = kinematics.velocity(mech, q, zd)
+        self.qd = kinematics.velocity(mech, q, zd, t=self.t)
         self.qdd = np.ascontiguousarray(dynamics.evaluate(mech, self.t, q, self.qd).qdd)
         if self.zdd_range is not None:
             lo, hi = self.zdd_range
@@ -343,7 +344,7 @@ class ParticleFilter(Estimator):
     def _init_uniform(self):
         self.N = N = self.N_init
         g = self.g
-        z, q, labels = sample_uniform(self.atlas, N, self.z_lo, self.z_hi, self.branches, self.rng)
+        z, q, labels = sample_uniform(self.atlas, N, self.z_lo, self.z_hi, self.branches, self.rng, t=self.t)
         zd = self.zd_lo + (self.zd_hi - self.zd_lo) * self.rng.random((N, g))
         self.label = labels
         self._finish_init(q, zd)
@@ -366,7 +367,7 @@ class ParticleFilter(Estimator):
         todo = np.arange(N)
         for _ in range(50):
             z[todo] = z0 + sz * self.rng.standard_normal((todo.size, g))
-            qq, ok = self.atlas.assemble(z[todo], labels[todo], self.rng)
+            qq, ok = self.atlas.assemble(z[todo], labels[todo], self.rng, t=self.t)
             q[todo[ok]] = qq[ok]
             todo = todo[~ok]
             if todo.size == 0:
@@ -461,7 +462,7 @@ class ParticleFilter(Estimator):
     def _accelerations(self):
         """qdd of every particle including its acceleration noise: R (f + v) + R'zd."""
         zdd = self.qdd[:, self.iz] + self.v
-        return kinematics.acceleration(self.mech, self.q, self.qd, zdd)
+        return kinematics.acceleration(self.mech, self.q, self.qd, zdd, t=self.t)
 
     def log_likelihood(self, measurements, gates=None):
         """Per-particle log-likelihood of the readings (eq. 10), with gating and moments.
@@ -524,7 +525,7 @@ class ParticleFilter(Estimator):
         m0 = 0.5 * (self.zd_lo + self.zd_hi)
         var = (self.zd_hi - self.zd_lo) ** 2 / 12.0
         R = kinematics.r_matrix(mech, self.q)  # (N, n, g)
-        qd0 = np.einsum("nij,j->ni", R, m0)
+        qd0 = kinematics.velocity(mech, self.q, np.broadcast_to(m0, (N, g)), t=self.t)
         ys, Hs, Ss = [], [], []
         for m in measurements:
             s = self.sensors[m.sensor]
@@ -557,7 +558,7 @@ class ParticleFilter(Estimator):
         # prior velocity: weight 0, but a harmless state until the next resampling
         prior = self.zd_lo + (self.zd_hi - self.zd_lo) * self.rng.random((N, g))
         zd = np.where(inside[:, None], zd, prior)
-        self.qd = kinematics.velocity(mech, self.q, zd)
+        self.qd = kinematics.velocity(mech, self.q, zd, t=self.t)
         self.qdd = np.ascontiguousarray(dynamics.evaluate(mech, self.t, self.q, self.qd).qdd)
         if self.zdd_range is not None:
             lo, hi = self.zdd_range
@@ -809,13 +810,13 @@ class ParticleFilter(Estimator):
         best = int(np.argmax(probs))
         on = self.label == best
         j = int(np.argmax(np.where(on, w, -1.0)))
-        q, ok = kinematics.solve_position(mech, zm, self.q[j])
+        q, ok = kinematics.solve_position(mech, zm, self.q[j], t=self.t)
         if ok and np.all(np.isfinite(q)) and self.atlas.codes_of(q[None])[0] == self._label_codes[best]:
-            qd = kinematics.velocity(mech, q, zdm)
-            qdd = kinematics.acceleration(mech, q, qd, zddm)
+            qd = kinematics.velocity(mech, q, zdm, t=self.t)
+            qdd = kinematics.acceleration(mech, q, qd, zddm, t=self.t)
         else:  # the mean does not assemble on that branch: the heaviest particle's state
             q, qd = self.q[j].copy(), self.qd[j].copy()
-            qdd = kinematics.acceleration(mech, q, qd, self.zdd[j])
+            qdd = kinematics.acceleration(mech, q, qd, self.zdd[j], t=self.t)
         return MechanismSnapshot(stamp=self.t, q=np.array(q), qd=np.array(qd), qdd=np.array(qdd),
                                  z=zm, zd=zdm, zdd=zddm, cov=P, branch=best, branch_probabilities=probs)
 

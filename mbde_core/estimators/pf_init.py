@@ -113,6 +113,7 @@ class BranchAtlas:
 
     def __init__(self, mech, lo, hi, angular, nodes: int = 72, seed: int = 0):
         self.mech = mech
+        self.t = 0.0  # the atlas is built at t = 0 (driving constraints); assemble() takes t
         self.g = mech.dof
         self.lo = np.asarray(lo, dtype=float).reshape(self.g)
         self.hi = np.asarray(hi, dtype=float).reshape(self.g)
@@ -120,7 +121,7 @@ class BranchAtlas:
         self.periodic = ang & (self.hi - self.lo >= TWO_PI - 1e-9)
         self.m = np.full(self.g, max(int(nodes), 2), dtype=np.int64)
         self.step = np.where(self.periodic, TWO_PI / self.m, (self.hi - self.lo) / (self.m - 1))
-        self.tool = BranchTool(mech, seed=seed)
+        self.tool = BranchTool(mech, seed=seed, t=self.t)
         self._codes = SignatureCodes(self.tool)
         axes = [self.lo[k] + self.step[k] * np.arange(self.m[k]) for k in range(self.g)]
         grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, self.g)
@@ -179,7 +180,7 @@ class BranchAtlas:
                     todo, src = todo[good], src[good]
                     if todo.size == 0:
                         continue
-                    q, ok = kinematics.solve_position(mech, self.z_nodes[todo], self.q[src, col])
+                    q, ok = kinematics.solve_position(mech, self.z_nodes[todo], self.q[src, col], t=self.t)
                     ok = ok & (signature_codes(self.tool.signature(q)) == code)
                     self.q[todo[ok], col] = q[ok]
                     self.has[todo[ok], col] = True
@@ -213,8 +214,9 @@ class BranchAtlas:
         return out
 
     def assemble(self, z: np.ndarray, labels: np.ndarray, rng: np.random.Generator | None = None,
-                 fallback_starts: int = 16):
-        """(q (N, n), ok (N,)) on the requested branches, Newton from the nearest node.
+                 fallback_starts: int = 16, t: float | None = None):
+        """(q (N, n), ok (N,)) on the requested branches, Newton from the nearest node, at
+        time t (default the atlas's, 0; matters with driving constraints only).
 
         rng: Generator of the random Newton starts of the fallback (default: the
         atlas's own, seeded at construction); pass the caller's for reproducible runs.
@@ -232,7 +234,7 @@ class BranchAtlas:
         has = (col >= 0) & self.has[node, np.clip(col, 0, None)]
         if has.any():
             guess = self.q[node[has], col[has]]
-            qq, good = kinematics.solve_position(mech, z[has], guess)
+            qq, good = kinematics.solve_position(mech, z[has], guess, t=self.t if t is None else t)
             codes = self.label_codes()
             good &= self.codes_of(qq) == codes[labels[has]]
             q[has] = qq
@@ -243,7 +245,7 @@ class BranchAtlas:
             if rng is not None:
                 self.tool.rng = rng
             try:
-                qq, good = self.tool.assemble(z[bad], labels[bad], starts=fallback_starts)
+                qq, good = self.tool.assemble(z[bad], labels[bad], starts=fallback_starts, t=t)
             finally:
                 self.tool.rng = own
             good &= np.all(np.isfinite(qq), axis=1)
@@ -266,7 +268,7 @@ def atlas_for(mech, lo, hi, angular, nodes: int = 72, seed: int = 0) -> BranchAt
 
 
 def sample_uniform(atlas: BranchAtlas, N: int, z_lo, z_hi, branches, rng: np.random.Generator,
-                   max_rounds: int = 50):
+                   max_rounds: int = 50, t: float | None = None):
     """Uniform prior of paper 000 eq. 22 on (z, branch): (z (N, g), q (N, n), labels (N,)).
 
     z ~ U(z_lo, z_hi) per coordinate, branch ~ U(branches); pairs that do not assemble
@@ -285,7 +287,7 @@ def sample_uniform(atlas: BranchAtlas, N: int, z_lo, z_hi, branches, rng: np.ran
         k = todo.size
         z[todo] = z_lo + (z_hi - z_lo) * rng.random((k, g))
         labels[todo] = branches[rng.integers(0, branches.size, k)]
-        qq, ok = atlas.assemble(z[todo], labels[todo], rng)
+        qq, ok = atlas.assemble(z[todo], labels[todo], rng, t=t)
         q[todo[ok]] = qq[ok]
         todo = todo[~ok]
         if todo.size == 0:

@@ -16,6 +16,8 @@ Constraint rows, in this order (García de Jalón & Bayo 1994, ch. 2-3):
 
 3. fixed slider: point k on the line through O along the unit vector u:
    ``phi = u x (P_k - O) = u_x (y_k - O_y) - u_y (x_k - O_x)`` (linear);
+   coordinate row ``phi = q_c`` (linear; the static part of a coordinate driver,
+   :mod:`mbde_core.model.drivers`);
 4. absolute angle theta of segment a -> b (relative coordinate, column c)::
 
        phi = sin(theta) (x_b - x_a) - cos(theta) (y_b - y_a)
@@ -38,9 +40,10 @@ class ConstraintSet:
     rigid: list of (i, j, k, a, b).
     sliders: list of (k, Ox, Oy, ux, uy).
     angles: list of (a, b, column).
+    coordinates: list of columns c (rows phi = q_c, after the sliders).
     """
 
-    def __init__(self, n, px, py, distances, rigid, sliders, angles):
+    def __init__(self, n, px, py, distances, rigid, sliders, angles, coordinates=()):
         self.n = n
         self.px = np.asarray(px, dtype=np.intp)
         self.py = np.asarray(py, dtype=np.intp)
@@ -54,7 +57,7 @@ class ConstraintSet:
         self.s_k = np.array([s[0] for s in sliders], dtype=np.intp)
         self.s_O = np.array([s[1:3] for s in sliders], dtype=float).reshape(-1, 2)
         self.s_u = np.array([s[3:5] for s in sliders], dtype=float).reshape(-1, 2)
-        ns = len(sliders)
+        ns = len(sliders) + len(coordinates)
         self.a_a = np.array([a[0] for a in angles], dtype=np.intp)
         self.a_b = np.array([a[1] for a in angles], dtype=np.intp)
         self.a_c = np.array([a[2] for a in angles], dtype=np.intp)
@@ -63,7 +66,7 @@ class ConstraintSet:
         self.rows_lin = np.arange(nd, nd + nr + ns)
         self.rows_a = np.arange(nd + nr + ns, nd + nr + ns + na)
         self.m = nd + nr + ns + na
-        self.kinds = ["distance"] * nd + ["rigid"] * nr + ["slider"] * ns + ["angle"] * na
+        self.kinds = ["distance"] * nd + ["rigid"] * nr + ["slider"] * len(sliders) + ["coordinate"] * len(coordinates) + ["angle"] * na
         # linear rows: constant Jacobian template and offset, phi_lin = A q_ext + c
         A = np.zeros((nr + ns, n + 1))
         self._lin_fixed_terms = []  # contributions of fixed points, filled by bind_fixed()
@@ -76,6 +79,8 @@ class ConstraintSet:
         for s, (k, Ox, Oy, ux, uy) in enumerate(sliders):
             A[nr + s, self.py[k]] += ux
             A[nr + s, self.px[k]] += -uy
+        for r, col in enumerate(coordinates):
+            A[nr + len(sliders) + r, int(col)] = 1.0
         self._A_lin = A
         self._rigid = rigid
         self._sliders = sliders

@@ -18,7 +18,10 @@ libmbse format, read unchanged:
 mbde extensions (all optional): ``name``/``description``; ``name`` on points, bodies and
 relative coordinates (references may then use names); ``gravity: [gx, gy]`` (default
 [0, -9.81]); ``sliders``; ``loads``; ``independent_coordinates``; ``initial_position`` and
-``initial_velocity`` (coordinate -> value); ``sensors`` (see :mod:`mbde_core.sensors`).
+``initial_velocity`` (coordinate -> value); ``sensors`` (see :mod:`mbde_core.sensors`);
+``driving_constraints`` (prescribed motions, :mod:`mbde_core.model.drivers`): a list of
+``{name, type: coordinate, coordinate: C.x, position: <f(t)>}`` or ``{name, type:
+distance, body: rope, length: <f(t)>}``, optional ``velocity``/``acceleration`` (f', f'').
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from mbde_core.errors import ConfigError
 from mbde_core.expr import ExpressionError, compile_expression
 from mbde_core.model.spec import (
     BodySpec,
+    DriverSpec,
     LoadSpec,
     MechanismSpec,
     PointSpec,
@@ -53,6 +57,7 @@ TOP_KEYS = (
     "relative_coordinates",
     "sliders",
     "loads",
+    "driving_constraints",
     "independent_coordinates",
     "initial_position",
     "initial_velocity",
@@ -204,6 +209,8 @@ def spec_from_node(root: Node) -> MechanismSpec:
         for li, node in enumerate(root.get("loads").sequence()):
             loads.append(_load(node, li, point_index, body_index, coord_index, points, bodies, variables))
 
+    drivers = _drivers(root, coord_index, coord_names, body_index, bodies, names_seen, variables)
+
     # -- independent coordinates, initial state ------------------------------------------------
     independent = None
     if root.has("independent_coordinates") and root.get("independent_coordinates").value is not None:
@@ -225,6 +232,7 @@ def spec_from_node(root: Node) -> MechanismSpec:
         relative_coordinates=tuple(rels),
         sliders=tuple(sliders),
         loads=tuple(loads),
+        drivers=drivers,
         independent=independent,
         initial_velocity=initial_velocity,
         initial_position=initial_position,
@@ -278,6 +286,47 @@ def _coord_values(node: Node, coord_index, coord_names, variables) -> dict[int, 
             raise child.error(f"unknown coordinate (coordinates are: {', '.join(coord_names)})")
         out[coord_index[key]] = child.number(variables)
     return out
+
+
+def _drivers(root: Node, coord_index, coord_names, body_index, bodies, names_seen, variables) -> tuple:
+    """The ``driving_constraints`` section (see the module docstring)."""
+    if not root.has("driving_constraints") or root.get("driving_constraints").value is None:
+        return ()
+    out, used = [], set()
+    keys = {"coordinate": ("coordinate", "position"), "distance": ("body", "length")}
+    for di, node in enumerate(root.get("driving_constraints").sequence()):
+        node.mapping(required=("type",), optional=("name", "coordinate", "body", "position", "length", "velocity", "acceleration"))
+        kind = node.get("type").string(tuple(keys))
+        ref_key, fn_key = keys[kind]
+        for key in ("coordinate", "body", "position", "length"):
+            if node.has(key) and key not in keys[kind]:
+                raise node.get(key).error(f"not used by a {kind!r} driving constraint (it needs {ref_key!r} and {fn_key!r})")
+        for key in keys[kind]:
+            if not node.has(key):
+                raise ConfigError(root.file, node.child_path(key), "missing required key")
+        name = _name(node, f"driver{di}", names_seen, "driving constraint")
+        fns = {k: time_function(node.get(k), variables) for k in (fn_key, "velocity", "acceleration") if node.has(k)}
+        if kind == "coordinate":
+            c = _ref(node.get("coordinate"), coord_index, len(coord_names), "coordinate", variables)
+            target, spec = ("coordinate", c), dict(coordinate=c)
+        else:
+            b = _ref(node.get("body"), body_index, len(bodies), "body", variables)
+            body = bodies[b]
+            if len(body.points) != 2:
+                raise node.get("body").error("a driven length needs a body with two points")
+            L = body.length
+            point_mass_j = abs(body.cog[0] - L) <= 1e-9 * L and abs(body.cog[1]) <= 1e-9 * L and abs(body.I0 - body.mass * L * L) <= 1e-9 * max(body.I0, 1e-300)
+            point_mass_i = abs(body.cog[0]) <= 1e-9 * L and abs(body.cog[1]) <= 1e-9 * L and body.I0 <= 1e-12 * max(body.mass * L * L, 1e-300)
+            if body.mass > 0 and not (point_mass_j or point_mass_i):
+                raise node.get("body").error(
+                    f"body {body.name!r} has a driven length: it must be massless or carry its mass at one of its points "
+                    "(cog [length, 0] with I0 mass*length^2, or cog [0, 0] with I0 0), so that its mass matrix does not change")
+            target, spec = ("body", b), dict(body=b)
+        if target in used:
+            raise node.error(f"a second driving constraint on the same {target[0]}")
+        used.add(target)
+        out.append(DriverSpec(kind, name, fns[fn_key], fns.get("velocity"), fns.get("acceleration"), **spec))
+    return tuple(out)
 
 
 def time_function(node: Node, variables: dict[str, float]) -> TimeFunction:

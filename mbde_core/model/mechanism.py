@@ -17,6 +17,7 @@ from mbde_core.errors import ConfigError
 from mbde_core.engine.fastpath import soa as _soa  # (fastpath imports nothing of the model)
 from mbde_core.model import codegen
 from mbde_core.model.constraints import ConstraintSet
+from mbde_core.model.drivers import DriverSet, require_time
 from mbde_core.model.inertia import assemble_inertia, body_point_coefficients
 from mbde_core.model.loader import load_mechanism_spec
 from mbde_core.model.loads import LoadSet
@@ -67,10 +68,14 @@ class Mechanism:
         # -- constraints -------------------------------------------------------------
         distances, rigid = [], []
         xy = self.fixed_xy
-        for b in spec.bodies:
+        driven = {d.body: d for d in spec.drivers if d.kind == "distance"}
+        driver_rows = {}  # driver name -> row of the full constraint set
+        for bi, b in enumerate(spec.bodies):
             i, j = b.points[0], b.points[1]
             if not (pts[i].fixed and pts[j].fixed):
-                distances.append((i, j, b.length))
+                if bi in driven:  # |P_j - P_i|^2 - 0, the driver's f(t)^2 is the time-dependent part
+                    driver_rows[driven[bi].name] = len(distances)
+                distances.append((i, j, 0.0 if bi in driven else b.length))
             d = xy[j] - xy[i]
             L = float(np.hypot(*d))
             for k in b.points[2:]:
@@ -82,8 +87,12 @@ class Mechanism:
                 rigid.append((i, j, k, a, bb))
         sliders = [(s.point, s.origin[0], s.origin[1], s.direction[0], s.direction[1]) for s in spec.sliders]
         angles = [(r.points[0], r.points[1], self.rel_columns[k]) for k, r in enumerate(spec.relative_coordinates)]
-        self.constraints = ConstraintSet(n, px, py, distances, rigid, sliders, angles)
+        coords = [d for d in spec.drivers if d.kind == "coordinate"]
+        base = len(distances) + 2 * len(rigid) + len(sliders)
+        driver_rows.update({d.name: base + k for k, d in enumerate(coords)})
+        self.constraints = ConstraintSet(n, px, py, distances, rigid, sliders, angles, [d.coordinate for d in coords])
         self.constraints.bind_fixed(self.fixed_xy)
+        self.drivers = DriverSet([], (), 0)  # filled once the independent rows are known
 
         # -- mass matrix and gravity --------------------------------------------------------
         self.body_basis = [(b.points[0], b.points[1], b.length) for b in spec.bodies]
@@ -99,6 +108,12 @@ class Mechanism:
         q_guess = self._raw_q0()
         self.keep_rows = coordinates.independent_rows(self, q_guess)
         self.m = len(self.keep_rows)
+        if spec.drivers:
+            kept = {int(r): k for k, r in enumerate(self.keep_rows)}
+            lost = [d.name for d in spec.drivers if driver_rows[d.name] not in kept]
+            if lost:
+                raise ConfigError(spec.file, "driving_constraints", f"{', '.join(lost)}: redundant with the other constraints")
+            self.drivers = DriverSet([kept[driver_rows[d.name]] for d in spec.drivers], spec.drivers, self.m)
         self.dof = n - self.m
         if self.dof < 1:
             raise ConfigError(spec.file, "planar_bodies", f"the linkage has no degree of freedom (n = {n} coordinates, {self.m} independent constraints)")
@@ -118,9 +133,9 @@ class Mechanism:
         for col in spec.initial_position:
             if col not in self.independent:
                 raise ConfigError(spec.file, f"initial_position.{self.coordinate_names[col]}", f"only independent coordinates ({', '.join(self.independent_names)}) can be given")
-        q0, ok = kinematics.solve_position(self, q_guess[self.independent], q_guess)
+        q0, ok = kinematics.solve_position(self, q_guess[self.independent], q_guess, t=0.0)
         if not ok:
-            res = float(np.max(np.abs(self.phi(q0))))
+            res = float(np.max(np.abs(self.phi(q0, 0.0))))
             raise ConfigError(spec.file, "points", f"the linkage cannot be assembled at the initial position (constraint residual {res:.3g} after Newton-Raphson)")
         self.q0 = q0
         zd0 = np.zeros(self.dof)
@@ -129,7 +144,7 @@ class Mechanism:
             if where.size == 0:
                 raise ConfigError(spec.file, f"initial_velocity.{self.coordinate_names[col]}", f"only independent coordinates ({', '.join(self.independent_names)}) can be given")
             zd0[where[0]] = val
-        self.qd0 = kinematics.velocity(self, q0, zd0)
+        self.qd0 = kinematics.velocity(self, q0, zd0, t=0.0)
 
     # ------------------------------------------------------------------------------------
     @classmethod
@@ -260,16 +275,25 @@ class Mechanism:
         q = np.asarray(q, dtype=float)
         return (q[None], True) if q.ndim == 1 else (q, False)
 
-    def phi(self, q: np.ndarray) -> np.ndarray:
-        """Constraint residuals Phi(q): (m,) or (N, m)."""
+    def phi(self, q: np.ndarray, t: float | None = None) -> np.ndarray:
+        """Constraint residuals Phi(q, t): (m,) or (N, m) (t: needed with driving constraints)."""
         K = self._fast()
         if K is not None:
-            return _kernel_eval(K, "phi", q)
-        qb, single = self._batch(q)
-        out = self.constraints.phi(qb, self.points(qb))
-        if len(self.keep_rows) != self.constraints.m:
-            out = out[:, self.keep_rows]
-        return out[0] if single else out
+            out = _kernel_eval(K, "phi", q)
+        else:
+            qb, single = self._batch(q)
+            out = self.constraints.phi(qb, self.points(qb))
+            if len(self.keep_rows) != self.constraints.m:
+                out = out[:, self.keep_rows]
+            out = out[0] if single else out
+        if self.drivers:
+            out = out - self.drivers.offset(require_time(self, t))
+        return out
+
+    @property
+    def rheonomic(self) -> bool:
+        """True if the mechanism has time-dependent driving constraints."""
+        return bool(self.drivers)
 
     def phi_q(self, q: np.ndarray) -> np.ndarray:
         """Constraint Jacobian: (m, n) or (N, m, n)."""

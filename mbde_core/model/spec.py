@@ -98,6 +98,26 @@ class LoadSpec:
 
 
 @dataclass(frozen=True)
+class DriverSpec:
+    """A time-dependent driving constraint (see :mod:`mbde_core.model.drivers`).
+
+    - ``coordinate``: q[coordinate] = position(t);
+    - ``distance``: the distance of the two points of ``body`` = position(t) (its length).
+
+    ``velocity``/``acceleration``: the derivatives of ``position`` when given (else
+    finite differences).
+    """
+
+    kind: str
+    name: str
+    position: TimeFunction
+    velocity: TimeFunction | None = None
+    acceleration: TimeFunction | None = None
+    coordinate: int = -1
+    body: int = -1
+
+
+@dataclass(frozen=True)
 class MechanismSpec:
     file: str
     name: str
@@ -108,6 +128,7 @@ class MechanismSpec:
     relative_coordinates: tuple[RelativeCoordinateSpec, ...] = ()
     sliders: tuple[SliderSpec, ...] = ()
     loads: tuple[LoadSpec, ...] = ()
+    drivers: tuple[DriverSpec, ...] = ()
     independent: tuple[int, ...] | None = None  # indices into q, None = automatic
     initial_velocity: dict[int, float] = field(default_factory=dict)  # q index -> value
     initial_position: dict[int, float] = field(default_factory=dict)  # q index -> value

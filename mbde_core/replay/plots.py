@@ -6,7 +6,6 @@ import os
 import numpy as np
 import scipy.stats
 
-from mbde_core.estimators.metrics import coordinate_errors, nees, truth_at
 
 
 def _plt():
@@ -18,54 +17,51 @@ def _plt():
     return plt
 
 
-def plot_run(path: str, inputs, run) -> str:
-    """One figure per estimator: z (truth, estimate, 95 % band), error with band, NEES."""
+def _reference_label(source) -> str:
+    return "smoother (reference)" if getattr(source, "reference", None) is not None else "truth"
+
+
+def plot_run(path: str, source, run, series: dict | None = None) -> str:
+    """One figure per estimator: z (truth, estimate, 95 % band), error with band, NEES.
+
+    run.series (thinned by the replay worker): t (K,), z (K, g), sig (K, g) standard
+    deviations of z, ez (K, g) errors (angles wrapped) and nees (K,) when there is truth.
+    """
     plt = _plt()
-    mech = inputs.mechanism
-    recs = run.records
-    t = np.array([r.estimate.stamp for r in recs])
-    z = np.array([r.estimate.z for r in recs])
-    sig = np.array([np.sqrt(np.clip(np.diag(r.estimate.cov)[: mech.dof], 0, None)) if r.estimate.cov is not None
-                    else np.full(mech.dof, np.nan) for r in recs])
+    mech = source.mechanism
+    ser = run.series if series is None else series
+    t, z, sig = ser["t"], ser["z"], ser["sig"]
     angular = np.isin(mech.independent, mech.rel_columns)
-    has_truth = inputs.truth is not None
+    has_truth = "ez" in ser
     rows = 3 if has_truth else 1
     fig, axes = plt.subplots(rows, mech.dof, figsize=(6.5 * mech.dof, 2.6 * rows + 0.6), squeeze=False, sharex=True)
-    tz = truth_at(t, inputs.truth.t, inputs.truth.z, angular) if has_truth else None
     for c in range(mech.dof):
         name = mech.independent_names[c]
         unit = "rad" if angular[c] else "m"
         ax = axes[0, c]
         zc = np.unwrap(z[:, c]) if angular[c] else z[:, c]
         if has_truth:
-            tc = zc - coordinate_errors(z[:, [c]], tz[:, [c]], angular[[c]])[:, 0]  # truth on the estimate's branch of the angle
-            ax.plot(t, tc, "k-", lw=1.2, label="truth")
+            ax.plot(t, zc - ser["ez"][:, c], "k-", lw=1.2, label=_reference_label(source))  # on the estimate's branch
         ax.plot(t, zc, "C3-", lw=1.0, label=f"{run.name} estimate")
         ax.fill_between(t, zc - 1.96 * sig[:, c], zc + 1.96 * sig[:, c], color="C3", alpha=0.2, lw=0, label="95 % band")
         ax.set_ylabel(f"{name} [{unit}]")
         ax.legend(loc="upper right", fontsize=8)
         ax.set_title(f"{run.name}: {name}")
         if has_truth:
-            e = coordinate_errors(z[:, [c]], tz[:, [c]], angular[[c]])[:, 0]
             ax = axes[1, c]
-            ax.plot(t, e, "C0-", lw=0.8, label="error")
+            ax.plot(t, ser["ez"][:, c], "C0-", lw=0.8, label="error")
             ax.fill_between(t, -1.96 * sig[:, c], 1.96 * sig[:, c], color="C0", alpha=0.2, lw=0, label="95 % band")
             ax.axhline(0, color="k", lw=0.5)
             ax.set_ylabel(f"error [{unit}]")
             ax.legend(loc="upper right", fontsize=8)
-    if has_truth:
-        covs = [r.estimate.cov for r in recs]
-        if all(cv is not None for cv in covs):
-            tzd = truth_at(t, inputs.truth.t, inputs.truth.zd)
-            ex = np.hstack([coordinate_errors(z, tz, angular), np.array([r.estimate.zd for r in recs]) - tzd])
-            v = nees(ex, np.array(covs))
-            lo, hi = scipy.stats.chi2.ppf([0.025, 0.975], 2 * mech.dof)
-            for c in range(mech.dof):
-                ax = axes[2, c]
-                ax.semilogy(t, np.clip(v, 1e-6, None), "C2-", lw=0.7, label="NEES")
-                ax.axhspan(lo, hi, color="C2", alpha=0.15, label=f"95 % chi2({2 * mech.dof}) band")
-                ax.set_ylabel("NEES")
-                ax.legend(loc="upper right", fontsize=8)
+    if has_truth and "nees" in ser:
+        lo, hi = scipy.stats.chi2.ppf([0.025, 0.975], 2 * mech.dof)
+        for c in range(mech.dof):
+            ax = axes[2, c]
+            ax.semilogy(t, np.clip(ser["nees"], 1e-6, None), "C2-", lw=0.7, label="NEES")
+            ax.axhspan(lo, hi, color="C2", alpha=0.15, label=f"95 % chi2({2 * mech.dof}) band")
+            ax.set_ylabel("NEES")
+            ax.legend(loc="upper right", fontsize=8)
     for c in range(mech.dof):
         axes[-1, c].set_xlabel("t [s]")
     fig.tight_layout()
@@ -75,8 +71,11 @@ def plot_run(path: str, inputs, run) -> str:
 
 
 def plot_summary(path: str, doc: dict) -> str:
-    """Bar charts of RMSE(z) and mean step time per estimator."""
+    """Bar charts of RMSE(z) and mean step time per estimator, linear axes from zero (a
+    truncated log axis makes small differences look large)."""
     plt = _plt()
+    units = (doc.get("units") or {}).get("z") or []
+    unit = units[0] if units and all(u == units[0] for u in units) else ""
     names = list(doc["estimators"])
     rmse = [((doc["estimators"][n]["metrics"] or {}).get("rmse") or {}).get("z") for n in names]
     cost = [((doc["estimators"][n]["metrics"] or {}).get("step_time_us") or {}).get("mean") for n in names]
@@ -84,11 +83,11 @@ def plot_summary(path: str, doc: dict) -> str:
     if any(r is not None for r in rmse):
         vals = [np.sqrt(np.mean(np.square(r))) if r else np.nan for r in rmse]
         axes[0].bar(names, vals, color="C3")
-        axes[0].set_ylabel("RMSE z (rms over coordinates)")
-        axes[0].set_yscale("log")
+        axes[0].set_ylabel(f"RMSE z{f' [{unit}]' if unit else ''} (rms over coordinates)")
     axes[1].bar(names, [c or 0 for c in cost], color="C0")
     axes[1].set_ylabel("mean step time [us]")
     for ax in axes:
+        ax.set_ylim(bottom=0.0)
         ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -96,9 +95,57 @@ def plot_summary(path: str, doc: dict) -> str:
     return path
 
 
+def plot_branches(path: str, source, run) -> str | None:
+    """Assembly-branch probabilities over time (run.series 'bp', thinned by the replay
+    worker), the true branch drawn thicker; None if the estimator reports none."""
+    ser = run.series
+    bp, t = ser.get("bp"), ser.get("t")
+    if bp is None or t is None or len(bp) != len(t) or not len(t):
+        return None
+    plt = _plt()
+    t = np.asarray(t) - t[0]
+    truth = getattr(source, "initial_branch", None)
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for b in range(bp.shape[1]):
+        true = b == truth
+        ax.plot(t, bp[:, b], lw=2.0 if true else 1.2, label=f"branch {b}" + (" (truth at the start)" if true else ""))
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("t [s] since the first estimate")
+    ax.set_ylabel("probability")
+    ax.set_title(f"{run.name}: assembly-branch probabilities")
+    ax.legend(loc="center right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def series_of_records(inputs, run) -> dict:
+    """The plot series (see :func:`plot_run`) of an in-memory run against inputs.truth."""
+    from mbde_core.estimators.metrics import coordinate_errors, nees, record_arrays, truth_at
+
+    mech = inputs.mechanism
+    a = record_arrays(run.records)
+    g = mech.dof
+    have_cov = all(c is not None for c in a["covs"])
+    out = {"t": a["stamps"], "z": a["z"],
+           "sig": np.sqrt(np.clip(np.array([np.diag(c)[:g] for c in a["covs"]]), 0, None)) if have_cov
+           else np.full((len(a["stamps"]), g), np.nan)}
+    if inputs.truth is not None and len(a["stamps"]):
+        angular = np.isin(mech.independent, mech.rel_columns)
+        tr = inputs.truth
+        out["ez"] = coordinate_errors(a["z"], truth_at(a["stamps"], tr.t, tr.z, angular), angular)
+        if have_cov:
+            ezd = a["zd"] - truth_at(a["stamps"], tr.t, tr.zd)
+            out["nees"] = nees(np.hstack([out["ez"], ezd]), np.array(a["covs"]))
+    return out
+
+
 def write_plots(out_dir: str, inputs, runs, doc) -> list[str]:
+    """summary.png and one figure per in-memory run (records; e.g. the batch smoother's)."""
     paths = [plot_summary(os.path.join(out_dir, "summary.png"), doc)]
     for r in runs:
-        if r.records:
-            paths.append(plot_run(os.path.join(out_dir, f"{r.name}.png"), inputs, r))
+        if len(r.records):
+            paths.append(plot_run(os.path.join(out_dir, f"{r.name}.png"), inputs, r, series_of_records(inputs, r)))
     return paths
+

@@ -2,7 +2,7 @@
 
 Every estimator gets the same readings in the bag's (arrival) order, its own stage
 (fixed step, gate and re-acquisition from its config; reorder window, backward-jump and
-gap limits the live node's defaults, so that stamp anomalies are handled as live), the same initial guess (the scenario's estimator initial state, or the
+gap limits of the live node, so that stamp anomalies are handled as live), the same initial guess (the scenario's estimator initial state, or the
 mechanism's initial configuration) with the config's initial standard deviations, and a
 random generator seeded from (seed, estimator name). Metrics need the bag's ground truth and are omitted without it.
 """
@@ -15,7 +15,7 @@ import numpy as np
 
 from mbde_core.estimators import estimator_rng, make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.metrics import evaluate_run, truth_at
+from mbde_core.estimators.metrics import RunMetrics, record_arrays, truth_at
 from mbde_core.estimators.stage import STAGE_DEFAULTS, EstimatorStage
 
 
@@ -38,8 +38,36 @@ def initial_state(inputs, cfg) -> InitialState:
                         np.full(g, float(sig["zd"])), inputs.initial_q.copy(), inputs.initial_branch)
 
 
+class GuardedStage:
+    """As the live node (mbde_core.live.estimator): an estimator failure is counted and the
+    track restarts from the initial guess at the next reading; the run goes on."""
+
+    def __init__(self, stage):
+        self.stage = stage
+        self.count, self.last, self.first_stamp = 0, None, None
+
+    def call(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - any estimator failure
+            self.count += 1
+            self.last = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+            if self.first_stamp is None and self.stage.time is not None:
+                self.first_stamp = self.stage.time
+            self.stage.restart()
+
+    def counters(self) -> dict:
+        out = {"estimator_errors": self.count}
+        if self.count:
+            out["last_estimator_error"] = self.last
+            out["first_estimator_error_at"] = self.first_stamp
+        return out
+
+
 def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, particle_budget: int = 2_000_000) -> EstimatorRun:
-    """Run one estimator over the replay inputs; progress(k, total) is called while feeding.
+    """Run one estimator over the replay inputs (in memory); progress(k, total) is called
+    while feeding. Long bags: :func:`mbde_core.replay.worker.run_streamed` (same stage,
+    same feeding, bounded memory).
 
     seed: the run seed; the estimator's generator is ``estimator_rng(seed, name)``, the
     same for every position in a list of estimators and in the live node."""
@@ -61,63 +89,45 @@ def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, pa
         state["k"] += 1
 
     stage = EstimatorStage.from_config(est, cfg, lambda t: init, on_step=on_step, **STAGE_DEFAULTS)
+    guard = GuardedStage(stage)
     ms = inputs.measurements
     total = len(ms)
     chunk = max(total // 200, 1)
-    errors = {"count": 0, "last": None, "first_stamp": None}
-
-    def guarded(fn, *args):
-        # As the live node (mbde_core.live.estimator): an estimator failure is counted and
-        # the track restarts from the initial guess at the next reading; the run goes on.
-        try:
-            fn(*args)
-        except Exception as exc:  # noqa: BLE001 - any estimator failure
-            errors["count"] += 1
-            errors["last"] = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-            if errors["first_stamp"] is None and stage.time is not None:
-                errors["first_stamp"] = stage.time
-            stage.restart()
-
     t0 = time.perf_counter()
     for i in range(0, total, chunk):
         for m in ms[i : i + chunk]:  # one reading at a time, as the live node feeds them
-            guarded(stage.feed, m)
+            guard.call(stage.feed, m)
         if progress is not None:
             progress(min(i + chunk, total), total)
-    guarded(stage.flush)
+    guard.call(stage.flush)
     wall = time.perf_counter() - t0
-    counters = stage.counters.as_dict()
-    counters["estimator_errors"] = errors["count"]
-    if errors["count"]:
-        counters["last_estimator_error"] = errors["last"]
-        counters["first_estimator_error_at"] = errors["first_stamp"]
+    counters = {**stage.counters.as_dict(), **guard.counters()}
     return EstimatorRun(name, cfg, stage.records, counters, est.diagnostics(), wall, particles)
 
 
 def evaluate(inputs, run: EstimatorRun) -> dict:
     """Metrics of a run (with ground truth) or only costs and counters (without)."""
     mech = inputs.mechanism
-    out = {}
     recs = run.records
+    angular = np.isin(mech.independent, mech.rel_columns)
+    acc = RunMetrics(angular, inputs.duration, truth=inputs.truth is not None)
+    arrays = record_arrays(recs)
     if inputs.truth is not None and recs:
-        stamps = np.array([r.estimate.stamp for r in recs])
-        angular = np.isin(mech.independent, mech.rel_columns)
         tr = inputs.truth
+        stamps = arrays["stamps"]
         tz = truth_at(stamps, tr.t, tr.z, angular)
-        tzd = truth_at(stamps, tr.t, tr.zd)
-        tzdd = truth_at(stamps, tr.t, tr.zdd)
-        out = evaluate_run(recs, tz, tzd, tzdd, angular, inputs.duration)
-        inputs_metrics = _input_metrics(inputs, recs, stamps)
-        if inputs_metrics:
-            out["inputs"] = inputs_metrics
+        acc.add(arrays, tz, truth_at(stamps, tr.t, tr.zd), truth_at(stamps, tr.t, tr.zdd))
+        out = acc.result()
+        out["convergence"] = _convergence(inputs, recs, stamps, arrays, tz, angular)
+        if tr.effort is not None:
+            im = InputMetrics(mech)
+            im.add(recs, stamps, truth_at(stamps, tr.t, tr.effort))
+            if im.result():
+                out["inputs"] = im.result()
     else:
-        cost = np.array([r.cost for r in recs]) if recs else np.zeros(1)
-        out = {"steps": len(recs), "step_time_us": {"mean": float(cost.mean() * 1e6), "max": float(cost.max() * 1e6)}}
-        if inputs.duration:
-            out["realtime_factor"] = float(cost.sum() / inputs.duration)
-        nis = [r.update.nis for r in recs if r.update is not None and r.update.nis is not None]
-        if nis:
-            out["nis"] = {"mean": float(np.nanmean(nis))}
+        acc.truth = False
+        acc.add(arrays)
+        out = acc.result()
     out["counters"] = run.counters
     out["diagnostics"] = run.diagnostics
     out["wall_time_s"] = run.wall_time
@@ -125,28 +135,60 @@ def evaluate(inputs, run: EstimatorRun) -> dict:
     return out
 
 
-def _input_metrics(inputs, recs, stamps) -> dict:
-    """RMSE of estimated generalized inputs against the true effort on the same coordinate."""
-    tr = inputs.truth
-    if tr.effort is None:
-        return {}
-    names = recs[-1].estimate.input_names
-    if not names:
-        return {}
-    mech = inputs.mechanism
-    out = {}
-    for i, name in enumerate(names):
-        if name not in mech.coordinate_names:
-            continue
-        c = mech.coordinate_names.index(name)
-        truth = np.interp(stamps, tr.t, tr.effort[:, c])
-        est = np.array([r.estimate.inputs[i] if r.estimate.inputs is not None else np.nan for r in recs])
-        err = est - truth
-        rng = float(np.ptp(truth)) or 1.0
-        late = stamps >= stamps[0] + 1.0
-        out[name] = {
-            "rmse": float(np.sqrt(np.nanmean(err**2))),
-            "rmse_after_1s": float(np.sqrt(np.nanmean(err[late] ** 2))) if late.any() else None,
-            "truth_range": rng,
-        }
-    return out
+def _convergence(inputs, recs, stamps, arrays, tz, angular) -> dict:
+    """Convergence time, settled RMSE and branch identification (replay/convergence.py),
+    as the streamed replay worker computes them."""
+    from mbde_core.estimators.metrics import coordinate_errors
+    from mbde_core.replay.convergence import ConvergenceMetrics
+
+    conv = ConvergenceMetrics(angular, inputs.mechanism.length_scale)
+    probs = [r.estimate.branch_probabilities for r in recs]
+    bp = true_branch = None
+    if all(p is not None and len(p) for p in probs) and len({len(p) for p in probs}) == 1:
+        bp = np.array(probs, dtype=float)
+        tr = inputs.truth
+        true_branch = np.asarray(tr.branch, int)[np.clip(np.searchsorted(tr.t, stamps), 0, len(tr.t) - 1)]
+    conv.add(stamps, coordinate_errors(arrays["z"], tz, angular), bp, true_branch)
+    return conv.result()
+
+
+class InputMetrics:
+    """RMSE of estimated generalized inputs against the true effort on the same coordinate
+    (streaming: :meth:`add` steps in time order; overall and from 1 s after the first step)."""
+
+    def __init__(self, mech):
+        self.mech = mech
+        self.acc: dict[str, dict] = {}
+        self.t_first = None
+
+    def add(self, recs, stamps, effort) -> None:
+        """recs: StepRecords; stamps (K,); effort (K, n) true effort at the stamps (or None)."""
+        if effort is None or not len(recs):
+            return
+        names = recs[-1].estimate.input_names
+        if self.t_first is None:
+            self.t_first = float(stamps[0])
+        late = stamps >= self.t_first + 1.0
+        for i, name in enumerate(names):
+            if name not in self.mech.coordinate_names:
+                continue
+            truth = effort[:, self.mech.coordinate_names.index(name)]
+            est = np.array([r.estimate.inputs[i] if r.estimate.inputs is not None and len(r.estimate.inputs) > i
+                            else np.nan for r in recs])
+            err = est - truth
+            a = self.acc.setdefault(name, {"sq": 0.0, "n": 0, "sq_late": 0.0, "n_late": 0, "lo": np.inf, "hi": -np.inf})
+            ok = np.isfinite(err)
+            a["sq"] += float(np.sum(err[ok] ** 2))
+            a["n"] += int(ok.sum())
+            a["sq_late"] += float(np.sum(err[ok & late] ** 2))
+            a["n_late"] += int((ok & late).sum())
+            a["lo"] = min(a["lo"], float(np.min(truth)))
+            a["hi"] = max(a["hi"], float(np.max(truth)))
+
+    def result(self) -> dict:
+        out = {}
+        for name, a in self.acc.items():
+            out[name] = {"rmse": float(np.sqrt(a["sq"] / a["n"])) if a["n"] else float("nan"),
+                         "rmse_after_1s": float(np.sqrt(a["sq_late"] / a["n_late"])) if a["n_late"] else None,
+                         "truth_range": (a["hi"] - a["lo"]) or 1.0}
+        return out

@@ -127,6 +127,17 @@ class BagWriter:
         conn, _ = self._conn(topic)
         self._write(topic, conn, t_sec, bytes(data))
 
+    def write_raw_ns(self, topic: str, t_ns: int, data: bytes) -> None:
+        """Store already serialized CDR bytes at integer time t_ns [ns] (no float rounding)."""
+        conn, _ = self._conn(topic)
+        if not 0 <= t_ns < 2**63:
+            raise DataError(f"{self.path}: time {t_ns} ns on {topic} outside the bag range [0, 2^63) ns")
+        try:
+            self._writer.write(conn, int(t_ns), data)
+        except Exception as exc:
+            raise bag_error(self.path, f"cannot write {topic} at t={t_ns} ns", exc) from None
+        self.counts[topic] += 1
+
     def close(self) -> None:
         """Finish the bag (idempotent). Raises DataError if it cannot be completed."""
         writer, self._writer = self._writer, None

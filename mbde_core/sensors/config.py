@@ -3,7 +3,7 @@
 Each entry::
 
     - name: gyro_rocker                 # unique; also the default frame_id
-      type: gyroscope                   # encoder | gyroscope | accelerometer | slider_position | imu
+      type: gyroscope                   # encoder | gyroscope | accelerometer | slider_position | imu | point_position
       body: rocker                      # body name or index (encoder, gyroscope, imu, body accelerometer)
       rate: 200                         # Hz (or `period: 0.005` s)
       topic: /mbde/sensors/gyro_rocker  # default /mbde/sensors/<name>
@@ -20,7 +20,9 @@ Type-specific keys: encoder ``reference_body`` (default: ground), ``counts_per_r
 (angles [rad], default [0]) with either ``body`` + ``offset: [xi, eta]`` (body frame,
 axes relative to the body x axis), ``point`` (axes in the world frame) or ``slider``
 (the slider's point, axes relative to its track); slider_position ``slider``,
-``joint_name``; imu ``body``, ``offset``, ``axis_angle``.
+``joint_name``; imu ``body``, ``offset``, ``axis_angle``; point_position (a camera or
+motion-capture marker: x, y of a point [m], JointState joints ``<joint_name>_x/_y``)
+``point``, ``joint_name``.
 """
 from __future__ import annotations
 
@@ -36,10 +38,11 @@ from mbde_core.sensors.base import NoiseModel
 from mbde_core.sensors.encoder import Encoder
 from mbde_core.sensors.gyroscope import Gyroscope
 from mbde_core.sensors.imu import IMU
+from mbde_core.sensors.point_position import PointPosition
 from mbde_core.sensors.sensor_set import SensorSet
 from mbde_core.sensors.slider_position import SliderPosition
 
-TYPES = ("encoder", "gyroscope", "accelerometer", "slider_position", "imu")
+TYPES = ("encoder", "gyroscope", "accelerometer", "slider_position", "imu", "point_position")
 COMMON = ("name", "type", "rate", "period", "topic", "frame_id", "noise")
 SPECIFIC = {
     "encoder": ("body", "reference_body", "counts_per_revolution", "joint_name", "offset"),
@@ -47,8 +50,9 @@ SPECIFIC = {
     "accelerometer": ("body", "offset", "point", "slider", "axes"),
     "slider_position": ("slider", "joint_name"),
     "imu": ("body", "offset", "axis_angle"),
+    "point_position": ("point", "joint_name"),
 }
-DIMS = {"encoder": 1, "gyroscope": 1, "slider_position": 1, "imu": 3}
+DIMS = {"encoder": 1, "gyroscope": 1, "slider_position": 1, "imu": 3, "point_position": 2}
 
 
 def load_sensors(node: Node, mech) -> SensorSet:
@@ -182,6 +186,10 @@ def _build(kind, name, item: Node, mech, variables, common):
         joint = item.get("joint_name").string() if item.has("joint_name") else None
         return SliderPosition(mech, name, slider=_slider(item, "slider", mech), joint_name=joint,
                               noise=_noise(item, 1, variables), **common)
+    if kind == "point_position":
+        joint = item.get("joint_name").string() if item.has("joint_name") else None
+        return PointPosition(mech, name, point=_point(item, "point", mech), joint_name=joint,
+                             noise=_noise(item, 2, variables), **common)
     if kind == "imu":
         offset = item.get("offset").vector(2, variables) if item.has("offset") else (0.0, 0.0)
         angle = item.get("axis_angle").number(variables) if item.has("axis_angle") else 0.0

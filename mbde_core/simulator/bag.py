@@ -27,8 +27,9 @@ import numpy as np
 
 from mbde_core.rosio import convert as cv
 from mbde_core.rosio.bag import BagWriter
+from mbde_core.rosio.cdr_batch import Layout
 from mbde_core.rosio.factory import RosbagsFactory
-from mbde_core.rosio.stamps import ns_to_sec
+from mbde_core.rosio.stamps import NS_PER_S, ns_to_sec, sec_to_ns
 from mbde_core.scenario.description import (DESCRIPTION_TOPIC, GROUND_TRUTH_JOINTS_TOPIC, GROUND_TRUTH_TOPIC,
                                             write_description)
 from mbde_core.simulator.core import TruthSnapshot, simulate
@@ -88,7 +89,10 @@ def write_simulation_bag(scenario, path, storage: str = "sqlite3", *, version: i
     """Simulate ``scenario`` and stream everything into a new bag directory ``path``.
 
     progress(k, n_steps) is called after every internal step. The bag is closed (and
-    readable) also when the simulation fails; the error then propagates.
+    readable) also when the simulation fails; the error then propagates. Messages are
+    serialised a batch at a time (:class:`_Batches`), bit-identical to building each one
+    with :func:`sensor_message_builder` / :mod:`mbde_core.rosio.convert`, and written in
+    the order of the events.
     """
     t_wall = time.perf_counter()
     factory = RosbagsFactory()
@@ -109,17 +113,104 @@ def write_simulation_bag(scenario, path, storage: str = "sqlite3", *, version: i
             summary.types[topic] = typename
         t0 = ns_to_sec(scenario.start_ns)
         bag.write(DESCRIPTION_TOPIC, t0, cv.string_msg(factory, write_description(scenario)))
+        out = _Batches(bag, factory, scenario, cnames, inames, frame, builders)
         for ev in simulate(scenario, progress=progress):
+            out.add(ev)
             if isinstance(ev, TruthSnapshot):
-                bag.write(GROUND_TRUTH_TOPIC, ev.stamp, cv.mechanism_state_msg(factory, ev, cnames, inames, frame))
-                bag.write(GROUND_TRUTH_JOINTS_TOPIC, ev.stamp,
-                          cv.joint_state_msg(factory, ev.stamp, cnames, ev.q, ev.qd, ev.effort, frame))
                 summary.truth_samples += 1
                 summary.phi_max = max(summary.phi_max, ev.phi_max)
-            else:
-                topic, build = builders[ev.sensor]
-                bag.write(topic, ev.stamp, build(ev.stamp, ev.value))
+        out.flush()
         summary.counts = dict(bag.counts)
     summary.duration = scenario.n_steps * scenario.step_ns / 1e9
     summary.wall_time = time.perf_counter() - t_wall
     return summary
+
+
+class _Batches:
+    """Buffers simulation events and writes them a batch at a time, in event order.
+
+    Per topic, the first message is built by the per-message builders and serialised by
+    rosbags; its bytes are the template of a :class:`~mbde_core.rosio.cdr_batch.Layout`
+    whose numeric fields (stamp, q, readings ...) are filled for the whole batch.
+    """
+
+    SIZE = 4096
+
+    def __init__(self, bag, factory, scenario, cnames, inames, frame, builders):
+        self.bag, self.factory, self.store = bag, factory, factory.typestore
+        self.cnames, self.inames, self.frame, self.builders = cnames, inames, frame, builders
+        self.slots = {s.name: _reading_slots(s) for s in scenario.all_sensors}
+        self.types = {s.name: s.msg_type for s in scenario.all_sensors}
+        self.events: list = []
+        self.layouts: dict = {}
+
+    def add(self, ev) -> None:
+        self.events.append(ev)
+        if len(self.events) >= self.SIZE:
+            self.flush()
+
+    def _layout(self, topic, typename, make):
+        """The layout of a topic; make() builds its first message (the template)."""
+        if topic not in self.layouts:
+            self.layouts[topic] = Layout(self.store, typename, self.store.serialize_cdr(make(), typename))
+        return self.layouts[topic]
+
+    def flush(self) -> None:
+        events, self.events = self.events, []
+        if not events:
+            return
+        groups: dict[str, list[int]] = {}
+        for i, ev in enumerate(events):
+            key = GROUND_TRUTH_TOPIC if isinstance(ev, TruthSnapshot) else ev.sensor
+            groups.setdefault(key, []).append(i)
+        data: dict[tuple[str, int], bytes] = {}
+        for key, idx in groups.items():
+            evs = [events[i] for i in idx]
+            stamp = _stamps([e.stamp for e in evs])
+            if key == GROUND_TRUTH_TOPIC:
+                e0 = evs[0]
+                ls = self._layout(GROUND_TRUTH_TOPIC, cv.MECHANISM_STATE, lambda: cv.mechanism_state_msg(
+                    self.factory, e0, self.cnames, self.inames, self.frame))
+                lj = self._layout(GROUND_TRUTH_JOINTS_TOPIC, cv.JOINT_STATE, lambda: cv.joint_state_msg(
+                    self.factory, e0.stamp, self.cnames, e0.q, e0.qd, e0.effort, self.frame))
+                vals = dict(stamp)
+                for f in ("q", "qd", "qdd", "z", "zd", "zdd"):
+                    vals[f] = np.array([getattr(e, f) for e in evs])
+                vals["branch"] = np.array([e.branch for e in evs])
+                if "input_forces" in ls.slots:
+                    vals["input_forces"] = np.array([e.inputs for e in evs])
+                joints = {**stamp, "position": vals["q"], "velocity": vals["qd"],
+                          "effort": np.array([e.effort for e in evs])}
+                for i, a, b in zip(idx, ls.encode(vals, len(evs)), lj.encode(joints, len(evs))):
+                    data[(GROUND_TRUTH_TOPIC, i)] = a.tobytes()
+                    data[(GROUND_TRUTH_JOINTS_TOPIC, i)] = b.tobytes()
+                continue
+            topic, build = self.builders[key]
+            e0 = evs[0]
+            layout = self._layout(topic, self.types[key], lambda: build(e0.stamp, e0.value))
+            values = np.array([e.value for e in evs], dtype=float)
+            vals = dict(stamp)
+            for path, cols in self.slots[key].items():
+                vals[path] = values[:, cols]
+            for i, row in zip(idx, layout.encode(vals, len(evs))):
+                data[(topic, i)] = row.tobytes()
+        for i, ev in enumerate(events):
+            if isinstance(ev, TruthSnapshot):
+                self.bag.write_raw_ns(GROUND_TRUTH_TOPIC, sec_to_ns(ev.stamp), data[(GROUND_TRUTH_TOPIC, i)])
+                self.bag.write_raw_ns(GROUND_TRUTH_JOINTS_TOPIC, sec_to_ns(ev.stamp), data[(GROUND_TRUTH_JOINTS_TOPIC, i)])
+            else:
+                topic = self.builders[ev.sensor][0]
+                self.bag.write_raw_ns(topic, sec_to_ns(ev.stamp), data[(topic, i)])
+
+
+def _stamps(ts) -> dict:
+    ns = [sec_to_ns(t) for t in ts]
+    return {"header.stamp.sec": np.array([t // NS_PER_S for t in ns]),
+            "header.stamp.nanosec": np.array([t % NS_PER_S for t in ns])}
+
+
+def _reading_slots(sensor) -> dict:
+    """{field path: reading columns} of a sensor's message (see sensor_message_builder)."""
+    if sensor.msg_type == cv.JOINT_STATE:
+        return {"position": list(range(len(sensor.channels)))}
+    return {f"{cv.IMU_CHANNELS[c][0]}.{cv.IMU_CHANNELS[c][1]}": [k] for k, c in enumerate(sensor.channels)}

@@ -1,0 +1,159 @@
+"""Estimates -> CDR bytes in batches, and the per-estimator part files of a replay.
+
+:class:`EstimateEncoder` turns a run of estimates (MechanismSnapshots of one estimator)
+into the bytes of their ``mbde_msgs/MechanismState`` and ``sensor_msgs/JointState``
+messages: the first estimate of every shape goes through the ordinary converters
+(:func:`mbde_core.rosio.sensor_io.estimate_messages`) and rosbags' serializer, which
+gives the template of a :class:`~mbde_core.rosio.cdr_batch.Layout`; the others are
+written into copies of it, a batch at a time (bit-identical, test/test_cdr_batch.py).
+
+A *part file* holds one estimator's output messages in time order: records
+``<t_ns int64><kind uint8><topic uint16><length uint32><CDR bytes>``; kind 0 = estimate
+messages, 1 = particle sets (at equal times, estimates come first, as in the bag).
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from mbde_core.rosio.cdr_batch import Layout
+from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE
+from mbde_core.rosio.factory import RosbagsFactory
+from mbde_core.rosio.sensor_io import estimate_messages
+from mbde_core.rosio.stamps import NS_PER_S, sec_to_ns
+
+_OPTIONAL = ("cov", "branch_probabilities", "inputs", "input_cov")
+
+
+def _size(v) -> int:
+    return 0 if v is None else int(np.size(v))
+
+
+class EstimateEncoder:
+    """CDR bytes of estimates of one mechanism (see module doc)."""
+
+    def __init__(self, mech, frame_id: str = "world", store=None):
+        self.mech, self.frame_id = mech, frame_id
+        self.factory = RosbagsFactory(store)
+        self.store = self.factory.typestore
+        self.layouts: dict[tuple, tuple[Layout, Layout, list]] = {}  # shape -> layouts, [(input, coordinate)]
+
+    def _key(self, s) -> tuple:
+        return (tuple(_size(getattr(s, f)) for f in ("q", "qd", "qdd", "z", "zd", "zdd") + _OPTIONAL),
+                tuple(s.input_names))
+
+    def _layouts(self, key, snap):
+        if key not in self.layouts:
+            state, joints = estimate_messages(self.factory, snap, self.mech, self.frame_id)
+            names = self.mech.coordinate_names
+            effort_map = [(i, names.index(u)) for i, u in enumerate(snap.input_names) if u in names]
+            self.layouts[key] = (Layout(self.store, MECHANISM_STATE, self.store.serialize_cdr(state, MECHANISM_STATE)),
+                                 Layout(self.store, JOINT_STATE, self.store.serialize_cdr(joints, JOINT_STATE)),
+                                 effort_map)
+        return self.layouts[key]
+
+    def encode(self, snaps) -> tuple[list[int], list[bytes], list[bytes]]:
+        """(stamps [ns], MechanismState bytes, JointState bytes) of the estimates, in order."""
+        ns = [sec_to_ns(s.stamp) for s in snaps]
+        states: list[bytes] = []
+        joints: list[bytes] = []
+        start = 0
+        while start < len(snaps):
+            key = self._key(snaps[start])
+            stop = start + 1
+            while stop < len(snaps) and self._key(snaps[stop]) == key:
+                stop += 1
+            a, b = self._batch(snaps[start:stop], ns[start:stop], key)
+            states += a
+            joints += b
+            start = stop
+        return ns, states, joints
+
+    def _batch(self, snaps, ns, key):
+        ls, lj, effort_map = self._layouts(key, snaps[0])
+        n = len(snaps)
+        sec = np.array([t // NS_PER_S for t in ns], dtype=np.int64)
+        nsec = np.array([t % NS_PER_S for t in ns], dtype=np.int64)
+        stamp = {"header.stamp.sec": sec, "header.stamp.nanosec": nsec}
+        vals = dict(stamp)
+        for f in ("q", "qd", "qdd", "z", "zd", "zdd"):
+            if f in ls.slots:
+                vals[f] = np.array([getattr(s, f) for s in snaps], dtype=float)
+        for f, field in (("cov", "covariance"), ("branch_probabilities", "branch_probabilities"),
+                         ("inputs", "input_forces"), ("input_cov", "input_covariance")):
+            if field in ls.slots:
+                vals[field] = np.array([np.ravel(getattr(s, f)) for s in snaps], dtype=float)
+        vals["branch"] = np.array([int(s.branch) for s in snaps])
+        state_rows = ls.encode(vals, n)
+        jv = dict(stamp)
+        if "position" in lj.slots:
+            jv["position"] = vals["q"]
+        if "velocity" in lj.slots:
+            jv["velocity"] = vals["qd"]
+        if "effort" in lj.slots:
+            effort = np.zeros((n, self.mech.n))
+            for i, c in effort_map:  # as estimate_messages: effort[c] += u, in input order
+                effort[:, c] += vals["input_forces"][:, i]
+            jv["effort"] = effort
+        joint_rows = lj.encode(jv, n)
+        return [r.tobytes() for r in state_rows], [r.tobytes() for r in joint_rows]
+
+
+_HEAD = struct.Struct("<qBHI")
+
+
+class PartWriter:
+    """Append records (t_ns, kind, topic index, bytes) to a part file (see module doc)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fh = open(path, "wb", buffering=1 << 20)
+        self.count = 0
+
+    def write(self, t_ns: int, kind: int, topic: int, data: bytes) -> None:
+        self.fh.write(_HEAD.pack(t_ns, kind, topic, len(data)))
+        self.fh.write(data)
+        self.count += 1
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def read_part(path: str):
+    """Yield (t_ns, kind, topic index, bytes) of a part file, in file order."""
+    with open(path, "rb", buffering=1 << 20) as fh:
+        while True:
+            head = fh.read(_HEAD.size)
+            if not head:
+                return
+            t_ns, kind, topic, size = _HEAD.unpack(head)
+            yield t_ns, kind, topic, fh.read(size)
+
+
+def write_records_part(path: str, name: str, records, particles, mech, batch: int = 2048) -> list:
+    """Part file of an in-memory run (StepRecords and [(step, ParticleCloud)] with stamps),
+    e.g. the batch smoother's; returns its [(topic, type)] (see module doc)."""
+    from mbde_core.rosio.convert import PARTICLE_SET, particle_set_msg
+
+    enc = EstimateEncoder(mech)
+    ns = f"/mbde/{name}"
+    topics = [(ns + "/state", MECHANISM_STATE), (ns + "/joint_states", JOINT_STATE)]
+    clouds = [(sec_to_ns(c.stamp), enc.store.serialize_cdr(particle_set_msg(enc.factory, c, mech.independent_names, "world"),
+                                                           PARTICLE_SET)) for _, c in particles]
+    if clouds:
+        topics.append((ns + "/particles", PARTICLE_SET))
+    part = PartWriter(path)
+    c = 0
+    for start in range(0, len(records), batch):
+        t_ns, states, joints = enc.encode([r.estimate for r in records[start: start + batch]])
+        for t, a, b in zip(t_ns, states, joints):
+            part.write(t, 0, 0, a)
+            part.write(t, 0, 1, b)
+            while c < len(clouds) and clouds[c][0] <= t:
+                part.write(clouds[c][0], 1, 2, clouds[c][1])
+                c += 1
+    for t, data in clouds[c:]:
+        part.write(t, 1, 2, data)
+    part.close()
+    return topics

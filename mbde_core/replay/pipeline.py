@@ -1,0 +1,239 @@
+"""``mbde replay`` end to end: bags x estimators as tasks, then one output folder per bag.
+
+1. Every bag is opened (model, sensors, initial guess: :func:`~mbde_core.replay.source.open_source`).
+2. Every (bag, estimator) is one :class:`~mbde_core.replay.worker.ReplayTask` run by
+   :func:`mbde_core.runs.run_tasks`: local processes (default), serially (``jobs=1``)
+   or on a Dask cluster; each streams its bag, writes its estimates into a part file
+   and renders its own plot. Results do not depend on where a task runs.
+3. Per bag: metrics.json, the estimates bag (the part files merged in time order),
+   report.md and summary.png (rendered in a forked process while the bag is written).
+   With several bags, OUT/<bag name>/ each and OUT/summary.csv + summary.md: one row
+   per (bag, estimator).
+
+A failed task is reported with its cause; the other estimators and bags are written.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+from mbde_core.errors import DataError
+
+# relative cost per simulated second (order of submission: expensive first)
+COST = {"pf": 3.0, "adekf": 3.0, "errorekf": 2.5, "cekf": 2.5, "diekfpm": 3.0, "ukf": 1.5, "dekf": 1.5}
+
+
+@dataclass
+class BagOutcome:
+    bag: str
+    out: str
+    doc: dict | None = None
+    results: list = field(default_factory=list)
+    failed: list = field(default_factory=list)  # [(estimator, error)]
+    timings: dict = field(default_factory=dict)
+    plots: list = field(default_factory=list)
+    reference: dict | None = None  # metrics.json "reference" (--reference smoother)
+
+
+def find_bags(paths) -> list[str]:
+    """Bag directories of the arguments: a bag (has metadata.yaml) or a folder of bags."""
+    out = []
+    for p in paths:
+        if os.path.isfile(os.path.join(p, "metadata.yaml")):
+            out.append(os.path.normpath(p))
+        elif os.path.isdir(p):
+            found = sorted(os.path.join(p, d) for d in os.listdir(p) if os.path.isfile(os.path.join(p, d, "metadata.yaml")))
+            if not found:
+                raise DataError(f"{p}: neither a rosbag2 bag nor a folder of bags")
+            out += found
+        else:
+            raise DataError(f"{p}: no such bag")
+    if len({os.path.basename(b) for b in out}) != len(out):
+        raise DataError("bags with the same folder name: " + ", ".join(out))
+    return out
+
+
+def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, mechanism_file=None,
+           sensors_file=None, jobs=None, scheduler=None, log=print, reference=None, config_file=None,
+           reorder_window=None) -> list[BagOutcome]:
+    """Run every estimator on every bag and write the outputs (see module doc).
+
+    reference ``smoother``: every bag is first smoothed (the ``smoother:`` options of
+    config_file) and RMSE/NEES compare with the smoothed trajectory
+    (:func:`mbde_core.replay.smoothing.smoother_reference`)."""
+    from mbde_core import runs
+    from mbde_core.replay.source import open_source
+    from mbde_core.replay.worker import ReplayTask, part_path, replay_task
+
+    t0 = time.perf_counter()
+    sources = {b: open_source(b, mechanism_file, sensors_file) for b in bags}
+    t_load = time.perf_counter() - t0
+    refs = {}
+    if reference == "smoother":
+        from mbde_core.replay.smoothing import smoother_reference
+        from mbde_core.trajectory.config import load_smoother_config
+
+        smoother_cfg = load_smoother_config(config_file)
+        for b in bags:
+            sources[b].reference, refs[b] = smoother_reference(sources[b], *smoother_cfg)
+            log(f"reference of {b}: the batch smoother, {refs[b]['status']} after {refs[b]['iterations']} iterations "
+                f"({refs[b]['wall_time_s']:.2f} s)")
+    outcomes = []
+    tasks = []
+    for b in bags:
+        bag_out = out if len(bags) == 1 else os.path.join(out, os.path.basename(b))
+        os.makedirs(bag_out, exist_ok=True)
+        src = sources[b]
+        log(f"bag {b}: {src.mechanism.name}, {src.duration:.3f} s, "
+            + ", ".join(f"{k} {v} messages" for k, v in src.expected.items())
+            + ("" if src.has_truth else "; no ground truth"))
+        outcomes.append(BagOutcome(b, bag_out, timings={"load": t_load / len(bags)}, reference=refs.get(b)))
+        for name in names:
+            tasks.append(ReplayTask(b, name, configs[name], seed, part_path(bag_out, name),
+                                    os.path.join(bag_out, f"{name}.png") if plots else None,
+                                    mechanism_file, sensors_file, reorder_window=reorder_window))
+    order = sorted(range(len(tasks)), key=lambda i: -COST.get(tasks[i].name, 2.0) * sources[tasks[i].bag].duration)
+    t0 = time.perf_counter()
+    done = runs.run_tasks(replay_task, [tasks[i] for i in order], sources, jobs=jobs, scheduler=scheduler,
+                          label="replay")
+    t_tasks = time.perf_counter() - t0
+    by_task = {order[k]: o for k, o in enumerate(done)}
+    for bo in outcomes:
+        bo.timings["tasks"] = t_tasks
+        for i, task in enumerate(tasks):
+            if task.bag != bo.bag:
+                continue
+            o = by_task[i]
+            if o.ok:
+                bo.results.append(o.value)
+            else:
+                bo.failed.append((task.name, o.error))
+                log(f"failed: {task.bag} {task.name}: {o.error}")
+        _write_bag(bo, sources[bo.bag], storage, plots)
+    if len(bags) > 1:
+        write_summary(out, outcomes)
+    return outcomes
+
+
+def _write_bag(bo: BagOutcome, source, storage: str, plots: bool) -> None:
+    from mbde_core.replay.outputs import write_estimates_bag, write_metrics, write_report
+
+    results = bo.results
+    for r in results:
+        if r.counters.get("estimator_errors"):
+            c = r.counters
+            print(f"warning: {r.name} failed {c['estimator_errors']} time(s), first at t = "
+                  f"{c['first_estimator_error_at']} s (last: {c['last_estimator_error']}); each failure restarted "
+                  "its track from the initial guess at the next reading, as the live node does", file=sys.stderr)
+    t0 = time.perf_counter()
+    bo.doc = write_metrics(os.path.join(bo.out, "metrics.json"), source, results, bo.reference)
+    bo.timings["metrics"] = time.perf_counter() - t0
+    summary = None
+    if plots and results:
+        summary = _fork(_plot_summary, os.path.join(bo.out, "summary.png"), bo.doc)
+    t0 = time.perf_counter()
+    description = None
+    if source.scenario is not None:
+        from mbde_core.scenario.description import write_description
+
+        description = write_description(source.scenario)
+    write_estimates_bag(os.path.join(bo.out, "estimates"), source, results, storage, description)
+    for name in [r.name for r in results] + [name for name, _ in bo.failed]:
+        if os.path.exists(_part(bo.out, name)):
+            os.remove(_part(bo.out, name))
+    bo.timings["write"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pngs = []
+    if summary is not None:
+        summary.join()
+        if summary.exitcode == 0:
+            pngs.append(os.path.join(bo.out, "summary.png"))
+    pngs += [r.plot for r in results if r.plot] + [p for r in results for p in r.extra_plots]
+    bo.timings["plots_wait"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    write_report(os.path.join(bo.out, "report.md"), bo.doc, pngs)
+    bo.timings["report"] = time.perf_counter() - t0
+    bo.plots = pngs
+
+
+def _part(out_dir, name):
+    from mbde_core.replay.worker import part_path
+
+    return part_path(out_dir, name)
+
+
+def _plot_summary(path, doc):
+    from mbde_core.replay.plots import plot_summary
+
+    plot_summary(path, doc)
+
+
+def _fork(fn, *args):
+    """Run fn(*args) in a forked process (plots off the critical path); returns the process."""
+    import multiprocessing
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    proc = multiprocessing.get_context(method).Process(target=fn, args=args, daemon=True)
+    proc.start()
+    return proc
+
+
+SUMMARY_COLUMNS = ["bag", "estimator", "rmse_z", "rmse_zd", "nees", "nis", "step_us", "rtf", "fused", "estimator_errors", "error"]
+
+
+def summary_rows(outcomes) -> list[dict]:
+    rows = []
+    for bo in outcomes:
+        for name, entry in (bo.doc or {}).get("estimators", {}).items():
+            m = entry["metrics"] or {}
+            rows.append({"bag": os.path.basename(bo.bag), "estimator": name,
+                         "rmse_z": _join((m.get("rmse") or {}).get("z")), "rmse_zd": _join((m.get("rmse") or {}).get("zd")),
+                         "nees": (m.get("nees") or {}).get("mean"), "nis": (m.get("nis") or {}).get("mean"),
+                         "step_us": (m.get("step_time_us") or {}).get("mean"), "rtf": m.get("realtime_factor"),
+                         "fused": (m.get("counters") or {}).get("fused"),
+                         "estimator_errors": (m.get("counters") or {}).get("estimator_errors"), "error": ""})
+        for name, err in bo.failed:
+            rows.append({"bag": os.path.basename(bo.bag), "estimator": name, "error": err})
+    return rows
+
+
+def write_summary(out: str, outcomes) -> str:
+    """OUT/summary.csv and summary.md over all bags; returns the text table."""
+    rows = summary_rows(outcomes)
+    with open(os.path.join(out, "summary.csv"), "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    text = summary_text(rows)
+    with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as fh:
+        fh.write("# mbde replay summary\n\n```\n" + text + "\n```\n")
+    return text
+
+
+def summary_text(rows) -> str:
+    cols = ["bag", "estimator", "RMSE z", "RMSE zd", "NEES", "NIS", "us/step", "RTF", "fused", "errors"]
+    keys = ["bag", "estimator", "rmse_z", "rmse_zd", "nees", "nis", "step_us", "rtf", "fused", "estimator_errors"]
+    table = []
+    for r in rows:
+        if r.get("error"):
+            table.append([r["bag"], r["estimator"], "failed: " + r["error"][:60]] + [""] * (len(cols) - 3))
+            continue
+        table.append([_fmt(r.get(k)) for k in keys])
+    widths = [max(len(c), *(len(t[i]) for t in table)) if table else len(c) for i, c in enumerate(cols)]
+    fmt = lambda vals: "  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
+    return "\n".join([fmt(cols)] + [fmt(t) for t in table])
+
+
+def _join(v):
+    return None if v is None else "/".join(format(x, ".3g") for x in v)
+
+
+def _fmt(v):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return format(v, ".3g")
+    return str(v)
