@@ -497,7 +497,7 @@ class ParticleFilter(Estimator):
             e = r @ W.T
             ll_m = -0.5 * np.einsum("ij,ij->i", e, e)
             limit = gates.get(m.sensor)
-            if limit is not None and limit > 0 and not predictive_d2(ll_m, self.logw, pred, s.residual, W) <= limit:
+            if limit is not None and limit > 0 and not predictive_d2(ll_m, self.logw, pred, s.residual, W, limit) <= limit:
                 rejected.append(m.sensor)
                 continue
             ll += ll_m

@@ -27,13 +27,19 @@ from scipy.special import logsumexp
 REFERENCES = 16
 
 
-def predictive_d2(ll: np.ndarray, logw: np.ndarray, pred: np.ndarray, residual, W: np.ndarray) -> float:
+def predictive_d2(ll: np.ndarray, logw: np.ndarray, pred: np.ndarray, residual, W: np.ndarray,
+                  limit: float | None = None) -> float:
     """d^2 of a reading (see the module docstring).
 
     ll: (N,) -d_i^2(o)/2 of the reading; logw: (N,) normalised log-weights; pred: (N, d)
     predicted readings h_i; residual(a, b): the sensor's residual a - b (angles wrapped);
-    W: (d, d) whitening, W^T W = Sigma_s^-1.
+    W: (d, d) whitening, W^T W = Sigma_s^-1. With ``limit``, a reading whose upper bound
+    -2 log sum_i w_i exp(-d_i^2/2) >= d^2 (the reference term is <= 0) is within it is
+    answered with that bound (one pass over the particles: the common, clean case).
     """
+    top = float(logsumexp(logw + ll))
+    if limit is not None and -2.0 * top <= limit:
+        return -2.0 * top
     N = len(logw)
     k = min(REFERENCES, N)
     cand = np.argpartition(logw, N - k)[N - k :] if k < N else np.arange(N)
@@ -44,4 +50,4 @@ def predictive_d2(ll: np.ndarray, logw: np.ndarray, pred: np.ndarray, residual, 
     for j in np.append(cand, near):
         e = residual(pred[j][None, :], pred) @ W.T
         ref = max(ref, float(logsumexp(logw - 0.5 * np.einsum("ij,ij->i", e, e))))
-    return float(-2.0 * (logsumexp(logw + ll) - ref))
+    return float(-2.0 * (top - ref))
