@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 ROS_VENV  := .venv-ros
 ROS_STAMP := $(ROS_VENV)/.installed
 
-.PHONY: demo test venv ros-venv clean
+.PHONY: demo live test venv ros-venv clean
 
 $(STAMP): setup.py setup.cfg
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(STAMP): setup.py setup.cfg
 
 venv: $(STAMP)
 
-$(ROS_STAMP): tools/ros_venv.sh tools/ros_venv.constraints.txt setup.py setup.cfg $(shell find mbde_msgs -type f)
+$(ROS_STAMP): tools/ros_venv.sh tools/ros_venv.constraints.txt setup.py setup.cfg $(shell find mbde_msgs tools/tf2_msgs -type f)
 	PYTHON=$(PYTHON) bash tools/ros_venv.sh
 	touch $(ROS_STAMP)
 
@@ -27,6 +27,13 @@ ros-venv: $(ROS_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m mbde_core.demo
+
+# The live loop as real rclpy processes (mbde live, the nodes of launch/sim_demo.launch.py);
+# Ctrl-C stops it. Options: make live LIVE_ARGS="scenarios/fourbar_gyro.yaml --estimators ukf,errorekf"
+LIVE_ARGS ?=
+live: $(STAMP)
+	$(MAKE) --no-print-directory ros-venv
+	$(ROS_VENV)/bin/python -m mbde_core.cli live $(LIVE_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q test --ignore=test/ros

@@ -19,12 +19,14 @@ def tree(folder):
 CLUSTER = ["dask>=2023.1", "distributed>=2023.1"]
 
 NODES = [
-    # (executable, module:function) -- the ROS 2 nodes of mbde_nodes
-    ("mechanism_model", "mbde_nodes.mechanism_model:main"),
-    ("simulator", "mbde_nodes.simulator:main"),
-    ("imu_driver", "mbde_nodes.imu_driver:main"),
-    ("encoder_driver", "mbde_nodes.encoder_driver:main"),
-    ("estimator", "mbde_nodes.estimator:main"),
+    # (executable, module:function) -- the ROS 2 nodes of mbde_nodes, prefixed "mbde-"
+    # (`ros2 run mbde mbde-estimator`; a pip install puts them on PATH next to `mbde`).
+    # The entry points say in one line when ROS 2 is missing (mbde_nodes/entry.py).
+    ("mbde-mechanism-model", "mbde_nodes.entry:mechanism_model"),
+    ("mbde-simulator", "mbde_nodes.entry:simulator"),
+    ("mbde-imu-driver", "mbde_nodes.entry:imu_driver"),
+    ("mbde-encoder-driver", "mbde_nodes.entry:encoder_driver"),
+    ("mbde-estimator", "mbde_nodes.entry:estimator"),
 ]
 
 setup(

@@ -46,7 +46,7 @@ def estimator_node(context):
     value = lambda key: LaunchConfiguration(key).perform(context)  # noqa: E731
     estimator = value("estimator")
     return [Node(
-        package=PACKAGE, executable="estimator", name=value("name") or estimator, namespace=value("namespace"),
+        package=PACKAGE, executable="mbde-estimator", name=value("name") or estimator, namespace=value("namespace"),
         output="screen", remappings=parse_remappings(value("remappings")),
         parameters=[value("params_file"),
                     {"estimator": estimator, "config_file": value("config"), "mechanism_file": value("mechanism"),

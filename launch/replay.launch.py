@@ -33,7 +33,7 @@ def nodes(context):
         play.append("--loop")
     params = PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "params", "estimator.yaml"])
     actions = [
-        Node(package=PACKAGE, executable="estimator", name=name, namespace="mbde", output="screen",
+        Node(package=PACKAGE, executable="mbde-estimator", name=name, namespace="mbde", output="screen",
              parameters=[params, {"estimator": name, "config_file": value("config"), "use_sim_time": True}])
         for name in names
     ]

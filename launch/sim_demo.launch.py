@@ -14,7 +14,9 @@ Launch arguments (``ros2 launch mbde sim_demo.launch.py --show-args``):
   rviz              start RViz with rviz/mbde.rviz                     [true]
 
 The simulator publishes /clock and every node runs on simulated time (use_sim_time).
-Node parameters: config/params/<executable>.yaml; the launch arguments override them.
+Node parameters: config/params/<node>.yaml; the launch arguments override them. The node
+list and the parameters each node gets are those of mbde_core.live.graph, which
+`mbde live` (the same loop without a ROS installation, `make live`) starts too.
 """
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
@@ -23,6 +25,8 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
 
+from mbde_core.live.graph import SIM_DEMO_DEFAULTS, sim_demo_nodes
+
 PACKAGE = "mbde"
 
 
@@ -30,41 +34,30 @@ def params_file(executable):
     return PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "params", executable + ".yaml"])
 
 
-def estimator_nodes(context):
-    names = [n.strip() for n in LaunchConfiguration("estimators").perform(context).split(",") if n.strip()]
+def loop_nodes(context):
+    """The nodes of mbde_core.live.graph (the same as `mbde live`), from the launch arguments."""
+    args = {key: LaunchConfiguration(key).perform(context) for key in SIM_DEMO_DEFAULTS}
     return [
-        Node(package=PACKAGE, executable="estimator", name=name, namespace="mbde", output="screen",
-             parameters=[params_file("estimator"),
-                         {"estimator": name, "config_file": LaunchConfiguration("config"), "use_sim_time": True}])
-        for name in names
+        Node(package=PACKAGE, executable=spec.executable, name=spec.name, namespace=spec.namespace or None,
+             output="screen", parameters=[params_file(spec.node), spec.parameters])
+        for spec in sim_demo_nodes(**args)
     ]
 
 
 def generate_launch_description():
-    scenario = LaunchConfiguration("scenario")
     return LaunchDescription([
-        DeclareLaunchArgument("scenario", default_value="scenarios/pf_sim.yaml",
+        DeclareLaunchArgument("scenario", default_value=SIM_DEMO_DEFAULTS["scenario"],
                               description="scenario YAML (relative: config/ of the package)"),
-        DeclareLaunchArgument("estimators", default_value="pf,ukf,errorekf,adekf",
+        DeclareLaunchArgument("estimators", default_value=SIM_DEMO_DEFAULTS["estimators"],
                               description="comma-separated estimators, one node each in /mbde/<name>"),
-        DeclareLaunchArgument("config", default_value="",
+        DeclareLaunchArgument("config", default_value=SIM_DEMO_DEFAULTS["config"],
                               description="estimator options YAML ('' = each estimator's shipped one)"),
-        DeclareLaunchArgument("real_time_factor", default_value="1.0",
+        DeclareLaunchArgument("real_time_factor", default_value=SIM_DEMO_DEFAULTS["real_time_factor"],
                               description="simulated seconds per wall-clock second"),
-        DeclareLaunchArgument("loop", default_value="true", description="restart the scenario at its end"),
+        DeclareLaunchArgument("loop", default_value=SIM_DEMO_DEFAULTS["loop"],
+                              description="restart the scenario at its end"),
         DeclareLaunchArgument("rviz", default_value="true", description="start RViz"),
-        Node(package=PACKAGE, executable="mechanism_model", name="mechanism_model", output="screen",
-             parameters=[params_file("mechanism_model"), {"scenario_file": scenario, "use_sim_time": True}]),
-        Node(package=PACKAGE, executable="simulator", name="simulator", output="screen",
-             parameters=[params_file("simulator"),
-                         {"scenario_file": scenario, "publish_clock": True, "loop": LaunchConfiguration("loop"),
-                          "real_time_factor": LaunchConfiguration("real_time_factor"),
-                          "wait_for_subscribers": 1}]),
-        Node(package=PACKAGE, executable="imu_driver", name="imu_driver", output="screen",
-             parameters=[params_file("imu_driver"), {"use_sim_time": True}]),
-        Node(package=PACKAGE, executable="encoder_driver", name="encoder_driver", output="screen",
-             parameters=[params_file("encoder_driver"), {"use_sim_time": True}]),
-        OpaqueFunction(function=estimator_nodes),
+        OpaqueFunction(function=loop_nodes),
         Node(package="rviz2", executable="rviz2", name="rviz2", output="log",
              arguments=["-d", PathJoinSubstitution([FindPackageShare(PACKAGE), "rviz", "mbde.rviz"])],
              parameters=[{"use_sim_time": True}], condition=IfCondition(LaunchConfiguration("rviz"))),

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import array
 import importlib
+import signal
 import sys
 
 import numpy as np
 import rclpy
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.signals import SignalHandlerOptions
 
 from mbde_core.errors import MbdeError
 from mbde_core.live.params import ParameterError, schema, validate_values
@@ -83,7 +85,9 @@ def descriptor(p) -> ParameterDescriptor:
 def declare_parameters(node, executable: str) -> dict:
     """Declare every parameter of ``executable`` from the schema; return validated values.
 
-    Raises ParameterError (one line) for a wrong type or value.
+    Raises ParameterError (one line) for a wrong type or value, and for a parameter given
+    to the node (``-p``, a parameter file, a launch file) that it does not have, e.g. a
+    misspelt ``publsh_rate``.
     """
     values = {}
     for p in schema()[executable]:
@@ -98,6 +102,9 @@ def declare_parameters(node, executable: str) -> dict:
                 except ValueError as why:
                     reason = str(why)
             raise ParameterError(f"{node.get_name()}: parameter {p.name!r}: {reason}") from None
+    for name, override in getattr(node, "_parameter_overrides", {}).items():
+        if not node.has_parameter(name) and not name.startswith("qos_overrides."):
+            values[name] = override.value  # unknown: validate_values names it
     return validate_values(executable, values, label=node.get_name())
 
 
@@ -113,14 +120,37 @@ def fail(node, exc: Exception) -> StartupError:
     return StartupError(str(exc))
 
 
+class _Stop:
+    """SIGINT / SIGTERM: finish the callback in progress, then leave the spin loop."""
+
+    def __init__(self):
+        self.requested = False
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self)
+
+    def __call__(self, signum, frame) -> None:
+        self.requested = True
+
+
 def run(make_node, argv=None) -> int:
-    """rclpy main loop: 0 on Ctrl-C / shutdown, 2 when the node could not start."""
-    rclpy.init(args=sys.argv if argv is None else argv)
+    """rclpy main loop: 0 on Ctrl-C / SIGTERM / shutdown, 2 when the node could not start.
+
+    Shutdown is silent: rclpy's own signal handler would invalidate the context while a
+    callback publishes ("RCLError: publisher's context is invalid"); here a signal only
+    sets a flag, the executor finishes the callback in progress, and the node is
+    destroyed before the context is shut down.
+    """
+    stop = _Stop()
+    rclpy.init(args=sys.argv if argv is None else argv, signal_handler_options=SignalHandlerOptions.NO)
     node = None
+    executor = None
     code = 0
     try:
         node = make_node()
-        rclpy.spin(node)
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        while not stop.requested and rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         code = 0
     except StartupError:
@@ -129,6 +159,9 @@ def run(make_node, argv=None) -> int:
         print(f"[ERROR] {exc}", file=sys.stderr)
         code = 2
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup
+        if executor is not None:
+            executor.shutdown(timeout_sec=1.0)
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()

@@ -9,6 +9,9 @@ estimator name in namespace /mbde gives the topics of ``mbde replay``'s estimate
   q, qd, effort = estimated generalized input) at ``publish_rate``;
 - ``~/particles`` (mbde_msgs/ParticleSet, particle filters only) at ``particles_rate``;
 - ``~/markers`` (MarkerArray: bars, 95 % ellipses, PF hypotheses, label) at ``marker_rate``;
+- ``/tf`` (tf2_msgs/TFMessage, with ~/state): ``frame_id`` -> ``<tf_prefix><body>`` of the
+  estimate (REP 105; ``tf_prefix`` '~' = ``<node name>/``), and once, latched,
+  ``/tf_static``: its sensor mounts ``<tf_prefix><sensor frame_id>``;
 - ``/diagnostics`` (diagnostic_msgs/DiagnosticArray) every ``diagnostics_period``: rates,
   received / fused / late / non-finite / malformed / gated counts, NIS or ESS, step time,
   resets, stamp lag, and what the node waits for.
@@ -29,6 +32,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
+from tf2_msgs.msg import TFMessage
 from visualization_msgs.msg import MarkerArray
 
 from mbde_core.errors import MbdeError
@@ -36,6 +40,7 @@ from mbde_core.live import topics
 from mbde_core.live.diagnostics import WARN, Status, Throttle, diagnostic_array
 from mbde_core.live.estimator import EstimatorOptions, LiveEstimator, load_config
 from mbde_core.live.model_source import from_description, load_source
+from mbde_core.rosio.tf import TF_STATIC_TOPIC, TF_TOPIC
 from mbde_nodes.common import (LATCHED, RELIABLE, SENSOR, RclpyFactory, declare_parameters, fail, now_seconds,
                                run, wall_clock)
 
@@ -62,6 +67,9 @@ class Estimator(Node):
             "joint_states": self.create_publisher(JointState, "~/joint_states", RELIABLE),
             "markers": self.create_publisher(MarkerArray, "~/markers", RELIABLE),
         }
+        if p["publish_tf"]:
+            self.pubs["tf"] = self.create_publisher(TFMessage, TF_TOPIC, 100)
+            self.tf_static_pub = self.create_publisher(TFMessage, TF_STATIC_TOPIC, LATCHED)
         self.diag_pub = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS, 10)
         self.reset_srv = self.create_service(Trigger, "~/reset", self.on_reset)
         self.desc_sub = None
@@ -82,8 +90,11 @@ class Estimator(Node):
 
     # -- model ------------------------------------------------------------------------------
     def _build(self, scenario) -> None:
-        opts = EstimatorOptions.from_params(self.p, self.config)
+        prefix = self.p["tf_prefix"]
+        opts = EstimatorOptions.from_params(self.p, self.config, self.get_name() + "/" if prefix == "~" else prefix)
         core = LiveEstimator(scenario, opts, self.factory, self.publish, self.log)
+        if opts.publish_tf:
+            self.tf_static_pub.publish(core.static_tf(now_seconds(self) or 0.0))
         for sub in self.subs:
             self.destroy_subscription(sub)
         self.subs = []

@@ -10,8 +10,12 @@ those of ``mbde simulate`` (mbde_core.simulator.simulate), paced by the wall clo
   true inputs) and ``/mbde/ground_truth/joint_states`` (sensor_msgs/JointState, effort =
   generalized input per coordinate) at ``rate`` (default: every sensor reading instant);
 - ``/mbde/ground_truth/markers`` (MarkerArray) at ``marker_rate``;
-- ``/clock`` (rosgraph_msgs/Clock) with ``publish_clock`` (stamps = simulated time, as in
-  the bag ``mbde simulate`` writes); otherwise stamps = wall clock at start + simulated time.
+- ``/tf`` (tf2_msgs/TFMessage) at ``tf_rate``: ``frame_id`` (world) -> ``<tf_prefix><body>``
+  of the ground truth (REP 105), and once, latched, ``/tf_static``: ground links and the
+  sensor mounts (each sensor's ``frame_id`` below its body), :mod:`mbde_core.viz.frames`;
+- ``/clock`` (rosgraph_msgs/Clock) with ``publish_clock`` (stamps = simulated time from
+  ``start_time``, default the scenario's or now rounded to the second, as the bags of
+  ``mbde simulate``); otherwise stamps = wall clock at start + simulated time.
 
 With ``wait_for_subscribers`` = N it starts when /mbde/ground_truth and each sensor topic
 have N subscribers (drivers, estimators: they see the motion from its first instant).
@@ -26,6 +30,7 @@ from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
+from tf2_msgs.msg import TFMessage
 from visualization_msgs.msg import MarkerArray
 
 from mbde_core.errors import MbdeError
@@ -34,6 +39,9 @@ from mbde_core.live.diagnostics import Throttle
 from mbde_core.live.model_source import load_source
 from mbde_core.live.params import ParameterError
 from mbde_core.live.simulator import PacedSimulation, stamp_msg, truth_messages, with_truth_period
+from mbde_core.rosio.tf import TF_STATIC_TOPIC, TF_TOPIC, tf_message
+from mbde_core.scenario.epoch import with_start_time
+from mbde_core.viz.frames import MechanismFrames
 from mbde_nodes.common import LATCHED, STREAM, RclpyFactory, declare_parameters, fail, run, wall_clock
 
 MAX_BURST = 0.25  # s of simulated time per timer tick at most (then it runs slower than asked)
@@ -47,6 +55,8 @@ class Simulator(Node):
             if not p["scenario_file"]:
                 raise ParameterError("simulator: set parameter 'scenario_file' (e.g. scenarios/pf_sim.yaml)")
             base = load_source(p["scenario_file"], settings=p["settings"])
+            if p["publish_clock"]:  # simulated time starts at an epoch, not 1970
+                base = with_start_time(base, None if p["start_time"] < 0 else p["start_time"])
             self.scenario = sc = with_truth_period(base, p["rate"], p["duration"])
         except MbdeError as exc:
             raise fail(self, exc) from None
@@ -66,6 +76,14 @@ class Simulator(Node):
             self.desc_pub.publish(String(data=write_description(sc)))
         self.marker_period = 1.0 / p["marker_rate"] if p["marker_rate"] > 0 else None
         self._next_marker = None
+        self.frames = MechanismFrames(truth, sc.sensors, world=sc.frame_id, prefix=p["tf_prefix"])
+        self.tf_period = 1.0 / p["tf_rate"] if p["tf_rate"] > 0 else None
+        self._next_tf = None
+        if self.tf_period is not None:
+            self.tf_pub = self.create_publisher(TFMessage, TF_TOPIC, 100)
+            self.tf_static_pub = self.create_publisher(TFMessage, TF_STATIC_TOPIC, LATCHED)
+            self.tf_static_pub.publish(tf_message(self.factory, self.frames.static(),
+                                                  stamp_msg(self.factory, self.sim_start_ns(sc, p))))
         self._drawer = None
         self.sim = PacedSimulation(sc, loop=p["loop"], offset_ns=0, clock=p["publish_clock"])
         self.period = sc.ground_truth_period
@@ -143,17 +161,26 @@ class Simulator(Node):
             self.anchor += self.sim.lap_ns * 1e-9 / self.rtf
             self.tau = -1.0
             self._next_marker = None
+            self._next_tf = None
             self.get_logger().info(f"scenario ended: lap {self.lap + 1} starts"
                                    + (" (the clock jumps back)" if self.clock_pub else ""))
         if self.sim.finished:
             self.get_logger().info(f"scenario finished at t = {self.sim.duration:g} s after {self.published} "
                                    "ground-truth samples (loop:=true restarts it)")
 
+    @staticmethod
+    def sim_start_ns(sc, p) -> int:
+        """Stamp of the first sample when known in advance (with /clock), else 0."""
+        return sc.start_ns if p["publish_clock"] else 0
+
     def _publish(self, ev) -> None:
         state, joints = truth_messages(self.factory, ev, self.cnames, self.inames, self.scenario.frame_id)
         self.gt_pub.publish(state)
         self.js_pub.publish(joints)
         self.published += 1
+        if self.tf_period is not None and (self._next_tf is None or ev.stamp >= self._next_tf - 1e-9):
+            self.tf_pub.publish(tf_message(self.factory, self.frames.moving(ev.q), state.header.stamp))
+            self._next_tf = ev.stamp + self.tf_period
         if self.marker_period is not None and (self._next_marker is None or ev.stamp >= self._next_marker - 1e-9):
             from mbde_core.viz.markers import MechanismDrawer, marker_array, truth_shapes
 

@@ -7,7 +7,7 @@ from conftest import run_mbde
 def test_bench_help_lists_benchmarks():
     proc = run_mbde("bench", "--help")
     assert proc.returncode == 0
-    for name in ("accuracy", "speed"):
+    for name in ("accuracy", "speed", "smoother"):
         assert name in proc.stdout
 
 
@@ -64,3 +64,22 @@ def test_bench_replay_streaming_tiny(tmp_path):
     t = json.loads(timings.read_text())["bags"][0]
     assert {"load", "tasks", "write", "metrics", "report", "plots_wait"} <= set(t["phases"])
     assert set(t["estimators"]) == {"dekf"} and t["estimators"]["dekf"]["plot"] > 0
+
+
+def test_bench_accuracy_smoother_column(tmp_path):
+    proc = run_mbde("bench", "accuracy", "--out", tmp_path, "--runs", "1", "--periods", "1", "--gravity-errors", "1",
+                    "--cases", "fourbar_gyro", "--duration", "0.6", "--estimators", "dekf,smoother", "--jobs", "1")
+    assert proc.returncode == 0, proc.stderr
+    cells = {c["estimator"]: c for c in json.loads((tmp_path / "accuracy.json").read_text())["cells"]}
+    assert cells["smoother"]["failed"] == 0 and cells["smoother"]["rmse_z"] < cells["dekf"]["rmse_z"]
+    assert cells["smoother"]["nees"] > 0 and cells["dekf"]["nees"] > 0
+    assert "mean nees" in proc.stdout
+
+
+def test_bench_smoother_tiny(tmp_path):
+    proc = run_mbde("bench", "smoother", "--cases", "fourbar_gyro", "--lengths", "1", "--trf-lengths", "", "--seam-length", "2",
+                    "--window", "1", "--overlap", "0.3", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "smoother_bench.json").read_text())
+    assert doc["speed"][0]["steps"] == 201 and doc["speed"][0]["iterations"] >= 1
+    assert doc["seams"][0]["windows"] == 2 and doc["seams"][0]["max_seam_z"] < 1.0

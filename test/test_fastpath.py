@@ -30,6 +30,9 @@ def mechs(mechanisms):
     return out
 
 
+ULPS = 1e-14  # relative: "equal to rounding" between two implementations of one formula
+
+
 def rel(a, b):
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     return np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)
@@ -64,19 +67,22 @@ def test_constraint_kernels_match_reference(mechs, name):
         assert np.max(np.abs(m.phi(q[k]) - ref.phi(m, q[k]))) <= 1e-14 * scale
         assert rel(m.phi_q(q[k]), ref.phi_q(m, q[k])) < 1e-14
         assert rel(m.phi_q_dot_qd(q[k], qd[k]), ref.phi_q_dot_qd(m, q[k], qd[k])) < 1e-13
-    # batched (vector kernels) equal the single-state (scalar) kernels
+    # batched (vector kernels) equal the single-state (scalar) kernels to rounding (numpy's
+    # SIMD loops and Python floats may round differently on other CPUs)
     for N in (4, 40):
         qb = np.tile(q, (N // 4, 1))
         qdb = np.tile(qd, (N // 4, 1))
-        np.testing.assert_array_equal(m.phi(qb)[:4], np.array([m.phi(x) for x in q]))
-        np.testing.assert_array_equal(m.phi_q(qb)[:4], np.array([m.phi_q(x) for x in q]))
-        np.testing.assert_array_equal(m.phi_q_dot_qd(qb, qdb)[:4], np.array([m.phi_q_dot_qd(x, v) for x, v in zip(q, qd)]))
+        assert np.max(np.abs(m.phi(qb)[:4] - np.array([m.phi(x) for x in q]))) <= 1e-14 * scale
+        assert rel(m.phi_q(qb)[:4], np.array([m.phi_q(x) for x in q])) < ULPS
+        assert rel(m.phi_q_dot_qd(qb, qdb)[:4], np.array([m.phi_q_dot_qd(x, v) for x, v in zip(q, qd)])) < ULPS
     # the generic evaluators agree as well
     gm = ref.generic(m)
     assert np.max(np.abs(m.phi(q) - gm.phi(q))) <= 1e-14 * scale
     assert rel(m.phi_q(q), gm.phi_q(q)) < 1e-15
     assert rel(m.phi_q_dot_qd(q, qd), gm.phi_q_dot_qd(q, qd)) < 1e-14
-    assert K.scalar.trig(q[0].tolist()) == tuple(v for c in m.rel_columns for v in (np.sin(q[0, c]), np.cos(q[0, c])))
+    trig = K.scalar.trig(q[0].tolist())
+    expected = [v for c in m.rel_columns for v in (np.sin(q[0, c]), np.cos(q[0, c]))]
+    assert len(trig) == len(expected) and np.max(np.abs(np.subtract(trig, expected)), initial=0.0) <= 4e-16
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -118,7 +124,7 @@ def test_kinematics_and_dynamics_match_reference(mechs, name, N):
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_single_state_kinematics_are_bit_for_bit_the_generic_code(mechs, name):
+def test_single_state_kinematics_equal_the_generic_code_to_rounding(mechs, name):
     m = mechs[name]
     gm = ref.generic(m)
     q, qd = states(m, 3, seed=5)
@@ -126,13 +132,13 @@ def test_single_state_kinematics_are_bit_for_bit_the_generic_code(mechs, name):
     for k in range(3):
         guess = q[k] + 1e-3 * qd[k]
         z = guess[m.independent]
-        for a, b in zip(kinematics.solve_position(m, z, guess), kinematics.solve_position(gm, z, guess)):
-            np.testing.assert_array_equal(a, b)
+        (qa, oka), (qb, okb) = kinematics.solve_position(m, z, guess), kinematics.solve_position(gm, z, guess)
+        assert oka and okb and rel(qa, qb) < ULPS
         for f, fargs in ((kinematics.velocity, (q[k], qd[k, m.independent])), (kinematics.r_matrix, (q[k],)),
                          (kinematics.rdot_zd, (q[k], qd[k])), (kinematics.acceleration, (q[k], qd[k], zdd[k]))):
-            np.testing.assert_array_equal(f(m, *fargs), f(gm, *fargs))
-        np.testing.assert_array_equal(dynamics.forward_lagrange(m, 0.3, q[k], qd[k])[0],
-                                      dynamics.forward_lagrange(gm, 0.3, q[k], qd[k])[0])
+            assert rel(f(m, *fargs), f(gm, *fargs)) < ULPS, f.__name__
+        assert rel(dynamics.forward_lagrange(m, 0.3, q[k], qd[k])[0],
+                   dynamics.forward_lagrange(gm, 0.3, q[k], qd[k])[0]) < 1e-12
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -190,7 +196,7 @@ def test_chunked_batches_equal_whole_batches(mechs, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["fourbar", "fivebar", "slider_crank", "pendulum", "loaded", "redundant"])
-def test_ali3p_is_bit_for_bit_the_textbook_step(mechs, name):
+def test_ali3p_equals_the_textbook_step_to_rounding(mechs, name):
     m = mechs[name]
     gm = ref.generic(m)
     q, qd = states(m, 2, seed=12)
@@ -201,8 +207,7 @@ def test_ali3p_is_bit_for_bit_the_textbook_step(mechs, name):
             a = it.step(m, 0.1, s, h)
             b = ref.ali3p_step(gm, 0.1, s, h)
             assert a.ok and b.ok
-            for x, y in ((a.q, b.q), (a.qd, b.qd), (a.qdd, b.qdd)):
-                np.testing.assert_array_equal(x, y)
+            assert rel(a.q, b.q) < ULPS and rel(a.qd, b.qd) < 1e-12 and rel(a.qdd, b.qdd) < 1e-10
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf in the failed state's arithmetic

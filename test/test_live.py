@@ -355,3 +355,52 @@ def test_model_sources(tmp_path):
         load_source("scenarios/nope.yaml")
     assert resolve("mechanisms/fourbar.yaml") == os.path.join(REPO, "config", "mechanisms", "fourbar.yaml")
     assert math.isclose(load_source("scenarios/pf_sim.yaml", settings=["duration=2"]).duration, 2.0)
+
+
+def test_clock_jumping_back_at_a_loop_wrap_is_not_another_clock(bag):
+    """A looping simulator (or bag) jumps the clock back while readings of the old lap are
+    still in flight: they are dropped as late, and no 'another clock' is reported."""
+    msgs = sensor_messages(bag)
+    core, sink = live(bag, "pf", publish_rate=0.0)
+    for tp, t, msg in msgs[:300]:
+        core.on_message(tp, msg, t + 0.002)
+        core.tick(t + 0.003)
+    late = core.counters.out_of_order
+    core.reset("clock jumped back", "by 1.5 s")
+    t0 = msgs[0][1]
+    for tp, _, msg in msgs[-3:]:  # the old lap's last readings arrive after the jump
+        core.on_message(tp, msg, t0 + 0.001)
+    core.tick(t0 + 0.002)
+    for tp, t, msg in msgs[:100]:  # the new lap
+        core.on_message(tp, msg, t + 0.002)
+        core.tick(t + 0.003)
+    v = core.status("n", msgs[99][1] + 0.003).as_dict()
+    assert not core.clock_mismatch and "clock mismatch" not in v["state"]
+    assert not [text for _, text in sink.logs if "another clock" in text]
+    assert core.counters.out_of_order == late + 3 and core.time == pytest.approx(msgs[99][1] - 0.02, abs=0.006)
+
+
+def test_frame_id_mismatch_is_counted_and_tf_is_published(bag):
+    from mbde_core.rosio.tf import transforms_from_message
+
+    msgs = sensor_messages(bag)
+    core, sink = live(bag, "ukf", publish_rate=50.0, tf_prefix="ukf/")
+    for k, (tp, t, msg) in enumerate(msgs[:100]):
+        if k in (10, 11):
+            msg.header.frame_id = "imu_link"  # a driver configured with another frame
+        core.on_message(tp, msg, t + 0.002)
+    st = core.status("n", msgs[99][1])
+    v = st.as_dict()
+    assert v["gyro_coupler: frame mismatch"] == 2 and "imu_link" in v["gyro_coupler: last frame"]
+    assert st.level == WARN and "another frame" in st.message
+    assert [lv for lv, text in sink.logs if "imu_link" in text] == ["warn"]  # throttled: one line
+    assert core.counters.fused >= 90  # the readings were used
+    tfs = sink.msgs["tf"]
+    assert len(tfs) == len(sink.msgs["state"]) > 0
+    last = transforms_from_message(tfs[-1])
+    assert {t["child"] for t in last} == {"ukf/crank", "ukf/coupler", "ukf/rocker"}
+    assert {t["parent"] for t in last} == {"world"}
+    state = sink.msgs["state"][-1]
+    assert all(t["stamp"] == state.header.stamp.sec + 1e-9 * state.header.stamp.nanosec for t in last)
+    static = transforms_from_message(core.static_tf())
+    assert {(t["child"], t["parent"]) for t in static} == {("ukf/gyro_coupler", "ukf/coupler")}

@@ -46,13 +46,42 @@ def test_replay_outputs(bag, tmp_path):
         for topic, t, msg in r.messages(["/mbde/dekf/state"]):
             last = (t, msg)
         t, msg = last
-        assert abs(t - 1.5) < 1e-9
+        assert abs(t - r.start - 1.5) < 1e-6  # s: stamps from an epoch of now (float: 0.24 us spacing)
         assert len(msg.covariance) == 4 and list(msg.independent_names) == ["theta"]
+    check_viewable(out / "estimates", ["dekf", "ukf"])
     # deterministic: a second replay gives the same numbers
     out2 = tmp_path / "out2"
     assert run_mbde("replay", bag, "--estimators", "dekf,ukf", "--out", out2, "--no-plots").returncode == 0
     doc2 = json.loads((out2 / "metrics.json").read_text())
     assert doc2["estimators"]["ukf"]["metrics"]["rmse"] == doc["estimators"]["ukf"]["metrics"]["rmse"]
+
+
+def check_viewable(path, names):
+    """The estimates bag carries what Foxglove / RViz need: /tf (REP 105 world -> each
+    estimator's body frames, stamped like its estimates), /tf_static (its sensor mounts),
+    model and estimate markers in the world frame."""
+    from mbde_core.rosio.tf import transforms_from_message
+
+    with BagReader(path) as r:
+        topics = {t: (ty, n) for t, ty, n in r.topics()}
+        for topic in ("/tf", "/tf_static", "/mbde/model/markers", *(f"/mbde/{n}/markers" for n in names)):
+            assert topic in topics, topic
+        assert topics["/tf"][0] == "tf2_msgs/msg/TFMessage" and topics["/tf_static"][1] == 1
+        states = {n: [t for _, t, _ in r.messages([f"/mbde/{n}/state"])] for n in names}
+        tf = {}
+        for _, t, msg in r.messages(["/tf"]):
+            for tr in transforms_from_message(msg):
+                assert tr["parent"] == "world" and abs(tr["stamp"] - t) < 1e-6
+                tf.setdefault(tr["child"], []).append(t)
+        for n in names:  # one estimate frame per moving body, at every estimate
+            for body in ("crank", "coupler", "rocker"):
+                assert tf[f"{n}/{body}"] == pytest.approx(states[n], abs=1e-6)
+        (static,) = [transforms_from_message(m) for _, _, m in r.messages(["/tf_static"])]
+        mounts = {tr["child"]: tr["parent"] for tr in static}
+        assert all(mounts[f"{n}/gyro_coupler"] == f"{n}/coupler" for n in names)
+        for _, _, msg in r.messages(["/mbde/ukf/markers"]):
+            assert {m.header.frame_id for m in msg.markers} == {"world"}
+            break
 
 
 def test_replay_without_description_and_truth(bag, tmp_path):
@@ -132,11 +161,11 @@ def test_estimator_failure_is_counted_and_the_run_goes_on(bag, monkeypatch):
     c = r.counters
     assert c["estimator_errors"] == 1
     assert "LinAlgError: Singular matrix (injected)" in c["last_estimator_error"]
-    assert abs(c["first_estimator_error_at"] - 99 * 0.005) < 1e-9
+    assert abs(c["first_estimator_error_at"] - inputs.start - 99 * 0.005) < 1e-6  # s (epoch stamps)
     assert c["received"] == 301
     assert c["fused"] == 300  # only the reading of the failed update is lost
     stamps = [rec.estimate.stamp for rec in r.records]
-    assert stamps[-1] == pytest.approx(1.5) and len(stamps) >= 300
+    assert stamps[-1] - inputs.start == pytest.approx(1.5, abs=1e-6) and len(stamps) >= 300
 
 
 def test_seed_depends_on_the_estimator_name_not_its_position(bag, tmp_path):

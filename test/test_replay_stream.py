@@ -138,7 +138,8 @@ def test_failed_task_is_reported_with_its_cause_others_kept(bag, configs, tmp_pa
     assert bo.failed[0][0] == "ukf" and "RuntimeError: boom in ukf" in bo.failed[0][1]
     assert any("failed:" in s and "boom in ukf" in s for s in lines)
     with BagReader(tmp_path / "estimates") as r:
-        assert {t for t, _, _ in r.topics()} == {"/mbde/description", "/mbde/errorekf/state", "/mbde/errorekf/joint_states"}
+        assert {t for t, _, _ in r.topics()} == {"/mbde/description", "/mbde/errorekf/state", "/mbde/errorekf/joint_states",
+                                                 "/tf", "/tf_static", "/mbde/model/markers", "/mbde/errorekf/markers"}
 
 
 def test_reorder_window_gives_the_sorted_readings(bag, tmp_path):

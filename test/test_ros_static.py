@@ -22,11 +22,22 @@ EXTERNAL = {("rviz2", "rviz2")}
 
 
 def setup_nodes() -> dict[str, str]:
+    """Console scripts of the nodes: executable ('mbde-estimator') -> 'module:function'."""
     tree = ast.parse(open(os.path.join(REPO, "setup.py")).read())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "NODES" for t in node.targets):
             return dict(ast.literal_eval(node.value))
     raise AssertionError("setup.py has no NODES list")
+
+
+def node_kind(executable: str) -> str:
+    """'mbde-imu-driver' -> 'imu_driver' (module of mbde_nodes, schema key, parameter file)."""
+    assert executable.startswith("mbde-"), f"{executable}: node executables are prefixed mbde-"
+    return executable[len("mbde-"):].replace("-", "_")
+
+
+def node_kinds() -> set[str]:
+    return {node_kind(e) for e in setup_nodes()}
 
 
 def package_depends() -> set[str]:
@@ -88,6 +99,13 @@ def test_launch_file_is_consistent(path):
         name = call_name(call)
         if name == "Node":
             pkg, exe = kw(call, "package", consts), kw(call, "executable", consts)
+            if pkg == "mbde" and exe is None and "sim_demo_nodes(" in text:  # the graph of mbde_core.live.graph
+                from mbde_core.live.graph import sim_demo_nodes
+
+                for spec in sim_demo_nodes():
+                    assert spec.executable in nodes and os.path.isfile(os.path.join(PARAMS_DIR, spec.node + ".yaml"))
+                    started.append((pkg, spec.executable))
+                continue
             assert pkg and exe, f"{path}: Node without literal package/executable"
             started.append((pkg, exe))
             if pkg == "mbde":
@@ -119,8 +137,10 @@ def test_launch_file_is_consistent(path):
     assert used <= declared, f"{path}: undeclared launch arguments {used - declared}"
     # params_file(executable) helpers: their executables have a parameter file
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and call_name(n) == "params_file"):
-        exe = value_of(call.args[0], consts)
-        assert exe in nodes and os.path.isfile(os.path.join(PARAMS_DIR, exe + ".yaml"))
+        kind = value_of(call.args[0], consts)
+        if kind is None:  # params_file(spec.node): checked with the graph above
+            continue
+        assert kind in node_kinds() and os.path.isfile(os.path.join(PARAMS_DIR, kind + ".yaml"))
     # OpaqueFunction-built Nodes use LaunchConfiguration(...).perform: those keys are declared too
     performed = set(re.findall(r"""value\("(\w+)"\)""", text)) | set(re.findall(r'LaunchConfiguration\("(\w+)"\)', text))
     assert performed <= declared, f"{path}: {performed - declared}"
@@ -138,7 +158,7 @@ def test_launch_file_is_consistent(path):
 # ------------------------------------------------------------------------------ parameters
 def test_schema_covers_exactly_the_console_scripts():
     nodes = setup_nodes()
-    assert set(schema()) == set(nodes)
+    assert set(schema()) == node_kinds()
     for exe, target in nodes.items():
         module, func = target.split(":")
         path = os.path.join(REPO, *module.split(".")) + ".py"
@@ -150,7 +170,7 @@ def test_schema_covers_exactly_the_console_scripts():
             assert p.coerce(p.default) == p.default, (exe, p.name)
 
 
-@pytest.mark.parametrize("exe", sorted(setup_nodes()))
+@pytest.mark.parametrize("exe", sorted(node_kinds()))
 def test_every_node_has_a_valid_parameter_file(exe):
     path = os.path.join(PARAMS_DIR, exe + ".yaml")
     sections = validate_param_file(path)

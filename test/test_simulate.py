@@ -111,7 +111,7 @@ def test_shipped_scenarios_expected_topics_are_complete():
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_scenario_simulates(tmp_path, capsys, name):
     out = tmp_path / "bag"
-    assert mbde(["simulate", scen(name), "--out", str(out), "--set", "duration=0.12"]) == 0
+    assert mbde(["simulate", scen(name), "--out", str(out), "--set", "duration=0.12", "--start-time", "0"]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""  # no progress bar when stderr is not a terminal
     assert f"scenario {name}:" in captured.out and "max |Phi| = " in captured.out
@@ -128,7 +128,7 @@ def test_every_shipped_scenario_simulates(tmp_path, capsys, name):
 def test_full_run_through_the_cli(tmp_path):
     """pf_sim unmodified (10 s, 10001 steps): drift-free, energy conserved, expected rates."""
     out = tmp_path / "pf_sim"
-    proc = run_mbde("simulate", scen("pf_sim"), "--out", out)
+    proc = run_mbde("simulate", scen("pf_sim"), "--out", out, "--start-time", "0")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and "ground truth: 10001 samples" in proc.stdout
     proc = run_mbde("bag-info", out, "--json")
@@ -240,7 +240,8 @@ def test_sampling_grid_and_noise_streams(all_sensors):
     stamps, values = r.measurements["ref_enc"]
     idx = np.searchsorted(r.t, stamps[::2])
     assert np.array_equal(r.t[idx], stamps[::2])
-    assert np.array_equal(values[::2, 0], sc.reference_sensors["ref_enc"].h(r.q[idx])[:, 0])
+    np.testing.assert_allclose(values[::2, 0], sc.reference_sensors["ref_enc"].h(r.q[idx])[:, 0],
+                               rtol=0, atol=1e-12)  # rad: single-state h in the simulator, batched here
 
 
 def test_noise_statistics_and_reproducibility():
@@ -374,14 +375,14 @@ def test_force_and_existing_output(tmp_path, capsys):
     assert mbde(args) == 0
     capsys.readouterr()
     assert mbde(args) == 2
-    assert capsys.readouterr().err.strip() == f"mbde simulate: error: {out}: already exists (use --force to replace it)"
+    assert capsys.readouterr().err.strip() == f"mbde simulate: error: --out: {out} exists (use --force to replace it)"
     assert mbde(args + ["--force", "--set", "duration=0.02"]) == 0
     assert "ground truth: 21 samples" in capsys.readouterr().out
     other = tmp_path / "notabag"
     other.mkdir()
     (other / "keep.txt").write_text("precious")
     assert mbde(["simulate", scen("pf_sim"), "--out", str(other), "--force", "--set", "duration=0.01"]) == 2
-    assert "is not a rosbag2 bag directory; not replacing it" in capsys.readouterr().err
+    assert "does not hold an earlier bag; not replacing it" in capsys.readouterr().err
     assert (other / "keep.txt").read_text() == "precious"
 
 
@@ -430,3 +431,27 @@ def test_progress_bar_only_on_a_terminal():
         bar.close()
     assert pipe.getvalue() == ""
     assert "simulating x [" in tty.getvalue() and "100.0%" in tty.getvalue() and tty.getvalue().endswith("\n")
+
+
+def test_default_epoch_is_now_rounded_to_the_second(tmp_path, capsys):
+    """Simulated stamps start at an epoch of now (whole second), not 1970-01-01, or at
+    --start-time; the scenario's own time (loads, controller) still starts at 0."""
+    import time as _time
+
+    from mbde_core.rosio.bag import BagReader
+
+    before = _time.time()
+    out = tmp_path / "now"
+    assert mbde(["simulate", scen("fourbar_gyro"), "--out", str(out), "--set", "duration=0.05"]) == 0
+    with BagReader(out) as r:
+        assert int(before) <= r.start <= _time.time() and r.start == int(r.start)
+        assert r.duration == pytest.approx(0.05, abs=1e-6)  # s: float epoch stamps, 0.24 us apart
+    assert any(f.suffix == ".mcap" for f in out.iterdir())  # mcap by default (ROS 2 Jazzy)
+    fixed = tmp_path / "fixed"
+    assert mbde(["simulate", scen("fourbar_gyro"), "--out", str(fixed), "--set", "duration=0.05",
+                 "--start-time", "1000.5", "--storage", "sqlite3"]) == 0
+    with BagReader(fixed) as r:
+        assert r.start == 1000.5 and (fixed / "fixed.db3").is_file()
+    capsys.readouterr()
+    assert mbde(["simulate", scen("fourbar_gyro"), "--out", str(tmp_path / "x"), "--start-time", "soon"]) == 2
+    assert "--start-time: expected 'now' or seconds" in capsys.readouterr().err

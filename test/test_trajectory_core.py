@@ -215,3 +215,35 @@ def test_linear_gaussian_smoother_equals_rts(g, scheme):
     # rows) limits any two computations of its inverse (RTS, banded, dense) to ~1e-8
     marg = res.normal.marginals()
     assert np.max(np.abs(marg - Ps) / np.abs(Ps).max(axis=0)) < 1e-7
+
+
+def test_window_with_marginalised_past_equals_batch_of_the_same_readings():
+    """Window 1 of the windowed smoother (mbde_core.trajectory.windowed): its prior is the
+    marginal of window 0's rows before its start; for a linear-Gaussian model its
+    solution equals the batch smoother of every reading before its end (to rounding)."""
+    from mbde_core.trajectory.windowed import _marginal_prior
+
+    rng = np.random.default_rng(3)
+    g, N, dt, sa = 1, 200, 0.01, 2.0
+    Fx = np.array([[-(2 * np.pi) ** 2, -0.3]])
+    H = {"pos": np.array([[1.0, 0, 0]]), "vel": np.array([[0, 1.0, 0]])}
+    model = LinearModel(g, Fx, H)
+    srows = [SensorRows("pos", np.arange(0, N, 3), 0.5 + 0.02 * rng.standard_normal((len(range(0, N, 3)), 1)), np.array([[50.0]])),
+             SensorRows("vel", np.arange(1, N, 4), 0.1 * rng.standard_normal((len(range(1, N, 4)), 1)), np.array([[10.0]]))]
+    readings = Readings(0.0, dt, N, srows)
+    m0, S0 = np.zeros(2), np.diag([1 / 0.3, 1 / 1.5])
+    opts = LMOptions(max_iterations=100, tolerance=1e-26, ftol=0.0)
+
+    def solve(rd, mean, sqrt_info, first_eom=True):
+        pb = SmootherProblem(model, rd, np.full(g, sa), mean, sqrt_info, "linear_acceleration", RELAX, first_eom=first_eom)
+        return levenberg_marquardt(pb, np.zeros((rd.N, 3 * g)), options=opts)
+
+    lo1, hi0, hi1 = 80, 130, 170
+    w0 = solve(readings.window(0, hi0), m0, S0)
+    mean, U = _marginal_prior(w0.rows, lo1, w0.X)
+    w1 = solve(readings.window(lo1, hi1), mean, U, first_eom=False)
+    batch = solve(readings.window(0, hi1), m0, S0)
+    ref = batch.X[lo1:hi1]
+    assert np.max(np.abs(w1.X - ref) / np.abs(ref).max(axis=0)) < 1e-8
+    Pw, Pb = w1.normal.marginals(), batch.normal.marginals()[lo1:hi1]
+    assert np.max(np.abs(Pw - Pb) / np.abs(Pb).max(axis=0)) < 1e-7

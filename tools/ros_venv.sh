@@ -7,8 +7,8 @@
 # the venv (to set LD_LIBRARY_PATH), which .venv must not suffer.
 #
 # Idempotent and fast when nothing changed: the pip step runs again only when the pins,
-# tools/ros_venv.constraints.txt, setup.py or setup.cfg changed; mbde_msgs is rebuilt
-# only when a file under mbde_msgs/ (or the pip step) changed. Facts behind the steps:
+# tools/ros_venv.constraints.txt, setup.py or setup.cfg changed; mbde_msgs and tf2_msgs
+# are rebuilt only when one of their files (or the pip step) changed. Facts behind the steps:
 # ../shared/ROS_WHEELS.md.
 #
 # Environment: PYTHON (default python3) creates the venv; ROS_VENV overrides its path.
@@ -19,9 +19,7 @@ VENV=${ROS_VENV:-$ROOT/.venv-ros}
 PY=$VENV/bin/python
 CONSTRAINTS=$ROOT/tools/ros_venv.constraints.txt
 MSGS=$ROOT/mbde_msgs
-BUILD=$VENV/.build/mbde_msgs
 PIP_STAMP=$VENV/.pip-stamp
-MSGS_STAMP=$VENV/.msgs-stamp
 
 PINS=(
   # run time
@@ -95,33 +93,42 @@ if [[ $(cat "$PIP_STAMP" 2>/dev/null) != "$pip_key" ]]; then
     exit 1
   fi
   printf '%s\n' "$pip_key" > "$PIP_STAMP"
-  rm -f "$MSGS_STAMP"   # numpy or the generators may have changed
 fi
 
-# 3. mbde_msgs: plain CMake (no colcon), installed into the venv prefix, so that no
-#    extra variable is needed at run time.
-mapfile -t msg_files < <(find "$MSGS" -type f | LC_ALL=C sort)
-msgs_key=$( { printf '%s\n' "$pip_key"; hash_files "${msg_files[@]}"; } | sha256sum | cut -d' ' -f1)
-if [[ $(cat "$MSGS_STAMP" 2>/dev/null) != "$msgs_key" ]]; then
-  log "building mbde_msgs into $VENV"
-  # Remove what a previous build installed (a message may have been removed).
-  if [[ -f $BUILD/install_manifest.txt ]]; then
-    xargs -d '\n' rm -f < "$BUILD/install_manifest.txt"
+# 3. Interface packages: plain CMake (no colcon), installed into the venv prefix, so that
+#    no extra variable is needed at run time. mbde_msgs from mbde_msgs/, and tf2_msgs
+#    (TFMessage for /tf, /tf_static) from tools/tf2_msgs/: no tf2_msgs wheel exists on PyPI.
+#    Each is rebuilt only when one of its files (or the pip step) changed.
+build_msgs() {  # name source-dir python-import-check
+  local name=$1 src=$2 check=$3
+  local build=$VENV/.build/$name stamp=$VENV/.$name-stamp
+  local files key
+  mapfile -t files < <(find "$src" -type f | LC_ALL=C sort)
+  key=$( { printf '%s\n' "$pip_key"; hash_files "${files[@]}"; } | sha256sum | cut -d' ' -f1)
+  if [[ $(cat "$stamp" 2>/dev/null) == "$key" ]]; then
+    return 0
   fi
-  rm -rf "$BUILD"
-  mkdir -p "$BUILD"
+  log "building $name into $VENV"
+  # Remove what a previous build installed (a message may have been removed).
+  if [[ -f $build/install_manifest.txt ]]; then
+    xargs -d '\n' rm -f < "$build/install_manifest.txt"
+  fi
+  rm -rf "$build"
+  mkdir -p "$build"
   (
     # The generators run "python3" from PATH and find packages via the prefix paths.
     export PATH="$VENV/bin:$PATH" VIRTUAL_ENV="$VENV"
     export AMENT_PREFIX_PATH="$VENV" CMAKE_PREFIX_PATH="$VENV"
-    cmake -S "$MSGS" -B "$BUILD" -DCMAKE_INSTALL_PREFIX="$VENV" -DBUILD_TESTING=OFF \
+    cmake -S "$src" -B "$build" -DCMAKE_INSTALL_PREFIX="$VENV" -DBUILD_TESTING=OFF \
       -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PY"
-    cmake --build "$BUILD" -j "$(nproc)"
-    cmake --install "$BUILD"
-  ) > "$BUILD.log" 2>&1 || { tail -n 60 "$BUILD.log" >&2; log "mbde_msgs build failed, full log: $BUILD.log"; exit 1; }
-  (cd / && "$PY" -c 'from mbde_msgs.msg import MechanismState, ParticleSet') \
-    || { log "mbde_msgs built but does not import"; exit 1; }
-  printf '%s\n' "$msgs_key" > "$MSGS_STAMP"
-fi
+    cmake --build "$build" -j "$(nproc)"
+    cmake --install "$build"
+  ) > "$build.log" 2>&1 || { tail -n 60 "$build.log" >&2; log "$name build failed, full log: $build.log"; exit 1; }
+  (cd / && "$PY" -c "$check") || { log "$name built but does not import"; exit 1; }
+  printf '%s\n' "$key" > "$stamp"
+}
+rm -f "$VENV/.msgs-stamp"  # the stamp of an older version of this script
+build_msgs mbde_msgs "$MSGS" 'from mbde_msgs.msg import MechanismState, ParticleSet'
+build_msgs tf2_msgs "$ROOT/tools/tf2_msgs" 'from tf2_msgs.msg import TFMessage'
 
 log "ready: $VENV"

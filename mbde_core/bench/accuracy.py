@@ -10,7 +10,11 @@ config/estimators/default.yaml) and starts from the true initial state.
 
 Writes DIR/accuracy.csv (one row per run), DIR/accuracy.json (means over runs), figures
 DIR/rmse_<mechanism>_<sensors>.png (RMSE vs sensor period per observer, paper 003
-figs. 3-6) and DIR/cost.png (mean step time per observer, fig. 7), and prints the tables.
+figs. 3-6) and DIR/cost.png (mean step time per observer, fig. 7), and prints the tables
+(RMSE of z and zd, mean NEES of [z, zd]: chi-square with 2g degrees of freedom for a
+consistent estimator, e.g. on perfect-model runs, --gravity-errors 0). ``smoother`` in
+--estimators adds the batch smoother of paper 003 sec. 3.4 (options: the config's
+``smoother:`` section; its "step time" is its wall time per grid step).
 A run that raises or produces non-finite estimates counts as failed (shown as "fail").
 """
 from __future__ import annotations
@@ -39,12 +43,14 @@ def add_arguments(p):
     p.add_argument("--runs", type=int, default=20, help="seeded runs per cell (paper: 20; default %(default)s)")
     p.add_argument("--periods", default="1,5,10,15", help="sensor periods in filter steps (default %(default)s)")
     p.add_argument("--gravity-errors", default="1,4", help="gravity errors [m/s^2] (default %(default)s)")
-    p.add_argument("--estimators", default=",".join(OBSERVERS), help="observers (default %(default)s)")
+    p.add_argument("--estimators", default=",".join(OBSERVERS),
+                   help="observers, and `smoother` (the batch smoother of paper 003 sec. 3.4) (default %(default)s)")
     p.add_argument("--cases", default=",".join(CASES), help="scenarios (default %(default)s)")
     p.add_argument("--duration", type=float, default=5.0, help="simulated seconds per run (default %(default)s)")
     p.add_argument("--config", help="estimator config YAML (default config/estimators/default.yaml)")
-    p.add_argument("--scaling", metavar="N,N", help="also time the runs on each of these numbers of local workers "
-                   "(e.g. 1,2): speed-up, efficiency and the estimated wall time of 100 runs per cell on N workers")
+    p.add_argument("--scaling", metavar="N,N", help="run the matrix on each of these numbers of local workers "
+                   "(e.g. 1,2; instead of --jobs): speed-up, efficiency, identical results, and the estimated wall "
+                   "time of 100 runs per cell on N workers")
     from mbde_core import runs
 
     runs.add_arguments(p, "variants")
@@ -56,7 +62,7 @@ def _run_task(truths, task):
     truths: {case: TruthRecord} shared by all tasks (simulated once by the caller)."""
     from mbde_core.estimators import make_estimator
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.metrics import coordinate_errors
+    from mbde_core.estimators.metrics import coordinate_errors, nees
     from mbde_core.estimators.stage import EstimatorStage
 
     case, period, gerr, run, names, configs = task
@@ -74,25 +80,33 @@ def _run_task(truths, task):
                "gravity_error": gerr, "run": run, "estimator": name}
         t0 = time.perf_counter()
         try:
-            est = make_estimator(name, mech, sensors, cfg, rng=np.random.default_rng(run))
             sig = cfg.get("initial_sigma", {"z": 0.05, "zd": 0.5})
             start = InitialState(init.z, init.zd, np.full(mech.dof, sig["z"]), np.full(mech.dof, sig["zd"]), init.q, init.branch)
-            stage = EstimatorStage(est, cfg["step"], lambda t: start, keep=True)
-            stage.feed(meas)
-            stage.advance_to(truth.t[-1] + 1e-9)
-            stage.flush()
-            recs = stage.records
-            stamps = np.array([r.estimate.stamp for r in recs])
+            if name == "smoother":
+                from mbde_core.bench.smoother import smooth_run
+
+                stamps, z, zd, covs, step_s = smooth_run(mech, sensors, meas, start, cfg)
+            else:
+                est = make_estimator(name, mech, sensors, cfg, rng=np.random.default_rng(run))
+                stage = EstimatorStage(est, cfg["step"], lambda t: start, keep=True)
+                stage.feed(meas)
+                stage.advance_to(truth.t[-1] + 1e-9)
+                stage.flush()
+                recs = stage.records
+                stamps = np.array([r.estimate.stamp for r in recs])
+                z = np.array([r.estimate.z for r in recs])
+                zd = np.array([r.estimate.zd for r in recs])
+                covs = np.array([r.estimate.cov for r in recs]) if all(r.estimate.cov is not None for r in recs) else None
+                step_s = float(np.mean([r.cost for r in recs]))
             tz, tzd, _ = truth.at(stamps)
-            z = np.array([r.estimate.z for r in recs])
-            zd = np.array([r.estimate.zd for r in recs])
             ez = coordinate_errors(z, tz, angular)
             ok = bool(np.all(np.isfinite(ez)) and np.all(np.isfinite(zd)))
             row.update(rmse_z=float(np.sqrt(np.mean(ez**2))) if ok else float("nan"),
                        rmse_zd=float(np.sqrt(np.mean((zd - tzd) ** 2))) if ok else float("nan"),
-                       step_us=float(np.mean([r.cost for r in recs]) * 1e6), failed=not ok)
+                       nees=float(np.nanmean(nees(np.hstack([ez, zd - tzd]), covs))) if ok and covs is not None else float("nan"),
+                       step_us=step_s * 1e6, failed=not ok)
         except Exception as exc:  # a diverging observer must not stop the benchmark
-            row.update(rmse_z=float("nan"), rmse_zd=float("nan"), step_us=float("nan"), failed=True,
+            row.update(rmse_z=float("nan"), rmse_zd=float("nan"), nees=float("nan"), step_us=float("nan"), failed=True,
                        error=f"{type(exc).__name__}: {exc}"[:200])
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
@@ -113,7 +127,13 @@ def run(args) -> int:
         raise DataError(f"--cases: unknown {', '.join(bad)} (choose from {', '.join(CASES)})")
     periods = [int(p) for p in args.periods.split(",")]
     gerrs = [float(g) for g in args.gravity_errors.split(",")]
-    configs = load_estimator_configs(args.config or config_path("estimators", "default.yaml"), names)
+    cfg_file = args.config or config_path("estimators", "default.yaml")
+    configs = load_estimator_configs(cfg_file, [n for n in names if n != "smoother"])
+    if "smoother" in names:
+        from mbde_core.trajectory.config import load_smoother_config
+
+        scfg, gcfg = load_smoother_config(cfg_file)
+        configs["smoother"] = dict(scfg, guess_config=gcfg)
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
     truths = {}
@@ -122,12 +142,14 @@ def run(args) -> int:
         truths[case] = TruthRecord(sc, args.duration)
         print(f"truth {case}: {args.duration:g} s simulated in {truths[case].wall_time:.1f} s")
     tasks = [(c, p, g, r, names, configs) for c in cases for p in periods for g in gerrs for r in range(args.runs)]
-    t_runs = time.perf_counter()
-    outcomes = runs.run_tasks(_run_task, tasks, truths, label="accuracy", **runs.options(args))
-    wall_runs = time.perf_counter() - t_runs
     scaling = None
-    if args.scaling:
-        scaling = _scaling(args, tasks, truths, outcomes)
+    if args.scaling:  # the matrix once per worker count; the results are those of the last
+        scaling, outcomes = _scaling(args, tasks, truths)
+        wall_runs = scaling["rows"][-1]["wall_s"]
+    else:
+        t_runs = time.perf_counter()
+        outcomes = runs.run_tasks(_run_task, tasks, truths, label="accuracy", **runs.options(args))
+        wall_runs = time.perf_counter() - t_runs
     rows = [row for o in outcomes if o.ok for row in o.value]
     for line in runs.failures(outcomes, lambda i: "variant {} period {} gravity error {:g} run {}".format(*tasks[i][:4])):
         print(f"failed: {line}", file=sys.stderr)
@@ -148,22 +170,24 @@ def run(args) -> int:
     return 0
 
 
-def _scaling(args, tasks, truths, reference) -> dict:
-    """Wall time of the same variants on each worker count of --scaling (local processes)."""
+def _scaling(args, tasks, truths):
+    """Wall time of the variants on each worker count of --scaling (local processes);
+    returns (table data, outcomes of the last count)."""
     from mbde_core import runs
 
     def key(outcomes):
         return [None if not o.ok else [(r["estimator"], r["rmse_z"], r["rmse_zd"]) for r in o.value] for o in outcomes]
 
-    rows = []
+    rows, first, out = [], None, None
     for jobs in [int(j) for j in args.scaling.split(",") if j.strip()]:
         t0 = time.perf_counter()
         out = runs.run_tasks(_run_task, tasks, truths, label=f"{jobs} worker(s)", jobs=jobs)
-        rows.append({"workers": jobs, "wall_s": time.perf_counter() - t0, "identical": key(out) == key(reference)})
+        first = first or key(out)
+        rows.append({"workers": jobs, "wall_s": time.perf_counter() - t0, "identical": key(out) == first})
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     cells = len({t[:3] for t in tasks})
-    return {"variants": len(tasks), "cells": cells, "runs": args.runs, "duration_s": args.duration,
-            "observers": len(tasks[0][4]), "rows": rows, "load_average_1min_after": load}
+    return ({"variants": len(tasks), "cells": cells, "runs": args.runs, "duration_s": args.duration,
+             "observers": len(tasks[0][4]), "rows": rows, "load_average_1min_after": load}, out)
 
 
 def scaling_table(sc: dict) -> str:
@@ -199,7 +223,7 @@ def _duration(s: float) -> str:
 
 def _write_csv(path, rows):
     keys = ["case", "mechanism", "sensors", "period_steps", "gravity_error", "run", "estimator", "rmse_z", "rmse_zd",
-            "step_us", "failed", "wall_s", "error"]
+            "nees", "step_us", "failed", "wall_s", "error"]
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
         w.writeheader()
@@ -219,6 +243,7 @@ def _summarise(rows):
             "case": case, "gravity_error": g, "period_steps": p, "estimator": name, "runs": len(rs), "failed": len(rs) - len(ok),
             "rmse_z": float(np.mean([r["rmse_z"] for r in ok])) if ok else None,
             "rmse_zd": float(np.mean([r["rmse_zd"] for r in ok])) if ok else None,
+            "nees": float(np.nanmean([r["nees"] for r in ok])) if ok and any(np.isfinite(r["nees"]) for r in ok) else None,
             "step_us": float(np.nanmean([r["step_us"] for r in rs])) if any(np.isfinite(r["step_us"]) for r in rs) else None,
         })
     return out
@@ -231,7 +256,7 @@ def format_tables(summary, names, periods) -> str:
     for c in summary:
         groups.setdefault((c["case"], c["gravity_error"]), {})[(c["estimator"], c["period_steps"])] = c
     for (case, g), cells in groups.items():
-        for quantity, unit in (("rmse_z", "rad"), ("rmse_zd", "rad/s")):
+        for quantity, unit in (("rmse_z", "rad"), ("rmse_zd", "rad/s"), ("nees", "mean over steps and runs")):
             lines.append(f"\n{case}, gravity error {g:g} m/s^2: mean {quantity} [{unit}] (failed runs in parentheses)")
             lines.append(f"{'observer':<10}" + "".join(f"{'T=' + str(p):>14}" for p in periods) + f"{'us/step':>10}")
             for name in names:

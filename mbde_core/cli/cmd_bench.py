@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-HELP = "benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001), replay, vi (paper 002)"
+HELP = "benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001), replay, vi (paper 002), smoother"
 DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and figures into --out.
 
   accuracy   paper 003 matrix: {fourbar, fivebar} x {encoders, gyroscopes} x sensor period
@@ -21,10 +21,11 @@ DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and fig
   replay     mbde replay at scale: wall-time breakdown of a 10 s replay, hour-long bags (time, memory)
   vi         paper 002 variational-integrator filters (oscillator clouds, symplectic Kalman,
              crane VI PF vs RK4/Euler PF, VI-EKF vs errorEKF, VI step speed)
+  smoother   batch smoother: wall time vs run length, LM vs scipy trf, windowed seams, 1 h run
 
 Run `mbde bench NAME --help` for the options of each."""
 
-BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay", "vi")
+BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay", "vi", "smoother")
 
 
 def add_arguments(p):
@@ -38,8 +39,17 @@ def add_arguments(p):
             continue
         sp = sub.add_parser(name, help=getattr(mod, "HELP", name), description=mod.__doc__)
         mod.add_arguments(sp)
+        if not any("--force" in a.option_strings for a in sp._actions):
+            sp.add_argument("--force", action="store_true", help="write into an existing, non-empty --out folder")
         sp.set_defaults(_bench_module=mod)
 
 
 def run(args) -> int:
+    import os
+
+    from mbde_core.errors import DataError
+
+    out = getattr(args, "out", None)
+    if out and os.path.isdir(out) and os.listdir(out) and not args.force:
+        raise DataError(f"--out: {out} exists and is not empty (use --force to write into it)")
     return int(args._bench_module.run(args) or 0)

@@ -1,9 +1,6 @@
 """mbde identify: joint state and parameter identification from bags (paper 001)."""
 from __future__ import annotations
 
-import os
-import shutil
-
 HELP = "identify mechanism parameters (masses, inertias, gravity, damping...) from bags; writes a calibrated mechanism"
 DESCRIPTION = """Identify physical parameters of the mechanism together with the trajectory of every bag
 (paper 001: joint state and parameter estimation by Levenberg-Marquardt on the batch
@@ -38,6 +35,7 @@ def add_arguments(p):
 
 
 def run(args) -> int:
+    from mbde_core.cli.outputs import prepare_output_dir, results_like
     from mbde_core.errors import DataError
     from mbde_core.identification.config import load_identification_config
     from mbde_core.identification.identify import Recording, identify
@@ -49,10 +47,8 @@ def run(args) -> int:
     smoother_cfg, guess_cfg, options = load_identification_config(args.config)
     mech = load_mechanism(args.mechanism)
     pm = ParameterizedMechanism(mech, args.params, args.bounds)
-    if os.path.exists(args.out):
-        if not args.force:
-            raise DataError(f"--out: {args.out} exists (use --force to replace it)")
-        shutil.rmtree(args.out)
+    prepare_output_dir(args.out, args.force, "identification", results_like("identification.json", "calibrated.yaml"),
+                       create=False)
     recordings, sensors_doc = [], None
     for bag in args.bags:
         inputs = load_inputs(bag, args.mechanism, args.sensors)
@@ -75,7 +71,7 @@ def run(args) -> int:
     print(f"identifying {pm.P} parameter(s) of {mech.name}: {names}")
     result = identify(pm, recordings, smoother_cfg, guess_cfg, options, progress=lambda m: print("  " + m),
                       sensor_factory=lambda m: load_sensors(node, m))
-    os.makedirs(args.out)
+    prepare_output_dir(args.out, args.force, "identification", results_like("identification.json", "calibrated.yaml"))
     with open(args.mechanism, encoding="utf-8") as fh:
         source = fh.read()
     written = write_outputs(args.out, result, list(args.bags), source, sensors_doc, plots=not args.no_plots)

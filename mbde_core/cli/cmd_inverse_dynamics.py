@@ -4,25 +4,34 @@ from __future__ import annotations
 import numpy as np
 
 HELP = "driver force/torque needed to follow a prescribed coordinate trajectory"
-DESCRIPTION = """Compute the generalized force (torque for an angle, force for a point
-coordinate) that a driver acting on coordinate K must apply so that a 1-DOF mechanism
-follows a prescribed trajectory of K. The trajectory file has rows `t value` (seconds,
-SI units); lines starting with % or # are ignored. Velocities and accelerations are
-obtained by differentiating the samples (Savitzky-Golay for uniform sampling). The
-output CSV has a header `t,force` and one row per trajectory sample; positive force
-acts along increasing K."""
+DESCRIPTION = """Compute the generalized forces (torque for an angle, force for a point
+coordinate) that drivers acting on the coordinates K1,K2,... must apply so that the
+mechanism follows prescribed trajectories of them: give as many coordinates as the
+mechanism has degrees of freedom (one for a four-bar, two for a five-bar). The
+trajectory file has rows `t value1 value2 ...` (seconds, SI units; one column per
+coordinate, in the order of --coordinate); lines starting with % or # are ignored.
+Velocities and accelerations are obtained by differentiating the samples
+(Savitzky-Golay for uniform sampling). The output CSV has one row per trajectory sample
+and the header `t,force` (one coordinate) or `t,force_K1,force_K2,...` (coordinate
+names); positive force acts along the increasing coordinate. An existing --out file is
+replaced only with --force."""
 
 
 def add_arguments(p):
     p.add_argument("mechanism", help="mechanism YAML file")
-    p.add_argument("--trajectory", required=True, help="text file with rows `t value`")
-    p.add_argument("--coordinate", required=True, help="driven coordinate: 0-based index into q or its name (see `mbde info`)")
-    p.add_argument("--out", required=True, help="output CSV file (t,force)")
+    p.add_argument("--trajectory", required=True, help="text file with rows `t value1 value2 ...` (one column per coordinate)")
+    p.add_argument("--coordinate", required=True, metavar="K1[,K2,...]",
+                   help="driven coordinates, as many as degrees of freedom: 0-based indices into q or names "
+                        "(see `mbde info`), comma-separated, e.g. theta1,theta2")
+    p.add_argument("--out", required=True, help="output CSV file (t,force or t,force_K1,force_K2,...)")
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
 
 
-def read_trajectory(path: str) -> np.ndarray:
+def read_trajectory(path: str, columns: int = 1) -> np.ndarray:
+    """(K, 1 + columns) array of the rows `t value1 ... value<columns>` of a text file."""
     from mbde_core.errors import DataError
 
+    want = "`t " + " ".join(f"value{i + 1}" for i in range(columns)) + "`" if columns > 1 else "`t value`"
     rows = []
     try:
         with open(path, encoding="utf-8") as fh:
@@ -32,11 +41,11 @@ def read_trajectory(path: str) -> np.ndarray:
                     continue
                 parts = s.replace(",", " ").split()
                 try:
-                    vals = [float(x) for x in parts[:2]]
+                    vals = [float(x) for x in parts[: 1 + columns]]
                 except ValueError:
-                    raise DataError(f"{path}: line {lineno}: expected two numbers `t value`, got {s[:40]!r}") from None
-                if len(vals) < 2:
-                    raise DataError(f"{path}: line {lineno}: expected two numbers `t value`")
+                    raise DataError(f"{path}: line {lineno}: expected {columns + 1} numbers {want}, got {s[:40]!r}") from None
+                if len(vals) < 1 + columns:
+                    raise DataError(f"{path}: line {lineno}: expected {columns + 1} numbers {want}, got {len(vals)}")
                 if not all(np.isfinite(vals)):
                     raise DataError(f"{path}: line {lineno}: non-finite value")
                 rows.append(vals)
@@ -50,24 +59,36 @@ def read_trajectory(path: str) -> np.ndarray:
 
 
 def run(args) -> int:
+    from mbde_core.cli.outputs import check_output_file
     from mbde_core.engine.inverse_dynamics import driver_forces
     from mbde_core.errors import DataError
     from mbde_core.model.mechanism import load_mechanism
 
     mech = load_mechanism(args.mechanism)
+    refs = [r.strip() for r in str(args.coordinate).split(",") if r.strip()]
     try:
-        k = mech.coordinate_index(args.coordinate)
+        driven = [mech.coordinate_index(r) for r in refs]
     except (KeyError, IndexError) as exc:
         raise DataError(f"--coordinate: {exc.args[0]}") from None
-    data = read_trajectory(args.trajectory)
-    tau, _ = driver_forces(mech, data[:, 0], data[:, 1], [k])
+    if len(set(driven)) != len(driven):
+        raise DataError(f"--coordinate: {args.coordinate!r} names a coordinate twice")
+    if len(driven) != mech.dof:
+        raise DataError(f"--coordinate: {mech.name} has {mech.dof} degree(s) of freedom: give {mech.dof} "
+                        f"coordinate(s), got {len(driven)} ({args.coordinate})")
+    data = read_trajectory(args.trajectory, len(driven))
+    check_output_file(args.out, args.force, "--out")
+    tau, _ = driver_forces(mech, data[:, 0], data[:, 1:], driven)
+    names = [mech.coordinate_names[k] for k in driven]
+    header = "t,force" if len(driven) == 1 else "t," + ",".join(f"force_{n}" for n in names)
     try:
         with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write("t,force\n")
-            for t, f in zip(data[:, 0], tau[:, 0]):
-                fh.write(f"{t:.9g},{f:.12g}\n")
+            fh.write(header + "\n")
+            for t, row in zip(data[:, 0], tau):
+                fh.write(f"{t:.9g}," + ",".join(f"{f:.12g}" for f in row) + "\n")
     except OSError as exc:
         raise DataError(f"--out: cannot write {args.out} ({exc.strerror})") from None
-    unit = "N m" if k in mech.rel_columns else "N"
-    print(f"{mech.coordinate_names[k]}: {len(tau)} samples, force range [{tau.min():.6g}, {tau.max():.6g}] {unit} -> {args.out}")
+    for c, (k, name) in enumerate(zip(driven, names)):
+        unit = "N m" if k in mech.rel_columns else "N"
+        print(f"{name}: {len(tau)} samples, force range [{tau[:, c].min():.6g}, {tau[:, c].max():.6g}] {unit}")
+    print(f"wrote {args.out}")
     return 0

@@ -12,13 +12,14 @@ initialisations. Angle inputs enter as (sin, cos): the map is periodic in them.
 
 Prints the held-out accuracy (seeded configurations off the training grid) of the value
 and of the first, second and third derivatives against the exact map, and writes the
-weights to --out (default: <mechanism>.map.npz next to the mechanism file). Use it with
+weights to --out (default: <mechanism>.map.npz in the current directory; an existing
+file is replaced only with --force). Use it with
 the ADE-KF estimator option `map: learned` and `map_file: FILE`."""
 
 
 def add_arguments(p):
     p.add_argument("mechanism", help="mechanism YAML")
-    p.add_argument("--out", help="output .npz (default: next to the mechanism file, <name>.map.npz)")
+    p.add_argument("--out", help="output .npz (default: <mechanism file name>.map.npz in the current directory)")
     p.add_argument("--hidden", default="8,8", help="units of the tanh layers (default: %(default)s, the paper's)")
     p.add_argument("--samples", type=int, default=0, help="grid points per independent coordinate (default 720 for 1 DOF, 40 otherwise)")
     p.add_argument("--orders", default="1,1,1,0", help="loss weights of the derivative orders 0..3 (default: %(default)s)")
@@ -42,14 +43,14 @@ def _list(text, kind, what):
 
 
 def run(args) -> int:
+    from mbde_core.cli.outputs import check_output_file
     from mbde_core.errors import DataError
     from mbde_core.minimal.learned import TOLERANCES, train_map
     from mbde_core.model.mechanism import load_mechanism
 
     mech = load_mechanism(args.mechanism)
-    out = args.out or os.path.splitext(args.mechanism)[0] + ".map.npz"
-    if os.path.exists(out) and not args.force:
-        raise DataError(f"--out: {out} exists (use --force to replace it)")
+    out = args.out or os.path.splitext(os.path.basename(args.mechanism))[0] + ".map.npz"
+    check_output_file(out, args.force, "--out")
     domain = {}
     for item in args.domain:
         try:

@@ -42,8 +42,7 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    import os
-
+    from mbde_core.cli.outputs import check_output_file
     from mbde_core.errors import DataError
     from mbde_core.estimators.registry import ESTIMATOR_NAMES
     from mbde_core.simulator.progress import ProgressBar
@@ -60,8 +59,7 @@ def run(args) -> int:
         raise DataError(f"--size {args.size!r}: expected WxH in inches, e.g. 6.4x4.8") from None
     if not (args.fps > 0 and args.speed > 0 and args.dpi > 0 and args.top_k >= 0):
         raise DataError("--fps, --speed and --dpi must be > 0, --top-k >= 0")
-    if os.path.exists(args.out) and not args.force:
-        raise DataError(f"--out: {args.out} exists (use --force to replace it)")
+    check_output_file(args.out, args.force, "--out")
     bar = ProgressBar("render   ")
     info = render(args.bags, args.out, mechanism_file=args.mechanism, estimators=names, config=args.config,
                   seed=args.seed, fps=args.fps, speed=args.speed, start=args.start, duration=args.duration,

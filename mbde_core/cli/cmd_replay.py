@@ -1,9 +1,9 @@
 """mbde replay: run estimators on a ROS 2 bag and evaluate them (no ROS needed)."""
 from __future__ import annotations
 
-import os
-import shutil
 import sys
+
+from mbde_core.cli.outputs import DEFAULT_STORAGE
 
 HELP = "run estimators on a ROS 2 bag; write metrics.json, an estimates bag, report.md and plots"
 DESCRIPTION = """Replay the sensor readings of a ROS 2 bag (sqlite3 or mcap) through one or more
@@ -12,7 +12,11 @@ estimators, each in its fixed-step stage exactly as the live `estimator` node ru
 The model and the sensors come from the bag's /mbde/description (bags written by
 `mbde simulate`, including the scenario's model errors) or from --mechanism/--sensors.
 If the bag has ground truth (/mbde/ground_truth), accuracy and consistency metrics are
-computed; otherwise only costs and counters.
+computed; otherwise only costs and counters, unless `--reference smoother`: then each
+bag is first smoothed (`mbde smooth`, options from the config's `smoother:` section) and
+RMSE and NEES compare with the smoothed trajectory (NEES with the filter's covariance
+minus the smoother's); metrics.json ("reference") and the report say which reference
+was used.
 
 Writes into OUT: metrics.json (per estimator: RMSE of z, zd, zdd, max error, mean NEES
 and NIS with their 95 % chi-square bands, fraction of steps in the band, innovation
@@ -32,7 +36,11 @@ def add_arguments(p):
     p.add_argument("--mechanism", help="mechanism YAML (instead of the bag's description)")
     p.add_argument("--sensors", help="sensor YAML with a `sensors:` list (with --mechanism)")
     p.add_argument("--out", required=True, help="output directory (several bags: one sub-folder per bag + summary)")
-    p.add_argument("--storage", choices=("sqlite3", "mcap"), default="sqlite3", help="storage of the estimates bag")
+    p.add_argument("--storage", choices=("mcap", "sqlite3"), default=DEFAULT_STORAGE,
+                   help="storage of the estimates bag (default %(default)s)")
+    p.add_argument("--reference", choices=("truth", "smoother"), default="truth",
+                   help="what RMSE/NEES compare with: the bag's ground truth (default; none: metrics omitted) "
+                        "or the batch smoother of the same readings (bags without ground truth)")
     p.add_argument("--seed", type=int, default=0, help="run seed; each estimator draws from (seed, its name), whatever its position in --estimators (default 0)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -46,6 +54,7 @@ def run(args) -> int:
 
     t_run = time.time()
     from mbde_core import runs
+    from mbde_core.cli.outputs import prepare_output_dir, results_like
     from mbde_core.errors import DataError
     from mbde_core.estimators.config_schema import load_estimator_configs
     from mbde_core.estimators.registry import ESTIMATOR_NAMES
@@ -60,13 +69,10 @@ def run(args) -> int:
         raise DataError("--sensors needs --mechanism")
     configs = load_estimator_configs(args.config, names)
     bags = find_bags(args.bag)
-    if os.path.exists(args.out):
-        if not args.force:
-            raise DataError(f"--out: {args.out} exists (use --force to replace it)")
-        shutil.rmtree(args.out)
-    os.makedirs(args.out)
+    prepare_output_dir(args.out, args.force, "replay", results_like("metrics.json", "report.md", "summary.csv"))
     outcomes = replay(bags, names, configs, args.out, storage=args.storage, seed=args.seed, plots=not args.no_plots,
-                      mechanism_file=args.mechanism, sensors_file=args.sensors, **runs.options(args))
+                      mechanism_file=args.mechanism, sensors_file=args.sensors, reference=args.reference,
+                      config_file=args.config, **runs.options(args))
     for bo in outcomes:
         if len(outcomes) == 1 and bo.doc is not None:
             print(summary_table(bo.doc))

@@ -1,8 +1,7 @@
 """mbde simulate SCENARIO.yaml --out DIR: simulate a scenario into a ROS 2 bag."""
 from __future__ import annotations
 
-import os
-import shutil
+from mbde_core.cli.outputs import DEFAULT_STORAGE
 
 HELP = "simulate a scenario (ground truth + noisy sensors) into a ROS 2 bag"
 DESCRIPTION = """Integrate the true mechanism of a scenario YAML (config/scenarios/) at its
@@ -10,15 +9,22 @@ internal step, sample every sensor at its own rate with seeded noise, and write 
 bag: sensor_msgs/Imu or sensor_msgs/JointState per sensor, the ground truth on
 /mbde/ground_truth (mbde_msgs/MechanismState) and /mbde/ground_truth/joint_states
 (sensor_msgs/JointState), and the scenario description on /mbde/description.
-Default storage: sqlite3 with rosbag2 format 8 (ROS 2 Humble and newer); --storage mcap
-for mcap. A progress bar is shown when stderr is a terminal. Exit status 2 on a bad
-scenario, an existing output directory (see --force) or a failed simulation."""
+Default storage: mcap (the default of ROS 2 Jazzy, the current LTS; readable by Humble
+with rosbag2_storage_mcap and by Foxglove); --storage sqlite3 for rosbag2 format 8.
+Stamps start at --start-time (default: the scenario's start_time if it sets one, else
+now, rounded down to the whole second). A progress bar is shown when stderr is a terminal. Exit
+status 2 on a bad scenario, an existing output directory (see --force) or a failed
+simulation."""
 
 
 def add_arguments(p):
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--out", required=True, help="output bag directory (must not exist, see --force)")
-    p.add_argument("--storage", choices=("sqlite3", "mcap"), default="sqlite3", help="bag storage (default sqlite3)")
+    p.add_argument("--storage", choices=("mcap", "sqlite3"), default=DEFAULT_STORAGE,
+                   help="bag storage (default %(default)s)")
+    p.add_argument("--start-time", metavar="now|SECONDS",
+                   help="stamp of the first sample [s since 1970] (default: the scenario's start_time, else now, "
+                        "rounded down to the whole second)")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a scenario value, e.g. --set duration=2 --set sensors[0].period=0.025 "
                         "--set model_errors.gravity=4 (repeatable; VALUE is YAML)")
@@ -26,27 +32,23 @@ def add_arguments(p):
 
 
 def _prepare_out(path: str, force: bool) -> None:
-    from mbde_core.errors import DataError
+    from mbde_core.cli.outputs import bag_like, prepare_output_dir
 
-    if not os.path.lexists(path):
-        return
-    if not force:
-        raise DataError(f"{path}: already exists (use --force to replace it)")
-    if not os.path.isdir(path) or os.path.islink(path):
-        raise DataError(f"{path}: exists and is not a directory; not replacing it")
-    entries = os.listdir(path)
-    bag_files = all(e == "metadata.yaml" or e.endswith((".db3", ".mcap", ".db3-shm", ".db3-wal")) for e in entries)
-    if entries and not ("metadata.yaml" in entries and bag_files):
-        raise DataError(f"{path}: exists and is not a rosbag2 bag directory; not replacing it")
-    shutil.rmtree(path)
+    prepare_output_dir(path, force, "bag", bag_like, create=False)
 
 
 def run(args) -> int:
+    from mbde_core.errors import DataError
     from mbde_core.scenario import load_scenario
+    from mbde_core.scenario.epoch import with_start_time
     from mbde_core.simulator.bag import write_simulation_bag
     from mbde_core.simulator.progress import ProgressBar
 
     scenario = load_scenario(args.scenario, args.settings)
+    try:
+        scenario = with_start_time(scenario, args.start_time)
+    except ValueError:
+        raise DataError(f"--start-time: expected 'now' or seconds, got {args.start_time!r}") from None
     _prepare_out(args.out, args.force)
     bar = ProgressBar(f"simulating {scenario.name}")
     try:

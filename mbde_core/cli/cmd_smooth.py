@@ -1,8 +1,7 @@
 """mbde smooth: the batch smoother of paper 003 sec. 3.4 on a ROS 2 bag (no ROS needed)."""
 from __future__ import annotations
 
-import os
-import shutil
+from mbde_core.cli.outputs import DEFAULT_STORAGE
 
 HELP = "smooth a bag's whole run (paper 003 batch smoother): trajectory bag, covariances, metrics, plots"
 DESCRIPTION = """Solve the whole run of a ROS 2 bag as one sparse nonlinear least-squares problem over
@@ -28,12 +27,17 @@ def add_arguments(p):
     p.add_argument("--config", help="estimator config YAML with a `smoother:` section (default: defaults)")
     p.add_argument("--mechanism", help="mechanism YAML (instead of the bag's description)")
     p.add_argument("--sensors", help="sensor YAML with a `sensors:` list (with --mechanism)")
-    p.add_argument("--storage", choices=("sqlite3", "mcap"), default="sqlite3", help="storage of the output bag")
+    p.add_argument("--window", type=float, help="smooth in overlapping windows of this many seconds (long bags, "
+                                                "bounded memory; default: the config's smoother.window, 0 = whole run)")
+    p.add_argument("--overlap", type=float, help="margin [s] solved on each side of a window and dropped (default: config, 2 s)")
+    p.add_argument("--storage", choices=("mcap", "sqlite3"), default=DEFAULT_STORAGE,
+                   help="storage of the output bag (default %(default)s)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
 
 def run(args) -> int:
+    from mbde_core.cli.outputs import prepare_output_dir, results_like
     from mbde_core.errors import DataError
     from mbde_core.replay.inputs import load_inputs
     from mbde_core.trajectory.config import load_smoother_config
@@ -41,14 +45,20 @@ def run(args) -> int:
     if args.sensors and not args.mechanism:
         raise DataError("--sensors needs --mechanism")
     cfg, guess_cfg = load_smoother_config(args.config)
-    if os.path.exists(args.out):
-        if not args.force:
-            raise DataError(f"--out: {args.out} exists (use --force to replace it)")
-        shutil.rmtree(args.out)
+    for key in ("window", "overlap"):
+        value = getattr(args, key)
+        if value is not None:
+            if not value >= 0:
+                raise DataError(f"--{key}: must be >= 0, got {value:g}")
+            cfg[key] = float(value)
+    if 0 < cfg["window"] < 2 * cfg["step"]:
+        raise DataError(f"--window: must be 0 (whole run) or at least two steps of {cfg['step']:g} s")
+    prepare_output_dir(args.out, args.force, "smoother output", results_like("metrics.json", "report.md"),
+                       create=False)
     inputs = load_inputs(args.bag, args.mechanism, args.sensors)
     if not inputs.measurements:
         raise DataError(f"{args.bag}: no readings of the model's sensors to smooth")
-    os.makedirs(args.out)
+    prepare_output_dir(args.out, args.force, "smoother output", results_like("metrics.json", "report.md"))
     print(f"bag {args.bag}: {inputs.mechanism.name}, {inputs.duration:.3f} s, "
           + ", ".join(f"{k} {v} readings" for k, v in inputs.counts.items())
           + ("" if inputs.truth is not None else "; no ground truth"))

@@ -64,6 +64,19 @@ def nees(err_x: np.ndarray, covs: np.ndarray) -> np.ndarray:
     return out
 
 
+def reference_nees(err_x: np.ndarray, covs, ref_covs: np.ndarray | None = None) -> np.ndarray:
+    """(K,) NEES of errors (K, d) with covariances covs (K, d, d), less ref_covs (K, d, d)
+    if given (an estimated reference, see :meth:`RunMetrics.add`): NaN where
+    covs - ref_covs is not positive definite."""
+    C = np.array(covs, dtype=float)
+    if ref_covs is not None:
+        C = C - ref_covs
+        with np.errstate(invalid="ignore"):
+            pd = np.linalg.eigvalsh(0.5 * (C + np.swapaxes(C, 1, 2))).min(axis=1) > 0
+        C[~pd] = np.nan
+    return nees(err_x, C)
+
+
 def whiteness(normalized: list[np.ndarray], max_lag: int = 20) -> dict:
     """Autocorrelation test of normalised innovation sequences (per channel).
 
@@ -159,15 +172,17 @@ def record_arrays(records) -> dict:
     }
 
 
-def evaluate_run(records, truth_z, truth_zd, truth_zdd, angular, duration: float | None = None) -> dict:
+def evaluate_run(records, truth_z, truth_zd, truth_zdd, angular, duration: float | None = None,
+                 truth_cov: np.ndarray | None = None) -> dict:
     """Metrics of one estimator run.
 
     records: list of StepRecord (stage output); truth_*: (K, g) truth at the records'
-    stamps (see :func:`truth_at`); angular: (g,) bool mask of angle coordinates.
+    stamps (see :func:`truth_at`); angular: (g,) bool mask of angle coordinates;
+    truth_cov: covariances of an estimated reference (see :meth:`RunMetrics.add`).
     The same as :class:`RunMetrics` fed with all records at once.
     """
     acc = RunMetrics(angular, duration, truth=True)
-    acc.add(record_arrays(records), truth_z, truth_zd, truth_zdd)
+    acc.add(record_arrays(records), truth_z, truth_zd, truth_zdd, truth_cov)
     return acc.result()
 
 
@@ -190,8 +205,14 @@ class RunMetrics:
         self.cost = {"sum": 0.0, "max": -np.inf}
         self.g = g
 
-    def add(self, arrays: dict, truth_z=None, truth_zd=None, truth_zdd=None) -> None:
-        """arrays: :func:`record_arrays` of consecutive steps; truth_*: (K, g) at their stamps."""
+    def add(self, arrays: dict, truth_z=None, truth_zd=None, truth_zdd=None, truth_cov=None) -> None:
+        """arrays: :func:`record_arrays` of consecutive steps; truth_*: (K, g) at their stamps.
+
+        truth_cov: (K, 2g, 2g) covariance of [z, zd] of an *estimated* reference (the batch
+        smoother, ``mbde replay --reference smoother``): the NEES then uses P - P_ref, the
+        covariance of the difference between a filter and the smoother of the same
+        readings when both are optimal (Cov(x_f - x_s) = P_f - P_s, Rauch-Tung-Striebel);
+        steps where P - P_ref is not positive definite get no NEES (and are counted)."""
         K = len(arrays["stamps"])
         if K == 0:
             return
@@ -223,7 +244,10 @@ class RunMetrics:
         if self.nees["missing_cov"] or any(c is None for c in covs):
             self.nees["missing_cov"] = True
             return
-        v = nees(np.hstack([ez, errs["zd"]]), np.array(covs))
+        v = reference_nees(np.hstack([ez, errs["zd"]]), covs, truth_cov)
+        if truth_cov is not None:
+            self.nees["reference"] = self.nees.get("reference", 0) + int(np.isfinite(v).sum())
+            self.nees["reference_steps"] = self.nees.get("reference_steps", 0) + K
         ok = np.isfinite(v)
         slo, shi = scipy.stats.chi2.ppf([0.025, 0.975], 2 * self.g)
         self.nees["sum"] += float(np.sum(v[ok]))
@@ -243,6 +267,9 @@ class RunMetrics:
                 out["nees"] = {"mean": mean, "dof": d, "band_95": [lo, hi],
                                "fraction_in_step_band": self.nees["in_step"] / n if n else None,
                                "in_band": bool(n and lo <= mean <= hi)}
+                if self.nees.get("reference_steps"):
+                    out["nees"]["reference_covariance_subtracted"] = True
+                    out["nees"]["fraction_positive_definite"] = self.nees["reference"] / self.nees["reference_steps"]
         if self.nis["any"]:
             n, total = self.nis["n"], self.nis["dof"]
             mean = self.nis["sum"] / n if n else None

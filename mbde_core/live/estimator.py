@@ -62,12 +62,15 @@ class EstimatorOptions:
     max_prediction: float = 0.5
     backward_jump: float = 1.0
     max_gap: float = 10.0
+    publish_tf: bool = True
+    tf_prefix: str = ""  # already resolved ('~' -> '<node name>/' is the node's business)
 
     @classmethod
-    def from_params(cls, p: dict, config: dict) -> "EstimatorOptions":
+    def from_params(cls, p: dict, config: dict, tf_prefix: str | None = None) -> "EstimatorOptions":
         return cls(p["estimator"], config, p["seed"], p["frame_id"], p["publish_rate"], p["marker_rate"],
                    p["particles_rate"], p["particles_top_k"], p["reorder_window"], p["max_prediction"],
-                   p["backward_jump"], p["max_gap"])
+                   p["backward_jump"], p["max_gap"], p.get("publish_tf", True),
+                   p.get("tf_prefix", "") if tf_prefix is None else tf_prefix)
 
 
 def default_config_file(name: str) -> str | None:
@@ -105,9 +108,12 @@ class SensorStats:
     topic: str
     msg_type: str
     expected_rate: float
+    frame_id: str = ""  # the configured frame of the readings
     received: int = 0
     malformed: int = 0
     last_error: str = ""
+    frame_mismatch: int = 0  # readings whose header.frame_id is not frame_id
+    last_frame: str = ""
     first_stamp: float | None = None
     last_stamp: float | None = None
     arrivals: list = field(default_factory=list)
@@ -130,6 +136,7 @@ class _Window:
         self.lag_min = math.inf
         self.resets = 0
         self.errors = 0
+        self.frame_mismatch = 0
 
 
 class LiveEstimator:
@@ -138,11 +145,12 @@ class LiveEstimator:
     scenario: a :class:`~mbde_core.scenario.Scenario` (its estimator model, sensors and
     initial guess are used); options: :class:`EstimatorOptions`; factory: message
     factory; publish(key, msg) with key in ``state``, ``joint_states``, ``particles``,
-    ``markers``; log(level, text) with level in 'info', 'warn', 'error';
+    ``markers``, ``tf`` (TFMessage for /tf); log(level, text) with level in 'info',
+    'warn', 'error';
     wall: monotonic clock [s] (rates and diagnostics windows).
     """
 
-    KEYS = ("state", "joint_states", "particles", "markers")
+    KEYS = ("state", "joint_states", "particles", "markers", "tf")
 
     def __init__(self, scenario, options: EstimatorOptions, factory, publish, log=None, wall=_time.monotonic):
         from mbde_core.estimators import estimator_rng, make_estimator
@@ -181,7 +189,7 @@ class LiveEstimator:
                 raise ConfigError(scenario.file, f"sensors.{s.name}.topic",
                                   f"{s.topic} carries {self.topic_types[s.topic]} for another sensor, not {s.msg_type}")
             self.topics.setdefault(s.topic, []).append(s)
-            self.stats[s.name] = SensorStats(s.name, s.topic, s.msg_type, s.rate)
+            self.stats[s.name] = SensorStats(s.name, s.topic, s.msg_type, s.rate, s.frame_id)
         self.slowest_period = max(1.0 / s.rate for s in self.sensors)
         self.counters = StageCounters()
         self.resets: collections.Counter = collections.Counter()
@@ -197,6 +205,17 @@ class LiveEstimator:
         self.lag = None  # clock - stamp on arrival (min over recent readings)
         self._recent: dict = {}  # NIS and step-time lines of the last period with steps
         self.clock_mismatch = False
+        self._after_jump = False  # the clock jumped back, no reading of the new timeline yet
+        from mbde_core.viz.frames import MechanismFrames
+
+        # REP 105: <frame_id> -> <prefix><body> on /tf, sensor mounts on /tf_static
+        self.frames = MechanismFrames(self.mech, self.sensors, world=self.frame_id, prefix=options.tf_prefix)
+
+    def static_tf(self, stamp: float = 0.0):
+        """The TFMessage for /tf_static: the estimate's ground links and sensor mounts."""
+        from mbde_core.rosio.tf import tf_message
+
+        return tf_message(self.factory, self.frames.static(), stamp)
 
     # -- stage ------------------------------------------------------------------------------
     def _new_stage(self) -> None:
@@ -227,6 +246,12 @@ class LiveEstimator:
         carry = self.stage.buffered() if keep_readings else []
         self._new_stage()
         self.stage.requeue(carry)
+        if reason == "clock jumped back":
+            # readings of the old timeline may still be in flight (a looping simulator, a
+            # bag loop): they must not pass for stamps of another clock, nor start a track
+            self.lag = None
+            self.window.lag_min = math.inf
+            self._after_jump = True
         self.log("info", f"estimator reset ({reason}{' ' + detail if detail else ''}); the next reading restarts "
                  "it from the initial guess")
 
@@ -255,6 +280,12 @@ class LiveEstimator:
                 if self.throttle(("malformed", sensor.name)):
                     self.log("warn", f"skipping a malformed message on {topic} ({exc})")
                 continue
+            self._check_frame(sensor, st, topic, msg)
+            if self._after_jump and now is not None and math.isfinite(m.stamp):
+                if m.stamp > now + self.opt.backward_jump:  # stamped before the clock jumped back
+                    self.counters.out_of_order += 1
+                    continue
+                self._after_jump = False
             if math.isfinite(m.stamp):
                 if st.first_stamp is None:
                     st.first_stamp = m.stamp
@@ -269,6 +300,20 @@ class LiveEstimator:
                     self.newest = m.stamp
                     self.newest_arrival = now  # node clock when the newest reading arrived
             self._guard(self.stage.feed, m)
+
+    def _check_frame(self, sensor, st: SensorStats, topic: str, msg) -> None:
+        """Count a reading whose header.frame_id is not the sensor's configured frame_id
+        (an empty frame_id of a JointState is accepted: joint states rarely carry one). The
+        reading is still used: the frame only places the sensor in TF."""
+        frame = getattr(getattr(msg, "header", None), "frame_id", None)
+        if frame is None or frame == sensor.frame_id or (frame == "" and sensor.msg_type.endswith("/JointState")):
+            return
+        st.frame_mismatch += 1
+        st.last_frame = frame
+        self.window.frame_mismatch += 1
+        if self.throttle(("frame", sensor.name)):
+            self.log("warn", f"{sensor.name}: reading on {topic} in frame {frame!r}, configured frame_id "
+                     f"{sensor.frame_id!r} (set the sensor's frame_id or the driver's); counted, reading used")
 
     def tick(self, now: float | None) -> None:
         """The node clock reads ``now`` [s]: predict through overdue readings (see module doc)."""
@@ -348,6 +393,10 @@ class LiveEstimator:
             state, joints = estimate_messages(self.factory, snap, self.mech, self.frame_id)
             self._emit("state", state)
             self._emit("joint_states", joints)
+            if self.opt.publish_tf:
+                from mbde_core.rosio.tf import tf_message
+
+                self._emit("tf", tf_message(self.factory, self.frames.moving(snap.q), state.header.stamp))
         want_cloud = self._due("particles", t, self.opt.particles_rate)
         want_markers = self._due("markers", t, self.opt.marker_rate)
         cloud = None
@@ -420,9 +469,12 @@ class LiveEstimator:
                        (f"{st.name}: expected rate [Hz]", f"{st.expected_rate:.1f}"),
                        (f"{st.name}: received", st.received), (f"{st.name}: malformed", st.malformed),
                        (f"{st.name}: fused", c["per_sensor_fused"].get(st.name, 0)),
-                       (f"{st.name}: rejected by gate", c["per_sensor_rejected"].get(st.name, 0))]
+                       (f"{st.name}: rejected by gate", c["per_sensor_rejected"].get(st.name, 0)),
+                       (f"{st.name}: frame mismatch", st.frame_mismatch)]
             if st.malformed and st.last_error:
                 values.append((f"{st.name}: last malformed", st.last_error))
+            if st.frame_mismatch:
+                values.append((f"{st.name}: last frame", f"{st.last_frame!r} (expected {st.frame_id!r})"))
             st.arrivals = [a for a in st.arrivals if a >= wall - 1e-9]
         total_resets = sum(self.resets.values()) + c["resets"] + c["gap_resets"]
         breakdown = dict(self.resets)
@@ -483,6 +535,9 @@ class LiveEstimator:
             problems.append((WARN, f"{d['rejected_gate']} reading(s) rejected by the gate this period"))
         if d["unknown_sensor"]:
             problems.append((WARN, f"{d['unknown_sensor']} reading(s) of unknown sensors this period"))
+        if w.frame_mismatch:
+            problems.append((WARN, f"{w.frame_mismatch} reading(s) in another frame than the sensor's frame_id "
+                                   "this period"))
         if w.resets or d["resets"] or d["gap_resets"]:
             problems.append((WARN, "estimator reset this period"))
         if w.errors:

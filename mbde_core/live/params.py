@@ -159,6 +159,12 @@ def _build_schema() -> dict[str, tuple[Param, ...]]:
                   min=0, max=100),
             Param("start_timeout", "double", 30.0, "start anyway after waiting this long for subscribers",
                   min=0.0, unit="s"),
+            Param("start_time", "double", -1.0, "with publish_clock: simulated time of the first sample [s since "
+                  "1970]; -1 = the scenario's start_time, else now rounded down to the second", min=-1.0, unit="s"),
+            Param("tf_rate", "double", 50.0, "rate of /tf (world -> each body frame of the ground truth, "
+                  "REP 105); 0 = off", min=0.0, max=1000.0, unit="Hz"),
+            Param("tf_prefix", "string", "", "prefix of the ground truth's frames in /tf and /tf_static "
+                  "(sensor mounts hang below them)"),
         ]),
         "imu_driver": tuple(_driver_params("sensor_msgs/Imu", "gyroscopes, accelerometers, IMUs")),
         "encoder_driver": tuple(_driver_params("sensor_msgs/JointState", "encoders, slider position sensors")),
@@ -186,6 +192,10 @@ def _build_schema() -> dict[str, tuple[Param, ...]]:
                   "predicting through it", min=0.0, unit="s"),
             Param("diagnostics_period", "double", 1.0, "period of /diagnostics and of the 'waiting for' messages",
                   min=0.1, max=60.0, unit="s"),
+            Param("publish_tf", "bool", True, "publish the estimate's frames on /tf (with ~/state) and its "
+                  "sensor mounts on /tf_static"),
+            Param("tf_prefix", "string", "~", "prefix of the estimate's frames; '~' = the node name + '/' "
+                  "(ukf/crank), '' = none (the robot's own frames, when no simulator publishes the truth)"),
         ]),
     }
 
@@ -223,12 +233,20 @@ def validate_values(executable: str, values: dict, label: str | None = None) -> 
             continue
         p = params.get(name)
         if p is None:
-            raise ParameterError(f"{label}: unknown parameter {name!r} (parameters: {', '.join(params)})")
+            raise ParameterError(f"{label}: unknown parameter {name!r}{_did_you_mean(name, params)} "
+                                 f"(parameters: {', '.join(params)})")
         try:
             out[name] = p.coerce(value)
         except ValueError as exc:
             raise ParameterError(f"{label}: parameter {name!r}: {exc}") from None
     return out
+
+
+def _did_you_mean(name: str, params) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(params), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:

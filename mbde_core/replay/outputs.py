@@ -8,7 +8,9 @@ import os
 
 import numpy as np
 
+from mbde_core.replay.viewables import static_messages
 from mbde_core.rosio.bag import BagWriter
+from mbde_core.rosio.tf import TF_TOPIC
 from mbde_core.replay.encode import read_part, write_records_part
 from mbde_core.rosio.convert import STRING, string_msg
 from mbde_core.rosio.factory import RosbagsFactory
@@ -32,10 +34,12 @@ def _clean(obj):
     return obj
 
 
-def write_metrics(path: str, source, results) -> dict:
+def write_metrics(path: str, source, results, reference: dict | None = None) -> dict:
     """metrics.json of one bag: source (ReplaySource or ReplayInputs), results: per
     estimator objects with name, metrics, config; readings counts and skipped messages
-    from the first result that has them (every estimator reads the same bag)."""
+    from the first result that has them (every estimator reads the same bag).
+    reference: what RMSE/NEES compare with when it is not the bag's ground truth
+    (``mbde replay --reference smoother``: :func:`mbde_core.replay.smoothing.smoother_reference`)."""
     counts = getattr(source, "counts", None) or next((r.counts for r in results if getattr(r, "counts", None)), {})
     skipped = getattr(source, "skipped", None)
     if skipped is None:
@@ -49,16 +53,26 @@ def write_metrics(path: str, source, results) -> dict:
         "ground_truth": bool(truth if truth is not None else source.truth is not None),
         "readings": counts,
         "skipped_messages": skipped,
+        "units": coordinate_units(source.mechanism),
         "estimators": {r.name: {"metrics": r.metrics, "config": r.config} for r in results},
     }
+    doc["reference"] = reference or ({"kind": "ground truth"} if doc["ground_truth"] else None)
     doc = _clean(doc)
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=2)
     return doc
 
 
+def coordinate_units(mech) -> dict:
+    """Units of z, zd, zdd per independent coordinate: rad... for angles, m... for lengths."""
+    angular = [c in set(mech.rel_columns.tolist()) for c in mech.independent]
+    base = ["rad" if a else "m" for a in angular]
+    return {"z": base, "zd": [f"{u}/s" for u in base], "zdd": [f"{u}/s^2" for u in base]}
+
+
 def write_estimates_bag(path: str, source, results, storage: str = "sqlite3", description: str | None = None) -> dict:
-    """Estimates as a ROS 2 bag: /mbde/<estimator>/state, /joint_states (+ /particles).
+    """Estimates as a ROS 2 bag: /mbde/<estimator>/state, /joint_states (+ /particles), and
+    to view them /tf, /tf_static and markers (:mod:`mbde_core.replay.viewables`).
 
     results: streamed runs (part file + topics, :mod:`mbde_core.replay.worker`) or
     in-memory runs (records + particles, :class:`mbde_core.replay.runner.EstimatorRun`).
@@ -81,9 +95,16 @@ def write_estimates_bag(path: str, source, results, storage: str = "sqlite3", de
         if description:
             bag.add_topic("/mbde/description", STRING, "transient_local")
             bag.write("/mbde/description", source.start, string_msg(f, description))
+        if any(t == TF_TOPIC for _, topics in parts for t, _ in topics):  # streamed runs carry TF: viewable
+            for topic, typename, msg in static_messages(f, source, [r.name for r in results]):
+                bag.add_topic(topic, typename, "transient_local")
+                bag.write(topic, source.start, msg)
+        added = set()
         for _, topics in parts:
             for topic, typename in topics:
-                bag.add_topic(topic, typename)
+                if topic not in added:  # /tf is shared by the estimators
+                    bag.add_topic(topic, typename)
+                    added.add(topic)
         streams = [_tagged(read_part(part), k) for k, (part, _) in enumerate(parts)]
         names = [[t for t, _ in topics] for _, topics in parts]
         for t_ns, _, run, _, topic, data in heapq.merge(*streams):
@@ -99,37 +120,62 @@ def _tagged(records, run: int):
 def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde replay report") -> None:
     lines = [f"# {title}", "", f"- bag: `{doc['bag']}`", f"- mechanism: {doc['mechanism']} "
              f"(z = {', '.join(doc['independent_coordinates'])})", f"- duration: {doc['duration_s']:.3f} s",
-             f"- ground truth: {'yes' if doc['ground_truth'] else 'no (accuracy metrics omitted)'}",
+             f"- ground truth: {'yes' if doc['ground_truth'] else 'no' if doc.get('reference') else 'no (accuracy metrics omitted)'}",
              "- readings: " + ", ".join(f"{k}: {v}" for k, v in doc["readings"].items())]
     if doc["skipped_messages"]:
         lines.append("- skipped messages: " + ", ".join(f"{k}: {v}" for k, v in doc["skipped_messages"].items()))
+    ref = doc.get("reference") or {}
+    if ref.get("kind") == "smoother":
+        lines.append("- reference of RMSE and NEES: **the batch smoother** of the same readings (`mbde replay "
+                     "--reference smoother`), not ground truth; NEES uses P - P_smoother. " + reference_note(ref))
     lines += ["", "## Summary", "", summary_table(doc, markdown=True), ""]
-    lines += ["RMSE per independent coordinate; NEES/NIS: mean and the 95 % chi-square band of the mean "
-              "(single run: successive steps are correlated, the band is optimistic); step time per filter "
-              "step; RTF = processing time / data duration (< 1: faster than real time).", ""]
+    lines += ["RMSE per independent coordinate over the whole run, in the units shown; 'settled': from the "
+              "time the error stays within its tolerance (2 deg for angles, 2 % of the largest body for "
+              "lengths) to the end, with that time in 'converged [s]' (a start-up transient, e.g. a particle "
+              "filter's uniform start, dominates a whole-run RMSE); 'branch [s]': the time after which the "
+              "true assembly branch keeps P > 0.99. NEES/NIS: mean and the 95 % chi-square band of the mean "
+              "(single run: successive steps are correlated, the band is optimistic); `(!)` marks a value "
+              "outside its band. Step time per filter step; RTF = processing time / data duration (< 1: "
+              "faster than real time).", ""]
     for p in plots:
         lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})", ""]
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
 
 
+def reference_note(ref: dict) -> str:
+    """One sentence on a smoother reference: convergence, its own uncertainty and accuracy."""
+    out = (f"Smoother: {ref.get('status')} after {ref.get('iterations')} iterations, mean sigma of z "
+           + "/".join(format(v, ".3g") for v in ref.get("mean_sigma_z", [])))
+    if ref.get("rmse_vs_ground_truth"):
+        out += "; its RMSE of z against the bag's ground truth " + "/".join(format(v, ".3g") for v in ref["rmse_vs_ground_truth"]["z"])
+    return out + "."
+
+
 def summary_table(doc: dict, markdown: bool = False) -> str:
-    """The metrics table printed by ``mbde replay`` and ``make demo``."""
-    cols = ["estimator", "RMSE z", "RMSE zd", "RMSE zdd", "NEES", "NEES band", "NIS", "us/step", "RTF", "fused", "rejected"]
+    """The metrics table printed by ``mbde replay`` and ``make demo``: units in every
+    column, ``(!)`` after a NEES or NIS outside its 95 % band."""
+    units = doc.get("units") or {}
+    unit = {k: _common(v) for k, v in units.items()}
+    cols = [f"RMSE z{_u(unit.get('z'))}", f"RMSE zd{_u(unit.get('zd'))}", f"RMSE zdd{_u(unit.get('zdd'))}",
+            "converged [s]", f"settled RMSE z{_u(unit.get('z'))}", "branch [s]", "NEES [band]", "NIS [band]",
+            "step [us]", "RTF", "fused", "rejected"]
+    cols = ["estimator"] + cols
     rows = []
     for name, entry in doc["estimators"].items():
         m = entry["metrics"] or {}
         rm = m.get("rmse", {})
-        nees = m.get("nees", {})
-        nis = m.get("nis", {})
+        conv = m.get("convergence", {})
         c = m.get("counters", {})
         rej = sum(c.get(k, 0) for k in ("rejected_gate", "out_of_order", "non_finite", "unknown_sensor"))
-        band = nees.get("band_95")
         rows.append([
             name,
-            _fmt_list(rm.get("z")), _fmt_list(rm.get("zd")), _fmt_list(rm.get("zdd")),
-            _fmt(nees.get("mean")), f"[{band[0]:.2f}, {band[1]:.2f}]" if band else "-",
-            _fmt(nis.get("mean")),
+            _fmt_list(rm.get("z"), units.get("z"), unit.get("z")), _fmt_list(rm.get("zd"), units.get("zd"), unit.get("zd")),
+            _fmt_list(rm.get("zdd"), units.get("zdd"), unit.get("zdd")),
+            _fmt(conv.get("converged_after"), ".3f") if conv else "-",
+            _fmt_list(conv.get("rmse_settled"), units.get("z"), unit.get("z")) if conv else "-",
+            _fmt(conv.get("branch_identified_after"), ".3f") if "branch_identified_after" in conv else "-",
+            _banded(m.get("nees")), _banded(m.get("nis")),
             _fmt(m.get("step_time_us", {}).get("mean"), ".0f"),
             _fmt(m.get("realtime_factor"), ".3f"),
             str(c.get("fused", "-")), str(rej),
@@ -138,16 +184,43 @@ def summary_table(doc: dict, markdown: bool = False) -> str:
         out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         out += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(out)
-    widths = [max(len(cols[i]), *(len(r[i]) for r in rows)) for i in range(len(cols))]
+    widths = [max([len(cols[i])] + [len(r[i]) for r in rows]) for i in range(len(cols))]
     line = lambda vals: "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
-    return "\n".join([line(cols)] + [line(r) for r in rows])
+    flagged = any("(!)" in cell for r in rows for cell in r)
+    return "\n".join([line(cols)] + [line(r) for r in rows]
+                     + (["(!) outside its 95 % consistency band"] if flagged else []))
+
+
+def _common(units):
+    """The unit shared by every coordinate, else None (then each value carries its own)."""
+    return units[0] if units and all(u == units[0] for u in units) else None
+
+
+def _u(unit):
+    return f" [{unit}]" if unit else ""
+
+
+def _banded(entry) -> str:
+    """'1.02 [0.9, 1.1]', with '(!)' when the mean is outside the band."""
+    if not entry or entry.get("mean") is None:
+        return "-"
+    band = entry.get("band_95")
+    text = f"{entry['mean']:.3g}"
+    if band and band[0] is not None:
+        text += f" [{band[0]:.2f}, {band[1]:.2f}]"
+        if not band[0] <= entry["mean"] <= band[1]:
+            text += " (!)"
+    return text
 
 
 def _fmt(v, spec=".3g"):
     return "-" if v is None else format(v, spec)
 
 
-def _fmt_list(v):
+def _fmt_list(v, units=None, common=None):
+    """'0.0123' or, with coordinates of several units, '0.0123 rad/0.004 m'."""
     if v is None:
         return "-"
+    if units and not common:
+        return "/".join(f"{x:.3g} {u}" for x, u in zip(v, units))
     return "/".join(format(x, ".3g") for x in v)

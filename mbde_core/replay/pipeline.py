@@ -35,6 +35,7 @@ class BagOutcome:
     failed: list = field(default_factory=list)  # [(estimator, error)]
     timings: dict = field(default_factory=dict)
     plots: list = field(default_factory=list)
+    reference: dict | None = None  # metrics.json "reference" (--reference smoother)
 
 
 def find_bags(paths) -> list[str]:
@@ -56,8 +57,12 @@ def find_bags(paths) -> list[str]:
 
 
 def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, mechanism_file=None,
-           sensors_file=None, jobs=None, scheduler=None, log=print) -> list[BagOutcome]:
-    """Run every estimator on every bag and write the outputs (see module doc)."""
+           sensors_file=None, jobs=None, scheduler=None, log=print, reference=None, config_file=None) -> list[BagOutcome]:
+    """Run every estimator on every bag and write the outputs (see module doc).
+
+    reference ``smoother``: every bag is first smoothed (the ``smoother:`` options of
+    config_file) and RMSE/NEES compare with the smoothed trajectory
+    (:func:`mbde_core.replay.smoothing.smoother_reference`)."""
     from mbde_core import runs
     from mbde_core.replay.source import open_source
     from mbde_core.replay.worker import ReplayTask, part_path, replay_task
@@ -65,6 +70,16 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
     t0 = time.perf_counter()
     sources = {b: open_source(b, mechanism_file, sensors_file) for b in bags}
     t_load = time.perf_counter() - t0
+    refs = {}
+    if reference == "smoother":
+        from mbde_core.replay.smoothing import smoother_reference
+        from mbde_core.trajectory.config import load_smoother_config
+
+        smoother_cfg = load_smoother_config(config_file)
+        for b in bags:
+            sources[b].reference, refs[b] = smoother_reference(sources[b], *smoother_cfg)
+            log(f"reference of {b}: the batch smoother, {refs[b]['status']} after {refs[b]['iterations']} iterations "
+                f"({refs[b]['wall_time_s']:.2f} s)")
     outcomes = []
     tasks = []
     for b in bags:
@@ -74,7 +89,7 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
         log(f"bag {b}: {src.mechanism.name}, {src.duration:.3f} s, "
             + ", ".join(f"{k} {v} messages" for k, v in src.expected.items())
             + ("" if src.has_truth else "; no ground truth"))
-        outcomes.append(BagOutcome(b, bag_out, timings={"load": t_load / len(bags)}))
+        outcomes.append(BagOutcome(b, bag_out, timings={"load": t_load / len(bags)}, reference=refs.get(b)))
         for name in names:
             tasks.append(ReplayTask(b, name, configs[name], seed, part_path(bag_out, name),
                                     os.path.join(bag_out, f"{name}.png") if plots else None,
@@ -113,7 +128,7 @@ def _write_bag(bo: BagOutcome, source, storage: str, plots: bool) -> None:
                   f"{c['first_estimator_error_at']} s (last: {c['last_estimator_error']}); each failure restarted "
                   "its track from the initial guess at the next reading, as the live node does", file=sys.stderr)
     t0 = time.perf_counter()
-    bo.doc = write_metrics(os.path.join(bo.out, "metrics.json"), source, results)
+    bo.doc = write_metrics(os.path.join(bo.out, "metrics.json"), source, results, bo.reference)
     bo.timings["metrics"] = time.perf_counter() - t0
     summary = None
     if plots and results:
@@ -135,7 +150,7 @@ def _write_bag(bo: BagOutcome, source, storage: str, plots: bool) -> None:
         summary.join()
         if summary.exitcode == 0:
             pngs.append(os.path.join(bo.out, "summary.png"))
-    pngs += [r.plot for r in results if r.plot]
+    pngs += [r.plot for r in results if r.plot] + [p for r in results for p in r.extra_plots]
     bo.timings["plots_wait"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     write_report(os.path.join(bo.out, "report.md"), bo.doc, pngs)

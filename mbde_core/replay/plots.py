@@ -17,6 +17,10 @@ def _plt():
     return plt
 
 
+def _reference_label(source) -> str:
+    return "smoother (reference)" if getattr(source, "reference", None) is not None else "truth"
+
+
 def plot_run(path: str, source, run, series: dict | None = None) -> str:
     """One figure per estimator: z (truth, estimate, 95 % band), error with band, NEES.
 
@@ -37,7 +41,7 @@ def plot_run(path: str, source, run, series: dict | None = None) -> str:
         ax = axes[0, c]
         zc = np.unwrap(z[:, c]) if angular[c] else z[:, c]
         if has_truth:
-            ax.plot(t, zc - ser["ez"][:, c], "k-", lw=1.2, label="truth")  # on the estimate's branch of the angle
+            ax.plot(t, zc - ser["ez"][:, c], "k-", lw=1.2, label=_reference_label(source))  # on the estimate's branch
         ax.plot(t, zc, "C3-", lw=1.0, label=f"{run.name} estimate")
         ax.fill_between(t, zc - 1.96 * sig[:, c], zc + 1.96 * sig[:, c], color="C3", alpha=0.2, lw=0, label="95 % band")
         ax.set_ylabel(f"{name} [{unit}]")
@@ -67,8 +71,11 @@ def plot_run(path: str, source, run, series: dict | None = None) -> str:
 
 
 def plot_summary(path: str, doc: dict) -> str:
-    """Bar charts of RMSE(z) and mean step time per estimator."""
+    """Bar charts of RMSE(z) and mean step time per estimator, linear axes from zero (a
+    truncated log axis makes small differences look large)."""
     plt = _plt()
+    units = (doc.get("units") or {}).get("z") or []
+    unit = units[0] if units and all(u == units[0] for u in units) else ""
     names = list(doc["estimators"])
     rmse = [((doc["estimators"][n]["metrics"] or {}).get("rmse") or {}).get("z") for n in names]
     cost = [((doc["estimators"][n]["metrics"] or {}).get("step_time_us") or {}).get("mean") for n in names]
@@ -76,12 +83,37 @@ def plot_summary(path: str, doc: dict) -> str:
     if any(r is not None for r in rmse):
         vals = [np.sqrt(np.mean(np.square(r))) if r else np.nan for r in rmse]
         axes[0].bar(names, vals, color="C3")
-        axes[0].set_ylabel("RMSE z (rms over coordinates)")
-        axes[0].set_yscale("log")
+        axes[0].set_ylabel(f"RMSE z{f' [{unit}]' if unit else ''} (rms over coordinates)")
     axes[1].bar(names, [c or 0 for c in cost], color="C0")
     axes[1].set_ylabel("mean step time [us]")
     for ax in axes:
+        ax.set_ylim(bottom=0.0)
         ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_branches(path: str, source, run) -> str | None:
+    """Assembly-branch probabilities over time (run.series 'bp', thinned by the replay
+    worker), the true branch drawn thicker; None if the estimator reports none."""
+    ser = run.series
+    bp, t = ser.get("bp"), ser.get("t")
+    if bp is None or t is None or len(bp) != len(t) or not len(t):
+        return None
+    plt = _plt()
+    t = np.asarray(t) - t[0]
+    truth = getattr(source, "initial_branch", None)
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for b in range(bp.shape[1]):
+        true = b == truth
+        ax.plot(t, bp[:, b], lw=2.0 if true else 1.2, label=f"branch {b}" + (" (truth at the start)" if true else ""))
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("t [s] since the first estimate")
+    ax.set_ylabel("probability")
+    ax.set_title(f"{run.name}: assembly-branch probabilities")
+    ax.legend(loc="center right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

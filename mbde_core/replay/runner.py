@@ -114,8 +114,10 @@ def evaluate(inputs, run: EstimatorRun) -> dict:
     if inputs.truth is not None and recs:
         tr = inputs.truth
         stamps = arrays["stamps"]
-        acc.add(arrays, truth_at(stamps, tr.t, tr.z, angular), truth_at(stamps, tr.t, tr.zd), truth_at(stamps, tr.t, tr.zdd))
+        tz = truth_at(stamps, tr.t, tr.z, angular)
+        acc.add(arrays, tz, truth_at(stamps, tr.t, tr.zd), truth_at(stamps, tr.t, tr.zdd))
         out = acc.result()
+        out["convergence"] = _convergence(inputs, recs, stamps, arrays, tz, angular)
         if tr.effort is not None:
             im = InputMetrics(mech)
             im.add(recs, stamps, truth_at(stamps, tr.t, tr.effort))
@@ -130,6 +132,23 @@ def evaluate(inputs, run: EstimatorRun) -> dict:
     out["wall_time_s"] = run.wall_time
     run.metrics = out
     return out
+
+
+def _convergence(inputs, recs, stamps, arrays, tz, angular) -> dict:
+    """Convergence time, settled RMSE and branch identification (replay/convergence.py),
+    as the streamed replay worker computes them."""
+    from mbde_core.estimators.metrics import coordinate_errors
+    from mbde_core.replay.convergence import ConvergenceMetrics
+
+    conv = ConvergenceMetrics(angular, inputs.mechanism.length_scale)
+    probs = [r.estimate.branch_probabilities for r in recs]
+    bp = true_branch = None
+    if all(p is not None and len(p) for p in probs) and len({len(p) for p in probs}) == 1:
+        bp = np.array(probs, dtype=float)
+        tr = inputs.truth
+        true_branch = np.asarray(tr.branch, int)[np.clip(np.searchsorted(tr.t, stamps), 0, len(tr.t) - 1)]
+    conv.add(stamps, coordinate_errors(arrays["z"], tz, angular), bp, true_branch)
+    return conv.result()
 
 
 class InputMetrics:

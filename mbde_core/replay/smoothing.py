@@ -1,9 +1,11 @@
 """The batch smoother on replay inputs: ``mbde smooth`` and ``mbde replay --reference smoother``.
 
-The smoothed trajectory is wrapped as an :class:`~mbde_core.replay.runner.EstimatorRun`
-named ``smoother`` (its records are made on demand from the trajectory's arrays), so the
-replay's metrics, estimates bag, plots and report apply to it unchanged. As a reference
-for bags without ground truth it becomes the inputs' ``truth`` (with its covariances).
+``mbde smooth`` (short bags, in memory): the smoothed trajectory is wrapped as an
+:class:`~mbde_core.replay.runner.EstimatorRun` named ``smoother`` (its records are made on
+demand from the trajectory's arrays), so the replay's metrics, estimates bag, plots and
+report apply to it unchanged. ``mbde replay --reference smoother``: the bag's readings
+are streamed into the smoother and the result, a :class:`ReferenceTrajectory` with its
+covariances, replaces the ground truth of every estimator's metrics.
 """
 from __future__ import annotations
 
@@ -12,24 +14,34 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.stage import StepRecord
-from mbde_core.replay.inputs import TruthSeries
 from mbde_core.replay.runner import EstimatorRun, evaluate
 
 NAME = "smoother"
 
 
 def smooth_inputs(inputs, cfg: dict, guess_cfg: dict, progress: bool = False):
-    """SmoothedTrajectory of the replay inputs' readings."""
+    """SmoothedTrajectory of the replay inputs' readings (in windows if cfg['window'] > 0)."""
+    from mbde_core.replay.runner import initial_state
+
+    return _smooth(inputs.mechanism, inputs.sensors, initial_state(inputs, cfg), inputs.measurements, cfg, guess_cfg,
+                   progress)
+
+
+def _smooth(mech, sensors, init, measurements, cfg, guess_cfg, progress: bool):
     from mbde_core.trajectory.smoother import BatchSmoother
 
-    g = inputs.mechanism.dof
-    sig = cfg["initial_sigma"]
-    init = InitialState(inputs.initial_z.copy(), inputs.initial_zd.copy(), np.full(g, float(sig["z"])),
-                        np.full(g, float(sig["zd"])), inputs.initial_q.copy(), inputs.initial_branch)
-    smoother = BatchSmoother(inputs.mechanism, inputs.sensors, cfg, guess_cfg)
-    return smoother.smooth(inputs.measurements, init)
+    smoother = BatchSmoother(mech, sensors, cfg, guess_cfg)
+    if cfg.get("window", 0.0) > 0:
+        from mbde_core.simulator.progress import ProgressBar
+        from mbde_core.trajectory.windowed import smooth_windowed
+
+        bar = ProgressBar("smoother ") if progress else None
+        out = smooth_windowed(smoother, measurements, init, progress=bar)
+        if bar is not None:
+            bar.close()
+        return out
+    return smoother.smooth(measurements, init)
 
 
 class TrajectoryRecords(Sequence):
@@ -102,8 +114,9 @@ def plot_cost(path: str, info: dict) -> str:
     hist = info.get("history") or []
     fig, ax = plt.subplots(figsize=(5, 3))
     ax.semilogy(range(len(hist)), hist, "o-")
-    ax.set_xlabel("accepted Levenberg-Marquardt step")
-    ax.set_ylabel("cost 1/2 |r|^2")
+    windowed = bool(info.get("windows"))
+    ax.set_xlabel("window" if windowed else "accepted Levenberg-Marquardt step")
+    ax.set_ylabel("final cost 1/2 |r|^2" if windowed else "cost 1/2 |r|^2")
     ax.set_title(f"smoother: {info.get('status')}, {info.get('iterations')} iterations")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -112,7 +125,60 @@ def plot_cost(path: str, info: dict) -> str:
     return path
 
 
-def reference_truth(traj) -> TruthSeries:
-    """The smoothed trajectory as the reference of ``mbde replay --reference smoother``."""
-    k = len(traj)
-    return TruthSeries(traj.t, traj.q, traj.qd, traj.qdd, traj.z, traj.zd, traj.zdd, np.full(k, -1), [], np.zeros((k, 0)))
+class ReferenceTrajectory:
+    """The smoothed trajectory as a replay's reference: t (K,), z, zd, zdd (K, g), cov
+    (K, 2g, 2g) or None; :meth:`at` gives them at estimate stamps (linear interpolation,
+    exact on the smoother's grid, which is the filters' when the steps agree)."""
+
+    def __init__(self, traj, angular):
+        self.t, self.z, self.zd, self.zdd, self.cov = traj.t, traj.z, traj.zd, traj.zdd, traj.cov
+        self.angular = np.asarray(angular, bool)
+
+    def at(self, stamps) -> dict:
+        from mbde_core.estimators.metrics import truth_at
+
+        out = {"z": truth_at(stamps, self.t, self.z, self.angular), "zd": truth_at(stamps, self.t, self.zd),
+               "zdd": truth_at(stamps, self.t, self.zdd), "effort": None, "cov": None}
+        if self.cov is not None:
+            k = self.cov.shape[1]
+            out["cov"] = truth_at(stamps, self.t, self.cov.reshape(len(self.t), k * k)).reshape(len(stamps), k, k)
+        return out
+
+
+def smoother_reference(source, cfg: dict, guess_cfg: dict) -> tuple[ReferenceTrajectory, dict]:
+    """Smooth a replay source's readings (streamed from the bag; in windows if
+    cfg['window'] > 0) for ``mbde replay --reference smoother``.
+
+    Returns the reference and the ``reference`` entry of metrics.json: what it is, its
+    convergence, its mean standard deviations and, if the bag has ground truth, its own
+    RMSE and NEES against it."""
+    from mbde_core.estimators.metrics import evaluate_run, truth_at
+    from mbde_core.replay.runner import initial_state
+    from mbde_core.replay.source import Stream
+
+    mech = source.mechanism
+    g = mech.dof
+    angular = np.isin(mech.independent, mech.rel_columns)
+    truth = {"t": [], "z": [], "zd": [], "zdd": []}
+
+    def readings():
+        for chunk in Stream(source):
+            for t, row in chunk.truth:
+                truth["t"].append(t)
+                for k in ("z", "zd", "zdd"):
+                    truth[k].append(row[k])
+            yield from chunk.readings
+
+    traj = _smooth(mech, source.sensors, initial_state(source, cfg), readings(), cfg, guess_cfg, progress=True)
+    info = traj.info
+    sig = np.sqrt(np.einsum("kii->ki", traj.cov)) if traj.cov is not None else np.full((1, 2 * g), np.nan)
+    ref = {"kind": "smoother", "status": info["status"], "iterations": info["iterations"],
+           "final_cost": info["final_cost"], "wall_time_s": info["wall_time_s"], "windows": info.get("windows"),
+           "mean_sigma_z": sig[:, :g].mean(axis=0).tolist(), "mean_sigma_zd": sig[:, g:].mean(axis=0).tolist()}
+    if truth["t"]:
+        t = np.array(truth["t"])
+        tz, tzd, tzdd = (truth_at(traj.t, t, np.array(truth[k]), angular if k == "z" else None) for k in ("z", "zd", "zdd"))
+        m = evaluate_run(TrajectoryRecords(traj, 0.0), tz, tzd, tzdd, angular)
+        ref["rmse_vs_ground_truth"] = m.get("rmse")
+        ref["nees_vs_ground_truth"] = (m.get("nees") or {}).get("mean")
+    return ReferenceTrajectory(traj, angular), ref

@@ -63,6 +63,7 @@ class ReplaySource(ReplayModel):
 
     topics: dict = field(default_factory=dict)
     expected: dict = field(default_factory=dict)
+    reference: object = None  # mbde_core.replay.smoothing.ReferenceTrajectory (--reference smoother)
 
     @property
     def has_truth(self) -> bool:

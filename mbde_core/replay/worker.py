@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mbde_core.estimators.metrics import RunMetrics, coordinate_errors, nees, record_arrays
+from mbde_core.estimators.metrics import RunMetrics, coordinate_errors, record_arrays, reference_nees
 from mbde_core.replay.encode import EstimateEncoder, PartWriter
 from mbde_core.replay.source import Stream, TruthWindow, open_source
 
@@ -59,6 +59,7 @@ class EstimatorResult:
     series: dict = field(default_factory=dict)
     plot: str | None = None
     timings: dict = field(default_factory=dict)
+    extra_plots: list = field(default_factory=list)  # e.g. the branch-probability plot
 
 
 def replay_task(shared, task: ReplayTask) -> EstimatorResult:
@@ -71,14 +72,15 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     from mbde_core.estimators import make_estimator
     from mbde_core.estimators.registry import estimator_rng
     from mbde_core.estimators.stage import EstimatorStage
+    from mbde_core.replay.convergence import ConvergenceMetrics
     from mbde_core.replay.runner import GuardedStage, InputMetrics, initial_state
 
-    t_wall = time.perf_counter()
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
     mech, cfg = source.mechanism, task.config
     est = make_estimator(task.name, mech, source.sensors, cfg, rng=estimator_rng(task.seed, task.name))
     init = initial_state(source, cfg)
     total_steps = max(int(source.duration / cfg["step"]) + 1, 1)
-    out = _Output(task, mech, total_steps)
+    out = _Output(task, mech, total_steps, source)
     pending: list = []  # emitted estimates not yet evaluated and written
 
     def on_step(rec):
@@ -88,7 +90,9 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     stage = EstimatorStage(est, cfg["step"], lambda t: init, gate=cfg.get("gate", 0.0), on_step=on_step, keep=False)
     guard = GuardedStage(stage)
     angular = np.isin(mech.independent, mech.rel_columns)
-    metrics = RunMetrics(angular, source.duration, truth=source.has_truth)
+    ref = getattr(source, "reference", None)  # mbde replay --reference smoother: replaces the ground truth
+    metrics = RunMetrics(angular, source.duration, truth=source.has_truth or ref is not None)
+    conv = ConvergenceMetrics(angular, mech.length_scale)
     inputs = InputMetrics(mech)
     stream = Stream(source)
     truth = TruthWindow(angular)
@@ -103,9 +107,17 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
                 break
             batch, pending[:k] = pending[:k], []
             arrays = record_arrays(batch)
+            if ref is not None:
+                tr = ref.at(arrays["stamps"])
+                metrics.add(arrays, tr["z"], tr["zd"], tr["zdd"], tr["cov"])
+                out.add(batch, arrays, tr, angular)
+                continue
             tr = truth.at(arrays["stamps"]) if source.has_truth else None
             if tr is not None:
                 metrics.add(arrays, tr["z"], tr["zd"], tr["zdd"])
+                bp = _branch_probabilities(batch)
+                conv.add(arrays["stamps"], coordinate_errors(arrays["z"], tr["z"], angular), bp,
+                         None if bp is None else _truth_branch(truth, arrays["stamps"]))
                 inputs.add(batch, arrays["stamps"], tr["effort"])
                 truth.drop_before(arrays["stamps"][-1])
             else:
@@ -126,7 +138,9 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     drain(True)
     out.close()
     result = metrics.result()
-    if source.has_truth and stream.effort_ok:
+    if source.has_truth and ref is None:
+        result["convergence"] = conv.result()
+    if source.has_truth and stream.effort_ok and ref is None:
         im = inputs.result()
         if im:
             result["inputs"] = im
@@ -142,14 +156,35 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
 
         t0 = time.perf_counter()
         res.plot = plot_run(task.plot, source, res)
+        from mbde_core.replay.plots import plot_branches
+
+        branches = plot_branches(os.path.splitext(task.plot)[0] + "_branches.png", source, res)
+        if branches:
+            res.extra_plots.append(branches)
         clock["plot"] = time.perf_counter() - t0
+    clock["cpu"] = time.process_time() - t_cpu
     return res
+
+
+def _truth_branch(truth, stamps) -> np.ndarray:
+    """The true assembly-branch label at each stamp (the sample at or after it)."""
+    t = np.asarray(truth.t)
+    labels = np.array([row.get("branch", -1) for row in truth.rows], dtype=int)
+    return labels[np.clip(np.searchsorted(t, stamps), 0, len(t) - 1)]
+
+
+def _branch_probabilities(batch):
+    """(K, B) branch probabilities of a batch of records, None if they have none (or vary)."""
+    probs = [r.estimate.branch_probabilities for r in batch]
+    if not all(p is not None and len(p) for p in probs) or len({len(p) for p in probs}) != 1:
+        return None
+    return np.array(probs, dtype=float)
 
 
 class _Output:
     """Part file writer, particle thinning and the thinned series of one run."""
 
-    def __init__(self, task, mech, total_steps: int):
+    def __init__(self, task, mech, total_steps: int, source=None):
         self.mech = mech
         self.part = PartWriter(task.part) if task.part else None
         self.encoder = EstimateEncoder(mech) if task.part else None
@@ -157,13 +192,19 @@ class _Output:
         from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE, PARTICLE_SET
 
         self.topics = [(ns + "/state", MECHANISM_STATE), (ns + "/joint_states", JOINT_STATE)]
+        self.view = None
+        if self.part is not None and source is not None:
+            from mbde_core.replay.viewables import EstimateView
+
+            self.view = EstimateView(task.name, mech, source, self.encoder)
+            self.topics += self.view.topics
         self.particle_topic = (ns + "/particles", PARTICLE_SET)
         self.budget, self.total_steps = task.particle_budget, total_steps
         self.every = None
         self.k = 0
         self.clouds: list = []  # (t_ns, bytes) waiting for the estimates of their step
         self.stride = max(1, math.ceil(total_steps / SERIES_POINTS))
-        self.kept: dict[str, list] = {"t": [], "z": [], "sig": [], "ez": [], "nees": []}
+        self.kept: dict[str, list] = {"t": [], "z": [], "sig": [], "ez": [], "nees": [], "bp": []}
         self.seen = 0
 
     def particles(self, est, rec) -> None:
@@ -188,9 +229,12 @@ class _Output:
             ns, states, joints = self.encoder.encode([r.estimate for r in batch])
             pt = self.topics.index(self.particle_topic) if self.clouds else None
             c = 0
-            for t, s, j in zip(ns, states, joints):
+            views = self.view.encode(batch) if self.view is not None else [()] * len(ns)
+            for t, s, j, extra in zip(ns, states, joints, views):
                 self.part.write(t, 0, 0, s)
                 self.part.write(t, 0, 1, j)
+                for topic, data in extra:  # /tf, markers (viewables.py)
+                    self.part.write(t, 0, topic, data)
                 while c < len(self.clouds) and self.clouds[c][0] <= t:
                     self.part.write(self.clouds[c][0], 1, pt, self.clouds[c][1])
                     c += 1
@@ -205,6 +249,9 @@ class _Output:
         have_cov = all(c is not None for c in covs)
         sig = np.sqrt(np.clip(np.array([np.diag(c)[:g] for c in covs]), 0, None)) if have_cov else np.full((len(sel), g), np.nan)
         self.kept["t"].append(arrays["stamps"][sel])
+        bp = _branch_probabilities([batch[i] for i in sel])
+        if bp is not None:
+            self.kept["bp"].append(bp)
         self.kept["z"].append(z)
         self.kept["sig"].append(sig)
         if truth is not None:
@@ -212,7 +259,8 @@ class _Output:
             self.kept["ez"].append(ez)
             if have_cov:
                 ex = np.hstack([ez, arrays["zd"][sel] - truth["zd"][sel]])
-                self.kept["nees"].append(nees(ex, np.array(covs)))
+                ref_cov = truth.get("cov")
+                self.kept["nees"].append(reference_nees(ex, covs, None if ref_cov is None else ref_cov[sel]))
 
     def close(self) -> None:
         if self.part is not None:

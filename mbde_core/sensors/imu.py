@@ -21,6 +21,8 @@ class IMU(Sensor):
 
     def __init__(self, mech, name, *, body: int, offset=(0.0, 0.0), axis_angle: float = 0.0, **kw):
         self.body = body
+        self.offset = tuple(float(v) for v in offset)  # body frame [m]
+        self.axis_angle = float(axis_angle)  # x axis of the accelerometer pair vs the body x axis [rad]
         dummy = NoiseModel.white(0.0, 1)
         common = dict(rate=kw["rate"], frame_id=kw["frame_id"], topic=kw["topic"])
         self._gyro = Gyroscope(mech, name + "/gyro", body=body, noise=dummy, **common)

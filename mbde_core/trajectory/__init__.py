@@ -18,7 +18,8 @@ Modules (lower to upper):
 - :mod:`.problem`   SmootherProblem: the factors over the states of a grid;
 - :mod:`.config`    the ``smoother:`` options;
 - :mod:`.smoother`  BatchSmoother (initial guess from a forward filter, solve, covariances)
-                    and SmoothedTrajectory.
+                    and SmoothedTrajectory;
+- :mod:`.windowed`  long runs in overlapping windows with a marginalised past (bounded memory).
 
 API contract for reuse (kept stable; changes are announced in commit messages)
 ------------------------------------------------------------------------------

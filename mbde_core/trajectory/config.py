@@ -10,9 +10,12 @@
       initial_guess: errorekf         # forward filter giving the initial guess (its own
                                       # section of the file, or its defaults)
       max_iterations: 50
-      tolerance: 1.0e-6               # stop: step^T A step <= tolerance (posterior units)
+      tolerance: 1.0e-4               # stop: step^T A step <= tolerance (posterior units)
       solver: lm                      # lm (banded Levenberg-Marquardt) | trf (scipy)
       covariance: true                # marginal covariances of [z, zd]
+      window: 0.0                     # [s] > 0: overlapping windows of this length (long runs,
+                                      # bounded memory; mbde_core/trajectory/windowed.py)
+      overlap: 2.0                    # [s] margin solved on each side of a window, then dropped
 """
 from __future__ import annotations
 
@@ -30,9 +33,11 @@ DEFAULTS = {
     "integrator_relaxation": 1.0e-3,
     "initial_guess": "errorekf",
     "max_iterations": 50,
-    "tolerance": 1.0e-6,
+    "tolerance": 1.0e-4,
     "solver": "lm",
     "covariance": True,
+    "window": 0.0,
+    "overlap": 2.0,
 }
 
 
@@ -60,13 +65,18 @@ def validate_smoother(options, file: str = "<config>", path: str = "smoother") -
                 bad(f"{group}.{key}", f"must be > 0, got {value}")
     if cfg["integrator"] not in SCHEMES:
         bad("integrator", f"must be one of {', '.join(SCHEMES)}")
-    if cfg["initial_guess"] not in ESTIMATOR_NAMES or cfg["initial_guess"] in ("pf", "adekf"):
-        bad("initial_guess", "must be a Kalman observer (ukf, errorekf, dekf, cekf, diekfpm)")
+    if cfg["initial_guess"] not in ESTIMATOR_NAMES:
+        bad("initial_guess", f"must be one of {', '.join(ESTIMATOR_NAMES)}")
     if cfg["solver"] not in ("lm", "trf"):
         bad("solver", "must be lm or trf")
     if not (isinstance(cfg["max_iterations"], (int, float)) and cfg["max_iterations"] >= 1):
         bad("max_iterations", f"must be >= 1, got {cfg['max_iterations']}")
     cfg["max_iterations"] = int(cfg["max_iterations"])
+    for key in ("window", "overlap"):
+        if cfg[key] < 0:
+            bad(key, f"must be >= 0, got {cfg[key]}")
+    if 0 < cfg["window"] < 2 * cfg["step"]:
+        bad("window", f"must be 0 (whole run) or at least two steps, got {cfg['window']}")
     return cfg
 
 

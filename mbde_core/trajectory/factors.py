@@ -4,7 +4,8 @@ States x_i = [z_i, zd_i, zdd_i] (g each, b = 3g) on the grid t_i = t0 + i dt. Ea
 factor is a Gaussian N(r; 0, I) of whitened residuals r (cost 1/2 |r|^2):
 
 - ``prior`` phi_ini (step 0): r = S0 [z_0 - z0bar (angles wrapped), zd_0 - zd0bar],
-  S0^T S0 = P0^-1, the initial guess's information (2g rows);
+  S0^T S0 = P0^-1, the initial guess's information (2g rows; 3g rows with zdd_0 for the
+  marginalised past of a window, :mod:`.windowed`);
 - ``eom`` phi_eom (every step; paper 000 eqs. 11-13, paper 003 eq. 3):
   r = (zdd_i - f(t_i, z_i, zd_i)) / sigma_a with sigma_a^2 = q_a / dt: the acceleration
   noise of density q_a [unit^2/s^3] (the filters' ``plant_noise.acceleration_psd``)
@@ -38,12 +39,14 @@ SCHEMES = {"linear_acceleration": (1.0 / 6.0, 0.5), "trapezoidal": (0.25, 0.5), 
 
 
 def prior_rows(X, g: int, mean: np.ndarray, sqrt_info: np.ndarray, angular: np.ndarray) -> RowBlock:
-    """phi_ini at step 0: mean (2g,) of [z, zd], sqrt_info (2g, 2g) = S0."""
-    e = X[0, :2 * g] - mean
+    """phi_ini at step 0 on the first m = len(mean) entries of x_0 ([z, zd] (m = 2g) or,
+    for a window's marginalised past, [z, zd, zdd] (m = 3g)): sqrt_info (m, m) = S0."""
+    m = len(mean)
+    e = X[0, :m] - mean
     e[:g] = np.where(angular, wrap_angle(e[:g]), e[:g])
-    Ji = np.zeros((1, 2 * g, 3 * g))
-    Ji[0, :, :2 * g] = sqrt_info
-    return RowBlock("prior", np.array([0]), (sqrt_info @ e)[None], Ji)
+    Ji = np.zeros((1, m, 3 * g))
+    Ji[0, :, :m] = sqrt_info
+    return RowBlock("prior", np.array([0]), (sqrt_info @ e)[None], Ji, linear=True)
 
 
 def eom_rows(X, g: int, f: np.ndarray, F: np.ndarray, sigma_a: np.ndarray) -> RowBlock:
@@ -83,7 +86,7 @@ class Integrator:
         r = X[:-1] @ self.A.T + X[1:] @ self.B.T
         K = N - 1
         return RowBlock("integrator", np.arange(K), r, np.broadcast_to(self.A, (K,) + self.A.shape),
-                        np.broadcast_to(self.B, (K,) + self.B.shape))
+                        np.broadcast_to(self.B, (K,) + self.B.shape), linear=True)
 
 
 def observation_rows(model, ev, sensor_rows) -> RowBlock:

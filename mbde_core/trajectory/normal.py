@@ -14,8 +14,9 @@ Normal equations. With J = [J_x, J_p] and r the stacked rows (cost = 1/2 |r|^2),
                                    g = J^T r.
 
 A is stored as its diagonal blocks D (N, b, b) and super-diagonal blocks B (N-1, b, b)
-(B_i = A[i, i+1]). Levenberg-Marquardt damping adds mu diag(.) to A and E (Marquardt's
-scaling: invariant to the units of each variable).
+(B_i = A[i, i+1]). Levenberg-Marquardt damping adds mu diag(J_n^T J_n) to A and E, the
+diagonal over the nonlinear rows only (Marquardt's scaling: invariant to the units of
+each variable; see :meth:`NormalEquations.damping`).
 
 Solve. A is banded with half-bandwidth u = 2b - 1; LAPACK's banded Cholesky (pbtrf /
 pbtrs through scipy.linalg.cholesky_banded / cho_solve_banded) factors it in
@@ -48,7 +49,9 @@ class RowBlock:
 
     idx: (K,) state index of each row group; r: (K, d) residuals; Ji: (K, d, b)
     d r / d x_idx; Jn: (K, d, b) d r / d x_{idx+1} or None; Jp: (K, d, P) d r / d p or
-    None. ``name`` labels the factor kind (cost breakdown, tests).
+    None. ``name`` labels the factor kind (cost breakdown, tests). ``linear``: the rows
+    are affine in the unknowns (their Gauss-Newton model is exact): they do not enter
+    the Levenberg-Marquardt scaling (see :meth:`NormalEquations.damping`).
     """
 
     name: str
@@ -57,6 +60,7 @@ class RowBlock:
     Ji: np.ndarray
     Jn: np.ndarray | None = None
     Jp: np.ndarray | None = None
+    linear: bool = False
 
     @property
     def cost(self) -> float:
@@ -86,15 +90,23 @@ class NormalEquations:
         C = np.zeros((N, b, P))
         E = np.zeros((P, P))
         gp = np.zeros(P)
+        dn = np.zeros((N, b))  # diag of J^T J over the nonlinear rows (damping scale)
+        en = np.zeros(P)
         for rb in rows:
             idx = np.asarray(rb.idx)
             if idx.size == 0:
                 continue
             unique = idx.size < 2 or bool(np.all(np.diff(idx) > 0))
-            _accumulate(D, idx, np.einsum("kdi,kdj->kij", rb.Ji, rb.Ji), unique)
+            JJ = np.einsum("kdi,kdj->kij", rb.Ji, rb.Ji)
+            _accumulate(D, idx, JJ, unique)
             _accumulate(gx, idx, np.einsum("kdi,kd->ki", rb.Ji, rb.r), unique)
+            if not rb.linear:
+                _accumulate(dn, idx, np.einsum("kii->ki", JJ), unique)
             if rb.Jn is not None:
-                _accumulate(D, idx + 1, np.einsum("kdi,kdj->kij", rb.Jn, rb.Jn), unique)
+                JJ = np.einsum("kdi,kdj->kij", rb.Jn, rb.Jn)
+                _accumulate(D, idx + 1, JJ, unique)
+                if not rb.linear:
+                    _accumulate(dn, idx + 1, np.einsum("kii->ki", JJ), unique)
                 _accumulate(B, idx, np.einsum("kdi,kdj->kij", rb.Ji, rb.Jn), unique)
                 _accumulate(gx, idx + 1, np.einsum("kdi,kd->ki", rb.Jn, rb.r), unique)
             if rb.Jp is not None and P:
@@ -102,14 +114,22 @@ class NormalEquations:
                 if rb.Jn is not None:
                     _accumulate(C, idx + 1, np.einsum("kdi,kdp->kip", rb.Jn, rb.Jp), unique)
                 E += np.einsum("kdp,kdq->pq", rb.Jp, rb.Jp)
+                if not rb.linear:
+                    en += np.einsum("kdp,kdp->p", rb.Jp, rb.Jp)
                 gp += np.einsum("kdp,kd->p", rb.Jp, rb.r)
         self.D, self.B, self.gx, self.C, self.E, self.gp = D, B, gx, C, E, gp
+        self.dn, self.en = dn, en
         self._factor = None
 
     # -- products --------------------------------------------------------------------------
-    def diagonal(self) -> tuple[np.ndarray, np.ndarray]:
-        """(diag of A as (N, b), diag of E (P,))."""
-        return np.einsum("kii->ki", self.D).copy(), np.diag(self.E).copy()
+    def damping(self) -> tuple[np.ndarray, np.ndarray]:
+        """Marquardt's scaling (N, b), (P,): the diagonal of J^T J over the *nonlinear* rows.
+
+        Levenberg-Marquardt damping is a trust region against linearisation errors;
+        affine rows (the smoother's near-hard integrator factors) have none, and their
+        weights (~1e12 on the diagonal) would otherwise damp the free directions of the
+        trajectory by orders of magnitude more than their real curvature."""
+        return self.dn, self.en
 
     def quad(self, dx: np.ndarray, dp: np.ndarray | None = None) -> float:
         """[dx, dp]^T [[A, C], [C^T, E]] [dx, dp] (dx (N, b), dp (P,))."""
@@ -128,14 +148,14 @@ class NormalEquations:
 
     # -- factorisation ---------------------------------------------------------------------
     def _banded(self, mu: float) -> np.ndarray:
-        """Upper banded storage (LAPACK 'U') of A + mu diag(A)."""
+        """Upper banded storage (LAPACK 'U') of A + mu diag(damping)."""
         N, b = self.N, self.b
         u = 2 * b - 1
         ab = np.zeros((u + 1, N * b))
         D = self.D.copy()
         if mu:
             d = np.einsum("kii->ki", D)
-            d += mu * d
+            d += mu * self.dn
         for r in range(b):
             for c in range(r, b):  # A[i b + r, i b + c] = D_i[r, c], column i b + c
                 ab[u + r - c, c::b] = D[:, r, c]
@@ -154,7 +174,7 @@ class NormalEquations:
         Y = S = None
         if P:
             Y = self._solve_A(cb, self.C.reshape(N * b, P))
-            E = self.E + mu * np.diag(np.diag(self.E))
+            E = self.E + mu * np.diag(self.en)
             S = E - self.C.reshape(N * b, P).T @ Y
             S = 0.5 * (S + S.T)
             S = scipy.linalg.cho_factor(S, check_finite=False)
@@ -208,6 +228,19 @@ class NormalEquations:
             Yb = Y.reshape(N, b, self.P)
             out += np.einsum("kip,pq,kjq->kij", Yb, Si, Yb)
         return out
+
+    def last_block_factor(self) -> np.ndarray:
+        """U (b, b), upper triangular, of the last state block (no parameters): the last
+        diagonal block of the inverse is U^-1 U^-T, so U^T U is the information of x_{N-1}
+        with every other state marginalised out."""
+        _, cb, _, _ = self._require_undamped()
+        N, b = self.N, self.b
+        u = 2 * b - 1
+        U = np.zeros((b, b))
+        for r in range(b):
+            for c in range(r, b):
+                U[r, c] = cb[u + r - c, (N - 1) * b + c]
+        return U
 
     def parameter_covariance(self) -> np.ndarray:
         """S^-1 (P, P): the parameters' covariance (paper 001 eq. 3.31), undamped."""

@@ -19,13 +19,14 @@ class SmootherProblem:
     """model: :class:`~mbde_core.trajectory.model.MultibodyModel` (or any object with
     ``g``, ``angular``, ``evaluate(t, X, q_guess)``, ``observe`` and ``innovation``);
     readings: :class:`~mbde_core.trajectory.readings.Readings`; sigma_a (g,) [unit/s^2];
-    prior_mean (2g,) and prior_sqrt_info (2g, 2g) of [z_0, zd_0]; q_guess (N, n) or None.
+    prior_mean (m,) and prior_sqrt_info (m, m) of the first m entries of x_0 (m = 2g:
+    [z_0, zd_0]); q_guess (N, n) or None; first_eom False: no eom factor at step 0.
     """
 
     P = 0
 
     def __init__(self, model, readings, sigma_a, prior_mean, prior_sqrt_info, scheme: str = "linear_acceleration",
-                 relaxation: float = 1e-3, q_guess=None):
+                 relaxation: float = 1e-3, q_guess=None, first_eom: bool = True):
         self.model = model
         self.readings = readings
         self.g = g = model.g
@@ -37,6 +38,7 @@ class SmootherProblem:
         self.prior_sqrt_info = np.asarray(prior_sqrt_info, dtype=float)
         self.integrator = Integrator(g, readings.dt, scheme, self.sigma_a, relaxation)
         self.q_guess = None if q_guess is None else np.array(q_guess, dtype=float)
+        self.first_eom = first_eom  # False: no eom factor at step 0 (held by the prior)
         self.ev = None  # the model at the last accepted iterate
         self._trial = None
 
@@ -47,8 +49,10 @@ class SmootherProblem:
         if not np.all(ev.ok):
             bad = np.flatnonzero(~np.asarray(ev.ok))
             return [RowBlock("assembly", bad, np.full((bad.size, 1), np.inf), np.zeros((bad.size, 1, self.b)))]
-        rows = [prior_rows(X, g, self.prior_mean, self.prior_sqrt_info, self.model.angular),
-                eom_rows(X, g, ev.f, ev.F, self.sigma_a), self.integrator.rows(X)]
+        eom = eom_rows(X, g, ev.f, ev.F, self.sigma_a)
+        if not self.first_eom:
+            eom = RowBlock(eom.name, eom.idx[1:], eom.r[1:], eom.Ji[1:])
+        rows = [prior_rows(X, g, self.prior_mean, self.prior_sqrt_info, self.model.angular), eom, self.integrator.rows(X)]
         rows += [observation_rows(self.model, ev, s) for s in self.readings.sensors if s.idx.size]
         return rows
 

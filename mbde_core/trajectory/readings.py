@@ -35,21 +35,23 @@ class SensorRows:
 
 @dataclass
 class Readings:
-    """Every valid reading on the grid (t0, dt, N) and the counters of the skipped ones."""
+    """Every valid reading on the grid t_i = t0 + (first + i) dt, i < N, and the counters of
+    the skipped ones (``first`` > 0 for a window of a longer grid: same stamps)."""
 
     t0: float
     dt: float
     N: int
     sensors: list[SensorRows]
     counters: dict = field(default_factory=dict)
+    first: int = 0
 
     @property
     def times(self) -> np.ndarray:
-        return self.t0 + self.dt * np.arange(self.N)
+        return self.t0 + self.dt * (self.first + np.arange(self.N))
 
     def window(self, lo: int, hi: int) -> "Readings":
-        """Steps lo <= i < hi as a grid of their own (t0 moves to step lo)."""
-        return Readings(self.t0 + lo * self.dt, self.dt, hi - lo, [s.window(lo, hi) for s in self.sensors], self.counters)
+        """Steps lo <= i < hi as a grid of their own (indices from 0, same stamps)."""
+        return Readings(self.t0, self.dt, hi - lo, [s.window(lo, hi) for s in self.sensors], self.counters, self.first + lo)
 
 
 def sensor_whitening(sensor, sigma: float | None = None) -> np.ndarray:

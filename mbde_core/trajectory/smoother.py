@@ -20,6 +20,7 @@ The result is a :class:`SmoothedTrajectory` on the filters' stamps.
 """
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 
@@ -92,45 +93,9 @@ class BatchSmoother:
     # -- initial guess ---------------------------------------------------------------------------
     def initial_guess(self, readings: Readings, init: InitialState) -> tuple[np.ndarray, np.ndarray, dict]:
         """(X0 (N, 3g), q0 (N, n), info) from the forward filter on the readings' grid."""
-        from mbde_core.estimators import make_estimator
-        from mbde_core.estimators.stage import EstimatorStage
-
-        g, N = self.g, readings.N
-        name = self.config["initial_guess"]
-        cfg = dict(self.guess_config, step=self.dt)
-        est = make_estimator(name, self.mech, self.sensors, cfg, rng=np.random.default_rng(0))
-        stage = EstimatorStage(est, self.dt, lambda t: init, max_gap=np.inf, backward_jump=np.inf)
-        failures = 0
-        for m in readings_measurements(readings):
-            try:
-                stage.feed(m)
-            except Exception:  # noqa: BLE001 - a diverging filter restarts, as in replay
-                failures += 1
-                stage.restart()
-        try:
-            stage.flush()
-        except Exception:  # noqa: BLE001
-            failures += 1
-        X0 = np.full((N, 3 * g), np.nan)
-        q0 = np.full((N, self.mech.n), np.nan)
-        for rec in stage.records:
-            e = rec.estimate
-            i = int(round((e.stamp - readings.t0) / self.dt))
-            if 0 <= i < N and np.all(np.isfinite(e.q)) and np.all(np.isfinite(e.zd)):
-                X0[i] = np.concatenate([e.z, e.zd, e.zdd])
-                q0[i] = e.q
-        have = np.all(np.isfinite(X0), axis=1)
-        if not have.any():  # no usable estimate: the initial state, held
-            X0[:] = np.concatenate([init.z, init.zd, np.zeros(g)])
-            q0[:] = init.q_hint if init.q_hint is not None else self.mech.q0
-        elif not have.all():  # fill gaps with the nearest earlier (or first) estimate
-            k = np.maximum.accumulate(np.where(have, np.arange(N), -1))
-            k[k < 0] = np.argmax(have)
-            X0, q0 = X0[k], q0[k]
-        ang = self.model.angular
-        if ang.any():
-            X0[:, :g][:, ang] = np.unwrap(X0[:, :g][:, ang], axis=0)
-        return X0, q0, {"filter": name, "filter_failures": failures, "filled_steps": int(N - have.sum())}
+        fwd = ForwardGuess(self, readings, init)
+        X0, q0 = fwd.take(0, readings.N)
+        return X0, q0, fwd.info()
 
     # -- solve -----------------------------------------------------------------------------------
     def smooth(self, measurements, init: InitialState) -> SmoothedTrajectory:
@@ -143,20 +108,27 @@ class BatchSmoother:
             raise DataError("no valid readings to smooth")
         X0, q0, ginfo = self.initial_guess(readings, init)
         t_guess = time.perf_counter() - t0
-        P0 = np.concatenate([np.broadcast_to(init.sigma_z, (self.g,)), np.broadcast_to(init.sigma_zd, (self.g,))]) ** 2
-        out = self.solve(readings, X0, q0, np.concatenate([init.z, init.zd]), np.diag(P0))
+        out = self.solve(readings, X0, q0, *self.prior(init))
         out.info.update(ginfo)
         out.info["guess_time_s"] = t_guess
         out.info["wall_time_s"] = time.perf_counter() - t0
         return out
 
-    def solve(self, readings: Readings, X0, q0, prior_mean, prior_cov) -> SmoothedTrajectory:
+    def prior(self, init: InitialState) -> tuple[np.ndarray, np.ndarray]:
+        """(mean (2g,), sqrt information (2g, 2g)) of [z_0, zd_0] from an InitialState."""
+        sig = np.concatenate([np.broadcast_to(init.sigma_z, (self.g,)), np.broadcast_to(init.sigma_zd, (self.g,))])
+        return np.concatenate([init.z, init.zd]), np.diag(1.0 / sig)
+
+    def solve(self, readings: Readings, X0, q0, prior_mean, prior_sqrt_info, with_result: bool = False,
+              first_eom: bool = True):
         """Solve from the initial guess X0 (N, 3g) with positions q0 (N, n) and the prior
-        N(prior_mean, prior_cov) on [z_0, zd_0]."""
+        of mean prior_mean (m,) and square-root information prior_sqrt_info (m, m) on the
+        first m entries of x_0 (:func:`~mbde_core.trajectory.factors.prior_rows`).
+        ``first_eom`` False: no eom factor at step 0 (a window whose prior holds it).
+        Returns the SmoothedTrajectory (and the solver's LMResult if ``with_result``)."""
         cfg, g = self.config, self.g
-        L = np.linalg.cholesky(np.asarray(prior_cov, dtype=float))
-        problem = SmootherProblem(self.model, readings, self.sigma_a(), prior_mean, np.linalg.inv(L),
-                                  cfg["integrator"], cfg["integrator_relaxation"], q0)
+        problem = SmootherProblem(self.model, readings, self.sigma_a(), prior_mean, prior_sqrt_info,
+                                  cfg["integrator"], cfg["integrator_relaxation"], q0, first_eom)
         t0 = time.perf_counter()
         if cfg["solver"] == "trf":
             res = scipy_trf(problem, X0, max_nfev=cfg["max_iterations"])
@@ -179,15 +151,86 @@ class BatchSmoother:
             "solve_time_s": t_solve, "covariance_time_s": t_cov, "steps": int(readings.N),
             "readings": readings.counters,
         }
-        return SmoothedTrajectory(readings.times, X[:, :g].copy(), X[:, g:2 * g].copy(), X[:, 2 * g:].copy(),
+        traj = SmoothedTrajectory(readings.times, X[:, :g].copy(), X[:, g:2 * g].copy(), X[:, 2 * g:].copy(),
                                   ev.q.copy(), ev.qd.copy(), ev.qdd.copy(), cov, info)
+        return (traj, res) if with_result else traj
 
 
-def readings_measurements(readings: Readings) -> list[Measurement]:
-    """The readings as Measurements stamped at their grid times, in time order."""
-    out = []
-    for s in readings.sensors:
-        t = readings.t0 + readings.dt * s.idx
-        out += [Measurement(float(ti), s.name, v) for ti, v in zip(t, s.values)]
-    out.sort(key=lambda m: m.stamp)
-    return out
+class ForwardGuess:
+    """The forward filter (``initial_guess``) run once over the readings, its estimates
+    collected on the grid range by range (:meth:`take`), so that long runs keep only the
+    current window's estimates. A filter failure restarts its track (counted), as in
+    replay; steps without a usable estimate take the nearest earlier one (or the first)."""
+
+    def __init__(self, smoother: BatchSmoother, readings: Readings, init: InitialState):
+        from mbde_core.estimators import make_estimator
+        from mbde_core.estimators.stage import EstimatorStage
+
+        self.sm, self.readings, self.init = smoother, readings, init
+        name = smoother.config["initial_guess"]
+        cfg = dict(smoother.guess_config, step=smoother.dt)
+        est = make_estimator(name, smoother.mech, smoother.sensors, cfg, rng=np.random.default_rng(0))
+        self.stage = EstimatorStage(est, smoother.dt, lambda t: init, max_gap=np.inf, backward_jump=np.inf)
+        self.stream = iter(readings_measurements(readings))
+        self.next = next(self.stream, None)
+        self.failures = 0
+        self.filled = 0
+        self.last = None  # (x, q) of the last usable estimate
+
+    def _guarded(self, fn, *args):
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - a diverging filter restarts, as in replay
+            self.failures += 1
+            self.stage.restart()
+
+    def take(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(X (hi - lo, 3g), q (hi - lo, n)) of steps lo..hi-1 (increasing, no gaps between calls)."""
+        rd, g, dt = self.readings, self.sm.g, self.sm.dt
+        while self.next is not None and self.next.stamp < rd.t0 + (hi - 0.5) * dt:
+            self._guarded(self.stage.feed, self.next)
+            self.next = next(self.stream, None)
+        self._guarded(self.stage.advance_to, rd.t0 + hi * dt)
+        if hi >= rd.N:
+            self._guarded(self.stage.flush)
+        n = hi - lo
+        X = np.full((n, 3 * g), np.nan)
+        q = np.full((n, self.sm.mech.n), np.nan)
+        for rec in self.stage.records:
+            e = rec.estimate
+            i = int(round((e.stamp - rd.t0) / dt)) - lo
+            if 0 <= i < n and np.all(np.isfinite(e.q)) and np.all(np.isfinite(e.zd)) and np.all(np.isfinite(e.zdd)):
+                X[i] = np.concatenate([e.z, e.zd, e.zdd])
+                q[i] = e.q
+        self.stage.records.clear()
+        have = np.all(np.isfinite(X), axis=1)
+        if not have.all():
+            self.filled += int(n - have.sum())
+            if self.last is None:  # nothing earlier: the first estimate, or the initial state
+                k = int(np.argmax(have)) if have.any() else None
+                init = self.init
+                self.last = (X[k], q[k]) if k is not None else (
+                    np.concatenate([init.z, init.zd, np.zeros(g)]), init.q_hint if init.q_hint is not None else self.sm.mech.q0)
+            for i in range(n):
+                if have[i]:
+                    self.last = (X[i], q[i])
+                else:
+                    X[i], q[i] = self.last
+        self.last = (X[-1].copy(), q[-1].copy())
+        ang = self.sm.model.angular
+        if ang.any():
+            X[:, :g][:, ang] = np.unwrap(X[:, :g][:, ang], axis=0)
+        return X, q
+
+    def info(self) -> dict:
+        return {"filter": self.sm.config["initial_guess"], "filter_failures": self.failures, "filled_steps": self.filled}
+
+
+def readings_measurements(readings: Readings):
+    """The readings as Measurements stamped at their grid times, in time order (made
+    one by one: a long run's readings stay compact arrays)."""
+    def one(s):
+        t = readings.t0 + readings.dt * (readings.first + s.idx)
+        return (Measurement(float(ti), s.name, v) for ti, v in zip(t, s.values))
+
+    return heapq.merge(*(one(s) for s in readings.sensors), key=lambda m: m.stamp)

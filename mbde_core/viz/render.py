@@ -292,7 +292,8 @@ def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, s
             return {"frames": 1, "t0": t, "t1": t, "sources": sources}
         from matplotlib.animation import FuncAnimation, PillowWriter
 
-        n = max(1, int(np.floor((t1 - t0) * fps / speed)) + 1)
+        # (+1e-6: epoch stamps differ from the nominal grid by up to 0.12 us)
+        n = max(1, int(np.floor((t1 - t0) * fps / speed + 1e-6)) + 1)
         times = t0 + np.arange(n) * speed / fps
 
         def frame(i):

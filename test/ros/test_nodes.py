@@ -340,21 +340,27 @@ def test_estimator_tracks_simulated_ground_truth(name, node_processes, probe, ro
 
     # -- the same stage as mbde replay --------------------------------------------------------
     if case.clock:
-        assert_equals_replay(name, case, st, int(v[f"{sensor.name}: received"]), ros_env["log_dir"])
+        # simulated time starts at an epoch: now, rounded down to the second (not 1970)
+        epoch = math.floor(min(stamp(m) for m in gt))
+        assert abs(epoch - time.time()) < 600
+        assert_equals_replay(name, case, st, int(v[f"{sensor.name}: received"]), ros_env["log_dir"], epoch)
     for proc in (model, driver, est, sim):
         assert proc.running(), proc.logs()
 
 
-def assert_equals_replay(name: str, case: Case, states, received: int, tmp: Path):
-    """Live estimates (stamps = simulated time) equal mbde replay's on the simulated bag."""
+def assert_equals_replay(name: str, case: Case, states, received: int, tmp: Path, start_time: float):
+    """Live estimates (stamps = simulated time from start_time) equal mbde replay's on the
+    simulated bag."""
     from mbde_core.live.estimator import load_config
     from mbde_core.live.model_source import load_source
     from mbde_core.live.simulator import with_truth_period
     from mbde_core.replay.inputs import load_inputs
     from mbde_core.replay.runner import run_estimator
+    from mbde_core.scenario.epoch import with_start_time
     from mbde_core.simulator.bag import write_simulation_bag
 
-    sc = with_truth_period(load_source(scenario_file=case.scenario, settings=case.settings), duration=case.duration)
+    base = with_start_time(load_source(scenario_file=case.scenario, settings=case.settings), start_time)
+    sc = with_truth_period(base, duration=case.duration)
     bag = tmp / "replay_bag"
     write_simulation_bag(sc, bag)
     inputs = load_inputs(str(bag))

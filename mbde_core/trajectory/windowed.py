@@ -1,0 +1,130 @@
+"""Long runs in overlapping windows: bounded memory, marginalised past, stated seam error.
+
+The grid (N steps) is cut into round(N / W) windows of about W steps (``window``
+seconds); window k keeps steps [a, b) and solves steps [lo, hi) = [a - O, b + O) (``overlap``
+seconds O on each side, clipped to the run). The margins are solved but dropped, so every
+kept state has O steps of readings on both sides (except at the run's ends).
+
+The past before lo is not re-solved but marginalised (the sliding-window smoothers of
+visual-inertial odometry): the previous window's rows that involve only steps <= lo
+(readings of steps < lo, eom factors up to lo: without the eom of lo the past would say
+nothing about zdd_lo, and through the integrator nothing about zd_lo; integrator factors
+up to lo; its own prior) form a
+block-tridiagonal normal system; one Gauss-Newton step of it from the previous solution
+gives the past-only estimate of x_lo, and its banded Cholesky factor's last block U_lo
+the information U_lo^T U_lo of x_lo = [z, zd, zdd] given that past (the last diagonal
+block of the inverse of a banded matrix needs no recursion: Sigma_lo = U_lo^-1 U_lo^-T).
+That Gaussian is window k's prior on x_lo (window k has no eom factor at lo: it is in
+the prior). For a linear-Gaussian model this makes
+window k equal to the batch smoother of all readings before hi: the only difference
+from the whole-run smoother is the readings after hi, whose effect decays over the O
+steps of the right margin. ``mbde bench smoother`` measures the seam error (windowed
+minus whole-run, in units of the whole-run posterior sigma); the tests bound it.
+
+Memory: one window's problem (O(W + 2 O) steps) and the forward filter's estimates of
+the current window; the kept states are returned (or passed to ``sink``) window by window.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from mbde_core.trajectory.normal import NormalEquations
+from mbde_core.trajectory.smoother import BatchSmoother, ForwardGuess, SmoothedTrajectory
+
+
+def _marginal_prior(rows, L: int, X: np.ndarray):
+    """(mean (b,), sqrt information (b, b)) of x_L given the rows involving steps <= L."""
+    past = []
+    for rb in rows:  # rows at steps < L, the integrator factors up to (L-1, L), the eom of L
+        m = rb.idx <= L if rb.name == "eom" else rb.idx < L
+        if not m.any():
+            continue
+        past.append(type(rb)(rb.name, rb.idx[m], rb.r[m], rb.Ji[m], None if rb.Jn is None else rb.Jn[m],
+                             None if rb.Jp is None else rb.Jp[m], rb.linear))
+    b = X.shape[1]
+    ne = NormalEquations(past, L + 1, b).factor(0.0)
+    dX, _ = ne.step()
+    U = ne.last_block_factor()
+    return X[L] + dX[L], U
+
+
+def iter_windows(smoother: BatchSmoother, measurements, init, window: float | None = None, overlap: float | None = None,
+                 progress=None):
+    """Yield the kept part of every window (SmoothedTrajectory, in time order)."""
+    cfg = smoother.config
+    dt = smoother.dt
+    window = float(cfg["window"] if window is None else window)
+    overlap = float(cfg["overlap"] if overlap is None else overlap)
+    readings = smoother.readings(measurements)
+    N = readings.N
+    if N == 0:
+        from mbde_core.errors import DataError
+
+        raise DataError("no valid readings to smooth")
+    W = max(int(round(window / dt)), 2)
+    O = min(max(int(round(overlap / dt)), 0), W - 1)
+    fwd = ForwardGuess(smoother, readings, init)
+    g = smoother.g
+    ang = smoother.model.angular
+    prior_mean, prior_sqrt = smoother.prior(init)
+    prev = None  # (lo, X, q) of the previous window's solution
+    guessed = 0  # steps of the forward filter taken so far
+    K = max(1, int(round(N / W)))  # windows of about W steps (no short last one)
+    cuts = np.linspace(0, N, K + 1).round().astype(int)
+    for k, (a, b) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist())):
+        t_start = time.perf_counter()
+        lo, hi = (max(a - O, 0), min(b + O, N)) if k else (0, min(b + O, N))
+        X0 = np.empty((hi - lo, 3 * g))
+        q0 = np.empty((hi - lo, smoother.mech.n))
+        start = lo
+        if prev is not None:  # the previous solution where it exists
+            plo, PX, Pq = prev
+            m = plo + len(PX) - lo
+            X0[:m], q0[:m] = PX[lo - plo:], Pq[lo - plo:]
+            start = lo + m
+        if guessed < hi:
+            Xf, qf = fwd.take(guessed, hi)
+            X0[start - lo:], q0[start - lo:] = Xf[start - guessed:], qf[start - guessed:]
+            guessed = hi
+        if ang.any():
+            X0[:, :g][:, ang] = np.unwrap(X0[:, :g][:, ang], axis=0)
+        traj, res = smoother.solve(readings.window(lo, hi), X0, q0, prior_mean, prior_sqrt, with_result=True,
+                                   first_eom=k == 0)
+        kept = traj.slice(a - lo, b - lo)
+        kept.info.update(window=k, solved=(lo, hi), kept=(a, b), wall_time_s=time.perf_counter() - t_start)
+        if b < N:  # the next window's prior: this window's past up to its start
+            L = max(b - O, 0) - lo
+            prior_mean, prior_sqrt = _marginal_prior(res.rows, L, res.X)
+            prev = (lo, res.X, traj.q)
+        if progress is not None:
+            progress(b, N)
+        yield kept
+    kept.info["guess"] = fwd.info()
+
+
+def smooth_windowed(smoother: BatchSmoother, measurements, init, window=None, overlap=None, progress=None) -> SmoothedTrajectory:
+    """The whole run from :func:`iter_windows`, concatenated; ``info`` sums the windows'."""
+    t0 = time.perf_counter()
+    parts, infos = [], []
+    for part in iter_windows(smoother, measurements, init, window, overlap, progress):
+        parts.append(part)
+        infos.append(part.info)
+    cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
+    cov = None if parts[0].cov is None else cat("cov")
+    info = {
+        "solver": infos[0]["solver"], "windows": len(parts),
+        "status": "converged" if all(i["status"] == "converged" for i in infos) else
+                  ", ".join(sorted({i["status"] for i in infos})),
+        "iterations": int(sum(i["iterations"] for i in infos)), "evaluations": int(sum(i["evaluations"] for i in infos)),
+        "initial_cost": float(sum(i["initial_cost"] for i in infos)), "final_cost": float(sum(i["final_cost"] for i in infos)),
+        "residuals": int(sum(i["residuals"] for i in infos)), "variables": int(sum(i["variables"] for i in infos)),
+        "solve_time_s": float(sum(i["solve_time_s"] for i in infos)),
+        "covariance_time_s": float(sum(i["covariance_time_s"] for i in infos)),
+        "readings": infos[-1]["readings"], "history": [i["final_cost"] for i in infos],
+        "max_window_iterations": int(max(i["iterations"] for i in infos)),
+    }
+    info.update(infos[-1].get("guess", {}))
+    info["wall_time_s"] = time.perf_counter() - t0
+    return SmoothedTrajectory(cat("t"), cat("z"), cat("zd"), cat("zdd"), cat("q"), cat("qd"), cat("qdd"), cov, info)
