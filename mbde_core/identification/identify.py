@@ -292,6 +292,11 @@ def _solve_stage(jp, problems, X, u, sigma_start, cfg, opt, say, log) -> dict:
             proj = project(res.rows, jp.N, jp.b, jp.P) if np.isfinite(res.cost) else None
         except np.linalg.LinAlgError:
             proj = None
+        if proj is None and last is None and out["passes"] < 4:  # no good pass yet: retry 10 times looser
+            sigma_a = sigma_a * 10.0
+            rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, {})
+            say(f"pass {out['passes']}: failed (cost {res.cost:.3g}); retrying with the acceleration sigma x 10")
+            continue
         if proj is None and last is not None:
             # the normal equations lost positive definiteness (sigma_a so small that the
             # integrator rows outweigh the readings beyond double precision): keep the
