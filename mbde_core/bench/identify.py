@@ -11,10 +11,11 @@ the paper-003 gravity-error cases (replay before/after calibration).
    fraction over all (run, parameter) pairs (target >= 95 %), per parameter, the mean
    |z|, Levenberg-Marquardt iterations (first pass; all passes) and wall time.
 2. Closing the loop (:mod:`mbde_core.bench.identify_loop`, ``--loop``): for the paper-003
-   cases with gravity errors 1 and 4 m/s^2 the bag is identified (``mbde identify
-   --params gravity`` from the erroneous model) and replayed with every Kalman observer
-   on the bag's own (erroneous) model and on DIR/calibrated.yaml (``mbde replay
-   --mechanism``); the table shows RMSE of z before/after.
+   cases with gravity errors 1 and 4 m/s^2 one bag is identified (``mbde identify
+   --params gravity`` from the erroneous model) and ``--loop-bags`` other bags (other
+   noise) are replayed with every Kalman observer on the erroneous model and on
+   calibrated.yaml (``mbde replay --mechanism``); the table shows mean RMSE of z
+   before/after.
 
 Writes DIR/coverage.csv, DIR/identify.json and prints the tables. Timing: the machine's
 load average is printed with the table (other processes change wall times).
@@ -47,6 +48,7 @@ def add_arguments(p):
     p.add_argument("--loop", action=argparse_bool(), default=True, help="also close the loop on the paper-003 cases (default on)")
     p.add_argument("--loop-cases", default="fourbar_gyro,fourbar_encoder,fivebar_gyro,fivebar_encoder",
                    help="paper-003 scenarios for the before/after replay (default %(default)s)")
+    p.add_argument("--loop-bags", type=int, default=4, help="held-out bags replayed per case (default %(default)s)")
     from mbde_core import runs
 
     runs.add_arguments(p, "identification runs")
@@ -185,7 +187,8 @@ def run(args) -> int:
     if args.loop:
         from mbde_core.bench.identify_loop import close_the_loop, format_loop
 
-        loop = close_the_loop([c.strip() for c in args.loop_cases.split(",") if c.strip()], args.out, args.jobs)  # local
+        loop = close_the_loop([c.strip() for c in args.loop_cases.split(",") if c.strip()], args.out, args.jobs,
+                              args.loop_bags)  # local
         print(format_loop(loop))
         doc["loop"] = loop
     with open(os.path.join(args.out, "identify.json"), "w", encoding="utf-8") as fh:

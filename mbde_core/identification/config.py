@@ -3,8 +3,10 @@
     identification:
       step: auto                  # grid step [s]; auto = the fastest sensor's period
       initial_guess: auto         # lowpass (paper 001 sec. 4.4, encoders on every z) | filter | auto
-      horizons: auto              # stages: the first 20 % of the recordings, then all (2 s or more);
-                                  # or a list of horizons [s] before the whole recordings
+      horizons: auto              # stages: first_horizon, doubled until the recordings are covered
+                                  # (a filter's guess only); or a list of horizons [s]
+      first_horizon: 0.5          # [s]
+      stage_prior: 0.5            # relative sigma of a prior on the parameters before the last stage (0: none)
       initial_sigma_a: auto       # acceleration-noise sigma of the first pass: auto (0.3 RMS of the
                                   # initial guess's zdd), config (the smoother's plant noise) or a number
       descend: 10                 # the noise search divides sigma by this per pass until bracketed
@@ -57,6 +59,8 @@ def validate_identification(options, file: str = "<config>", path: str = "identi
             cfg[key] = child.string(words[key])
         elif key == "initial_guess":
             cfg[key] = child.string(words[key])
+        elif key == "stage_prior":
+            cfg[key] = child.number(nonnegative=True)
         elif key in ("max_iterations", "noise_passes"):
             cfg[key] = int(child.number(integer=True, minimum=1 if key == "max_iterations" else 0))
         elif key == "descend":

@@ -16,9 +16,15 @@ f(z_i, zd_i; p), with the integrator factor between steps.
 2b. Growing horizon: with parameters 20 % off, a forward filter's trajectory drifts
    (gyroscopes observe positions only through the dynamics), and the joint problem over
    a long recording can settle in a wrong basin (e.g. weaker gravity and more damping).
-   So the first stage solves only the first 20 % of every recording (anchored by the
-   initial-state prior, before the drift), and the last stage all of it, with the
-   filter's guess re-run with the first stage's parameters (``horizons``).
+   So the first stage solves only the first 0.5 s of every recording (anchored by the
+   initial-state prior, before the drift), and each further stage twice as much, until
+   all of it, starting from the previous stage's parameters and trajectory, continued by
+   simulation with those parameters (``horizons``). Not needed (one stage) when the
+   initial guess comes from the readings (the low-pass guess from encoders). In the
+   stages before the last a weak prior (50 % relative sigma, ``stage_prior``) around the
+   stage's starting parameters keeps those that a short window cannot determine from
+   drifting away; the last stage has none (the estimate is the maximum likelihood of
+   paper 001 eq. 3.15).
 3. Levenberg-Marquardt on the banded normal equations with dense parameter columns
    (:mod:`mbde_core.trajectory.solver`, the smoother's solver; paper 001 Algorithm 1),
    box bounds by projection. The initial damping is 1e-12 diag(J^T J): the integrator
@@ -62,7 +68,9 @@ DEFAULTS = {
     "rank_tolerance": 1e-9,  # null direction: eigenvalue <= tol * largest (relative units)
     "min_sigma_a": 1e-9,  # floor of the re-estimated acceleration sigma [unit/s^2]
     "descend": 10.0,  # the noise search descends by this factor per pass until bracketed
-    "horizons": "auto",  # stages: auto = [20 % of the longest recording, all] (>= 2 s), or a list of seconds
+    "horizons": "auto",  # stages: auto (see _horizons) or a list of seconds before the whole recordings
+    "first_horizon": 0.5,  # [s] first stage of the auto horizons
+    "stage_prior": 0.5,  # relative sigma of the prior on the parameters in the stages before the last
     "initial_sigma_a": "auto",  # auto: 0.3 RMS(zdd) of the initial guess; "config": the smoother's plant noise
 }
 
@@ -116,18 +124,21 @@ class IdentificationResult:
         return np.where(np.outer(s, s) > 0, c, np.nan)
 
 
-def _problems(pm, p, recordings, smoother_cfg, guess_cfg, initial: str = "auto", horizon: float | None = None):
+def _problems(pm, p, recordings, smoother_cfg, guess_cfg, initial: str = "auto", horizon: float | None = None,
+              previous=None):
     """(SmootherProblem per recording, X0 stacked, initial-guess info) with the model at
     parameters p, on the readings up to ``horizon`` s after each recording's first (None:
     all); initial: 'lowpass' (paper 001 sec. 4.4, :mod:`.initial`), 'filter' (the
-    smoother's forward filter) or 'auto' (lowpass when encoders read every z)."""
-    from mbde_core.identification.initial import encoder_channels, lowpass_guess
+    smoother's forward filter) or 'auto' (lowpass when encoders read every z).
+    previous: per recording (X, q) of the previous stage, continued by simulation
+    (:func:`.initial.extend`) instead of a filter run."""
+    from mbde_core.identification.initial import encoder_channels, extend, lowpass_guess
     from mbde_core.trajectory.model import MultibodyModel
     from mbde_core.trajectory.smoother import BatchSmoother
 
     mech = pm.mechanism(p)
     probs, X0s, infos = [], [], []
-    for rec in recordings:
+    for r, rec in enumerate(recordings):
         sm = BatchSmoother(mech, rec.sensors, smoother_cfg, guess_cfg)
         meas = rec.measurements
         if horizon is not None and meas:
@@ -147,6 +158,9 @@ def _problems(pm, p, recordings, smoother_cfg, guess_cfg, initial: str = "auto",
             from mbde_core.errors import DataError
 
             raise DataError(f"{rec.name}: initial guess 'lowpass' needs an encoder on every independent coordinate")
+        elif previous is not None:
+            X0, q0 = extend(mech, previous[r][0], previous[r][1], readings.N, readings.dt)
+            info = {"initial_guess": f"previous stage ({previous[r][0].shape[0]} steps) continued by simulation"}
         else:
             X0, q0, info = sm.initial_guess(readings, rec.init)
         g = mech.dof
@@ -188,16 +202,22 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
     if not active.all():
         say("not identifiable: " + ", ".join(n for n, a in zip(labels, active) if not a))
     p, sigma = pm.p0.copy(), None
-    horizons = _horizons(opt["horizons"], recordings)
+    data_driven = all(str(f.get("initial_guess", "")).startswith("lowpass") for f in finfo)
+    horizons = _horizons(opt["horizons"], recordings, opt["first_horizon"], data_driven)
     log = {"history": [], "pass_starts": [], "iterations": 0, "passes": 0, "stages": []}
+    previous = None
     for k, horizon in enumerate(horizons):
-        if k > 0 or horizon is not None:  # the filter's guess with the current parameters, up to the horizon
-            problems, X, finfo = _problems(pm, p, recordings, cfg, guess_cfg, opt["initial_guess"], horizon)
-        jp = JointProblem(pm, problems, active, sensor_factory, scale)
-        last_stage = k == len(horizons) - 1  # earlier stages only need a start for the next: 3 noise passes
+        if k > 0 or horizon is not None:  # up to the horizon, from the previous stage's trajectory if any
+            problems, X, finfo = _problems(pm, p, recordings, cfg, guess_cfg, opt["initial_guess"], horizon, previous)
+        last_stage = k == len(horizons) - 1  # earlier stages only need a start for the next: 2 noise passes
+        prior = None
+        if not last_stage and opt["stage_prior"] > 0:  # a short window may not determine every parameter
+            prior = (p[active] / scale[active], np.full(int(active.sum()), float(opt["stage_prior"])))
+        jp = JointProblem(pm, problems, active, sensor_factory, scale, prior)
         stage = _solve_stage(jp, problems, X, jp.unknowns(p), sigma, cfg,
-                             opt if last_stage else dict(opt, noise_passes=min(3, opt["noise_passes"])), say, log)
+                             opt if last_stage else dict(opt, noise_passes=min(2, opt["noise_passes"])), say, log)
         p, sigma = jp.params(stage["u"]), stage["sigma_a"]
+        previous = [(Xr, pr.ev.q) for pr, Xr in zip(problems, jp.split(stage["X"]))]
         log["stages"].append({"horizon_s": horizon, "iterations": stage["iterations"], "passes": stage["passes"],
                               "estimate": [float(v) for v in p], "acceleration_sigma": [float(v) for v in sigma]})
         if horizon is not None:
@@ -232,14 +252,21 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
     )
 
 
-def _horizons(spec, recordings) -> list:
-    """Stage horizons [s] (None = all of every recording): 'auto' = [20 % of the longest
-    recording, None] for recordings of 2 s or more, else [None]; or a list of seconds."""
+def _horizons(spec, recordings, first: float, data_driven: bool) -> list:
+    """Stage horizons [s] (None = all of every recording). 'auto': ``first`` seconds,
+    doubled until the longest recording is covered, when the initial guess comes from a
+    filter run with the starting parameters (which drifts); a single stage when it comes
+    from the readings themselves (``data_driven``: the low-pass guess from encoders) or
+    the recordings are short. Or a list of seconds."""
     if spec != "auto":
         return [float(h) for h in spec] + [None]
     longest = max(max((m.stamp for m in rec.measurements), default=0.0) - min((m.stamp for m in rec.measurements), default=0.0)
                   for rec in recordings)
-    return [0.2 * longest, None] if longest >= 2.0 else [None]
+    out, h = [], float(first)
+    while not data_driven and h < 0.9 * longest:
+        out.append(h)
+        h *= 2.0
+    return out + [None]
 
 
 def _solve_stage(jp, problems, X, u, sigma_start, cfg, opt, say, log) -> dict:
@@ -265,6 +292,11 @@ def _solve_stage(jp, problems, X, u, sigma_start, cfg, opt, say, log) -> dict:
             proj = project(res.rows, jp.N, jp.b, jp.P) if np.isfinite(res.cost) else None
         except np.linalg.LinAlgError:
             proj = None
+        if proj is None and last is None and out["passes"] < 4:  # no good pass yet: retry 10 times looser
+            sigma_a = sigma_a * 10.0
+            rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, {})
+            say(f"pass {out['passes']}: failed (cost {res.cost:.3g}); retrying with the acceleration sigma x 10")
+            continue
         if proj is None and last is not None:
             # the normal equations lost positive definiteness (sigma_a so small that the
             # integrator rows outweigh the readings beyond double precision): keep the

@@ -40,12 +40,15 @@ class JointProblem:
 
     pm: :class:`~mbde_core.identification.model.ParameterizedMechanism`; recordings:
     list of :class:`~mbde_core.trajectory.problem.SmootherProblem` (one per recording,
-    each with its own MultibodyModel, same mechanism structure); sensor_factory:
+    each with its own MultibodyModel, same mechanism structure); prior: optional
+    (centre, sigma) of independent Gaussian priors on the scaled unknowns (rows
+    ``param_prior``: the early stages of a growing horizon keep parameters that a short
+    window cannot determine near their start); sensor_factory:
     mech -> SensorSet, rebuilds the sensors on a mechanism with changed geometry (body
     lengths move accelerometer offsets); None keeps the recordings' sensors.
     """
 
-    def __init__(self, pm, recordings, active=None, sensor_factory=None, scale=None):
+    def __init__(self, pm, recordings, active=None, sensor_factory=None, scale=None, prior=None):
         self.pm = pm
         self.sensor_factory = sensor_factory  # mech -> SensorSet (geometric parameters)
         self._sensors = (None, None)
@@ -60,6 +63,7 @@ class JointProblem:
         self.P = int(self.active.sum())
         self.fixed_p = pm.p0.copy()  # values of the inactive parameters
         self.evaluations = 0
+        self.prior = prior  # (centre u (P,), sigma (P,)) of a Gaussian prior on the unknowns, or None
 
     # -- parameters -------------------------------------------------------------------------
     def params(self, u) -> np.ndarray:
@@ -96,6 +100,11 @@ class JointProblem:
                 self._geometric_columns(X, p, rows)
         except ConfigError:  # no valid neighbour to differentiate at (p at the edge of validity)
             return _infinite(self.b)
+        if self.prior is not None and self.P:
+            centre, sigma = self.prior
+            w = 1.0 / np.asarray(sigma, dtype=float)
+            rows.append(RowBlock("param_prior", np.array([0]), ((np.asarray(u, float) - centre) * w)[None],
+                                 np.zeros((1, self.P, self.b)), None, np.diag(w)[None]))
         return rows
 
     def _dynamic_columns(self, rec, Xr, rows, p):
