@@ -224,6 +224,29 @@ def test_reacquisition_after_a_real_jump(rig):
     assert off.counters.per_sensor_rejected == {"enc": 100} and "enc" not in off.counters.per_sensor_fused
 
 
+def test_reacquisition_rule_runs_of_mostly_rejected_readings():
+    """A lost filter that accepts a reading now and then still re-acquires; isolated
+    outliers and a short burst (then accepted readings) never do."""
+    from types import SimpleNamespace
+
+    from mbde_core.estimators.stage_guards import Reacquisition
+
+    def feed(pattern, dt=0.005):  # pattern: 'r' rejected, 'a' accepted reading of one sensor
+        rule = Reacquisition(10, 0.2)
+        fired = []
+        for k, c in enumerate(pattern):
+            res = SimpleNamespace(accepted=["s"] if c == "a" else [], rejected=["s"] if c == "r" else [])
+            if rule.observe(k * dt, res):
+                fired.append(k)
+        return fired
+
+    assert feed("rra" * 40) == [40, 82]        # 2 of 3 rejected: lost, fires every 0.2 s
+    assert feed("r" * 41)[0] == 40             # consecutive rejections: as before
+    assert feed(("r" + "a" * 49) * 20) == []   # isolated outliers
+    assert feed(("r" * 10 + "a" * 90) * 5) == []  # bursts of 10 readings (50 ms)
+    assert feed("ra" * 200) == []              # half rejected is not "mostly"
+
+
 @pytest.mark.parametrize("name", ["ukf", "errorekf", "cekf", "diekfpm", "adekf", "pf"])
 def test_every_estimator_gates_outliers(rig, name):
     m, ss, ms, _ = rig
@@ -299,10 +322,12 @@ def test_stamp_faults_never_crash(bag, name):
     short = [x for x in inputs.measurements if x.stamp < inputs.measurements[0].stamp + 1.0]
     mech = inputs.mechanism
     ang = np.isin(mech.independent, mech.rel_columns)
-    for fault in ("nan_inf", "duplicate_stamps", "backward_jump", "future_stamps", "outliers"):
+    for fault in ("clean", "nan_inf", "duplicate_stamps", "backward_jump", "future_stamps", "outliers"):
         inj = inject(fault, short, "gyro_coupler", _sigma(inputs), seed=0)
         run = run_estimator(dataclasses.replace(inputs, measurements=inj.measurements), name, defaults(name))
         assert run.counters["estimator_errors"] == 0, (fault, run.counters.get("last_estimator_error"))
+        if fault == "clean":  # the default gate's false rejections (< 0.1 %: none of these 200)
+            assert run.counters["rejected_gate"] <= 1e-3 * run.counters["received"], run.counters
         _, e, health = errors(run.records, inj, inputs.truth, ang)
         assert health["non_finite_estimates"] == 0 and health["bad_nees"] == 0, (fault, health)
 

@@ -23,8 +23,9 @@ Options of every estimator (the stage's outlier protection, :mod:`stage`):
   rejects when y^T S^-1 y >= threshold^2, off by default; 0.999999 is its threshold
   4.9 for one channel. Measured false rejections on clean data: ``mbde bench faults``
   (README). The particle filter applies the likelihood version of the same test.
-- ``reacquire``: the gate's re-acquisition rule: after ``rejections`` consecutive
-  rejections of one sensor's readings, spanning at least ``time`` [s], the
+- ``reacquire``: the gate's re-acquisition rule: after ``rejections`` rejections of one
+  sensor's readings, spanning at least ``time`` [s], in a run that starts with a
+  rejection and in which rejections outnumber acceptances (``stage_guards``), the
   estimator widens its uncertainty (Kalman covariances x ``inflation``; the particle
   filter re-initialises), so that a real jump of the state is not rejected forever. A
   Kalman observer whose covariance then (or after a sensor gap) covers the circle is

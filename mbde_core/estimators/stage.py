@@ -39,8 +39,8 @@ Robustness (each case counted in ``counters``, nothing crashes, see also
   (``gap_resets``) instead of predicting through it; shorter gaps are predicted through;
 - the per-reading Mahalanobis gate (chi-square probability ``gate``, on by default in
   every estimator's options) rejects outliers inside the estimator's update
-  (``rejected_gate``), with a re-acquisition rule (``reacquisitions``): consecutive
-  rejections of a sensor make the estimator widen its uncertainty;
+  (``rejected_gate``), with a re-acquisition rule (``reacquisitions``): a run of mostly
+  rejected readings of a sensor makes the estimator widen its uncertainty;
 - a local observer (Kalman family) that is lost after a gap, a long-gap restart or a
   re-acquisition (its covariance covers the circle) re-acquires globally with a
   multi-start bank (:mod:`~mbde_core.estimators.multistart`, ``multistarts``);

@@ -10,10 +10,14 @@
 - :class:`Reacquisition`: the re-acquisition rule of the Mahalanobis gate. A gate
   protects the estimate from outliers, but after a real jump of the state (an impact, a
   slip, a wrong reset) every reading would be rejected forever. After ``rejections``
-  consecutive rejections of one sensor's readings, spanning at least ``time`` seconds,
-  the estimator widens its uncertainty (:meth:`Estimator.reacquire`: Kalman
-  covariances x ``inflation``, the particle filter re-initialises) and the next readings
-  are tested against it; repeated while the rejections go on.
+  rejections of one sensor's readings, spanning at least ``time`` seconds, in a run of
+  its readings that starts with a rejection and in which rejections outnumber
+  acceptances (a lost filter still accepts a reading now and then, e.g. where its wrong
+  motion crosses the true one; an isolated outlier or a short burst ends its run at the
+  following accepted readings), the estimator widens its uncertainty
+  (:meth:`Estimator.reacquire`: Kalman covariances x ``inflation``, the particle filter
+  re-initialises) and the next readings are tested against it; repeated while the
+  rejections go on.
 - :class:`Reconvergence`: after a reset (backward jump, long gap) or a re-acquisition,
   the time until the filter agrees with its readings again: the first update that
   closes a run of ``CONVERGED_UPDATES`` accepted updates whose mean NIS per degree of
@@ -61,7 +65,7 @@ class ForwardJumpGuard:
 
 
 class Reacquisition:
-    """Consecutive gate rejections per sensor; True when the estimator must widen."""
+    """Runs of mostly rejected readings per sensor; True when the estimator must widen."""
 
     def __init__(self, rejections: int, time: float):
         self.rejections = max(int(rejections), 1)
@@ -69,18 +73,22 @@ class Reacquisition:
         self.clear()
 
     def clear(self) -> None:
-        self.streaks: dict[str, list] = {}  # sensor -> [count, time of the first rejection]
+        self.streaks: dict[str, list] = {}  # sensor -> [rejected, accepted, time of the first rejection]
 
     def observe(self, t: float, result) -> bool:
         if result is None:
             return False
         for name in result.accepted:
-            self.streaks.pop(name, None)
+            streak = self.streaks.get(name)
+            if streak is not None:
+                streak[1] += 1
+                if streak[1] >= streak[0]:  # no longer mostly rejected: the run ends
+                    del self.streaks[name]
         fire = False
         for name in result.rejected:
-            streak = self.streaks.setdefault(name, [0, t])
+            streak = self.streaks.setdefault(name, [0, 0, t])
             streak[0] += 1
-            fire |= streak[0] >= self.rejections and t - streak[1] >= self.time - 1e-12
+            fire |= streak[0] >= self.rejections and t - streak[2] >= self.time - 1e-12
         if fire:
             self.clear()
         return fire
