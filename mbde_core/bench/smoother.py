@@ -5,8 +5,9 @@ Tables (paper 003 gyroscope scenarios: a reading every 5 ms step, gravity error 
 1. speed of the whole-run smoother for runs of --lengths seconds: unknowns, residuals,
    Levenberg-Marquardt iterations, wall time split into the forward filter's initial
    guess, the solve and the marginal covariances, us per grid step (linear growth in
-   the run's length shows as a constant), and the peak resident memory of a fresh
-   process doing only that run;
+   the run's length shows as a constant), the CPU time of the smoothing process (the
+   wall time on an idle core; the machine may be shared) and the peak resident memory
+   of a fresh process doing only that run;
 2. solver comparison on the same problem: the in-house banded Levenberg-Marquardt vs
    scipy.optimize.least_squares(method='trf', sparse Jacobian, LSMR), from the same
    initial guess (final cost, iterations, wall time);
@@ -86,7 +87,9 @@ def _speed_task(args):
     cfg = dict(smoother_defaults(), solver=solver)
     if solver == "trf":
         cfg["max_iterations"] = 200
+    cpu0 = time.process_time()
     res = BatchSmoother(mech, sensors, cfg).smooth(meas, start)
+    cpu = time.process_time() - cpu0
     i = res.info
     tz, _, _ = truth.at(res.t)
     err = res.z - tz
@@ -94,7 +97,7 @@ def _speed_task(args):
             "residuals": i["residuals"], "iterations": i["iterations"], "status": i["status"],
             "initial_cost": i["initial_cost"], "final_cost": i["final_cost"], "guess_s": i["guess_time_s"],
             "solve_s": i["solve_time_s"], "covariance_s": i["covariance_time_s"], "wall_s": i["wall_time_s"],
-            "us_per_step": 1e6 * i["wall_time_s"] / len(res), "rmse_z": float(np.sqrt(np.mean(err**2))),
+            "us_per_step": 1e6 * i["wall_time_s"] / len(res), "cpu_s": cpu, "rmse_z": float(np.sqrt(np.mean(err**2))),
             "peak_mb": _peak_mb(), "setup_peak_mb": base}
 
 
@@ -149,7 +152,7 @@ def _long_task(args):
     start = InitialState(init.z, init.zd, np.full(mech.dof, 0.05), np.full(mech.dof, 0.5), init.q, init.branch)
     sm = BatchSmoother(mech, sensors)
     base = _peak_mb()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     sq, n, iters, worst = 0.0, 0, 0, 0
     for part in iter_windows(sm, meas, start, window, overlap):
         a, b = part.info["kept"]
@@ -158,8 +161,8 @@ def _long_task(args):
         n += e.size
         iters += part.info["iterations"]
         worst = max(worst, part.info["iterations"])
-    wall = time.perf_counter() - t0
-    return {"length_s": length, "steps": N, "window_s": window, "overlap_s": overlap, "simulate_s": t_sim, "wall_s": wall,
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {"length_s": length, "cpu_s": cpu, "steps": N, "window_s": window, "overlap_s": overlap, "simulate_s": t_sim, "wall_s": wall,
             "us_per_step": 1e6 * wall / N, "iterations": iters, "max_window_iterations": worst,
             "rmse_z": float(np.sqrt(sq / n)), "peak_mb": _peak_mb(), "before_smoothing_mb": base}
 
@@ -181,14 +184,14 @@ def run(args) -> int:
     print(f"load average at start: {out['load_average'][0]:.2f} (2 cores shared; timings are noisy under load)")
     print("\n1. whole-run smoother: wall time vs run length (fresh process per row)")
     hdr = (f"{'case':<14}{'length s':>9}{'steps':>8}{'unknowns':>10}{'iter':>6}{'guess s':>9}{'solve s':>9}{'cov s':>7}"
-           f"{'wall s':>8}{'us/step':>9}{'peak MB':>9}{'RMSE z':>9}")
+           f"{'wall s':>8}{'CPU s':>8}{'us/step':>9}{'peak MB':>9}{'RMSE z':>9}")
     print(hdr)
     for case in cases:
         for length in lengths:
             r = _in_fresh_process(_speed_task, (case, length, args.gravity_error, "lm"))
             out["speed"].append(r)
             print(f"{case:<14}{length:>9g}{r['steps']:>8}{r['unknowns']:>10}{r['iterations']:>6}{r['guess_s']:>9.2f}"
-                  f"{r['solve_s']:>9.2f}{r['covariance_s']:>7.2f}{r['wall_s']:>8.2f}{r['us_per_step']:>9.0f}"
+                  f"{r['solve_s']:>9.2f}{r['covariance_s']:>7.2f}{r['wall_s']:>8.2f}{r['cpu_s']:>8.2f}{r['us_per_step']:>9.0f}"
                   f"{r['peak_mb']:>9.0f}{r['rmse_z']:>9.4f}")
     if trf_lengths:
         print("\n2. solver: banded Levenberg-Marquardt (lm) vs scipy least_squares trf + LSMR, same problem and guess")
@@ -213,8 +216,8 @@ def run(args) -> int:
         print(f"\n4. a {args.long:g} s four-bar run in windows of {args.window:g} s (readings made on the fly)")
         r = _in_fresh_process(_long_task, (args.long, args.gravity_error, args.window, args.overlap))
         out["long"] = r
-        print(f"steps {r['steps']}, simulated in {r['simulate_s']:.0f} s; smoothed in {r['wall_s']:.1f} s "
-              f"({r['us_per_step']:.0f} us/step, {r['iterations']} iterations, at most {r['max_window_iterations']} "
+        print(f"steps {r['steps']}, simulated in {r['simulate_s']:.0f} s; smoothed in {r['wall_s']:.1f} s wall, "
+              f"{r['cpu_s']:.1f} s CPU ({r['us_per_step']:.0f} us/step, {r['iterations']} iterations, at most {r['max_window_iterations']} "
               f"per window); peak memory {r['peak_mb']:.0f} MB (before smoothing {r['before_smoothing_mb']:.0f} MB); "
               f"RMSE z {r['rmse_z']:.4f} rad")
     if args.out:

@@ -11,7 +11,10 @@ every state x_i = [z_i, zd_i, zdd_i] of the run with the assembly branch fixed:
    the solution;
 3. Levenberg-Marquardt on the banded normal equations (:mod:`.solver`) solves the sparse
    nonlinear least-squares problem (:mod:`.problem`); every position problem starts from
-   the previous iterate's q, which keeps the branch;
+   the previous iterate's q, which keeps the branch. In-house rather than
+   scipy.optimize.least_squares('trf'), on measurement: 4-8 iterations where 'trf' with
+   LSMR steps stalls far from the optimum after 100-200 evaluations, 40-900x slower (the
+   numbers are in :mod:`.solver`); ``solver: trf`` keeps scipy's for comparison;
 4. the marginal covariances of [z_i, zd_i] are the diagonal blocks of the inverse of the
    Gauss-Newton information matrix at the solution, from its banded Cholesky factor
    (:mod:`.normal`), never a dense inverse.
