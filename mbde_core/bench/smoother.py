@@ -153,10 +153,13 @@ def _long_task(args):
     sm = BatchSmoother(mech, sensors)
     base = _peak_mb()
     t0, cpu0 = time.perf_counter(), time.process_time()
+    from mbde_core.estimators.metrics import coordinate_errors
+
+    angular = np.isin(mech.independent, mech.rel_columns)
     sq, n, iters, worst = 0.0, 0, 0, 0
     for part in iter_windows(sm, meas, start, window, overlap):
         a, b = part.info["kept"]
-        e = part.z - z[a:b]
+        e = coordinate_errors(part.z, z[a:b], angular)
         sq += float(np.sum(e * e))
         n += e.size
         iters += part.info["iterations"]

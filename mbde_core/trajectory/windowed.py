@@ -21,8 +21,14 @@ from the whole-run smoother is the readings after hi, whose effect decays over t
 steps of the right margin. ``mbde bench smoother`` measures the seam error (windowed
 minus whole-run, in units of the whole-run posterior sigma); the tests bound it.
 
+Initial guess of a window: the previous window's solution where it has one, then the
+forward filter restarted at its last step from that solution (with its marginal
+covariance), so that a filter that lost track in a long run does not carry its error
+into later windows (a wrong guess could otherwise lead the solver to another local
+minimum: a gyroscope alone leaves mirror configurations nearly indistinguishable).
+
 Memory: one window's problem (O(W + 2 O) steps) and the forward filter's estimates of
-the current window; the kept states are returned (or passed to ``sink``) window by window.
+the current window; the kept states are yielded window by window.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ import time
 
 import numpy as np
 
+from mbde_core.estimators.base import InitialState
 from mbde_core.trajectory.normal import NormalEquations
 from mbde_core.trajectory.smoother import BatchSmoother, ForwardGuess, SmoothedTrajectory
 
@@ -65,12 +72,10 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
         raise DataError("no valid readings to smooth")
     W = max(int(round(window / dt)), 2)
     O = min(max(int(round(overlap / dt)), 0), W - 1)
-    fwd = ForwardGuess(smoother, readings, init)
     g = smoother.g
     ang = smoother.model.angular
     prior_mean, prior_sqrt = smoother.prior(init)
-    prev = None  # (lo, X, q) of the previous window's solution
-    guessed = 0  # steps of the forward filter taken so far
+    prev = None  # (lo, X, q, cov) of the previous window's solution
     K = max(1, int(round(N / W)))  # windows of about W steps (no short last one)
     cuts = np.linspace(0, N, K + 1).round().astype(int)
     for k, (a, b) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist())):
@@ -78,16 +83,25 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
         lo, hi = (max(a - O, 0), min(b + O, N)) if k else (0, min(b + O, N))
         X0 = np.empty((hi - lo, 3 * g))
         q0 = np.empty((hi - lo, smoother.mech.n))
-        start = lo
-        if prev is not None:  # the previous solution where it exists
-            plo, PX, Pq = prev
+        if prev is None:
+            fwd = ForwardGuess(smoother, readings, init)
+            X0[:], q0[:] = fwd.take(lo, hi)
+            guesses = dict(fwd.info())
+        else:  # the previous solution where it exists, then the forward filter restarted from its end
+            plo, PX, Pq, Pcov = prev
             m = plo + len(PX) - lo
             X0[:m], q0[:m] = PX[lo - plo:], Pq[lo - plo:]
-            start = lo + m
-        if guessed < hi:
-            Xf, qf = fwd.take(guessed, hi)
-            X0[start - lo:], q0[start - lo:] = Xf[start - guessed:], qf[start - guessed:]
-            guessed = hi
+            if m < hi - lo:
+                s0 = lo + m - 1
+                x = PX[s0 - plo]
+                sig = np.sqrt(np.einsum("ii->i", Pcov[s0 - plo])) if Pcov is not None else np.full(2 * g, np.nan)
+                sig = np.where(np.isfinite(sig) & (sig > 0), sig, np.concatenate([init.sigma_z, init.sigma_zd]))
+                fwd = ForwardGuess(smoother, readings, InitialState(x[:g], x[g:2 * g], sig[:g], sig[g:], Pq[s0 - plo],
+                                                                      init.branch), first=s0)
+                Xf, qf = fwd.take(s0, hi)
+                X0[m:], q0[m:] = Xf[1:], qf[1:]
+                for key in ("filter_failures", "filled_steps"):
+                    guesses[key] += fwd.info()[key]
         if ang.any():
             X0[:, :g][:, ang] = np.unwrap(X0[:, :g][:, ang], axis=0)
         traj, res = smoother.solve(readings.window(lo, hi), X0, q0, prior_mean, prior_sqrt, with_result=True,
@@ -97,11 +111,11 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
         if b < N:  # the next window's prior: this window's past up to its start
             L = max(b - O, 0) - lo
             prior_mean, prior_sqrt = _marginal_prior(res.rows, L, res.X)
-            prev = (lo, res.X, traj.q)
+            prev = (lo, res.X, traj.q, traj.cov)
         if progress is not None:
             progress(b, N)
         yield kept
-    kept.info["guess"] = fwd.info()
+    kept.info["guess"] = guesses
 
 
 def smooth_windowed(smoother: BatchSmoother, measurements, init, window=None, overlap=None, progress=None) -> SmoothedTrajectory:
