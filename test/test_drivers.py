@@ -147,3 +147,12 @@ def test_point_position_sensor_jacobian(crane):
     fd = np.stack([(s.h(q + eps * e) - s.h(q - eps * e)) / (2 * eps) for e in np.eye(crane.n)], axis=1)
     np.testing.assert_allclose(Hq, fd, atol=1e-8)
     assert s.channels == ["cam_x", "cam_y"]
+
+
+def test_scenarios_refuse_driving_constraints(tmp_path):
+    from mbde_core.scenario import load_scenario
+
+    p = tmp_path / "crane_scenario.yaml"
+    p.write_text(f"name: c\nmechanism: {mech_path('crane')}\nsensors: []\nduration: 1\nstep: 0.001\nintegrator: rk4\n")
+    with pytest.raises(ConfigError, match="driving_constraints are not supported in scenarios"):
+        load_scenario(str(p))

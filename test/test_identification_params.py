@@ -173,3 +173,28 @@ def test_identification_config_section(tmp_path):
     path.write_text("identification: {colour: red}\n")
     with pytest.raises(ConfigError, match="identification.colour"):
         load_identification_config(str(path))
+
+
+@pytest.mark.parametrize("slope", [-2.0, -0.3])
+def test_sigma_search_brackets_and_converges(slope):
+    """The noise search on a model of log(variance factor) = slope (s - s_true): descends
+    by 10 per pass from a loose start, brackets the root, regula falsi converges in a few
+    passes; with no root above the floor it stops at the floor."""
+    from mbde_core.identification.noise import SigmaSearch
+
+    s_true = np.log(0.4)
+    search = SigmaSearch(1, 0.05, 10.0)
+    s = np.array([np.log(14.0)])
+    for passes in range(1, 12):
+        s_next, done = search.update(s, slope * (s - s_true), np.array([np.log(1e-6)]))
+        if done:
+            break
+        s = s_next
+    assert done and passes <= 8 and abs(np.exp(s[0]) / 0.4 - 1) < 0.1
+    floor = SigmaSearch(1, 0.05, 10.0)
+    s = np.array([np.log(14.0)])
+    for _ in range(6):
+        s, done = floor.update(s, np.array([-1.0]), np.array([np.log(0.1)]))
+        if done:
+            break
+    assert done and np.exp(s[0]) == pytest.approx(0.1)

@@ -29,7 +29,8 @@ HELP = "replay at scale: wall-time breakdown of a 10 s replay, long bags streame
 SCENARIO = "fourbar_imu"
 ESTIMATORS = "pf,ukf,errorekf,adekf"
 _LAUNCH = ("import resource, subprocess, sys, time; t = time.time(); rc = subprocess.call(sys.argv[1:]); "
-           "print('BENCH', rc, time.time() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)")
+           "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+           "print('BENCH', rc, time.time() - t, u.ru_maxrss, u.ru_utime + u.ru_stime, file=sys.stderr)")
 
 
 def add_arguments(p):
@@ -52,10 +53,10 @@ def measured(cmd) -> dict:
     """Run cmd in a fresh launcher process: wall time [s] and peak RSS [MB] of the largest process."""
     proc = subprocess.run([sys.executable, "-c", _LAUNCH, *cmd], capture_output=True, text=True)
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith("BENCH ")][-1].split()
-    rc, wall, rss_kb = int(line[1]), float(line[2]), int(line[3])
+    rc, wall, rss_kb, cpu = int(line[1]), float(line[2]), int(line[3]), float(line[4])
     if rc != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({rc}): {proc.stderr.strip()[-800:]}")
-    return {"wall_s": wall, "peak_rss_mb": rss_kb / 1024.0, "stdout": proc.stdout}
+    return {"wall_s": wall, "peak_rss_mb": rss_kb / 1024.0, "cpu_s": cpu, "stdout": proc.stdout}
 
 
 def simulate(out_bag: str, duration: float, storage: str, scenario: str = SCENARIO) -> dict:
@@ -82,7 +83,7 @@ def breakdown(args, log) -> dict:
         rep = {"total": total, "startup": tm["run_start_unix"] - t0, "load": ph["load"], "estimators": ph["tasks"],
                "write": ph["write"], "metrics": ph["metrics"], "report": ph["report"], "plots_wait": ph["plots_wait"],
                "exit": t0 + total - tm["run_end_unix"], "per_estimator": tm["bags"][0]["estimators"],
-               "peak_rss_mb": res["peak_rss_mb"]}
+               "peak_rss_mb": res["peak_rss_mb"], "cpu": res["cpu_s"]}
         reps.append(rep)
         log(f"replay {k + 1}/{args.repeat}: {total:.2f} s")
     return {"repetitions": reps, "bag_seconds": 10.0, "estimators": args.estimators, "scenario": args.breakdown_scenario}
@@ -102,11 +103,13 @@ def breakdown_table(doc) -> str:
     lines += [f"{label:<44}{best[key]:>10.2f}" for label, key in rows]
     lines.append(f"{'total (median of runs)':<44}{best['total']:>10.2f}  ({med:.2f})   target <= 5 s: "
                  f"{'met' if best['total'] <= 5 else 'NOT met'}")
-    lines.append(f"\nper estimator (in its worker) [s]: {'wall':>7}{'filter':>8}{'output':>8}{'plot':>7}")
+    lines.append(f"\nper estimator (in its worker) [s]: {'wall':>7}{'filter':>8}{'output':>8}{'plot':>7}{'CPU':>7}")
     for name, e in best["per_estimator"].items():
         lines.append(f"  {name:<32}{e['wall']:>7.2f}{e.get('filter', 0):>8.2f}{e.get('output', 0):>8.2f}"
-                     f"{e.get('plot', 0):>7.2f}")
-    lines.append(f"peak RSS of the largest process: {best['peak_rss_mb']:.0f} MB")
+                     f"{e.get('plot', 0):>7.2f}{e.get('cpu', 0):>7.2f}")
+    cpus = os.cpu_count() or 1
+    lines.append(f"CPU time of all processes: {best['cpu']:.2f} s, i.e. >= {best['cpu'] / cpus:.2f} s of wall time on "
+                 f"{cpus} idle cores; peak RSS of the largest process: {best['peak_rss_mb']:.0f} MB")
     return "\n".join(lines)
 
 
@@ -120,19 +123,21 @@ def streaming(args, log) -> dict:
                              os.path.join(args.out, f"replay{d:g}"), "--force", "--no-plots", "--storage", args.storage))
         log(f"replayed {d:g} s in {rep['wall_s']:.1f} s, peak {rep['peak_rss_mb']:.0f} MB")
         rows.append({"duration_s": d, "simulate_s": sim["wall_s"], "simulate_rss_mb": sim["peak_rss_mb"],
-                     "replay_s": rep["wall_s"], "replay_rss_mb": rep["peak_rss_mb"]})
+                     "simulate_cpu_s": sim["cpu_s"], "replay_s": rep["wall_s"], "replay_rss_mb": rep["peak_rss_mb"],
+                     "replay_cpu_s": rep["cpu_s"]})
     return {"estimator": args.stream_estimator, "scenario": args.scenario, "rows": rows}
 
 
 def streaming_table(doc) -> str:
     rows = doc["rows"]
     lines = [f"\nLong bags ({doc['scenario']}, truth at 200 Hz): mbde simulate, mbde replay --estimators {doc['estimator']}",
-             f"{'bag [s]':>8}{'simulate [s]':>14}{'RSS [MB]':>10}{'x real time':>13}{'replay [s]':>12}{'RSS [MB]':>10}"
-             f"{'x real time':>13}"]
+             f"{'bag [s]':>8}{'simulate [s]':>14}{'CPU [s]':>9}{'RSS [MB]':>10}{'x real time':>13}{'replay [s]':>12}"
+             f"{'CPU [s]':>9}{'RSS [MB]':>10}{'x real time':>13}"]
     for r in rows:
         d = r["duration_s"]
-        lines.append(f"{d:>8g}{r['simulate_s']:>14.1f}{r['simulate_rss_mb']:>10.0f}{d / r['simulate_s']:>13.1f}"
-                     f"{r['replay_s']:>12.1f}{r['replay_rss_mb']:>10.0f}{d / r['replay_s']:>13.1f}")
+        lines.append(f"{d:>8g}{r['simulate_s']:>14.1f}{r.get('simulate_cpu_s', 0):>9.1f}{r['simulate_rss_mb']:>10.0f}"
+                     f"{d / r['simulate_s']:>13.1f}{r['replay_s']:>12.1f}{r.get('replay_cpu_s', 0):>9.1f}"
+                     f"{r['replay_rss_mb']:>10.0f}{d / r['replay_s']:>13.1f}")
     if rows:
         first, last = rows[0], rows[-1]
         for what, key, limit in (("simulate", "simulate", 300.0), ("replay", "replay", 120.0)):

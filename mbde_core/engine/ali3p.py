@@ -68,6 +68,13 @@ class ALI3P:
                            np.stack([o.qdd for o in out]), np.array([o.ok for o in out]))
         q0, qd0 = q0[0], qd0[0]
         qdd0 = dynamics.forward(mech, t, q0, qd0)[1] if qdd0 is None else qdd0[0]
+        if extra_zdd is None:
+            fast = _scalar_step(self, mech, t, q0, qd0, qdd0, state.aux, h)
+            if fast is not None:
+                q1, qd1, qdd1, ok, aux = fast
+                if single:
+                    return MBState(np.array(q1), np.array(qd1), np.array(qdd1), ok, aux)
+                return MBState(np.array([q1]), np.array([qd1]), np.array([qdd1]), np.array([ok]))
         M = mech.M
         t1 = t + h
         Qe = None
@@ -125,6 +132,59 @@ class ALI3P:
         return MBState(q1 if single else q1[None], qd1 if single else qd1[None],
                        qdd1 if single else qdd1[None], ok if single else np.array([ok]),
                        _Multipliers(lam.tolist(), h) if single else None)
+
+
+def _scalar_step(self, mech, t, q0, qd0, qdd0, aux, h):
+    """The step above on Python floats through the generated ALI3-P kernels
+    (:mod:`mbde_core.model.codegen_ali3p`): (q1, qd1, qdd1 lists, ok, _Multipliers), or
+    None when they do not apply (no kernels, forces depending on q or qd) or meet an
+    arithmetic exception (the numpy code then runs). Same operations, in the same
+    order, as the numpy path with K = C = 0; the solves with M + c Phi_q^T Phi_q use its
+    L D L^T factors instead of LU (equal to rounding)."""
+    K = fastpath.kernels(mech)
+    if K is None or K.scalar.pen_newton is None or mech.loads.position_dependent or mech.loads.velocity_dependent:
+        return None
+    S = K.scalar
+    n, m = mech.n, mech.m
+    ev = _Evaluator(mech, t + h, None)
+    a = float(ev.alpha(self.penalty))  # a Python float: numpy scalars would slow every operation 5x
+    hh = 0.25 * h * h
+    c = hh * a
+    k1, k2, k4 = 2.0 / h, 4.0 / h**2, 4.0 / h
+    h2 = 0.5 * h * h
+    x0, v0, acc0 = q0.tolist(), qd0.tolist(), qdd0.tolist()
+    try:
+        qdh = [-(k1 * x + v) for x, v in zip(x0, v0)]
+        qddh = [-(k2 * x + k4 * v + w) for x, v, w in zip(x0, v0, acc0)]
+        q1 = [x + h * v + h2 * w for x, v, w in zip(x0, v0, acc0)]
+        warm = isinstance(aux, _Multipliers) and len(aux.lam) == m and aux.h == h
+        lam = aux.lam if warm else [0.0] * m
+        tol = self.tol * max(1.0, mech.length_scale)
+        zero = (0.0,) * n
+        Q = S.forces(q1, zero, K.time_values(t + h))  # depends on t only here
+        ok = False
+        ph, J, tr = S.pen_state(q1)
+        for _ in range(self.max_iter):
+            dx = S.pen_newton(J, ph, lam, q1, qddh, Q, a, c, hh, k2)
+            q1 = [x - d for x, d in zip(q1, dx)]
+            ph, J, tr = S.pen_state(q1)
+            lam = [v + a * p for v, p in zip(lam, ph)]
+            if fastpath.maxabs(dx) <= tol:
+                ok = True
+                break
+        F = S.pen_factor(J, c)
+        qd1 = [k1 * x + y for x, y in zip(q1, qdh)]
+        for _ in range(self.projections):
+            qd1 = S.pen_msolve(F, qd1, zero)
+        rhs = S.pen_jt(J, S.jdot(q1, qd1, tr), c)
+        qdd1 = [k2 * x + y for x, y in zip(q1, qddh)]
+        for _ in range(self.projections):
+            qdd1 = S.pen_msolve(F, qdd1, rhs)
+    except fastpath.SCALAR_ERRORS:
+        return None
+    ok = ok and fastpath.maxabs(ph) <= 1e-9 * max(1.0, mech.length_scale**2)
+    ok = ok and math.isfinite(sum(qd1) + sum(qdd1))
+    return q1, qd1, qdd1, ok, _Multipliers(lam, h)
 
 
 class _Multipliers:

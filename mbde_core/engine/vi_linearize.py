@@ -32,7 +32,38 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbde_core.engine import kinematics
+from mbde_core.engine import fastpath, kinematics
+
+
+def tangent_maps(mech, q):
+    """(R (n, g), S (n, g, g)) at q (n,): on the generated scalar kernels when the mechanism
+    has them (one trig/jac evaluation for R and every S(u, u)), else the generic code."""
+    K = fastpath.kernels(mech)
+    if K is not None:
+        try:
+            Sk = K.scalar
+            x = np.asarray(q, dtype=float).tolist()
+            tr = Sk.trig(x)
+            J = Sk.jac(x, tr)
+            R = np.array(Sk.rmatrix(J, tr), dtype=float).reshape(mech.n, mech.dof)
+            g = mech.dof
+            zero = [0.0] * g
+
+            def curv(u):
+                return np.array(Sk.acceleration(J, tr, x, (R @ u).tolist(), zero), dtype=float)
+
+            S = np.empty((mech.n, g, g))
+            E = np.eye(g)
+            for k in range(g):
+                S[:, k, k] = curv(E[k])
+            for k in range(g):
+                for l in range(k + 1, g):
+                    S[:, k, l] = S[:, l, k] = 0.25 * (curv(E[k] + E[l]) - curv(E[k] - E[l]))
+            return R, S
+        except fastpath.SCALAR_ERRORS:
+            pass
+    R = kinematics.r_matrix(mech, q)
+    return R, position_hessian(mech, q, R)
 
 
 def position_hessian(mech, q, R) -> np.ndarray:
@@ -63,8 +94,7 @@ def step_jacobian(mech, t: float, h: float, midpoint: bool, q0, qd0, q1, qd1, a=
     a = np.zeros(g) if a is None else np.asarray(a, dtype=float).reshape(g)
     c_h = 0.5 * h * h if midpoint else 0.0
     c_p = 0.5 * h if midpoint else h
-    R0, R1 = kinematics.r_matrix(mech, q0), kinematics.r_matrix(mech, q1)
-    S0, S1 = position_hessian(mech, q0, R0), position_hessian(mech, q1, R1)
+    (R0, S0), (R1, S1) = tangent_maps(mech, q0), tangent_maps(mech, q1)
     zd0, zd1 = qd0[iz], qd1[iz]
     va = (q1 - q0) / h
     if midpoint:
@@ -72,7 +102,10 @@ def step_jacobian(mech, t: float, h: float, midpoint: bool, q0, qd0, q1, qd1, a=
     else:
         tf, qa = t + h, q1
     F = mech.forces(tf, qa, va) + M @ R0 @ a
-    Kq, C = mech.force_jacobians(tf, qa, va)
+    if mech.loads:
+        Kq, C = mech.force_jacobians(tf, qa, va)
+    else:  # gravity only: constant
+        Kq = C = np.zeros((mech.n, mech.n))
     dF1 = (0.5 * Kq if midpoint else Kq) + C / h  # dF/dq1
     dF0 = (0.5 * Kq if midpoint else 0.0 * Kq) - C / h  # dF/dq0
     MR0, MR1 = M @ R0, M @ R1

@@ -17,7 +17,13 @@ import yaml
 
 
 def _fmt(v: float) -> str:
-    return f"{float(v):.10g}"
+    """10 significant digits, always read back as a float by YAML 1.1 readers (PyYAML wants
+    a dot in the mantissa of an exponent form: 1.0e-07, not 1e-07)."""
+    text = f"{float(v):.10g}"
+    if "e" in text and "." not in text.split("e")[0]:
+        mant, exp = text.split("e")
+        text = f"{mant}.0e{exp}"
+    return text
 
 
 def _find(node, path):
@@ -37,8 +43,16 @@ def _find(node, path):
     return node
 
 
+class _Dumper(yaml.SafeDumper):
+    """Floats with 10 significant digits (the identified values' comments use the same)."""
+
+
+_Dumper.add_representer(float, lambda d, v: d.represent_scalar("tag:yaml.org,2002:float", _fmt(v))
+                        if "e" in _fmt(v) or "." in _fmt(v) else d.represent_int(int(v)))
+
+
 def _flow(item) -> str:
-    return yaml.safe_dump(item, default_flow_style=True, sort_keys=False, width=10_000).strip()
+    return yaml.dump(item, Dumper=_Dumper, default_flow_style=True, sort_keys=False, width=10_000).strip()
 
 
 class _Editor:
@@ -188,13 +202,10 @@ def _edit(text, original_doc, new_doc, params, values, stds, identifiable):
 
 
 def _joint_load_matches(par, ld, doc) -> bool:
-    from mbde_core.identification.keypath import _items, _same_pair
+    from mbde_core.identification.keypath import is_joint_load
 
-    if not isinstance(ld, dict) or ld.get("type") != "joint_damping":
-        return False
     _, body, body2 = par.target[1]
-    names = {i: n for i, n, _ in _items(doc, "planar_bodies", "body")}
-    return _same_pair(ld, body, body2, names)
+    return is_joint_load(doc, ld, body, body2)
 
 
 def new_doc_value(doc, where):

@@ -3,10 +3,18 @@
     identification:
       step: auto                  # grid step [s]; auto = the fastest sensor's period
       initial_guess: auto         # lowpass (paper 001 sec. 4.4, encoders on every z) | filter | auto
+      horizons: auto              # stages: first_horizon, doubled until the recordings are covered
+                                  # (a filter's guess only); or a list of horizons [s]
+      first_horizon: 0.5          # [s]
+      stage_prior: 0.5            # relative sigma of a prior on the parameters before the last stage (0: none)
+      initial_sigma_a: auto       # acceleration-noise sigma of the first pass: auto (0.3 RMS of the
+                                  # initial guess's zdd), config (the smoother's plant noise) or a number
+      descend: 10                 # the noise search divides sigma by this per pass until bracketed
       max_iterations: 50          # Levenberg-Marquardt iterations per pass
-      tolerance: 1.0e-6           # stop: step^T A step <= tolerance (posterior units)
+      tolerance: 1.0e-6           # stop: step^T A step <= tolerance (posterior units), last pass
+      pass_tolerance: 1.0e-2      # ... earlier passes
       mu0: 1.0e-12                # initial damping relative to diag(J^T J)
-      noise_passes: 8             # noise re-estimation passes (0: keep the configured noise)
+      noise_passes: 8             # noise re-estimation passes (0: keep the first pass's sigmas)
       noise_tolerance: 0.05       # stop when every re-estimated sigma moves less than this
       rank_tolerance: 1.0e-9      # null direction of the parameters (relative eigenvalue)
       integrator_relaxation: 1.0e-2  # replaces the smoother's (see below)
@@ -40,17 +48,25 @@ def validate_identification(options, file: str = "<config>", path: str = "identi
     node = Node(options or {}, file, path)
     node.mapping(optional=tuple(DEFAULTS))
     cfg = identification_defaults()
+    words = {"step": ("auto",), "initial_guess": ("auto", "lowpass", "filter"), "initial_sigma_a": ("auto", "config")}
     for key in DEFAULTS:
-        if node.has(key):
-            child = node.get(key)
-            if key == "step" and child.value == "auto":
-                cfg[key] = "auto"
-            elif key == "initial_guess":
-                cfg[key] = child.string(("auto", "lowpass", "filter"))
-            elif key in ("max_iterations", "noise_passes"):
-                cfg[key] = int(child.number(integer=True, minimum=1 if key == "max_iterations" else 0))
-            else:
-                cfg[key] = child.number(positive=True)
+        if not node.has(key):
+            continue
+        child = node.get(key)
+        if key == "horizons":
+            cfg[key] = "auto" if child.value == "auto" else child.vector(None, positive=True)
+        elif key in words and isinstance(child.value, str):
+            cfg[key] = child.string(words[key])
+        elif key == "initial_guess":
+            cfg[key] = child.string(words[key])
+        elif key == "stage_prior":
+            cfg[key] = child.number(nonnegative=True)
+        elif key in ("max_iterations", "noise_passes"):
+            cfg[key] = int(child.number(integer=True, minimum=1 if key == "max_iterations" else 0))
+        elif key == "descend":
+            cfg[key] = child.number(minimum=1.0)
+        else:
+            cfg[key] = child.number(positive=True)
     if cfg["rank_tolerance"] >= 1:
         raise ConfigError(file, f"{path}.rank_tolerance", f"must be < 1, got {cfg['rank_tolerance']:g}")
     return cfg

@@ -3,13 +3,14 @@
 With the states eliminated (variable projection, paper 001 eq. 3.32,
 :mod:`.projection`), the parameters' information is S = T^T T, T the Jacobian of the
 residuals with respect to the parameters after the states have absorbed what they can.
-In relative units (the joint problem's unknowns are p / |p0|):
+In the correlation form (each column normalised, so units do not matter):
 
 - a parameter with a zero column (the model does not depend on it) is not identifiable;
-- an eigenvalue lambda_k = s_k^2 of S below ``tol`` lambda_max (default 1e-9, i.e. a singular
-  value of T below 3e-5 of the largest) is a null direction v_k: the combination
-  v_k^T dp/|p| changes nothing the data can see (e.g. mass and inertia of a pendulum with
-  gravity, which enter only as the ratio m g l / J). Every parameter with
+- an eigenvalue lambda_k of D S D (D = diag(S)^-1/2) below ``tol`` lambda_max (default
+  1e-9, i.e. a singular value of the normalised T below 3e-5 of the largest) is a null
+  direction v_k: the combination sum_j v_kj D_j dp_j changes nothing the data can see
+  (e.g. mass and gravity of a pendulum, which enter only as their product; or every mass
+  of a gravity-driven linkage, whose common scale cancels). Every parameter with
   |v_k| > ``share`` (default 0.1) in a null direction is reported not identifiable and
   is not estimated (held at its starting value);
 - the remaining parameters have the covariance S^-1 (paper 001 eq. 3.31); their relative
@@ -24,7 +25,7 @@ import numpy as np
 
 @dataclass
 class Identifiability:
-    """rank (of S_rel), eigenvalues (ascending, relative units), identifiable (P,) bools,
+    """rank (of D S D), eigenvalues (ascending, of D S D), identifiable (P,) bools,
     null_directions: list of {parameter label: component} of the null eigenvectors."""
 
     rank: int
@@ -34,11 +35,14 @@ class Identifiability:
 
 
 def analyse(S: np.ndarray, labels, tol: float = 1e-9, share: float = 0.1) -> Identifiability:
-    """Identifiability of P parameters from their information S (P, P) in relative units
-    (the information of p / |p|, as the joint problem's unknowns are scaled)."""
+    """Identifiability of P parameters from their information S (P, P) (any scaling: the
+    test runs on the correlation form D S D, D = diag(S)^-1/2, whose eigenvalues do not
+    depend on the parameters' units)."""
     P = S.shape[0]
-    ok = np.diag(S) > 0
-    lam, V = np.linalg.eigh(0.5 * (S + S.T))
+    d = np.diag(S).copy()
+    ok = d > 0
+    D = np.where(ok, 1.0 / np.sqrt(np.where(ok, d, 1.0)), 0.0)
+    lam, V = np.linalg.eigh(0.5 * (S + S.T) * np.outer(D, D))
     top = max(float(lam[-1]), 0.0)
     null = lam <= tol * top if top > 0 else np.ones(P, bool)
     ident = ok.copy()

@@ -13,20 +13,34 @@ f(z_i, zd_i; p), with the integrator factor between steps.
    works for any sensor set.
 2. Identifiability at the initial guess (:mod:`.identifiability`): parameters in a null
    direction of the reduced Jacobian are reported and held, not estimated.
+2b. Growing horizon: with parameters 20 % off, a forward filter's trajectory drifts
+   (gyroscopes observe positions only through the dynamics), and the joint problem over
+   a long recording can settle in a wrong basin (e.g. weaker gravity and more damping).
+   So the first stage solves only the first 0.5 s of every recording (anchored by the
+   initial-state prior, before the drift), and each further stage twice as much, until
+   all of it, starting from the previous stage's parameters and trajectory, continued by
+   simulation with those parameters (``horizons``). Not needed (one stage) when the
+   initial guess comes from the readings (the low-pass guess from encoders). In the
+   stages before the last a weak prior (50 % relative sigma, ``stage_prior``) around the
+   stage's starting parameters keeps those that a short window cannot determine from
+   drifting away; the last stage has none (the estimate is the maximum likelihood of
+   paper 001 eq. 3.15).
 3. Levenberg-Marquardt on the banded normal equations with dense parameter columns
    (:mod:`mbde_core.trajectory.solver`, the smoother's solver; paper 001 Algorithm 1),
    box bounds by projection. The initial damping is 1e-12 diag(J^T J): the integrator
    rows make the diagonal huge, and a larger damping only slows the first steps.
-4. Noise re-estimation (paper 001 eqs. 3.26-3.28, :mod:`.noise`): the acceleration-noise
-   sigma of the eom rows and each sensor channel's sigma are rescaled by their variance
-   factors (with redundancy numbers) and the problem is solved again, until every
-   factor is within ``noise_tolerance`` of 1 or ``noise_passes`` passes. The step in
-   log sigma is a secant step on log(factor) (Foerstner's step sigma^2 *= factor when
-   the secant is not usable), clamped to a factor 30 per pass. With an exact model (no
-   disturbances) the acceleration sigma would fall without end; it stops at the
-   integration scheme's own error (:func:`discretization_sigma`).
-5. Covariance of the parameters: the inverse Schur complement (eqs. 3.31-3.32); the
-   identifiability is checked again at the solution.
+4. Noise re-estimation (paper 001 eqs. 3.26-3.28, :mod:`.noise`): the first pass uses an
+   acceleration-noise sigma of 30 % of the initial guess's accelerations (the parameters
+   are typically ~20 % off); after each pass the variance factors of the eom rows and of
+   every sensor channel (with redundancy numbers) give the next sigmas (descent, then
+   regula falsi in log sigma: :class:`.noise.SigmaSearch`; Foerstner's step for the
+   sensors) and the problem is solved again from the previous solution, until every
+   sigma moves by less than ``noise_tolerance``; a last pass polishes at the final
+   tolerance. With an exact model (no disturbances) the acceleration sigma would fall
+   without end; it stops at the integration scheme's own error
+   (:func:`.noise.discretization_sigma`) or where the banded Cholesky stops factoring.
+5. Covariance of the parameters: (T^T T)^-1 of the state-projected parameter Jacobian
+   (eqs. 3.30-3.32, :mod:`.projection`); the identifiability is checked again there.
 """
 from __future__ import annotations
 
@@ -36,10 +50,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mbde_core.identification.identifiability import analyse
-from mbde_core.identification.noise import variance_factors
-from mbde_core.identification.problem import JointProblem
+from mbde_core.identification.noise import SigmaSearch, discretization_sigma, rescale, sensor_sigmas, variance_factors
+from mbde_core.identification.problem import JointProblem, column_scales
 from mbde_core.identification.projection import project
-from mbde_core.trajectory.factors import Integrator
 from mbde_core.trajectory.problem import SmootherProblem
 from mbde_core.trajectory.solver import LMOptions, levenberg_marquardt
 
@@ -53,8 +66,12 @@ DEFAULTS = {
     "noise_passes": 8,  # re-estimation passes (0: keep the configured noise)
     "noise_tolerance": 0.05,  # stop when every sigma changes by less than this fraction
     "rank_tolerance": 1e-9,  # null direction: eigenvalue <= tol * largest (relative units)
-    "min_sigma_a": 1e-9,
-    "descend": 10.0,  # floor of the re-estimated acceleration sigma [unit/s^2]
+    "min_sigma_a": 1e-9,  # floor of the re-estimated acceleration sigma [unit/s^2]
+    "descend": 10.0,  # the noise search descends by this factor per pass until bracketed
+    "horizons": "auto",  # stages: auto (see _horizons) or a list of seconds before the whole recordings
+    "first_horizon": 0.5,  # [s] first stage of the auto horizons
+    "stage_prior": 0.5,  # relative sigma of the prior on the parameters in the stages before the last
+    "initial_sigma_a": "auto",  # auto: 0.3 RMS(zdd) of the initial guess; "config": the smoother's plant noise
 }
 
 
@@ -82,7 +99,8 @@ class IdentificationResult:
     identifiable: np.ndarray
     at_bound: np.ndarray
     identifiability: object
-    history: list  # cost after each accepted LM step, all passes
+    history: list  # cost at the start and after each accepted LM step, all passes
+    pass_starts: list  # index into history where each pass starts (the weights change there)
     iterations: int  # accepted LM steps, all passes
     first_pass_iterations: int
     passes: int
@@ -95,6 +113,7 @@ class IdentificationResult:
     trajectories: list  # per recording: dict(t, z, zd, zdd, q)
     residuals: list  # per recording: {sensor: (t (K,), normalised residual (K, d))}
     cost_per_factor: dict
+    stages: list = field(default_factory=list)  # per horizon: iterations, passes, estimate, sigma
     timings: dict = field(default_factory=dict)
 
     @property
@@ -105,19 +124,27 @@ class IdentificationResult:
         return np.where(np.outer(s, s) > 0, c, np.nan)
 
 
-def _problems(pm, recordings, smoother_cfg, guess_cfg, initial: str = "auto"):
-    """(SmootherProblem per recording, X0 stacked, initial-guess info) with the starting
-    model; initial: 'lowpass' (paper 001 sec. 4.4, :mod:`.initial`), 'filter' (the
-    smoother's forward filter) or 'auto' (lowpass when encoders read every z)."""
-    from mbde_core.identification.initial import encoder_channels, lowpass_guess
+def _problems(pm, p, recordings, smoother_cfg, guess_cfg, initial: str = "auto", horizon: float | None = None,
+              previous=None):
+    """(SmootherProblem per recording, X0 stacked, initial-guess info) with the model at
+    parameters p, on the readings up to ``horizon`` s after each recording's first (None:
+    all); initial: 'lowpass' (paper 001 sec. 4.4, :mod:`.initial`), 'filter' (the
+    smoother's forward filter) or 'auto' (lowpass when encoders read every z).
+    previous: per recording (X, q) of the previous stage, continued by simulation
+    (:func:`.initial.extend`) instead of a filter run."""
+    from mbde_core.identification.initial import encoder_channels, extend, lowpass_guess
     from mbde_core.trajectory.model import MultibodyModel
     from mbde_core.trajectory.smoother import BatchSmoother
 
-    mech = pm.mechanism(pm.p0)
+    mech = pm.mechanism(p)
     probs, X0s, infos = [], [], []
-    for rec in recordings:
+    for r, rec in enumerate(recordings):
         sm = BatchSmoother(mech, rec.sensors, smoother_cfg, guess_cfg)
-        readings = sm.readings(rec.measurements)
+        meas = rec.measurements
+        if horizon is not None and meas:
+            t0 = min(m.stamp for m in meas)
+            meas = [m for m in meas if m.stamp <= t0 + horizon + 1e-9]
+        readings = sm.readings(meas)
         if readings.N < 2:
             from mbde_core.errors import DataError
 
@@ -131,6 +158,9 @@ def _problems(pm, recordings, smoother_cfg, guess_cfg, initial: str = "auto"):
             from mbde_core.errors import DataError
 
             raise DataError(f"{rec.name}: initial guess 'lowpass' needs an encoder on every independent coordinate")
+        elif previous is not None:
+            X0, q0 = extend(mech, previous[r][0], previous[r][1], readings.N, readings.dt)
+            info = {"initial_guess": f"previous stage ({previous[r][0].shape[0]} steps) continued by simulation"}
         else:
             X0, q0, info = sm.initial_guess(readings, rec.init)
         g = mech.dof
@@ -145,20 +175,8 @@ def _problems(pm, recordings, smoother_cfg, guess_cfg, initial: str = "auto"):
     return probs, np.vstack(X0s), infos
 
 
-def _rescale(problems, scheme, relaxation, sigma_a, sensor_factor):
-    """Set every recording's sigma_a (g,) (integrator sigmas follow) and rescale sensor
-    whitening by 1/sqrt(factor) per channel."""
-    for pr in problems:
-        pr.sigma_a = np.array(sigma_a, dtype=float)
-        pr.integrator = Integrator(pr.g, pr.readings.dt, scheme, pr.sigma_a, relaxation)
-        for s in pr.readings.sensors:
-            f = sensor_factor.get(s.name)
-            if f is not None:
-                s.whiten = np.diag(1.0 / np.sqrt(f)) @ s.whiten
-
-
-def _check(jp, X, u, labels, tol):
-    rows = jp.evaluate(X, u)
+def _check(jp, X, p, labels, tol):
+    rows = jp.evaluate(X, jp.unknowns(p))
     return analyse(project(rows, jp.N, jp.b, jp.P).information(), labels, tol)
 
 
@@ -171,81 +189,46 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
 
     opt = dict(DEFAULTS, **(options or {}))
     cfg = dict(smoother_cfg or smoother_defaults())
-    if opt["step"] == "auto":
-        cfg["step"] = min(s.period for rec in recordings for s in rec.sensors)
-    else:
-        cfg["step"] = float(opt["step"])
+    cfg["step"] = min(s.period for rec in recordings for s in rec.sensors) if opt["step"] == "auto" else float(opt["step"])
     say = progress or (lambda msg: None)
     t_start = time.perf_counter()
-    problems, X, finfo = _problems(pm, recordings, cfg, guess_cfg, opt["initial_guess"])
+    problems, X, finfo = _problems(pm, pm.p0, recordings, cfg, guess_cfg, opt["initial_guess"])
     t_guess = time.perf_counter() - t_start
-    jp = JointProblem(pm, problems, sensor_factory=sensor_factory)
     labels = pm.names
-    ident0 = _check(jp, X, jp.unknowns(pm.p0), labels, opt["rank_tolerance"])
+    scale = column_scales(pm, problems, X, sensor_factory)
+    ident0 = _check(JointProblem(pm, problems, sensor_factory=sensor_factory, scale=scale), X, pm.p0, labels,
+                    opt["rank_tolerance"])
     active = ident0.identifiable.copy()
     if not active.all():
         say("not identifiable: " + ", ".join(n for n, a in zip(labels, active) if not a))
-    jp = JointProblem(pm, problems, active, sensor_factory)
-    u = jp.unknowns(pm.p0)
-    lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["pass_tolerance"], mu0=opt["mu0"])
-    final = False
-    history, iterations, passes = [], 0, 0
-    sigma_a = problems[0].sigma_a.copy()
-    noise_status = "not re-estimated"
-    search = SigmaSearch(len(sigma_a), opt["noise_tolerance"], opt["descend"])
-    first_iterations = None
-    status = ""
-    factors = {}
-    proj = None
-    last = None  # (sigma_a, X, u, res, proj, factors) of the last good pass
-    while True:
-        passes += 1
-        res = levenberg_marquardt(jp, X, u, lm)
-        try:
-            proj = project(res.rows, jp.N, jp.b, jp.P) if np.isfinite(res.cost) else None
-        except np.linalg.LinAlgError:
-            proj = None
-        if proj is None and last is not None:
-            # the normal equations lost positive definiteness (sigma_a so small that the
-            # integrator rows outweigh the readings beyond double precision): keep the
-            # previous pass, whose sigma_a is the smallest usable one
-            sigma_a, X, u, res, proj, factors = last
-            _rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, {})
-            noise_status = "numerical floor"
-            say(f"pass {passes}: not positive definite at this acceleration sigma; kept the previous pass")
-            break
-        X, u = res.X, res.p
-        history += res.history[1:] if history else res.history
-        iterations += res.iterations
-        first_iterations = res.iterations if first_iterations is None else first_iterations
-        status = res.status
-        say(f"pass {passes}: {res.iterations} iterations, cost {res.cost:.6g} ({res.status}); "
-            f"acceleration sigma {', '.join(f'{v:.3g}' for v in sigma_a)}, "
-            f"floor {', '.join(f'{v:.3g}' for v in discretization_sigma(jp, X))}")
-        if proj is None:
-            break
-        factors = variance_factors(proj, res.rows)
-        last = (sigma_a.copy(), X, u, res, proj, factors)
-        if final:
-            break
-        sensor_f = {name[4:]: np.asarray(v[0], dtype=float) for name, v in factors.items() if name.startswith("obs:")}
-        sensors_done = all(np.all(np.abs(np.sqrt(f) - 1.0) < opt["noise_tolerance"]) for f in sensor_f.values())
-        floor = np.maximum(discretization_sigma(jp, X), opt["min_sigma_a"])
-        s_next, eom_done = search.update(np.log(sigma_a), np.log(np.maximum(factors["eom"][0], 1e-300)), np.log(floor))
-        noise_status = "converged" if eom_done and sensors_done else "pass limit"
-        if (eom_done and sensors_done) or passes > opt["noise_passes"]:
-            final = True  # polish at the final tolerance (usually 1-2 steps)
-            lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["tolerance"], mu0=opt["mu0"])
-            continue
-        sigma_a = np.exp(s_next)
-        _rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, sensor_f)
+    p, sigma = pm.p0.copy(), None
+    data_driven = all(str(f.get("initial_guess", "")).startswith("lowpass") for f in finfo)
+    horizons = _horizons(opt["horizons"], recordings, opt["first_horizon"], data_driven)
+    log = {"history": [], "pass_starts": [], "iterations": 0, "passes": 0, "stages": []}
+    previous = None
+    for k, horizon in enumerate(horizons):
+        if k > 0 or horizon is not None:  # up to the horizon, from the previous stage's trajectory if any
+            problems, X, finfo = _problems(pm, p, recordings, cfg, guess_cfg, opt["initial_guess"], horizon, previous)
+        last_stage = k == len(horizons) - 1  # earlier stages only need a start for the next: 2 noise passes
+        prior = None
+        if not last_stage and opt["stage_prior"] > 0:  # a short window may not determine every parameter
+            prior = (p[active] / scale[active], np.full(int(active.sum()), float(opt["stage_prior"])))
+        jp = JointProblem(pm, problems, active, sensor_factory, scale, prior)
+        stage = _solve_stage(jp, problems, X, jp.unknowns(p), sigma, cfg,
+                             opt if last_stage else dict(opt, noise_passes=min(2, opt["noise_passes"])), say, log)
+        p, sigma = jp.params(stage["u"]), stage["sigma_a"]
+        previous = [(Xr, pr.ev.q) for pr, Xr in zip(problems, jp.split(stage["X"]))]
+        log["stages"].append({"horizon_s": horizon, "iterations": stage["iterations"], "passes": stage["passes"],
+                              "estimate": [float(v) for v in p], "acceleration_sigma": [float(v) for v in sigma]})
+        if horizon is not None:
+            say(f"horizon {horizon:g} s: " + ", ".join(f"{n} = {v:.6g}" for n, v, a in zip(labels, p, active) if a))
+    res, proj, X = stage["res"], stage["proj"], stage["X"]
     t_solve = time.perf_counter() - t_start - t_guess
-    p = jp.params(u)
     cov = np.full((pm.P, pm.P), np.nan)
     std = np.full(pm.P, np.nan)
     final_ok = active.copy()
     ident = None
-    if jp.P and np.isfinite(res.cost):
+    if jp.P and proj is not None:
         ident = analyse(proj.information(), [n for n, a in zip(labels, active) if a], opt["rank_tolerance"])
         final_ok[np.flatnonzero(active)] = ident.identifiable
         C = proj.covariance(rcond=np.sqrt(opt["rank_tolerance"])) * np.outer(jp.scale[active], jp.scale[active])
@@ -255,90 +238,101 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
     p_out = np.where(final_ok, p, pm.p0)
     at_bound = final_ok & ((np.isclose(p, pm.lower, rtol=1e-9, atol=0)) | np.isclose(p, pm.upper, rtol=1e-9, atol=0))
     trajs, resid, white = _outputs(jp, X, res.rows, recordings)
-    from mbde_core.trajectory.problem import SmootherProblem as _SP
-
     return IdentificationResult(
         pm=pm, p0=pm.p0.copy(), p=p_out, std=std, cov=cov, identifiable=final_ok, at_bound=at_bound,
-        identifiability=ident0 if ident is None or ident0.rank < pm.P else ident, history=[float(c) for c in history],
-        iterations=iterations, first_pass_iterations=int(first_iterations or 0), passes=passes, status=status,
-        noise_status=noise_status,
-        sigma_a=np.asarray(sigma_a), sensor_sigma=_sensor_sigmas(problems, recordings),
-        factors={k: [float(x) for x in np.atleast_1d(v[0])] for k, v in factors.items()},
-        whiteness=white, trajectories=trajs, residuals=resid, cost_per_factor=_SP.cost_breakdown(res.rows),
+        identifiability=ident0 if ident is None or ident0.rank < pm.P else ident,
+        history=[float(c) for c in log["history"]], pass_starts=log["pass_starts"], iterations=log["iterations"],
+        first_pass_iterations=stage["first_iterations"], passes=log["passes"], status=res.status,
+        noise_status=stage["noise_status"], sigma_a=np.asarray(sigma), sensor_sigma=sensor_sigmas(problems),
+        factors={k: [float(x) for x in np.atleast_1d(v[0])] for k, v in stage["factors"].items()},
+        whiteness=white, trajectories=trajs, residuals=resid, cost_per_factor=SmootherProblem.cost_breakdown(res.rows),
+        stages=log["stages"],
         timings={"initial_guess_s": t_guess, "solve_s": t_solve, "total_s": time.perf_counter() - t_start,
                  "filters": finfo},
     )
 
 
-class SigmaSearch:
-    """Root of phi(s) = log(variance factor of the eom rows) in s = log sigma_a, per
-    independent coordinate (g,).
-
-    Each evaluation is one solve, so the search must be economical and must not stop at
-    a spurious fixed point: from a loose start (a filter's plant noise, phi < 0) sigma_a
-    descends by ``descend`` per pass (or by Foerstner's step phi / 2 if larger) until
-    phi > 0, continuation that also keeps each solve near the previous one; then the
-    bracketed root is refined by regula falsi with the Illinois modification. A factor
-    above 1 without a bracket takes Foerstner's step up. Converged when |phi| / 2 <
-    log(1 + tol) (sigma within tol); at the discretization floor with phi < 0 the search
-    stops there.
-    """
-
-    def __init__(self, g: int, tol: float, descend: float):
-        self.tol = np.log1p(tol)
-        self.jump = np.log(descend)
-        self.lo = np.full((g, 2), np.nan)  # (s, phi) with phi > 0 (sigma too small)
-        self.hi = np.full((g, 2), np.nan)  # (s, phi) with phi < 0 (sigma too large)
-        self.side = np.zeros(g)  # side kept last (Illinois)
-
-    def update(self, s, phi, s_floor):
-        """(next s (g,), converged) from the current s, phi and the floor log sigma."""
-        s, phi = np.asarray(s, float), np.asarray(phi, float)
-        done = np.abs(phi) / 2 < self.tol
-        at_floor = (phi < 0) & (s <= s_floor + 1e-9)
-        nxt = s.copy()
-        for k in range(s.size):
-            if done[k] or at_floor[k]:
-                continue
-            if phi[k] > 0:
-                self._keep(k, self.lo, s[k], phi[k], +1)
-            else:
-                self._keep(k, self.hi, s[k], phi[k], -1)
-            (sl, pl), (sh, ph) = self.lo[k], self.hi[k]
-            if np.isfinite(sl) and np.isfinite(sh):
-                nxt[k] = sl - pl * (sh - sl) / (ph - pl)
-            elif phi[k] < 0:
-                nxt[k] = s[k] + min(phi[k] / 2, -self.jump)
-            else:
-                nxt[k] = s[k] + min(phi[k] / 2, self.jump)
-        return np.maximum(nxt, s_floor), bool(np.all(done | at_floor))
-
-    def _keep(self, k, store, s, phi, side):
-        if self.side[k] == side:  # the other end was kept twice: Illinois halves its phi
-            other = self.hi if side > 0 else self.lo
-            other[k, 1] *= 0.5
-        self.side[k] = side
-        store[k] = (s, phi)
+def _horizons(spec, recordings, first: float, data_driven: bool) -> list:
+    """Stage horizons [s] (None = all of every recording). 'auto': ``first`` seconds,
+    doubled until the longest recording is covered, when the initial guess comes from a
+    filter run with the starting parameters (which drifts); a single stage when it comes
+    from the readings themselves (``data_driven``: the low-pass guess from encoders) or
+    the recordings are short. Or a list of seconds."""
+    if spec != "auto":
+        return [float(h) for h in spec] + [None]
+    longest = max(max((m.stamp for m in rec.measurements), default=0.0) - min((m.stamp for m in rec.measurements), default=0.0)
+                  for rec in recordings)
+    out, h = [], float(first)
+    while not data_driven and h < 0.9 * longest:
+        out.append(h)
+        h *= 2.0
+    return out + [None]
 
 
-def discretization_sigma(jp, X) -> np.ndarray:
-    """Floor (g,) of the re-estimated acceleration sigma: the Newmark linear-acceleration
-    scheme's truncation error as an acceleration, dt^2 z^(4) / 12 ~ (second difference of
-    zdd) / 12, RMS over the recordings. Below it the eom residuals measure the scheme's
-    error, not disturbances (paper 001 sec. 4.9, shadow parameters)."""
-    g = jp.g
-    d2 = [np.diff(Xr[:, 2 * g:], 2, axis=0) for Xr in jp.split(X) if Xr.shape[0] > 2]
-    if not d2:
-        return np.zeros(g)
-    return np.sqrt(np.mean(np.concatenate(d2) ** 2, axis=0)) / 12.0
-
-
-def _sensor_sigmas(problems, recordings) -> dict:
-    """Re-estimated sensor sigmas {name: (d,)} from the final whitening (diagonal part)."""
-    out = {}
-    for s in problems[0].readings.sensors:
-        C = np.linalg.inv(s.whiten.T @ s.whiten)
-        out[s.name] = [float(v) for v in np.sqrt(np.diag(C))]
+def _solve_stage(jp, problems, X, u, sigma_start, cfg, opt, say, log) -> dict:
+    """Levenberg-Marquardt passes with the noise search (steps 3-4 of the module docstring)."""
+    if sigma_start is not None:
+        sigma_a = np.asarray(sigma_start, dtype=float)
+    elif opt["initial_sigma_a"] == "auto":  # 30 % of the initial guess's accelerations (parameters ~20 % off)
+        rms = np.sqrt(np.mean(X[:, 2 * jp.g:] ** 2, axis=0))
+        sigma_a = np.maximum(0.3 * rms, np.maximum(discretization_sigma(jp, X), opt["min_sigma_a"]))
+    elif opt["initial_sigma_a"] == "config":
+        sigma_a = problems[0].sigma_a.copy()
+    else:
+        sigma_a = np.full(jp.g, float(opt["initial_sigma_a"]))
+    rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, {})
+    lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["pass_tolerance"], mu0=opt["mu0"])
+    search = SigmaSearch(len(sigma_a), opt["noise_tolerance"], opt["descend"])
+    out = {"iterations": 0, "passes": 0, "first_iterations": None, "noise_status": "not re-estimated", "factors": {}}
+    final, last = False, None  # last: (sigma_a, X, u, res, proj, factors) of the last good pass
+    while True:
+        out["passes"] += 1
+        res = levenberg_marquardt(jp, X, u, lm)
+        try:
+            proj = project(res.rows, jp.N, jp.b, jp.P) if np.isfinite(res.cost) else None
+        except np.linalg.LinAlgError:
+            proj = None
+        if proj is None and last is None and out["passes"] < 4:  # no good pass yet: retry 10 times looser
+            sigma_a = sigma_a * 10.0
+            rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, {})
+            say(f"pass {out['passes']}: failed (cost {res.cost:.3g}); retrying with the acceleration sigma x 10")
+            continue
+        if proj is None and last is not None:
+            # the normal equations lost positive definiteness (sigma_a so small that the
+            # integrator rows outweigh the readings beyond double precision): keep the
+            # previous pass, whose sigma_a is the smallest usable one
+            sigma_a, X, u, res, proj, out["factors"] = last
+            rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, {})
+            out["noise_status"] = "numerical floor"
+            say(f"pass {out['passes']}: not positive definite at this acceleration sigma; kept the previous pass")
+            break
+        X, u = res.X, res.p
+        log["pass_starts"].append(len(log["history"]))
+        log["history"] += res.history
+        log["iterations"] += res.iterations
+        log["passes"] += 1
+        out["iterations"] += res.iterations
+        out["first_iterations"] = res.iterations if out["first_iterations"] is None else out["first_iterations"]
+        say(f"pass {out['passes']}: {res.iterations} iterations, cost {res.cost:.6g} ({res.status}); "
+            f"acceleration sigma {', '.join(f'{v:.3g}' for v in sigma_a)}")
+        if proj is None:
+            break
+        factors = out["factors"] = variance_factors(proj, res.rows)
+        last = (sigma_a.copy(), X, u, res, proj, factors)
+        if final:
+            break
+        sensor_f = {name[4:]: np.asarray(v[0], dtype=float) for name, v in factors.items() if name.startswith("obs:")}
+        sensors_done = all(np.all(np.abs(np.sqrt(f) - 1.0) < opt["noise_tolerance"]) for f in sensor_f.values())
+        floor = np.maximum(discretization_sigma(jp, X), opt["min_sigma_a"])
+        s_next, eom_done = search.update(np.log(sigma_a), np.log(np.maximum(factors["eom"][0], 1e-300)), np.log(floor))
+        out["noise_status"] = "converged" if eom_done and sensors_done else "pass limit"
+        if (eom_done and sensors_done) or out["passes"] > opt["noise_passes"]:
+            final = True  # polish at the final tolerance (usually 1-2 steps)
+            lm = LMOptions(max_iterations=opt["max_iterations"], tolerance=opt["tolerance"], mu0=opt["mu0"])
+            continue
+        sigma_a = np.exp(s_next)
+        rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, sensor_f)
+    out.update(res=res, proj=proj, X=X, u=u, sigma_a=sigma_a, first_iterations=int(out["first_iterations"] or 0))
     return out
 
 

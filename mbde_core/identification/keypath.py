@@ -307,16 +307,23 @@ def _set_joint_damping(doc, where, v):
     point, body, body2 = where
     loads = doc.setdefault("loads", []) or []
     doc["loads"] = loads
-    bodies = _items(doc, "planar_bodies", "body")
-    names = {i: n for i, n, _ in bodies}
     for ld in loads:
-        if isinstance(ld, dict) and ld.get("type") == "joint_damping" and _same_pair(ld, body, body2, names):
+        if is_joint_load(doc, ld, body, body2):
             ld["c"] = v
             return
+    names = {i: n for i, n, _ in _items(doc, "planar_bodies", "body")}
     new = {"type": "joint_damping", "name": f"joint_{point}_damping", "body": names[body], "c": v}
     if body2 >= 0:
         new["body2"] = names[body2]
     loads.append(new)
+
+
+def is_joint_load(doc, ld, body: int, body2: int) -> bool:
+    """True if ``ld`` (a load mapping of ``doc``) is the joint_damping load between bodies
+    ``body`` and ``body2`` (indices; -1 = the ground), in either order."""
+    if not isinstance(ld, dict) or ld.get("type") != "joint_damping":
+        return False
+    return _same_pair(ld, body, body2, {i: n for i, n, _ in _items(doc, "planar_bodies", "body")})
 
 
 def _same_pair(ld, body, body2, names) -> bool:

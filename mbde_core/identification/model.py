@@ -72,6 +72,8 @@ class ParameterizedMechanism:
         if len([par for par in params if par.key.startswith("gravity")]) > 1 and any(par.target[0] == "gravity" for par in params):
             raise ConfigError(self.file, "gravity", "the gravity magnitude and gravity components overlap: identify one or the other")
         self.params = [_bounded(par, bounds) for par in params]
+        self.params = [_inertia_floor(par, self.params, spec) if not any(_matches(par, b) for b in bounds) else par
+                       for par in self.params]
         self._check_bounds_used(bounds)
         self.names = [par.label for par in self.params]
         self.P = len(self.params)
@@ -118,14 +120,29 @@ class ParameterizedMechanism:
         return 1e-6 * np.maximum(np.abs(p), 1e-3 * np.maximum(np.abs(self.p0), 1.0))
 
     def _pm(self, p, k, h):
-        """(spec at p - h e_k, spec at p + h e_k, divisor): one-sided (p, p + h) at a lower
-        bound (exact too, the dependence being affine for dynamic parameters)."""
-        lo, hi = np.array(p, dtype=float), np.array(p, dtype=float)
-        hi[k] += h
-        if lo[k] - h < self.lower[k]:
-            return self.spec(lo), self.spec(hi), h
-        lo[k] -= h
-        return self.spec(lo), self.spec(hi), 2 * h
+        """(spec at p - h e_k, spec at p + h e_k, divisor); one-sided, (p, p + h) or
+        (p - h, p), where the other side is out of the bounds or makes the file invalid
+        (e.g. I0 < m |cog|^2): exact too, the dependence being affine for dynamic
+        parameters."""
+        def at(delta):
+            x = np.array(p, dtype=float)
+            x[k] += delta
+            if not self.lower[k] <= x[k] <= self.upper[k]:
+                return None
+            try:
+                return self.spec(x)
+            except ConfigError:
+                return None
+
+        lo, mid, hi = at(-h), None, at(h)
+        if lo is not None and hi is not None:
+            return lo, hi, 2 * h
+        mid = self.spec(p)
+        if hi is not None:
+            return mid, hi, h
+        if lo is not None:
+            return lo, mid, h
+        raise ConfigError(self.file, self.params[k].key, "no valid value near the current one to differentiate")
 
     # -- classification ---------------------------------------------------------------------
     def _classify(self) -> list[str]:
@@ -238,6 +255,20 @@ def _bounded(par: Parameter, bounds) -> Parameter:
         if _matches(par, pattern):
             return replace(par, lower=float(lo), upper=float(hi))
     return par
+
+
+def _inertia_floor(par: Parameter, params, spec) -> Parameter:
+    """A body's I0 (about its first point) cannot go below m |cog|^2 (the loader rejects
+    it): that is its default lower bound when the body's mass and cog are not identified."""
+    from dataclasses import replace
+
+    kind, where = par.target
+    if kind != "doc" or where[0] != "planar_bodies" or where[2] != "I0":
+        return par
+    if any(q.target[0] == "doc" and q.target[1][:2] == where[:2] and q.target[1][2] in ("mass", "cog") for q in params):
+        return par
+    b = spec.bodies[where[1]]
+    return replace(par, lower=max(par.lower, b.mass * (b.cog[0] ** 2 + b.cog[1] ** 2)))
 
 
 def _geometry(spec) -> tuple:

@@ -38,13 +38,15 @@ def summary(result, sources) -> dict:
         "correlation": {"parameters": pm.names, "matrix": [[_num(c) for c in row] for row in corr]},
         "identifiability": {
             "rank": ident.rank if ident is not None else 0,
-            "eigenvalues_relative": [float(v) for v in (ident.eigenvalues if ident is not None else [])],
+            "eigenvalues_normalised": [float(v) for v in (ident.eigenvalues if ident is not None else [])],
             "null_directions": ident.null_directions if ident is not None else [],
         },
         "cost_per_iteration": result.history,
+        "pass_starts": result.pass_starts,
         "iterations": result.iterations,
         "first_pass_iterations": result.first_pass_iterations,
         "noise_passes": result.passes,
+        "stages": result.stages,
         "status": result.status,
         "noise": {"status": result.noise_status, "acceleration_sigma": [float(v) for v in result.sigma_a],
                   "sensor_sigma": result.sensor_sigma,
@@ -107,7 +109,9 @@ def write_plots(out: str, result, sources) -> list[str]:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     h = np.asarray(result.history, dtype=float)
     ax.semilogy(np.arange(len(h)), h, "o-", ms=3)
-    ax.set_xlabel("accepted Levenberg-Marquardt step (all noise passes)")
+    for k in result.pass_starts[1:]:
+        ax.axvline(k - 0.5, color="0.6", lw=0.8, ls="--")
+    ax.set_xlabel("Levenberg-Marquardt step (dashed: new noise weights)")
     ax.set_ylabel("cost 1/2 |r|^2")
     ax.set_title("identification cost")
     ax.grid(True, which="both", alpha=0.3)

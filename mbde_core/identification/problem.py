@@ -5,8 +5,9 @@ Unknowns: the states of all recordings stacked along the block axis (recording r
 blocks [off_r, off_r + N_r); no row couples two recordings, so the block-tridiagonal
 information matrix of :mod:`mbde_core.trajectory.normal` simply has zero coupling blocks
 at the seams) and P parameters shared by all of them. The parameters enter as scaled
-unknowns u = p / s (s = max(|p0|, tiny)), so the Schur complement is formed between
-columns of comparable size.
+unknowns u = p / s (s = |p0|, or for a parameter starting at 0 a scale that gives its
+column the size of the others': :func:`column_scales`), so that the projection and the
+rank test work on columns of comparable size.
 
 Residual rows are those of :class:`mbde_core.trajectory.problem.SmootherProblem` (prior,
 eom, integrator, one block per sensor) with the mechanism of the current parameters.
@@ -39,12 +40,15 @@ class JointProblem:
 
     pm: :class:`~mbde_core.identification.model.ParameterizedMechanism`; recordings:
     list of :class:`~mbde_core.trajectory.problem.SmootherProblem` (one per recording,
-    each with its own MultibodyModel, same mechanism structure); sensor_factory:
+    each with its own MultibodyModel, same mechanism structure); prior: optional
+    (centre, sigma) of independent Gaussian priors on the scaled unknowns (rows
+    ``param_prior``: the early stages of a growing horizon keep parameters that a short
+    window cannot determine near their start); sensor_factory:
     mech -> SensorSet, rebuilds the sensors on a mechanism with changed geometry (body
     lengths move accelerometer offsets); None keeps the recordings' sensors.
     """
 
-    def __init__(self, pm, recordings, active=None, sensor_factory=None):
+    def __init__(self, pm, recordings, active=None, sensor_factory=None, scale=None, prior=None):
         self.pm = pm
         self.sensor_factory = sensor_factory  # mech -> SensorSet (geometric parameters)
         self._sensors = (None, None)
@@ -54,11 +58,12 @@ class JointProblem:
         self.sizes = [r.N for r in self.recs]
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
         self.N = int(self.offsets[-1])
-        self.scale = np.maximum(np.abs(pm.p0), 1e-12)
+        self.scale = np.where(np.abs(pm.p0) > 0, np.abs(pm.p0), 1.0) if scale is None else np.asarray(scale, float)
         self.active = np.ones(pm.P, bool) if active is None else np.asarray(active, bool)
         self.P = int(self.active.sum())
         self.fixed_p = pm.p0.copy()  # values of the inactive parameters
         self.evaluations = 0
+        self.prior = prior  # (centre u (P,), sigma (P,)) of a Gaussian prior on the unknowns, or None
 
     # -- parameters -------------------------------------------------------------------------
     def params(self, u) -> np.ndarray:
@@ -82,16 +87,24 @@ class JointProblem:
         except ConfigError:
             return _infinite(self.b)
         rows = []
-        for rec, Xr, off in zip(self.recs, self.split(X), self.offsets[:-1]):
-            self._use(rec, mech)
-            rr = rec.evaluate(Xr)
-            if any(rb.name == "assembly" for rb in rr):
-                return _infinite(self.b)
+        try:
+            for rec, Xr, off in zip(self.recs, self.split(X), self.offsets[:-1]):
+                self._use(rec, mech)
+                rr = rec.evaluate(Xr)
+                if any(rb.name == "assembly" for rb in rr):
+                    return _infinite(self.b)
+                if self.P:
+                    self._dynamic_columns(rec, Xr, rr, p)
+                rows += [_shift(rb, off) for rb in rr]
             if self.P:
-                self._dynamic_columns(rec, Xr, rr, p)
-            rows += [_shift(rb, off) for rb in rr]
-        if self.P:
-            self._geometric_columns(X, p, rows)
+                self._geometric_columns(X, p, rows)
+        except ConfigError:  # no valid neighbour to differentiate at (p at the edge of validity)
+            return _infinite(self.b)
+        if self.prior is not None and self.P:
+            centre, sigma = self.prior
+            w = 1.0 / np.asarray(sigma, dtype=float)
+            rows.append(RowBlock("param_prior", np.array([0]), ((np.asarray(u, float) - centre) * w)[None],
+                                 np.zeros((1, self.P, self.b)), None, np.diag(w)[None]))
         return rows
 
     def _dynamic_columns(self, rec, Xr, rows, p):
@@ -135,13 +148,18 @@ class JointProblem:
         for rec, Xr, off in zip(self.recs, self.split(X), self.offsets[:-1]):
             self._use(rec, mech)
             trial, guess = rec._trial, rec.q_guess
-            out += [_shift(rb, off) for rb in rec.evaluate(Xr)]
+            rr = rec.evaluate(Xr)
             rec._trial, rec.q_guess = trial, guess
+            if any(rb.name == "assembly" for rb in rr):
+                raise ConfigError(self.pm.file, "", "the linkage does not assemble next to this trial point")
+            out += [_shift(rb, off) for rb in rr]
         return out
 
     def _use(self, rec, mech) -> None:
         """Evaluate recording ``rec`` with mechanism ``mech`` (and its sensors)."""
-        rec.model.mech = mech
+        if rec.model.mech is not mech:
+            rec.model.mech = mech
+            rec.model._tv_key = None  # load time functions may depend on a parameter: re-evaluate them
         if self.sensor_factory is not None and any(k == "geometric" for k in self.pm.kinds):
             if self._sensors[0] is not mech:
                 self._sensors = (mech, self.sensor_factory(mech))
@@ -161,3 +179,23 @@ def _shift(rb: RowBlock, off: int) -> RowBlock:
     if off == 0:
         return rb
     return RowBlock(rb.name, np.asarray(rb.idx) + int(off), rb.r, rb.Ji, rb.Jn, rb.Jp)
+
+
+def column_scales(pm, recordings, X, sensor_factory=None) -> np.ndarray:
+    """Scales s (P,) of the unknowns u = p / s: |p0|, and for parameters starting at 0
+    (e.g. a damping not yet in the file) the scale that makes the RMS of their Jacobian
+    column equal the median RMS of the others' (1 if none has a value)."""
+    scale = np.where(np.abs(pm.p0) > 0, np.abs(pm.p0), 1.0)
+    zero = pm.p0 == 0
+    if not np.any(zero):
+        return scale
+    jp = JointProblem(pm, recordings, sensor_factory=sensor_factory, scale=scale)
+    sq, count = np.zeros(pm.P), 0
+    for rb in jp.evaluate(X, jp.unknowns(pm.p0)):
+        if rb.Jp is not None and np.all(np.isfinite(rb.r)):
+            sq += np.sum(rb.Jp.reshape(-1, pm.P) ** 2, axis=0)
+            count += rb.r.size
+    rms = np.sqrt(sq / max(count, 1))
+    ref = np.median(rms[~zero]) if np.any(~zero & (rms > 0)) else 1.0
+    scale[zero] = np.where(rms[zero] > 0, ref / np.where(rms[zero] > 0, rms[zero], 1.0), 1.0)
+    return scale

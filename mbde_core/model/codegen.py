@@ -58,6 +58,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from mbde_core.model import codegen_ali3p
 from mbde_core.model.symbolic import ZERO, Emitter, Source, Sym, block_triangular, tuple_expr, var
 
 # ----------------------------------------------------------------------------------------
@@ -481,6 +482,7 @@ def generate(mech):
     src.add("post(J, tr, q, zd, tv, ez, full)",
             "(qd, zdd, qdd, R, rdzd) at an assembled q: qd = R zd, then dynamics_t (qdd None unless full).",
             em, "(" + ", ".join([vec(qd), vec(zv), "QDD", mat(R), vec(rd)]) + ")", [Q_, T_, TV_, (ZD, "zd")], J_pro)
+    codegen_ali3p.emit(src, md, jpat, pattern, m)
     return src.text(), {"pattern": pattern, "blocks": blocks, "time_fns": time_fns}
 
 
@@ -539,7 +541,7 @@ KERNEL_INPUTS = frozenset({"M", "Q_gravity", "independent", "dependent", "keep_r
                            "spec", "fixed_xy", "px", "py", "rel_columns", "n"})
 
 _FUNCS = ("trig", "phi", "jac", "phijac", "jac_values", "jdot", "newton_step", "dsolve", "velocity", "acceleration", "rmatrix",
-          "forces", "dynamics", "dynamics_t", "post")
+          "forces", "dynamics", "dynamics_t", "post") + codegen_ali3p.FUNCS
 
 
 class Kernels:
@@ -586,7 +588,7 @@ class Kernels:
     def _exec(code, ns):
         env = dict(ns)
         exec(code, env)  # noqa: S102 - our own generated source
-        return {k: env[k] for k in _FUNCS}
+        return {k: env.get(k) for k in _FUNCS}  # the ALI3-P kernels may be absent
 
     def dense_dependent(self, values) -> np.ndarray:
         """Dense Phi_q,d (m, m) from the output of a scalar ``jac_values``."""

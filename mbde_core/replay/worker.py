@@ -75,7 +75,7 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     from mbde_core.replay.convergence import ConvergenceMetrics
     from mbde_core.replay.runner import GuardedStage, InputMetrics, initial_state
 
-    t_wall = time.perf_counter()
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
     mech, cfg = source.mechanism, task.config
     est = make_estimator(task.name, mech, source.sensors, cfg, rng=estimator_rng(task.seed, task.name))
     init = initial_state(source, cfg)
@@ -162,6 +162,7 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
         if branches:
             res.extra_plots.append(branches)
         clock["plot"] = time.perf_counter() - t0
+    clock["cpu"] = time.process_time() - t_cpu
     return res
 
 

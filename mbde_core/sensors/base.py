@@ -68,17 +68,19 @@ class NoiseSampler:
 
     def __post_init__(self):
         self.rw = np.zeros_like(self.model.sigma)
+        self._random_walk = bool(np.any(self.model.bias_rw > 0))
+        self._quantized = bool(np.any(self.model.quantization > 0))
 
     def apply(self, t: float, value: np.ndarray) -> np.ndarray | None:
         """Noisy reading of the true ``value`` (d,) at time t, or None if dropped."""
         m = self.model
-        if self.t_last is not None and np.any(m.bias_rw > 0):
+        if self.t_last is not None and self._random_walk:
             dt = max(t - self.t_last, 0.0)
             self.rw = self.rw + m.bias_rw * np.sqrt(dt) * self.rng.standard_normal(self.rw.shape)
         self.t_last = t
         out = value + m.bias + self.rw + m.sigma * self.rng.standard_normal(value.shape)
         q = m.quantization
-        if np.any(q > 0):
+        if self._quantized:
             step = np.where(q > 0, q, 1.0)
             out = np.where(q > 0, step * np.round(out / step), out)
         if m.dropout > 0 and self.rng.random() < m.dropout:

@@ -28,6 +28,7 @@ accumulated, so memory stays bounded for long runs.
 """
 from __future__ import annotations
 
+import math
 import time
 import zlib
 from dataclasses import dataclass
@@ -108,6 +109,7 @@ def simulate(scenario: Scenario, progress: Callable[[int, int], None] | None = N
         samplers.append((sensor, scenario.sensor_every[sensor.name], sensor.noise.sampler(noise_rng(scenario.seed, sensor.name))))
     iz = mech.independent
     gt_every = scenario.ground_truth_every
+    every_gcd = math.gcd(gt_every, *(every for _, every, _ in samplers))
 
     def tau_of(k):  # scenario time [s] (loads, targets); the bag time is start + tau
         return k * scenario.step_ns / 1e9
@@ -126,12 +128,16 @@ def simulate(scenario: Scenario, progress: Callable[[int, int], None] | None = N
         if k > 0:
             tau_prev, tau = tau, tau_of(k)
             state = integrator.step(mech, tau_prev, state, h)
-            if not state.ok or not np.all(np.isfinite(state.q)):
+            if not state.ok or not math.isfinite(sum(state.q.tolist())):
                 raise SimulationError(f"{scenario.file}: the {scenario.integrator} integrator failed at "
                                       f"t = {tau:.6g} s (step {k}); try a smaller 'step'")
             if controller is not None:
                 held.value = controller.update(tau, state.qd[tm.controller.coordinate])
                 state = MBState(state.q, state.qd, _qdd(mech, tau, state.q, state.qd))
+        if k % every_gcd:  # nothing is sampled at this step
+            if progress is not None:
+                progress(k, scenario.n_steps)
+            continue
         due = [(sensor, sampler) for sensor, every, sampler in samplers if k % every == 0]
         if k % gt_every and not due:
             if progress is not None:

@@ -80,6 +80,8 @@ def complex_kernels(K):
         exec(compile(K.source, "<mbde kernels (complex)>", "exec"), env)  # noqa: S102 - our own generated source
         out = (K, env["trig"], env["jac"], env["post"])
         _COMPLEX_KERNELS[id(K)] = out
+        while len(_COMPLEX_KERNELS) > 32:  # bounded: identification builds a mechanism per parameter value
+            del _COMPLEX_KERNELS[next(iter(_COMPLEX_KERNELS))]
     return out
 
 
