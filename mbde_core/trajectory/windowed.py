@@ -27,6 +27,12 @@ covariance), so that a filter that lost track in a long run does not carry its e
 into later windows (a wrong guess could otherwise lead the solver to another local
 minimum: a gyroscope alone leaves mirror configurations nearly indistinguishable).
 
+A window whose equations-of-motion cost per step exceeds RETRY_FACTOR times the median
+of the earlier windows' (a trajectory that needs accelerations the model does not
+predict: the signature of such a wrong minimum) is solved a second time from the model's
+own motion (RK4 from the previous solution, no readings) for its new steps, and the
+solution of lower cost is kept (``retried`` / ``replaced`` in the info).
+
 Memory: one window's problem (O(W + 2 O) steps) and the forward filter's estimates of
 the current window; the kept states are yielded window by window.
 """
@@ -37,6 +43,7 @@ import time
 import numpy as np
 
 from mbde_core.estimators.base import InitialState
+from mbde_core.trajectory.motion import extend
 from mbde_core.trajectory.normal import NormalEquations
 from mbde_core.trajectory.smoother import BatchSmoother, ForwardGuess, SmoothedTrajectory
 
@@ -55,6 +62,13 @@ def _marginal_prior(rows, L: int, X: np.ndarray):
     dX, _ = ne.step()
     U = ne.last_block_factor()
     return X[L] + dX[L], U
+
+
+def _eom_cost(info) -> float:
+    return float(info["cost_per_factor"].get("eom", {}).get("cost", 0.0))
+
+
+RETRY_FACTOR = 4.0  # a window's eom cost per step above this many times the running median: retry
 
 
 def iter_windows(smoother: BatchSmoother, measurements, init, window: float | None = None, overlap: float | None = None,
@@ -76,6 +90,9 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
     ang = smoother.model.angular
     prior_mean, prior_sqrt = smoother.prior(init)
     prev = None  # (lo, X, q, cov) of the previous window's solution
+    history: list[float] = []  # eom cost per step of the windows so far
+    retried = replaced = 0
+    m = 0
     K = max(1, int(round(N / W)))  # windows of about W steps (no short last one)
     cuts = np.linspace(0, N, K + 1).round().astype(int)
     for k, (a, b) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist())):
@@ -104,10 +121,25 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
                     guesses[key] += fwd.info()[key]
         if ang.any():
             X0[:, :g][:, ang] = np.unwrap(X0[:, :g][:, ang], axis=0)
-        traj, res = smoother.solve(readings.window(lo, hi), X0, q0, prior_mean, prior_sqrt, with_result=True,
-                                   first_eom=k == 0)
+        rd = readings.window(lo, hi)
+        traj, res = smoother.solve(rd, X0, q0, prior_mean, prior_sqrt, with_result=True, first_eom=k == 0)
+        per_step = _eom_cost(traj.info) / (hi - lo)
+        if prev is not None and history and per_step > RETRY_FACTOR * float(np.median(history)) and m < hi - lo:
+            # an outlier: the forward filter may have lost track and led the solver to another
+            # local minimum; try the model's own motion from the previous solution instead
+            X1, q1 = extend(smoother.mech, X0[:m], q0[:m], hi - lo, dt, float(rd.times[0]))
+            if ang.any():
+                X1[:, :g][:, ang] = np.unwrap(X1[:, :g][:, ang], axis=0)
+            alt, res_alt = smoother.solve(rd, X1, q1, prior_mean, prior_sqrt, with_result=True, first_eom=False)
+            retried += 1
+            if res_alt.cost < res.cost:
+                traj, res = alt, res_alt
+                per_step = _eom_cost(traj.info) / (hi - lo)
+                replaced += 1
+        history.append(per_step)
         kept = traj.slice(a - lo, b - lo)
-        kept.info.update(window=k, solved=(lo, hi), kept=(a, b), wall_time_s=time.perf_counter() - t_start)
+        kept.info.update(window=k, solved=(lo, hi), kept=(a, b), wall_time_s=time.perf_counter() - t_start,
+                         retried=retried, replaced=replaced)
         if b < N:  # the next window's prior: this window's past up to its start
             L = max(b - O, 0) - lo
             prior_mean, prior_sqrt = _marginal_prior(res.rows, L, res.X)
@@ -138,6 +170,7 @@ def smooth_windowed(smoother: BatchSmoother, measurements, init, window=None, ov
         "covariance_time_s": float(sum(i["covariance_time_s"] for i in infos)),
         "readings": infos[-1]["readings"], "history": [i["final_cost"] for i in infos],
         "max_window_iterations": int(max(i["iterations"] for i in infos)),
+        "windows_retried": int(infos[-1]["retried"]), "windows_replaced": int(infos[-1]["replaced"]),
     }
     info.update(infos[-1].get("guess", {}))
     info["wall_time_s"] = time.perf_counter() - t0
