@@ -136,3 +136,18 @@ def test_tf_batches_equal_per_message_path(scen):
     for r, data in zip(recs, got):
         msg = tf_message(view.factory, view.frames.moving(r.estimate.q), r.estimate.stamp)
         assert data == bytes(STORE.serialize_cdr(msg, TF_MESSAGE))
+
+
+def test_particle_set_encoder_equals_per_message_path():
+    from mbde_core.replay.encode import ParticleSetEncoder
+    from mbde_core.types import ParticleCloud
+
+    rng = np.random.default_rng(8)
+    enc = ParticleSetEncoder(F, ["theta", "s"])
+    for k, N in enumerate([5, 5, 5, 3, 3, 5]):
+        w = rng.uniform(size=N)
+        cloud = ParticleCloud(1e5 + 0.01 * k + 1 / 3, rng.normal(size=(N, 2)), rng.normal(size=(N, 2)),
+                              rng.integers(0, 2, N), w / w.sum(), float(rng.uniform(1, N)), int(rng.integers(1, N + 1)))
+        want = STORE.serialize_cdr(cv.particle_set_msg(F, cloud, ["theta", "s"], "world"), cv.PARTICLE_SET)
+        assert enc.encode(cloud) == bytes(want)
+    assert len(enc.layouts) == 2
