@@ -23,16 +23,19 @@ f(z_i, zd_i; p), with the integrator factor between steps.
    initial guess comes from the readings (the low-pass guess from encoders). In the
    stages before the last a weak prior (50 % relative sigma, ``stage_prior``) around the
    stage's starting parameters keeps those that a short window cannot determine from
-   drifting away; the last stage has none (the estimate is the maximum likelihood of
-   paper 001 eq. 3.15).
+   drifting away, and at most 2 noise passes (step 4) give the next stage its start; the
+   last stage has no prior (the estimate is the maximum likelihood of paper 001 eq.
+   3.15) and the full noise search. Each stage starts from the previous stage's
+   acceleration sigma.
 3. Levenberg-Marquardt on the banded normal equations with dense parameter columns
    (:mod:`mbde_core.trajectory.solver`, the smoother's solver; paper 001 Algorithm 1),
    box bounds by projection. The initial damping is 1e-12 diag(J^T J): the integrator
    rows make the diagonal huge, and a larger damping only slows the first steps.
 4. Noise re-estimation (paper 001 eqs. 3.26-3.28, :mod:`.noise`): the first pass uses an
    acceleration-noise sigma of 30 % of the initial guess's accelerations (the parameters
-   are typically ~20 % off); after each pass the variance factors of the eom rows and of
-   every sensor channel (with redundancy numbers) give the next sigmas (descent, then
+   are typically ~20 % off; a first pass whose normal equations are not positive
+   definite is retried with a 10 times larger sigma); after each pass the variance
+   factors of the eom rows and of every sensor channel (with redundancy numbers) give the next sigmas (descent, then
    regula falsi in log sigma: :class:`.noise.SigmaSearch`; Foerstner's step for the
    sensors) and the problem is solved again from the previous solution, until every
    sigma moves by less than ``noise_tolerance``; a last pass polishes at the final
@@ -131,8 +134,9 @@ def _problems(pm, p, recordings, smoother_cfg, guess_cfg, initial: str = "auto",
     all); initial: 'lowpass' (paper 001 sec. 4.4, :mod:`.initial`), 'filter' (the
     smoother's forward filter) or 'auto' (lowpass when encoders read every z).
     previous: per recording (X, q) of the previous stage, continued by simulation
-    (:func:`.initial.extend`) instead of a filter run."""
-    from mbde_core.identification.initial import encoder_channels, extend, lowpass_guess
+    (:func:`mbde_core.trajectory.motion.extend`) instead of a filter run."""
+    from mbde_core.identification.initial import encoder_channels, lowpass_guess
+    from mbde_core.trajectory.motion import extend
     from mbde_core.trajectory.model import MultibodyModel
     from mbde_core.trajectory.smoother import BatchSmoother
 
