@@ -102,9 +102,15 @@ def stamp_anomaly_values(c: dict) -> list:
     return out
 
 
-def stamp_anomaly_problems(d: dict) -> list:
-    """Warnings for the anomaly counts of one diagnostics period (counter differences)."""
+def reading_problems(d: dict) -> list:
+    """Warnings for the faulty-reading counts of one diagnostics period (counter differences)."""
     out = []
+    if d["out_of_order"]:
+        out.append((WARN, f"{d['out_of_order']} late reading(s) this period (raise reorder_window?)"))
+    if d["non_finite"]:
+        out.append((WARN, f"{d['non_finite']} non-finite reading(s) this period"))
+    if d["rejected_gate"]:
+        out.append((WARN, f"{d['rejected_gate']} reading(s) rejected by the gate this period"))
     if d["duplicates"]:
         out.append((WARN, f"{d['duplicates']} reading(s) with a duplicate stamp this period"))
     if d["future"]:

@@ -38,7 +38,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from mbde_core.errors import ConfigError, DataError
-from mbde_core.live.diagnostics import (ERROR, OK, WARN, Status, Throttle, stamp_anomaly_problems,
+from mbde_core.live.diagnostics import (ERROR, OK, WARN, Status, Throttle, reading_problems,
                                         stamp_anomaly_values)
 from mbde_core.rosio.convert import particle_set_msg
 from mbde_core.rosio.sensor_io import estimate_messages, sensor_reading
@@ -532,13 +532,7 @@ class LiveEstimator:
         for k, v in sorted(self.est.diagnostics().items()):
             values.append((f"{self.opt.name}: {k}", v))
         values += [(f"published {k}", self.published[k]) for k in self.KEYS]
-        if d["out_of_order"]:
-            problems.append((WARN, f"{d['out_of_order']} late reading(s) this period (raise reorder_window?)"))
-        if d["non_finite"]:
-            problems.append((WARN, f"{d['non_finite']} non-finite reading(s) this period"))
-        if d["rejected_gate"]:
-            problems.append((WARN, f"{d['rejected_gate']} reading(s) rejected by the gate this period"))
-        problems += stamp_anomaly_problems(d)
+        problems += reading_problems(d)
         if d["unknown_sensor"]:
             problems.append((WARN, f"{d['unknown_sensor']} reading(s) of unknown sensors this period"))
         if w.frame_mismatch:
