@@ -79,10 +79,11 @@ def test_gate_and_reacquisition_on_by_default_everywhere():
     from mbde_core.live.estimator import load_config
 
     for name in ESTIMATOR_NAMES:
-        assert defaults(name)["gate"] == GATE
+        on = GATE if name not in ("pf", "vipf") else 0.0  # the PF likelihood gate is opt-in (pf_gate)
+        assert defaults(name)["gate"] == on
         assert defaults(name)["reacquire"]["rejections"] >= 1
         cfg = load_config(name)  # the shipped config the live node uses
-        assert cfg["gate"] == GATE, name
+        assert cfg["gate"] == on, name
 
 
 # ------------------------------------------------------------------------------ stage
@@ -252,7 +253,7 @@ def test_every_estimator_gates_outliers(rig, name):
     m, ss, ms, _ = rig
     cfg = copy.deepcopy(defaults(name))
     if name == "pf":
-        cfg.update(init="gaussian", particles=200)
+        cfg.update(init="gaussian", particles=200, gate=GATE)
     ms = [x for x in ms if x.stamp < 0.8]
     spiked = [Measurement(x.stamp, x.sensor, x.value + (2.0 if k % 40 == 20 else 0.0)) for k, x in enumerate(ms)]
     est = make_estimator(name, m, ss, cfg, rng=np.random.default_rng(0))
@@ -279,6 +280,30 @@ def test_pf_gate_is_the_mahalanobis_gate_for_a_gaussian_cloud():
         assert abs(d2(o) - o * o / (ss_**2 + sp**2)) < 0.1 + 0.02 * o * o
     two = np.concatenate([rng.normal(-10.0, 0.5, (N // 2, 1)), rng.normal(10.0, 0.5, (N // 2, 1))])
     assert d2(10.0, two) < 1.0 and d2(-10.0, two) < 1.0 and d2(0.0, two) > 50.0  # multimodal: not moments
+
+
+def test_pf_gate_kernel_smooths_a_sparse_cloud():
+    """A uniform cloud spaced 0.01 read with noise 0.0005: a reading between two particles
+    is no outlier once the kernel is widened (kernel_whitening), and stays one outside."""
+    from mbde_core.estimators.pf_gate import kernel_whitening
+
+    pred = np.linspace(-np.pi, np.pi, 629)[:, None]
+    logw = np.full(len(pred), -np.log(len(pred)))
+    R = np.array([[0.0005**2]])
+    C = np.atleast_2d(np.var(pred))
+
+    def d2(o, W):
+        e = (o - pred) @ W.T
+        return predictive_d2(-0.5 * np.einsum("ij,ij->i", e, e), logw, pred, lambda a, b: a - b, W)
+
+    raw, smooth = np.array([[2e3]]), kernel_whitening(R, C, len(pred))
+    mid = 0.5 * float(pred[314, 0] + pred[315, 0])
+    assert d2(mid, raw) > 50.0 and d2(mid, smooth) < 1.0
+    narrow = np.random.default_rng(1).normal(0.0, 0.01, (2000, 1))
+    e = narrow - narrow.mean()
+    W = kernel_whitening(R, np.atleast_2d(np.mean(e * e)), len(narrow))
+    ll = -0.5 * ((0.2 - narrow) @ W.T) ** 2
+    assert predictive_d2(ll[:, 0], np.full(2000, -np.log(2000)), narrow, lambda a, b: a - b, W) > 23.9
 
 
 # ------------------------------------------------------------------------------ live = replay

@@ -22,7 +22,8 @@ Options of every estimator (the stage's outlier protection, :mod:`stage`):
   (the anchor) sets its ``<sensor>_rejection_threshold`` in standard deviations and
   rejects when y^T S^-1 y >= threshold^2, off by default; 0.999999 is its threshold
   4.9 for one channel. Measured false rejections on clean data: ``mbde bench faults``
-  (README). The particle filter applies the likelihood version of the same test.
+  (README). The particle filters have the likelihood version of the same test, off by default
+  (:mod:`~mbde_core.estimators.pf_gate`: their clouds are overconfident).
 - ``reacquire``: the gate's re-acquisition rule: after ``rejections`` rejections of one
   sensor's readings, spanning at least ``time`` [s], in a run that starts with a
   rejection and in which rejections outnumber acceptances (``stage_guards``), the

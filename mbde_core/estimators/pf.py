@@ -78,7 +78,8 @@ every particle's q is compared with its label; a particle whose position problem
 converged on the other assembly (possible only near singular configurations) is
 relabelled and counted in ``branch_jumps``.
 
-Gating (``gate``, a chi-square probability per reading, or the stage's gates): the
+Gating (``gate``, a chi-square probability per reading, 0 = off: the default, see
+:mod:`pf_gate`; or the stage's gates): the
 likelihood gate of :mod:`pf_gate` (the Mahalanobis gate of the Kalman observers for a
 particle predictive density) rejects outliers; the NIS of each update uses the
 particle-predicted mean and covariance of the readings (S = their weighted covariance +
@@ -98,7 +99,7 @@ from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
 from mbde_core.estimators.noise import kinematic_plant_noise
-from mbde_core.estimators.pf_gate import predictive_d2
+from mbde_core.estimators.pf_gate import kernel_whitening, predictive_d2
 from mbde_core.estimators.pf_init import atlas_for, sample_uniform
 from mbde_core.estimators.resampling import SCHEMES, effective_sample_size, resample
 from mbde_core.expr import ExpressionError, evaluate_value
@@ -212,6 +213,7 @@ class ParticleFilter(Estimator):
             "slider_position": None,
             "imu": None,
         },
+        "gate": 0.0,                      # likelihood gate off by default: the cloud is overconfident (pf_gate)
         "init": "uniform",                # uniform (eq. 22) | gaussian (around the given initial state)
         "uniform": {
             "z": [],                      # [lo, hi] or g pairs; []: angles [-pi, pi), others q0 +/- longest body
@@ -479,6 +481,7 @@ class ParticleFilter(Estimator):
         w = self.weights()
         qdd_full = None
         accepted, rejected, ys, Ss = [], [], [], []
+        n_eff = 1.0 / float(w @ w)
         for m in measurements:
             s = self.sensors[m.sensor]
             if s.uses_qdd and qdd_full is None:
@@ -497,9 +500,13 @@ class ParticleFilter(Estimator):
             e = r @ W.T
             ll_m = -0.5 * np.einsum("ij,ij->i", e, e)
             limit = gates.get(m.sensor)
-            if limit is not None and limit > 0 and not predictive_d2(ll_m, self.logw, pred, s.residual, W, limit) <= limit:
-                rejected.append(m.sensor)
-                continue
+            if limit is not None and limit > 0:
+                Wg = kernel_whitening(R, S - R, n_eff)
+                eg = r @ Wg.T
+                if not predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg,
+                                     limit) <= limit:
+                    rejected.append(m.sensor)
+                    continue
             ll += ll_m
             accepted.append(m.sensor)
             ys.append(y)
