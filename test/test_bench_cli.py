@@ -63,7 +63,8 @@ def test_bench_replay_streaming_tiny(tmp_path):
     assert proc.returncode == 0, proc.stderr
     t = json.loads(timings.read_text())["bags"][0]
     assert {"load", "tasks", "write", "metrics", "report", "plots_wait"} <= set(t["phases"])
-    assert set(t["estimators"]) == {"dekf"} and t["estimators"]["dekf"]["plot"] > 0
+    assert set(t["estimators"]) == {"dekf"} and t["estimators"]["dekf"]["cpu"] > 0
+    assert (tmp_path / "r" / "dekf.png").stat().st_size > 1000  # drawn by the plot worker
 
 
 def test_bench_accuracy_smoother_column(tmp_path):

@@ -111,3 +111,43 @@ def test_simulation_bag_equals_per_message_builders(scen, tmp_path):
     with BagReader(tmp_path / "b") as r:
         got = [(t, bytes(d)) for t, _, _, d in r.raw_messages() if t != "/mbde/description"]
     assert got == [(t, bytes(d)) for t, d in want]
+
+
+@pytest.mark.parametrize("scen", ["fourbar_imu", "adekf_slider_crank"])
+def test_tf_batches_equal_per_message_path(scen):
+    """The replay's /tf bytes (batched, viewables.EstimateView) equal tf_message + rosbags."""
+    from types import SimpleNamespace
+
+    from mbde_core.bench.common import config_path
+    from mbde_core.engine import kinematics
+    from mbde_core.replay.viewables import EstimateView
+    from mbde_core.rosio.tf import TF_MESSAGE, tf_message
+    from mbde_core.scenario import load_scenario
+
+    sc = load_scenario(config_path("scenarios", f"{scen}.yaml"), [])
+    mech = sc.estimator_mechanism()
+    rng = np.random.default_rng(5)
+    z = mech.q0[mech.independent] + rng.uniform(-3, 3, (40, mech.dof))
+    q, ok = kinematics.solve_position(mech, z, np.broadcast_to(mech.q0, (40, mech.n)).copy())
+    source = SimpleNamespace(scenario=sc, sensors=sc.estimator_sensors())
+    view = EstimateView("est", mech, source, EstimateEncoder(mech))
+    recs = [SimpleNamespace(estimate=SimpleNamespace(stamp=1e5 + 0.005 * k + 1 / 3, q=q[k])) for k in range(40)]
+    got = view._tf(recs[:7]) + view._tf(recs[7:])
+    for r, data in zip(recs, got):
+        msg = tf_message(view.factory, view.frames.moving(r.estimate.q), r.estimate.stamp)
+        assert data == bytes(STORE.serialize_cdr(msg, TF_MESSAGE))
+
+
+def test_particle_set_encoder_equals_per_message_path():
+    from mbde_core.replay.encode import ParticleSetEncoder
+    from mbde_core.types import ParticleCloud
+
+    rng = np.random.default_rng(8)
+    enc = ParticleSetEncoder(F, ["theta", "s"])
+    for k, N in enumerate([5, 5, 5, 3, 3, 5]):
+        w = rng.uniform(size=N)
+        cloud = ParticleCloud(1e5 + 0.01 * k + 1 / 3, rng.normal(size=(N, 2)), rng.normal(size=(N, 2)),
+                              rng.integers(0, 2, N), w / w.sum(), float(rng.uniform(1, N)), int(rng.integers(1, N + 1)))
+        want = STORE.serialize_cdr(cv.particle_set_msg(F, cloud, ["theta", "s"], "world"), cv.PARTICLE_SET)
+        assert enc.encode(cloud) == bytes(want)
+    assert len(enc.layouts) == 2

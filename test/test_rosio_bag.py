@@ -264,3 +264,28 @@ def test_unknown_topic_request_is_a_data_error(tmp_path):
     with BagReader(tmp_path / "bag") as reader:
         with pytest.raises(DataError, match=r"no topic\(s\) \['/gps'\]"):
             list(reader.messages(["/imu", "/gps"]))
+
+
+@pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
+def test_write_raw_many_equals_one_by_one(tmp_path, storage):
+    """The batched writer (one executemany on sqlite3) stores the rows, counts and time range
+    that write_raw_ns stores one message at a time."""
+    f = RosbagsFactory()
+    store = get_typestore()
+    recs = [("/a" if k % 3 else "/b", 10**18 + 7 * k + (k % 5), bytes(store.serialize_cdr(cv.string_msg(f, f"m{k}"), cv.STRING)))
+            for k in range(50)]
+    for name, batched in (("one", False), ("many", True)):
+        with BagWriter(tmp_path / name, storage) as bag:
+            for topic in ("/a", "/b"):
+                bag.add_topic(topic, cv.STRING)
+            if batched:
+                bag.write_raw_many(recs[:20])
+                bag.write_raw_many([])
+                bag.write_raw_many(recs[20:])
+            else:
+                for topic, t, data in recs:
+                    bag.write_raw_ns(topic, t, data)
+    a, b = ((tmp_path / n / "metadata.yaml").read_text().replace(f"{n}.", "BAG.") for n in ("one", "many"))
+    assert a == b
+    with BagReader(tmp_path / "one") as ra, BagReader(tmp_path / "many") as rb:
+        assert [(t, n, bytes(d)) for t, n, _, d in ra.raw_messages()] == [(t, n, bytes(d)) for t, n, _, d in rb.raw_messages()]

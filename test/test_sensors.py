@@ -78,6 +78,7 @@ def test_single_state_linearize_equals_h_and_jacobians(mech_name):
     m = load_mechanism(mech_path(mech_name))
     text = SENSORS.get(mech_name) or "".join(
         f"- {{name: g{k}, type: gyroscope, body: {b}, rate: 100, noise: {{sigma: 0.01}}}}\n"
+        f"- {{name: a{k}, type: accelerometer, body: {b}, offset: [0.7, 0.2], axes: [0.3, 1.9], rate: 100, noise: {{sigma: 0.01}}}}\n"
         for k, b in enumerate(m.body_names))
     checked = 0
     for s in load_sensors(parse_yaml(text), m):

@@ -5,8 +5,8 @@ breakdown: a 10 s four-bar bag at 200 Hz with a gyroscope and an accelerometer
   fresh process, as a user runs it; the table splits the wall time into start-up
   (interpreter + imports), loading the bag's description, the estimators (run as
   parallel tasks: each one's own wall time is listed), writing the estimates bag,
-  metrics, report and waiting for the plots (rendered in the workers and a forked
-  process). Target: total <= 5 s. ``--repeat`` runs it several times (median, min).
+  metrics, report and waiting for the plots (rendered by one forked process as the
+  estimators finish, :mod:`mbde_core.replay.plot_worker`). Target: total <= 5 s. ``--repeat`` runs it several times (median, min).
 streaming: ``--scenario`` (default fourbar_gyro: paper 003's four-bar with a gyroscope at
   200 Hz) stretched to each of ``--durations`` (default 60, 600, 3600 s; ground truth at
   200 Hz): ``mbde simulate`` and ``mbde replay --estimators errorekf`` each in a fresh process, with wall time and peak resident memory (the
@@ -103,10 +103,10 @@ def breakdown_table(doc) -> str:
     lines += [f"{label:<44}{best[key]:>10.2f}" for label, key in rows]
     lines.append(f"{'total (median of runs)':<44}{best['total']:>10.2f}  ({med:.2f})   target <= 5 s: "
                  f"{'met' if best['total'] <= 5 else 'NOT met'}")
-    lines.append(f"\nper estimator (in its worker) [s]: {'wall':>7}{'filter':>8}{'output':>8}{'plot':>7}{'CPU':>7}")
+    lines.append(f"\nper estimator (in its worker) [s]: {'wall':>7}{'filter':>8}{'output':>8}{'CPU':>7}")
     for name, e in best["per_estimator"].items():
         lines.append(f"  {name:<32}{e['wall']:>7.2f}{e.get('filter', 0):>8.2f}{e.get('output', 0):>8.2f}"
-                     f"{e.get('plot', 0):>7.2f}{e.get('cpu', 0):>7.2f}")
+                     f"{e.get('cpu', 0):>7.2f}")
     cpus = os.cpu_count() or 1
     lines.append(f"CPU time of all processes: {best['cpu']:.2f} s, i.e. >= {best['cpu'] / cpus:.2f} s of wall time on "
                  f"{cpus} idle cores; peak RSS of the largest process: {best['peak_rss_mb']:.0f} MB")

@@ -168,16 +168,20 @@ class ADEKF(Estimator):
     def linearize(self, names=None):
         """The model (A, and h, H of ``names``) at the current (t, x); cached."""
         key = (self.t, self.x.tobytes())
-        if self._lin is not None and self._lin[0] == key and (not names or self._lin[2] == tuple(names)):
-            return self._lin[1]
+        jet = None
+        if self._lin is not None and self._lin[0] == key:
+            if not names or self._lin[2] == tuple(names):
+                return self._lin[1]
+            jet = self._lin[3]  # same x (the update after the prediction's estimate): same map jet
         with np.errstate(all="ignore"):
-            jet = self.map.evaluate(self.x[: self.g], order=3, q_guess=self.q)
-            if not bool(jet.ok[0]) or not np.all(np.isfinite(jet.q)):
-                self.failures += 1
-            else:
-                self.q = jet.q[0].copy()
+            if jet is None:
+                jet = self.map.evaluate(self.x[: self.g], order=3, q_guess=self.q)
+                if not bool(jet.ok[0]) or not np.all(np.isfinite(jet.q)):
+                    self.failures += 1
+                else:
+                    self.q = jet.q[0].copy()
             lin = self.model.evaluate(self.t, self.x, jet, names)
-        self._lin = (key, lin, tuple(names) if names else None)
+        self._lin = (key, lin, tuple(names) if names else None, jet)
         return lin
 
     # -- interface ------------------------------------------------------------------------------

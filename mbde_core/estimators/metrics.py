@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.stats
+from mbde_core.estimators.chi2 import chi2_ppf
 
 from mbde_core.sensors.base import wrap_angle
 
@@ -28,7 +28,7 @@ def chi2_band(dof: int, count: int, p: float = 0.95) -> tuple[float, float]:
     """Band of the mean of ``count`` independent chi2(dof) variables at probability p."""
     a = (1.0 - p) / 2.0
     k = max(int(count), 1) * int(dof)
-    return float(scipy.stats.chi2.ppf(a, k) / max(count, 1)), float(scipy.stats.chi2.ppf(1 - a, k) / max(count, 1))
+    return float(chi2_ppf(a, k) / max(count, 1)), float(chi2_ppf(1 - a, k) / max(count, 1))
 
 
 def coordinate_errors(est: np.ndarray, truth: np.ndarray, angular: np.ndarray) -> np.ndarray:
@@ -249,7 +249,7 @@ class RunMetrics:
             self.nees["reference"] = self.nees.get("reference", 0) + int(np.isfinite(v).sum())
             self.nees["reference_steps"] = self.nees.get("reference_steps", 0) + K
         ok = np.isfinite(v)
-        slo, shi = scipy.stats.chi2.ppf([0.025, 0.975], 2 * self.g)
+        slo, shi = chi2_ppf([0.025, 0.975], 2 * self.g)
         self.nees["sum"] += float(np.sum(v[ok]))
         self.nees["n"] += int(ok.sum())
         self.nees["in_step"] += int(np.sum((v[ok] >= slo) & (v[ok] <= shi)))
@@ -274,8 +274,8 @@ class RunMetrics:
             n, total = self.nis["n"], self.nis["dof"]
             mean = self.nis["sum"] / n if n else None
             if self.truth:
-                lo = scipy.stats.chi2.ppf(0.025, total) / n if n else None
-                hi = scipy.stats.chi2.ppf(0.975, total) / n if n else None
+                lo = chi2_ppf(0.025, total) / n if n else None
+                hi = chi2_ppf(0.975, total) / n if n else None
                 out["nis"] = {"mean": mean, "mean_dof": total / n if n else None, "band_95": [lo, hi],
                               "in_band": bool(n and lo <= mean <= hi)}
                 out["whiteness"] = self.white.result()

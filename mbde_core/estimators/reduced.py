@@ -335,6 +335,10 @@ class ReducedModel:
         return self.bilinear_many(q, [(E[j], qd) for j in range(n)], ctx).T
 
     def qdd_of_x(self, t, x, q_guess, extra_Q=None):
+        if extra_Q is None and np.ndim(x) == 1:  # one state: the scalar kernels of solve_full
+            st, ok = self.solve_full(t, x[: self.g], x[self.g :], q_guess)
+            if st.qdd is not None:
+                return st.qdd
         q, qd, ok = self.assemble(x, q_guess)
         return self.accelerations(t, q, qd, extra_Q)[1]
 

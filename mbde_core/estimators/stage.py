@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-import scipy.stats
+from mbde_core.estimators.chi2 import chi2_ppf
 
 from mbde_core.estimators.base import InitialState, UpdateResult
 from mbde_core.types import MechanismSnapshot, Measurement
@@ -107,7 +107,7 @@ class EstimatorStage:
         for s in self.sensors:
             p = float(probs.get(s.name, 0.0) or 0.0)
             if p > 0:
-                out[s.name] = float(scipy.stats.chi2.ppf(p, s.dim))
+                out[s.name] = float(chi2_ppf(p, s.dim))
         return out
 
     # -- state -------------------------------------------------------------------------------

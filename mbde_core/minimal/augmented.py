@@ -262,8 +262,13 @@ class AugmentedModel:
             hs, Hs = [], []
             for nm in names:
                 s = self.sensors[nm]
-                hs.append(s.h(q, qd, qdd))
-                Hq, Hqd, Hqdd = s.jacobians(q, qd, qdd)
+                fused = getattr(s, "linearize", None)  # one-state float path of the sensor
+                if fused is not None:
+                    hk, Hq, Hqd, Hqdd = fused(q, qd, qdd)
+                else:
+                    hk = s.h(q, qd, qdd)
+                    Hq, Hqd, Hqdd = s.jacobians(q, qd, qdd)
+                hs.append(hk)
                 Hs.append(Hq @ dq + Hqd @ dqd + Hqdd @ dqdd)
             lin.h = np.concatenate(hs)
             lin.H = np.concatenate(Hs, axis=0)

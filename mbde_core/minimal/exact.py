@@ -12,6 +12,12 @@ obtained by polarisation of the engine's (Phi_q)' qd; T(u, v, w) = Phi_qqq[u, v,
 each solved for the dependent rows (the independent rows of g_i are the identity, of the
 higher derivatives zero). With zd the contraction g_ij zd_i zd_j is the engine's R'zd.
 
+Single states with the mechanism's generated kernels (the ADE-KF's hot path, once per
+filter step) run on Python floats (:meth:`ExactMap._evaluate_scalar`): the scalar Newton
+iteration, R from the ``rmatrix`` kernel, D from ``jdot``, the solves with Phi_q,d from
+``dsolve`` (block-triangular, no factorisation). Same formulas, equal to rounding; batches
+and mechanisms without kernels use the numpy code.
+
 Documented numerical scheme (third derivative only): the trilinear form T is the
 directional derivative of the analytic D along w, T(u, v, w) = d/de D_{q + e w}(u, v),
 by the fourth-order central stencil [8 (D(h) - D(-h)) - (D(2h) - D(-2h))] / (12 h) with
@@ -25,7 +31,7 @@ import itertools
 
 import numpy as np
 
-from mbde_core.engine import kinematics
+from mbde_core.engine import fastpath, kinematics
 from mbde_core.minimal.jet import MapJet
 
 
@@ -72,6 +78,11 @@ class ExactMap:
         mech, g = self.mech, self.g
         z = np.asarray(z, dtype=float)
         single = z.ndim == 1 or z.shape[0] == 1
+        if single:
+            guess = self._last if q_guess is None else np.asarray(q_guess, dtype=float).reshape(-1)
+            jet = self._evaluate_scalar(z.reshape(g), order, guess)
+            if jet is not None:
+                return jet
         if single:
             guess = self._last if q_guess is None else np.asarray(q_guess, dtype=float).reshape(-1)
             q, ok = kinematics.solve_position(mech, z.reshape(g), guess.copy())
@@ -122,8 +133,77 @@ class ExactMap:
             for c, idx in enumerate(triples):
                 for perm in set(itertools.permutations(idx)):
                     H3[(Ellipsis, dep) + perm] = sol[..., c]
+        return self._jet(q, R, H2, H3, ok)
+
+    @staticmethod
+    def _jet(q, R, H2, H3, ok) -> MapJet:
         if q.ndim == 1:
             q, R = q[None], R[None]
             H2 = None if H2 is None else H2[None]
             H3 = None if H3 is None else H3[None]
         return MapJet(q, R, H2, H3, ok)
+
+    def _evaluate_scalar(self, z, order: int, guess):
+        """:meth:`evaluate` of one z (g,) on the scalar kernels, or None (no kernels, drivers,
+        an exactly singular block or non-finite values: the numpy code decides)."""
+        mech, g = self.mech, self.g
+        K = fastpath.kernels(mech)
+        if K is None or getattr(mech, "drivers", None):
+            return None
+        S, n, dep = K.scalar, mech.n, K.dep
+        try:
+            x, ok, tr, Jk = fastpath.s_position(mech, K, z.tolist(), guess.tolist(), 30)
+            if not ok:
+                return None  # the numpy code reports the failure as before
+            Rrows = S.rmatrix(Jk, tr)
+            Rc = [[row[k] for row in Rrows] for k in range(g)]
+
+            def D(u, v, same, at=None):
+                qa, ta = (x, tr) if at is None else at
+                if same:
+                    return S.jdot(qa, u, ta)
+                a = S.jdot(qa, [p + r for p, r in zip(u, v)], ta)
+                b = S.jdot(qa, [p - r for p, r in zip(u, v)], ta)
+                return [0.25 * (p - r) for p, r in zip(a, b)]
+
+            def solved(rhs):  # full (n,) vector with Phi_q,d x_d = -rhs, zero independent rows
+                out = [0.0] * n
+                for c, v in zip(dep, S.dsolve(Jk, tr, [-r for r in rhs])):
+                    out[c] = v
+                return out
+
+            H2 = H3 = None
+            H2c = {}
+            if order >= 2:
+                H2 = np.zeros((n, g, g))
+                for i in range(g):
+                    for j in range(i, g):
+                        H2c[(i, j)] = col = solved(D(Rc[i], Rc[j], i == j))
+                        H2[:, i, j] = H2[:, j, i] = col
+            if order >= 3:
+                H3 = np.zeros((n, g, g, g))
+                cache = {}
+
+                def d2(ij, k):
+                    key = (tuple(sorted(ij)), k)
+                    if key not in cache:
+                        cache[key] = D(H2c[key[0]], Rc[k], False)
+                    return cache[key]
+
+                for i, j, k in itertools.combinations_with_replacement(range(g), 3):
+                    h, w = float(self._h[k]), Rc[k]
+                    stencil = []
+                    for sgn in (1.0, -1.0, 2.0, -2.0):
+                        qs = [p + sgn * h * r for p, r in zip(x, w)]
+                        stencil.append(D(Rc[i], Rc[j], i == j, (qs, S.trig(qs))))
+                    t = [(8.0 * (a - b) - (c - e)) / (12.0 * h) for a, b, c, e in zip(*stencil)]
+                    col = solved([a + b + c + e for a, b, c, e in zip(t, d2((i, j), k), d2((i, k), j), d2((j, k), i))])
+                    for perm in set(itertools.permutations((i, j, k))):
+                        H3[(slice(None),) + perm] = col
+        except fastpath.SCALAR_ERRORS:
+            return None
+        q = np.array(x)
+        if not np.all(np.isfinite(q)):
+            return None
+        self._last = q.copy()
+        return self._jet(q, np.array(Rrows).reshape(n, g), H2, H3, np.array([True]))

@@ -100,6 +100,36 @@ class EstimateEncoder:
         return [r.tobytes() for r in state_rows], [r.tobytes() for r in joint_rows]
 
 
+class ParticleSetEncoder:
+    """CDR bytes of mbde_msgs/ParticleSet messages of one filter: the first cloud of each
+    particle count through :func:`~mbde_core.rosio.convert.particle_set_msg` and rosbags,
+    the next ones written into a copy of its bytes (a :class:`Layout`; the same bytes)."""
+
+    def __init__(self, factory, names, frame_id: str = "world"):
+        self.factory, self.store = factory, factory.typestore
+        self.names, self.frame_id = list(names), frame_id
+        self.layouts: dict[tuple, Layout] = {}
+
+    def encode(self, cloud) -> bytes:
+        from mbde_core.rosio.convert import PARTICLE_SET, particle_set_msg
+        from mbde_core.rosio.stamps import sec_to_stamp
+
+        z = np.asarray(cloud.z, dtype=np.float64)
+        branch = np.asarray(cloud.branch).ravel()
+        key = (z.shape, np.shape(cloud.zd), branch.size, np.size(cloud.weight))
+        layout = self.layouts.get(key)
+        if layout is None or (branch.size and np.abs(branch).max() >= 2**31):  # the builder checks and raises
+            data = self.store.serialize_cdr(particle_set_msg(self.factory, cloud, self.names, self.frame_id), PARTICLE_SET)
+            self.layouts[key] = Layout(self.store, PARTICLE_SET, data)
+            return bytes(data)
+        sec, nsec = sec_to_stamp(cloud.stamp)
+        vals = {"header.stamp.sec": [sec], "header.stamp.nanosec": [nsec], "z": z.ravel(),
+                "zd": np.asarray(cloud.zd, dtype=np.float64).ravel(), "branch": branch,
+                "weight": np.asarray(cloud.weight, dtype=np.float64).ravel(),
+                "effective_sample_size": [float(cloud.ess)], "unique_particles": [int(cloud.unique)]}
+        return layout.encode({k: v for k, v in vals.items() if k in layout.slots}, 1)[0].tobytes()
+
+
 _HEAD = struct.Struct("<qBHI")
 
 

@@ -107,8 +107,13 @@ def write_estimates_bag(path: str, source, results, storage: str = "sqlite3", de
                     added.add(topic)
         streams = [_tagged(read_part(part), k) for k, (part, _) in enumerate(parts)]
         names = [[t for t, _ in topics] for _, topics in parts]
+        batch = []
         for t_ns, _, run, _, topic, data in heapq.merge(*streams):
-            bag.write_raw_ns(names[run][topic], t_ns, data)
+            batch.append((names[run][topic], t_ns, data))
+            if len(batch) >= 4096:
+                bag.write_raw_many(batch)
+                batch = []
+        bag.write_raw_many(batch)
         return dict(bag.counts)
 
 

@@ -3,10 +3,11 @@
 1. Every bag is opened (model, sensors, initial guess: :func:`~mbde_core.replay.source.open_source`).
 2. Every (bag, estimator) is one :class:`~mbde_core.replay.worker.ReplayTask` run by
    :func:`mbde_core.runs.run_tasks`: local processes (default), serially (``jobs=1``)
-   or on a Dask cluster; each streams its bag, writes its estimates into a part file
-   and renders its own plot. Results do not depend on where a task runs.
+   or on a Dask cluster; each streams its bag and writes its estimates into a part
+   file. Results do not depend on where a task runs. As each finishes, its figure is
+   queued to one forked renderer (:mod:`mbde_core.replay.plot_worker`).
 3. Per bag: metrics.json, the estimates bag (the part files merged in time order),
-   report.md and summary.png (rendered in a forked process while the bag is written).
+   summary.png (queued to the renderer while the bag is written), then report.md.
    With several bags, OUT/<bag name>/ each and OUT/summary.csv + summary.md: one row
    per (bag, estimator).
 
@@ -21,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 
 from mbde_core.errors import DataError
+from mbde_core.replay.outputs import write_report
+from mbde_core.replay.plot_worker import PlotWorker
 
 # relative cost per simulated second (order of submission: expensive first)
 COST = {"pf": 3.0, "adekf": 3.0, "errorekf": 2.5, "cekf": 2.5, "diekfpm": 3.0, "ukf": 1.5, "dekf": 1.5}
@@ -34,7 +37,8 @@ class BagOutcome:
     results: list = field(default_factory=list)
     failed: list = field(default_factory=list)  # [(estimator, error)]
     timings: dict = field(default_factory=dict)
-    plots: list = field(default_factory=list)
+    plots: list = field(default_factory=list)  # drawn PNGs (report order)
+    figures: dict = field(default_factory=dict)  # estimator -> its queued PNGs
     reference: dict | None = None  # metrics.json "reference" (--reference smoother)
 
 
@@ -91,13 +95,20 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
             + ("" if src.has_truth else "; no ground truth"))
         outcomes.append(BagOutcome(b, bag_out, timings={"load": t_load / len(bags)}, reference=refs.get(b)))
         for name in names:
-            tasks.append(ReplayTask(b, name, configs[name], seed, part_path(bag_out, name),
-                                    os.path.join(bag_out, f"{name}.png") if plots else None,
+            tasks.append(ReplayTask(b, name, configs[name], seed, part_path(bag_out, name), None,
                                     mechanism_file, sensors_file))
     order = sorted(range(len(tasks)), key=lambda i: -COST.get(tasks[i].name, 2.0) * sources[tasks[i].bag].duration)
+    out_of = {bo.bag: bo for bo in outcomes}
+    plotter = PlotWorker(sources) if plots else None
+
+    def finished(o):
+        if plotter is not None and o.ok:
+            r = o.value
+            out_of[r.bag].figures[r.name] = plotter.estimator(r.bag, out_of[r.bag].out, r)
+
     t0 = time.perf_counter()
     done = runs.run_tasks(replay_task, [tasks[i] for i in order], sources, jobs=jobs, scheduler=scheduler,
-                          label="replay")
+                          label="replay", on_outcome=finished)
     t_tasks = time.perf_counter() - t0
     by_task = {order[k]: o for k, o in enumerate(done)}
     for bo in outcomes:
@@ -111,14 +122,30 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
             else:
                 bo.failed.append((task.name, o.error))
                 log(f"failed: {task.bag} {task.name}: {o.error}")
-        _write_bag(bo, sources[bo.bag], storage, plots)
+        _write_bag(bo, sources[bo.bag], storage, plotter)
+    t0 = time.perf_counter()
+    if plotter is not None:
+        plotter.finish()
+    for bo in outcomes:
+        bo.timings["plots_wait"] = (time.perf_counter() - t0) / len(outcomes)
+        t1 = time.perf_counter()
+        bo.plots = _drawn(bo)
+        write_report(os.path.join(bo.out, "report.md"), bo.doc, bo.plots)
+        bo.timings["report"] = time.perf_counter() - t1
     if len(bags) > 1:
         write_summary(out, outcomes)
     return outcomes
 
 
-def _write_bag(bo: BagOutcome, source, storage: str, plots: bool) -> None:
-    from mbde_core.replay.outputs import write_estimates_bag, write_metrics, write_report
+def _drawn(bo: BagOutcome) -> list[str]:
+    """The figures of a bag that were drawn: summary first, then in estimator order."""
+    paths = [os.path.join(bo.out, "summary.png")] + [p for r in bo.results for p in bo.figures.get(r.name, [])]
+    return [p for p in paths if os.path.exists(p)]
+
+
+def _write_bag(bo: BagOutcome, source, storage: str, plotter) -> None:
+    """metrics.json, the summary figure (queued to ``plotter``) and the estimates bag."""
+    from mbde_core.replay.outputs import write_estimates_bag, write_metrics
 
     results = bo.results
     for r in results:
@@ -130,9 +157,8 @@ def _write_bag(bo: BagOutcome, source, storage: str, plots: bool) -> None:
     t0 = time.perf_counter()
     bo.doc = write_metrics(os.path.join(bo.out, "metrics.json"), source, results, bo.reference)
     bo.timings["metrics"] = time.perf_counter() - t0
-    summary = None
-    if plots and results:
-        summary = _fork(_plot_summary, os.path.join(bo.out, "summary.png"), bo.doc)
+    if plotter is not None and results:
+        plotter.summary(bo.bag, os.path.join(bo.out, "summary.png"), bo.doc)
     t0 = time.perf_counter()
     description = None
     if source.scenario is not None:
@@ -144,40 +170,12 @@ def _write_bag(bo: BagOutcome, source, storage: str, plots: bool) -> None:
         if os.path.exists(_part(bo.out, name)):
             os.remove(_part(bo.out, name))
     bo.timings["write"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    pngs = []
-    if summary is not None:
-        summary.join()
-        if summary.exitcode == 0:
-            pngs.append(os.path.join(bo.out, "summary.png"))
-    pngs += [r.plot for r in results if r.plot] + [p for r in results for p in r.extra_plots]
-    bo.timings["plots_wait"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    write_report(os.path.join(bo.out, "report.md"), bo.doc, pngs)
-    bo.timings["report"] = time.perf_counter() - t0
-    bo.plots = pngs
 
 
 def _part(out_dir, name):
     from mbde_core.replay.worker import part_path
 
     return part_path(out_dir, name)
-
-
-def _plot_summary(path, doc):
-    from mbde_core.replay.plots import plot_summary
-
-    plot_summary(path, doc)
-
-
-def _fork(fn, *args):
-    """Run fn(*args) in a forked process (plots off the critical path); returns the process."""
-    import multiprocessing
-
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    proc = multiprocessing.get_context(method).Process(target=fn, args=args, daemon=True)
-    proc.start()
-    return proc
 
 
 SUMMARY_COLUMNS = ["bag", "estimator", "rmse_z", "rmse_zd", "nees", "nis", "step_us", "rtf", "fused", "estimator_errors", "error"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import scipy.stats
 
+from mbde_core.estimators.chi2 import chi2_ppf
 
 
 def _plt():
@@ -55,7 +55,7 @@ def plot_run(path: str, source, run, series: dict | None = None) -> str:
             ax.set_ylabel(f"error [{unit}]")
             ax.legend(loc="upper right", fontsize=8)
     if has_truth and "nees" in ser:
-        lo, hi = scipy.stats.chi2.ppf([0.025, 0.975], 2 * mech.dof)
+        lo, hi = chi2_ppf([0.025, 0.975], 2 * mech.dof)
         for c in range(mech.dof):
             ax = axes[2, c]
             ax.semilogy(t, np.clip(ser["nees"], 1e-6, None), "C2-", lw=0.7, label="NEES")
@@ -99,9 +99,9 @@ def plot_branches(path: str, source, run) -> str | None:
     """Assembly-branch probabilities over time (run.series 'bp', thinned by the replay
     worker), the true branch drawn thicker; None if the estimator reports none."""
     ser = run.series
-    bp, t = ser.get("bp"), ser.get("t")
-    if bp is None or t is None or len(bp) != len(t) or not len(t):
+    if not has_branch_probabilities(ser):
         return None
+    bp, t = ser["bp"], ser["t"]
     plt = _plt()
     t = np.asarray(t) - t[0]
     truth = getattr(source, "initial_branch", None)
@@ -118,6 +118,12 @@ def plot_branches(path: str, source, run) -> str | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def has_branch_probabilities(series: dict) -> bool:
+    """Whether a run's series has branch probabilities at every kept step (a figure of them)."""
+    bp, t = series.get("bp"), series.get("t")
+    return bp is not None and t is not None and len(bp) == len(t) and len(t) > 0
 
 
 def series_of_records(inputs, run) -> dict:

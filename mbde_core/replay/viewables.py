@@ -17,8 +17,10 @@ both bags, or `mbde render` them together).
 """
 from __future__ import annotations
 
+from mbde_core.rosio.cdr_batch import Layout
+from mbde_core.rosio.stamps import sec_to_stamp
 from mbde_core.rosio.tf import TF_MESSAGE, TF_STATIC_TOPIC, TF_TOPIC, tf_message
-from mbde_core.viz.frames import MechanismFrames
+from mbde_core.viz.frames import MechanismFrames, yaw_quaternion
 from mbde_core.viz.markers import MARKER_ARRAY, MechanismDrawer, estimate_shapes, marker_array
 
 MODEL_MARKERS = "/mbde/model/markers"
@@ -45,19 +47,41 @@ class EstimateView:
         self.factory, self.store = encoder.factory, encoder.store
         self.topics = [(TF_TOPIC, TF_MESSAGE), (f"/mbde/{name}/markers", MARKER_ARRAY)]
         self._next_marker = None
+        self._layout = None  # of the /tf messages (same frames at every estimate)
 
     def encode(self, batch) -> list[list[tuple[int, bytes]]]:
-        out = []
-        for rec in batch:
+        out = [[(2, data)] for data in self._tf(batch)]
+        for k, rec in enumerate(batch):
             snap = rec.estimate
             t = float(snap.stamp)
-            items = [(2, self.store.serialize_cdr(tf_message(self.factory, self.frames.moving(snap.q), t), TF_MESSAGE))]
             if self._next_marker is None or t >= self._next_marker - 1e-9:
                 self._next_marker = t + MARKER_PERIOD
                 msg = marker_array(self.factory, estimate_shapes(self.drawer, self.name, snap), self.frame, t)
-                items.append((3, self.store.serialize_cdr(msg, MARKER_ARRAY)))
-            out.append(items)
+                out[k].append((3, self.store.serialize_cdr(msg, MARKER_ARRAY)))
         return out
+
+    def _tf(self, batch) -> list[bytes]:
+        """/tf CDR of every record: the first message is built and serialised by rosbags
+        (:func:`tf_message`), the others written into copies of it
+        (:class:`~mbde_core.rosio.cdr_batch.Layout`): the same bytes, a batch at a time."""
+        if not batch:
+            return []
+        stamps = [float(r.estimate.stamp) for r in batch]
+        if self._layout is None:
+            first = tf_message(self.factory, self.frames.moving(batch[0].estimate.q), stamps[0])
+            self._layout = Layout(self.store, TF_MESSAGE, self.store.serialize_cdr(first, TF_MESSAGE))
+        poses = self.frames.moving_poses([r.estimate.q for r in batch])
+        stamp = [sec_to_stamp(t) for t in stamps]
+        sec, nsec = [s for s, _ in stamp], [n for _, n in stamp]
+        vals = {}
+        for f, (x, y, yaw) in enumerate(poses):
+            p = f"transforms[{f}]."
+            vals[p + "header.stamp.sec"], vals[p + "header.stamp.nanosec"] = sec, nsec
+            vals[p + "transform.translation.x"], vals[p + "transform.translation.y"] = x, y
+            quat = [yaw_quaternion(a) for a in yaw]
+            for c, axis in enumerate("xyzw"):
+                vals[p + "transform.rotation." + axis] = [v[c] for v in quat]
+        return [row.tobytes() for row in self._layout.encode(vals, len(batch))]
 
 
 def static_messages(factory, source, names) -> list[tuple[str, str, object]]:

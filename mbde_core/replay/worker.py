@@ -201,6 +201,7 @@ class _Output:
         self.particle_topic = (ns + "/particles", PARTICLE_SET)
         self.budget, self.total_steps = task.particle_budget, total_steps
         self.every = None
+        self.cloud_encoder = None
         self.k = 0
         self.clouds: list = []  # (t_ns, bytes) waiting for the estimates of their step
         self.stride = max(1, math.ceil(total_steps / SERIES_POINTS))
@@ -214,14 +215,15 @@ class _Output:
                 per = cloud.z.size * 2 + 2 * len(cloud.weight)
                 self.every = max(1, int(np.ceil(per * self.total_steps / self.budget)))
             if self.k % self.every == 0 and self.part is not None:
-                from mbde_core.rosio.convert import PARTICLE_SET, particle_set_msg
+                from mbde_core.replay.encode import ParticleSetEncoder
                 from mbde_core.rosio.stamps import sec_to_ns
 
                 cloud.stamp = rec.estimate.stamp
-                msg = particle_set_msg(self.encoder.factory, cloud, self.mech.independent_names, "world")
+                if self.cloud_encoder is None:
+                    self.cloud_encoder = ParticleSetEncoder(self.encoder.factory, self.mech.independent_names, "world")
                 if self.particle_topic not in self.topics:
                     self.topics.append(self.particle_topic)
-                self.clouds.append((sec_to_ns(cloud.stamp), self.encoder.store.serialize_cdr(msg, PARTICLE_SET)))
+                self.clouds.append((sec_to_ns(cloud.stamp), self.cloud_encoder.encode(cloud)))
         self.k += 1
 
     def add(self, batch, arrays, truth, angular) -> None:

@@ -138,6 +138,38 @@ class BagWriter:
             raise bag_error(self.path, f"cannot write {topic} at t={t_ns} ns", exc) from None
         self.counts[topic] += 1
 
+    def write_raw_many(self, records) -> None:
+        """Store a batch of (topic, t_ns, CDR bytes) in order, as write_raw_ns one by one.
+
+        sqlite3 storage without compression: one ``executemany`` for the batch (the rows,
+        counts and time range rosbags' Writer.write records; ~3x less time per message);
+        otherwise message by message."""
+        records = list(records)
+        w = self._writer
+        cursor = getattr(getattr(w, "storage", None), "cursor", None)
+        if (cursor is None or not hasattr(w, "min_timestamp") or getattr(w.compression_mode, "name", "") != "NONE"
+                or self.storage != "sqlite3"):
+            for topic, t_ns, data in records:
+                self.write_raw_ns(topic, t_ns, data)
+            return
+        rows = []
+        for topic, t_ns, data in records:
+            conn, _ = self._conn(topic)
+            if not 0 <= t_ns < 2**63:
+                raise DataError(f"{self.path}: time {t_ns} ns on {topic} outside the bag range [0, 2^63) ns")
+            rows.append((conn.id, int(t_ns), data))
+            self.counts[topic] += 1
+            w.counts[conn.id] += 1
+        if not rows:
+            return
+        try:
+            cursor.executemany("INSERT INTO messages (topic_id, timestamp, data) VALUES(?, ?, ?)", rows)
+        except Exception as exc:
+            raise bag_error(self.path, "cannot write messages", exc) from None
+        times = [r[1] for r in rows]
+        w.min_timestamp = min(min(times), w.min_timestamp)
+        w.max_timestamp = max(max(times), w.max_timestamp)
+
     def close(self) -> None:
         """Finish the bag (idempotent). Raises DataError if it cannot be completed."""
         writer, self._writer = self._writer, None

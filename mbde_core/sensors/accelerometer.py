@@ -13,10 +13,12 @@ linear_acceleration.x (first axis) and .y (second axis) [m/s^2].
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from mbde_core.sensors.base import Sensor
-from mbde_core.sensors.geometry import basis_vector, body_columns, rotation, scatter_d
+from mbde_core.sensors.geometry import basis_values, basis_vector, body_columns, rotation, scatter_d
 
 
 class Accelerometer(Sensor):
@@ -81,3 +83,48 @@ class Accelerometer(Sensor):
                 Hqdd[:, k, cx] += E[:, k, 0]
                 Hqdd[:, k, cy] += E[:, k, 1]
         return Hq, Hqd, Hqdd
+
+    def linearize(self, q, qd, qdd):
+        """(h (d,), dh/dq, dh/dqd, dh/dqdd (d, n)) at one state, on Python floats.
+
+        The formulas of :meth:`h` and :meth:`jacobians` (module docstring) without the
+        batch machinery (~10x less time): the observers' hot path (the ADE-KF reads its
+        accelerometers at every step)."""
+        mech = self.mech
+        n = mech.n
+        a = qdd.tolist() + [0.0]  # column n: fixed points (no acceleration)
+        gx, gy = float(mech.gravity[0]), float(mech.gravity[1])
+        Hq, Hqdd = np.zeros((self.dim, n + 1)), np.zeros((self.dim, n + 1))
+        h = []
+        if self.body >= 0:
+            cols = self._cols
+            C = self._C.tolist()
+            b = [a[c] for c in cols]
+            fx = sum(cv * bv for cv, bv in zip(C[0], b)) - gx
+            fy = sum(cv * bv for cv, bv in zip(C[1], b)) - gy
+            dx, dy = basis_values(mech, self.body, q.tolist(), q.tolist())[:2]
+            nd = math.sqrt(dx * dx + dy * dy)
+            ux, uy = dx / nd, dy / nd
+            xi, yi, xj, yj = cols
+            for k, al in enumerate(self.axes):
+                c, s = math.cos(al), math.sin(al)
+                ex, ey = c * ux - s * uy, s * ux + c * uy
+                h.append(ex * fx + ey * fy)
+                for col, c0, c1 in zip(cols, C[0], C[1]):
+                    Hqdd[k, col] += ex * c0 + ey * c1
+                wx, wy = c * fx + s * fy, -s * fx + c * fy
+                uw = ux * wx + uy * wy
+                g0, g1 = (wx - ux * uw) / nd, (wy - uy * uw) / nd
+                Hq[k, xj] += g0
+                Hq[k, yj] += g1
+                Hq[k, xi] -= g0
+                Hq[k, yi] -= g1
+        else:
+            cx, cy = self._cols
+            fx, fy = a[cx] - gx, a[cy] - gy
+            for k, al in enumerate(self.axes):
+                ex, ey = math.cos(al), math.sin(al)
+                h.append(ex * fx + ey * fy)
+                Hqdd[k, cx] += ex
+                Hqdd[k, cy] += ey
+        return np.array(h), Hq[:, :n], np.zeros((self.dim, n)), Hqdd[:, :n]

@@ -27,7 +27,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from transforms3d.euler import euler2quat
 
 
 @dataclass(frozen=True)
@@ -43,8 +42,16 @@ class FrameTransform:
     @property
     def quaternion(self) -> tuple[float, float, float, float]:
         """(x, y, z, w) of the rotation yaw about z (geometry_msgs/Quaternion order)."""
-        w, x, y, z = euler2quat(0.0, 0.0, self.yaw)
-        return float(x), float(y), float(z), float(w)
+        return yaw_quaternion(self.yaw)
+
+
+def yaw_quaternion(yaw: float) -> tuple[float, float, float, float]:
+    """(x, y, z, w) of a rotation yaw [rad] about z: transforms3d's euler2quat(0, 0, yaw)
+    ('sxyz') operation for operation on floats, so the same bits (signed zeros included),
+    without its per-call array."""
+    ck, sk = math.cos(yaw / 2.0), math.sin(yaw / 2.0)  # ci = cj = cos(0) = 1, si = sj = 0
+    cc, cs, sc, ss = 1.0 * ck, 1.0 * sk, 0.0 * ck, 0.0 * sk
+    return 1.0 * sc - 0.0 * cs, 1.0 * ss + 0.0 * cc, 1.0 * cs - 0.0 * sc, 1.0 * cc + 0.0 * ss
 
 
 class MechanismFrames:
@@ -114,6 +121,18 @@ class MechanismFrames:
         out = [FrameTransform(self.world, name, *_pose(P[i], P[j])) for _, name, i, j in self.bodies]
         for frame, k, yaw in self._moving_sensors:
             out.append(FrameTransform(self.world, frame, float(P[k, 0]), float(P[k, 1]), yaw))
+        return out
+
+    def moving_poses(self, Q) -> list[tuple[list, list, list]]:
+        """Per moving frame (order of :meth:`moving`), the lists (x, y, yaw) over a batch of
+        configurations Q (N, n): the values :meth:`moving` gives one configuration at a time."""
+        P = self.mech.points(np.asarray(Q, dtype=float).reshape(-1, self.mech.n))
+        out = []
+        for _, _, i, j in self.bodies:
+            d = (P[:, j] - P[:, i]).tolist()
+            out.append((P[:, i, 0].tolist(), P[:, i, 1].tolist(), [math.atan2(dy, dx) for dx, dy in d]))
+        for _, k, yaw in self._moving_sensors:
+            out.append((P[:, k, 0].tolist(), P[:, k, 1].tolist(), [yaw] * len(P)))
         return out
 
     def static(self) -> list[FrameTransform]:
