@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import array
 import importlib
+import math
 import signal
 import sys
 
@@ -29,6 +30,15 @@ STREAM = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=Reli
 # stalled for a few tens of ms (GC, a marker frame, a busy CPU) must not lose readings.
 SENSOR = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=qos_profile_sensor_data.reliability,
                     durability=qos_profile_sensor_data.durability)
+
+
+def sensor_qos(rate_hz: float, reorder_window: float) -> QoSProfile:
+    """SENSOR with a reader history that holds twice the readings of one reorder window
+    (at least 100, at most 20000): a 1 kHz IMU read by a node that a busy CPU stalls for
+    a few hundred ms keeps its readings instead of losing all but the last 100."""
+    depth = int(min(20000, max(100, math.ceil(2.0 * rate_hz * max(reorder_window, 0.1)))))
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth, reliability=SENSOR.reliability,
+                      durability=SENSOR.durability)
 
 
 class StartupError(Exception):

@@ -41,8 +41,8 @@ from mbde_core.live.diagnostics import WARN, Status, Throttle, diagnostic_array
 from mbde_core.live.estimator import EstimatorOptions, LiveEstimator, load_config
 from mbde_core.live.model_source import from_description, load_source
 from mbde_core.rosio.tf import TF_STATIC_TOPIC, TF_TOPIC
-from mbde_nodes.common import (LATCHED, RELIABLE, SENSOR, RclpyFactory, declare_parameters, fail, now_seconds,
-                               run, wall_clock)
+from mbde_nodes.common import (LATCHED, RELIABLE, RclpyFactory, declare_parameters, fail, now_seconds,
+                               run, sensor_qos, wall_clock)
 
 TICK = 0.05  # s (wall): how often the clock is checked for overdue readings
 
@@ -99,9 +99,13 @@ class Estimator(Node):
             self.destroy_subscription(sub)
         self.subs = []
         self.core = core
+        rates = {}
+        for s in core.sensors:
+            rates[s.topic] = rates.get(s.topic, 0.0) + float(s.rate)
         for topic, typename in core.topic_types.items():
             cls = self.factory.cls(typename)
-            self.subs.append(self.create_subscription(cls, topic, lambda msg, t=topic: self.on_reading(t, msg), SENSOR))
+            qos = sensor_qos(rates.get(topic, 0.0), opts.reorder_window)
+            self.subs.append(self.create_subscription(cls, topic, lambda msg, t=topic: self.on_reading(t, msg), qos))
         listening = ", ".join(f"{s.topic_name} [{core.topic_types[t]}]" for s, t in zip(self.subs, core.topic_types))
         mech = core.mech
         self.get_logger().info(

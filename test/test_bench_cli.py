@@ -79,9 +79,10 @@ def test_bench_accuracy_smoother_column(tmp_path):
 
 def test_bench_smoother_tiny(tmp_path):
     proc = run_mbde("bench", "smoother", "--cases", "fourbar_gyro", "--lengths", "1", "--trf-lengths", "", "--seam-length", "2",
-                    "--window", "1", "--overlap", "0.3", "--out", tmp_path)
+                    "--window", "1", "--overlap", "0.3", "--nees-runs", "2", "--nees-length", "0.5", "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "smoother_bench.json").read_text())
+    assert doc["consistency"][0]["dof"] == 2 and doc["consistency"][0]["mean_nees"] > 0
     assert doc["speed"][0]["steps"] == 201 and doc["speed"][0]["iterations"] >= 1
     assert doc["seams"][0]["windows"] == 2 and doc["seams"][0]["max_seam_z"] < 1.0
 

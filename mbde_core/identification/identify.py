@@ -134,8 +134,9 @@ def _problems(pm, p, recordings, smoother_cfg, guess_cfg, initial: str = "auto",
     all); initial: 'lowpass' (paper 001 sec. 4.4, :mod:`.initial`), 'filter' (the
     smoother's forward filter) or 'auto' (lowpass when encoders read every z).
     previous: per recording (X, q) of the previous stage, continued by simulation
-    (:func:`.initial.extend`) instead of a filter run."""
-    from mbde_core.identification.initial import encoder_channels, extend, lowpass_guess
+    (:func:`mbde_core.trajectory.motion.extend`) instead of a filter run."""
+    from mbde_core.identification.initial import encoder_channels, lowpass_guess
+    from mbde_core.trajectory.motion import extend
     from mbde_core.trajectory.model import MultibodyModel
     from mbde_core.trajectory.smoother import BatchSmoother
 

@@ -90,30 +90,3 @@ def follow(mech, Z, q_hint, max_move: float = 0.3):
             guess = qc[-1]
         i = j
     return q
-
-
-def extend(mech, X_prev, q_prev, N: int, dt: float):
-    """(X0 (N, 3g), q0 (N, n)): a solved trajectory X_prev (M, 3g) with positions q_prev
-    (M, n) continued to N steps by simulating the model from its last state (RK4 at the
-    grid step); a failing step holds the last state. The growing horizon of
-    :func:`mbde_core.identification.identify.identify` starts each stage from it."""
-    from mbde_core.engine import kinematics
-    from mbde_core.engine.integrators import MBState, get_integrator
-
-    M, g = X_prev.shape[0], mech.dof
-    if N <= M:
-        return X_prev[:N].copy(), q_prev[:N].copy()
-    X = np.empty((N, 3 * g))
-    q = np.empty((N, mech.n))
-    X[:M], q[:M] = X_prev, q_prev
-    qd = kinematics.velocity(mech, q_prev[-1], X_prev[-1, g:2 * g])
-    state = MBState(q_prev[-1].copy(), qd, None)
-    integ = get_integrator("rk4")
-    iz = mech.independent
-    for i in range(M, N):
-        nxt = integ.step(mech, (i - 1) * dt, state, dt)
-        if nxt.ok and np.all(np.isfinite(nxt.q)):
-            state = nxt
-        X[i] = np.concatenate([state.q[iz], state.qd[iz], (state.qdd if state.qdd is not None else np.zeros(mech.n))[iz]])
-        q[i] = state.q
-    return X, q

@@ -23,7 +23,8 @@ DIAGNOSTICS = "/diagnostics"
 CLOCK_TOPIC = "/clock"
 
 # executable -> [(topic, type, QoS)], QoS one of: latched (reliable, transient local,
-# depth 1), reliable (depth 10), sensor (SensorDataQoS: best effort, depth 5). As REP 2003
+# depth 1), reliable (depth 10), sensor (SensorDataQoS: best effort; the estimator reads
+# with a history of 2 x rate x reorder_window, 100 to 20000 readings). As REP 2003
 # recommends, the sensor drivers publish reliable and the estimator subscribes with
 # SensorDataQoS (best effort), which matches reliable and best-effort publishers alike.
 PUBLISHES = {

@@ -102,6 +102,17 @@ def _matrix(rows, N: int, g: int, dtype=float) -> np.ndarray:
     return out
 
 
+def _tangents(R: np.ndarray, n: int, g: int):
+    """(Tq, Tqd, Tqdd (N, n, 3g), F (N, g, 2g)) with the blocks that are R set (dq/dz,
+    dqd/dzd, dqdd/dzdd) and the others zero, to be filled."""
+    N = R.shape[0]
+    Tq, Tqd, Tqdd = np.zeros((N, n, 3 * g)), np.zeros((N, n, 3 * g)), np.zeros((N, n, 3 * g))
+    Tq[:, :, :g] = R
+    Tqd[:, :, g:2 * g] = R
+    Tqdd[:, :, 2 * g:] = R
+    return Tq, Tqd, Tqdd, np.zeros((N, g, 2 * g))
+
+
 class MultibodyModel:
     """A mechanism (the smoother's model, possibly with model errors) and its sensors."""
 
@@ -148,13 +159,7 @@ class MultibodyModel:
         f = _rows(f_r, N).T
         R = _matrix(R_r, N, g)
         rd = _rows(rd_r, N).T
-        Tq = np.zeros((N, n, 3 * g))
-        Tqd = np.zeros((N, n, 3 * g))
-        Tqdd = np.zeros((N, n, 3 * g))
-        F = np.zeros((N, g, 2 * g))
-        Tq[:, :, :g] = R
-        Tqd[:, :, g:2 * g] = R
-        Tqdd[:, :, 2 * g:] = R
+        Tq, Tqd, Tqdd, F = _tangents(R, n, g)
         _, ctrig, cjac, cpost = complex_kernels(K)
         h = CS_STEP
         with np.errstate(all="ignore"):
@@ -196,13 +201,7 @@ class MultibodyModel:
         N = X.shape[0]
         z, zd, zdd = X[:, :g], X[:, g:2 * g], X[:, 2 * g:]
         q, ok, qd, f, R, rd = self._generic_parts(t, z, zd, q_guess)
-        Tq = np.zeros((N, n, 3 * g))
-        Tqd = np.zeros((N, n, 3 * g))
-        Tqdd = np.zeros((N, n, 3 * g))
-        F = np.zeros((N, g, 2 * g))
-        Tq[:, :, :g] = R
-        Tqd[:, :, g:2 * g] = R
-        Tqdd[:, :, 2 * g:] = R
+        Tq, Tqd, Tqdd, F = _tangents(R, n, g)
         for k in range(2 * g):
             x = np.hstack([z, zd])
             step = 1e-6 * np.maximum(1.0, np.abs(x[:, k]))

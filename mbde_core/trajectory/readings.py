@@ -12,6 +12,7 @@ sensor names, non-finite stamps or values and values of the wrong dimension.
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,8 +65,8 @@ def sensor_whitening(sensor, sigma: float | None = None) -> np.ndarray:
 def bin_readings(measurements, sensors, dt: float, sensor_sigma: dict | None = None) -> Readings:
     """Readings (see the module docstring) from Measurements in any order."""
     counters = {"received": 0, "used": 0, "unknown_sensor": 0, "non_finite": 0, "per_sensor": {}}
-    stamps: dict[str, list] = {}
-    values: dict[str, list] = {}
+    stamps: dict[str, array] = {}  # compact (8 bytes a number): long runs are read as a stream
+    values: dict[str, array] = {}
     for m in measurements:
         counters["received"] += 1
         if m.sensor not in sensors:
@@ -75,8 +76,10 @@ def bin_readings(measurements, sensors, dt: float, sensor_sigma: dict | None = N
         if not (math.isfinite(m.stamp) and v.shape == (sensors[m.sensor].dim,) and np.all(np.isfinite(v))):
             counters["non_finite"] += 1
             continue
-        stamps.setdefault(m.sensor, []).append(float(m.stamp))
-        values.setdefault(m.sensor, []).append(v)
+        if m.sensor not in stamps:
+            stamps[m.sensor], values[m.sensor] = array("d"), array("d")
+        stamps[m.sensor].append(float(m.stamp))
+        values[m.sensor].extend(v)
     if not stamps:
         return Readings(0.0, dt, 0, [], counters)
     t0 = min(min(s) for s in stamps.values())
@@ -87,10 +90,10 @@ def bin_readings(measurements, sensors, dt: float, sensor_sigma: dict | None = N
     for s in sensors:
         if s.name not in stamps:
             continue
-        t = np.array(stamps[s.name])
+        t = np.frombuffer(stamps[s.name], dtype=float)
         order = np.argsort(t, kind="stable")
         idx = np.rint((t[order] - t0) / dt).astype(np.intp)
-        vals = np.array(values[s.name])[order].reshape(len(t), s.dim)
+        vals = np.frombuffer(values[s.name], dtype=float).reshape(len(t), s.dim)[order]
         rows.append(SensorRows(s.name, idx, vals, sensor_whitening(s, sigmas.get(s.name))))
         counters["per_sensor"][s.name] = len(t)
         counters["used"] += len(t)

@@ -11,7 +11,10 @@ every state x_i = [z_i, zd_i, zdd_i] of the run with the assembly branch fixed:
    the solution;
 3. Levenberg-Marquardt on the banded normal equations (:mod:`.solver`) solves the sparse
    nonlinear least-squares problem (:mod:`.problem`); every position problem starts from
-   the previous iterate's q, which keeps the branch;
+   the previous iterate's q, which keeps the branch. In-house rather than
+   scipy.optimize.least_squares('trf'), on measurement: 4-8 iterations where 'trf' with
+   LSMR steps stalls far from the optimum after 100-200 evaluations, 40-900x slower (the
+   numbers are in :mod:`.solver`); ``solver: trf`` keeps scipy's for comparison;
 4. the marginal covariances of [z_i, zd_i] are the diagonal blocks of the inverse of the
    Gauss-Newton information matrix at the solution, from its banded Cholesky factor
    (:mod:`.normal`), never a dense inverse.
@@ -157,12 +160,13 @@ class BatchSmoother:
 
 
 class ForwardGuess:
-    """The forward filter (``initial_guess``) run once over the readings, its estimates
-    collected on the grid range by range (:meth:`take`), so that long runs keep only the
-    current window's estimates. A filter failure restarts its track (counted), as in
-    replay; steps without a usable estimate take the nearest earlier one (or the first)."""
+    """The forward filter (``initial_guess``) run over the readings from step ``first``
+    (started there from ``init``), its estimates collected on the grid range by range
+    (:meth:`take`, global step indices), so that long runs keep only the current
+    window's estimates. A filter failure restarts its track (counted), as in replay;
+    steps without a usable estimate take the nearest earlier one (or the first)."""
 
-    def __init__(self, smoother: BatchSmoother, readings: Readings, init: InitialState):
+    def __init__(self, smoother: BatchSmoother, readings: Readings, init: InitialState, first: int = 0):
         from mbde_core.estimators import make_estimator
         from mbde_core.estimators.stage import EstimatorStage
 
@@ -171,7 +175,8 @@ class ForwardGuess:
         cfg = dict(smoother.guess_config, step=smoother.dt)
         est = make_estimator(name, smoother.mech, smoother.sensors, cfg, rng=np.random.default_rng(0))
         self.stage = EstimatorStage(est, smoother.dt, lambda t: init, max_gap=np.inf, backward_jump=np.inf)
-        self.stream = iter(readings_measurements(readings))
+        self.total = readings.first + readings.N  # global end of the grid
+        self.stream = iter(readings_measurements(readings.window(first, readings.N) if first else readings))
         self.next = next(self.stream, None)
         self.failures = 0
         self.filled = 0
@@ -191,7 +196,7 @@ class ForwardGuess:
             self._guarded(self.stage.feed, self.next)
             self.next = next(self.stream, None)
         self._guarded(self.stage.advance_to, rd.t0 + hi * dt)
-        if hi >= rd.N:
+        if hi >= self.total:
             self._guarded(self.stage.flush)
         n = hi - lo
         X = np.full((n, 3 * g), np.nan)

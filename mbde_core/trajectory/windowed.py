@@ -21,8 +21,20 @@ from the whole-run smoother is the readings after hi, whose effect decays over t
 steps of the right margin. ``mbde bench smoother`` measures the seam error (windowed
 minus whole-run, in units of the whole-run posterior sigma); the tests bound it.
 
+Initial guess of a window: the previous window's solution where it has one, then the
+forward filter restarted at its last step from that solution (with its marginal
+covariance), so that a filter that lost track in a long run does not carry its error
+into later windows (a wrong guess could otherwise lead the solver to another local
+minimum: a gyroscope alone leaves mirror configurations nearly indistinguishable).
+
+A window whose equations-of-motion cost per step exceeds RETRY_FACTOR times the median
+of the earlier windows' (a trajectory that needs accelerations the model does not
+predict: the signature of such a wrong minimum) is solved a second time from the model's
+own motion (RK4 from the previous solution, no readings) for its new steps, and the
+solution of lower cost is kept (``retried`` / ``replaced`` in the info).
+
 Memory: one window's problem (O(W + 2 O) steps) and the forward filter's estimates of
-the current window; the kept states are returned (or passed to ``sink``) window by window.
+the current window; the kept states are yielded window by window.
 """
 from __future__ import annotations
 
@@ -30,6 +42,8 @@ import time
 
 import numpy as np
 
+from mbde_core.estimators.base import InitialState
+from mbde_core.trajectory.motion import extend
 from mbde_core.trajectory.normal import NormalEquations
 from mbde_core.trajectory.smoother import BatchSmoother, ForwardGuess, SmoothedTrajectory
 
@@ -50,6 +64,13 @@ def _marginal_prior(rows, L: int, X: np.ndarray):
     return X[L] + dX[L], U
 
 
+def _eom_cost(info) -> float:
+    return float(info["cost_per_factor"].get("eom", {}).get("cost", 0.0))
+
+
+RETRY_FACTOR = 4.0  # a window's eom cost per step above this many times the running median: retry
+
+
 def iter_windows(smoother: BatchSmoother, measurements, init, window: float | None = None, overlap: float | None = None,
                  progress=None):
     """Yield the kept part of every window (SmoothedTrajectory, in time order)."""
@@ -65,12 +86,13 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
         raise DataError("no valid readings to smooth")
     W = max(int(round(window / dt)), 2)
     O = min(max(int(round(overlap / dt)), 0), W - 1)
-    fwd = ForwardGuess(smoother, readings, init)
     g = smoother.g
     ang = smoother.model.angular
     prior_mean, prior_sqrt = smoother.prior(init)
-    prev = None  # (lo, X, q) of the previous window's solution
-    guessed = 0  # steps of the forward filter taken so far
+    prev = None  # (lo, X, q, cov) of the previous window's solution
+    history: list[float] = []  # eom cost per step of the windows so far
+    retried = replaced = 0
+    m = 0
     K = max(1, int(round(N / W)))  # windows of about W steps (no short last one)
     cuts = np.linspace(0, N, K + 1).round().astype(int)
     for k, (a, b) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist())):
@@ -78,30 +100,54 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
         lo, hi = (max(a - O, 0), min(b + O, N)) if k else (0, min(b + O, N))
         X0 = np.empty((hi - lo, 3 * g))
         q0 = np.empty((hi - lo, smoother.mech.n))
-        start = lo
-        if prev is not None:  # the previous solution where it exists
-            plo, PX, Pq = prev
+        if prev is None:
+            fwd = ForwardGuess(smoother, readings, init)
+            X0[:], q0[:] = fwd.take(lo, hi)
+            guesses = dict(fwd.info())
+        else:  # the previous solution where it exists, then the forward filter restarted from its end
+            plo, PX, Pq, Pcov = prev
             m = plo + len(PX) - lo
             X0[:m], q0[:m] = PX[lo - plo:], Pq[lo - plo:]
-            start = lo + m
-        if guessed < hi:
-            Xf, qf = fwd.take(guessed, hi)
-            X0[start - lo:], q0[start - lo:] = Xf[start - guessed:], qf[start - guessed:]
-            guessed = hi
+            if m < hi - lo:
+                s0 = lo + m - 1
+                x = PX[s0 - plo]
+                sig = np.sqrt(np.einsum("ii->i", Pcov[s0 - plo])) if Pcov is not None else np.full(2 * g, np.nan)
+                sig = np.where(np.isfinite(sig) & (sig > 0), sig, np.concatenate([init.sigma_z, init.sigma_zd]))
+                fwd = ForwardGuess(smoother, readings, InitialState(x[:g], x[g:2 * g], sig[:g], sig[g:], Pq[s0 - plo],
+                                                                      init.branch), first=s0)
+                Xf, qf = fwd.take(s0, hi)
+                X0[m:], q0[m:] = Xf[1:], qf[1:]
+                for key in ("filter_failures", "filled_steps"):
+                    guesses[key] += fwd.info()[key]
         if ang.any():
             X0[:, :g][:, ang] = np.unwrap(X0[:, :g][:, ang], axis=0)
-        traj, res = smoother.solve(readings.window(lo, hi), X0, q0, prior_mean, prior_sqrt, with_result=True,
-                                   first_eom=k == 0)
+        rd = readings.window(lo, hi)
+        traj, res = smoother.solve(rd, X0, q0, prior_mean, prior_sqrt, with_result=True, first_eom=k == 0)
+        per_step = _eom_cost(traj.info) / (hi - lo)
+        if prev is not None and history and per_step > RETRY_FACTOR * float(np.median(history)) and m < hi - lo:
+            # an outlier: the forward filter may have lost track and led the solver to another
+            # local minimum; try the model's own motion from the previous solution instead
+            X1, q1 = extend(smoother.mech, X0[:m], q0[:m], hi - lo, dt, float(rd.times[0]))
+            if ang.any():
+                X1[:, :g][:, ang] = np.unwrap(X1[:, :g][:, ang], axis=0)
+            alt, res_alt = smoother.solve(rd, X1, q1, prior_mean, prior_sqrt, with_result=True, first_eom=False)
+            retried += 1
+            if res_alt.cost < res.cost:
+                traj, res = alt, res_alt
+                per_step = _eom_cost(traj.info) / (hi - lo)
+                replaced += 1
+        history.append(per_step)
         kept = traj.slice(a - lo, b - lo)
-        kept.info.update(window=k, solved=(lo, hi), kept=(a, b), wall_time_s=time.perf_counter() - t_start)
+        kept.info.update(window=k, solved=(lo, hi), kept=(a, b), wall_time_s=time.perf_counter() - t_start,
+                         retried=retried, replaced=replaced)
         if b < N:  # the next window's prior: this window's past up to its start
             L = max(b - O, 0) - lo
             prior_mean, prior_sqrt = _marginal_prior(res.rows, L, res.X)
-            prev = (lo, res.X, traj.q)
+            prev = (lo, res.X, traj.q, traj.cov)
         if progress is not None:
             progress(b, N)
         yield kept
-    kept.info["guess"] = fwd.info()
+    kept.info["guess"] = guesses
 
 
 def smooth_windowed(smoother: BatchSmoother, measurements, init, window=None, overlap=None, progress=None) -> SmoothedTrajectory:
@@ -124,6 +170,7 @@ def smooth_windowed(smoother: BatchSmoother, measurements, init, window=None, ov
         "covariance_time_s": float(sum(i["covariance_time_s"] for i in infos)),
         "readings": infos[-1]["readings"], "history": [i["final_cost"] for i in infos],
         "max_window_iterations": int(max(i["iterations"] for i in infos)),
+        "windows_retried": int(infos[-1]["retried"]), "windows_replaced": int(infos[-1]["replaced"]),
     }
     info.update(infos[-1].get("guess", {}))
     info["wall_time_s"] = time.perf_counter() - t0
