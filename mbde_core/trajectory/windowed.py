@@ -30,7 +30,8 @@ minimum: a gyroscope alone leaves mirror configurations nearly indistinguishable
 A window whose equations-of-motion cost per step exceeds RETRY_FACTOR times the median
 of the earlier windows' (a trajectory that needs accelerations the model does not
 predict: the signature of such a wrong minimum) is solved a second time over a growing
-horizon (:func:`grown`): from the previous solution, GROW_S seconds at a time are guessed
+horizon (:func:`grown`): from the previous window's kept states (its margin may already
+have taken the wrong turn), GROW_S seconds at a time are guessed
 by the model's own motion (RK4, no readings) and solved before the next are guessed (the
 growing horizon of identification); the solution of lower cost is kept (``retried`` /
 ``replaced`` in the info).
@@ -148,8 +149,10 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
         per_step = _eom_cost(traj.info) / (hi - lo)
         if prev is not None and history and per_step > RETRY_FACTOR * float(np.median(history)) and 0 < m < hi - lo:
             # an outlier: the forward filter may have lost track and led the solver to another
-            # local minimum; grow the horizon from the previous solution instead
-            alt, res_alt = grown(smoother, rd, X0[:m], q0[:m], prior_mean, prior_sqrt)
+            # local minimum; grow the horizon from the previous window's kept states instead
+            # (its right margin saw fewer readings and may already have taken the wrong turn)
+            known = max(a - lo, 1)
+            alt, res_alt = grown(smoother, rd, X0[:known], q0[:known], prior_mean, prior_sqrt)
             retried += 1
             if res_alt.cost < res.cost:
                 traj, res = alt, res_alt
