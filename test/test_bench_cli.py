@@ -85,3 +85,14 @@ def test_bench_smoother_tiny(tmp_path):
     assert doc["consistency"][0]["dof"] == 2 and doc["consistency"][0]["mean_nees"] > 0
     assert doc["speed"][0]["steps"] == 201 and doc["speed"][0]["iterations"] >= 1
     assert doc["seams"][0]["windows"] == 2 and doc["seams"][0]["max_seam_z"] < 1.0
+
+
+def test_bench_identify_tiny(tmp_path):
+    """One seeded four-bar run (10 s at 200 Hz, 4 parameters 20 % off), no replay loop."""
+    proc = run_mbde("bench", "identify", "--runs", "1", "--cases", "fourbar_gyro", "--no-loop", "--jobs", "1", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "fourbar_gyro" in proc.stdout and "coverage" in proc.stdout
+    (run,) = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert not run["failed"] and len(run["z"]) == 4 and run["iterations"] >= 1
+    doc = json.loads((tmp_path / "identify.json").read_text())
+    assert doc["coverage"]["fourbar_gyro"]["runs"] == 1

@@ -153,6 +153,14 @@ def test_identifiability_finds_the_mass_gravity_null_direction():
     assert set(direction) == {"mass", "gravity"} and direction["mass"] == pytest.approx(-direction["gravity"])
     res2 = analyse(T[:, :2].T @ T[:, :2], ["mass", "inertia"])
     assert res2.rank == 2 and res2.identifiable.all()
+    # with the damping free too, (m, J, b) scale together: b moves as much as J in
+    # relative terms although its column is ~100 times smaller than gravity's
+    Tb = np.stack([grav, grav, -zdd, -2e-4 * zd / 0.0039], axis=1)  # d zdd / d log(m, g, J, b)
+    res3 = analyse(Tb.T @ Tb, ["mass", "gravity", "inertia", "damping"])
+    assert res3.rank == 2 and not res3.identifiable.any()
+    Tg = Tb[:, [1, 3]]  # J known: g and b are
+    res4 = analyse(Tg.T @ Tg, ["gravity", "damping"])
+    assert res4.rank == 2 and res4.identifiable.all()
 
 
 def test_identification_config_section(tmp_path):

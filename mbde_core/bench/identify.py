@@ -17,7 +17,8 @@ the paper-003 gravity-error cases (replay before/after calibration).
    calibrated.yaml (``mbde replay --mechanism``); the table shows mean RMSE of z
    before/after.
 
-Writes DIR/coverage.csv, DIR/identify.json and prints the tables. Timing: the machine's
+Writes DIR/runs.jsonl (each run as it ends: an interrupted benchmark keeps what it ran),
+DIR/coverage.csv, DIR/identify.json and prints the tables. Timing: the machine's
 load average is printed with the table (other processes change wall times).
 """
 from __future__ import annotations
@@ -162,7 +163,15 @@ def run(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
     tasks = [(c, r, args.offset) for c in cases for r in range(args.runs)]
-    outcomes = runs.run_tasks(_case_task, tasks, label="identify", **runs.options(args))
+    partial = open(os.path.join(args.out, "runs.jsonl"), "w", encoding="utf-8")  # each run as it ends
+
+    def keep(outcome):
+        if outcome.ok:
+            partial.write(json.dumps(outcome.value, default=lambda x: None) + "\n")
+            partial.flush()
+
+    with partial:
+        outcomes = runs.run_tasks(_case_task, tasks, label="identify", on_outcome=keep, **runs.options(args))
     rows = [o.value for o in outcomes if o.ok]
     for line in runs.failures(outcomes, lambda i: "case {} run {}".format(*tasks[i][:2])):
         print(f"failed: {line}", file=sys.stderr)
