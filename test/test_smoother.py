@@ -160,17 +160,19 @@ def test_mbde_smooth_missing_bag_and_existing_out(tmp_path):
     assert proc.returncode == 2 and "exists" in proc.stderr
 
 
-@pytest.mark.parametrize("retry", [False, True])
-def test_windowed_smoothing_seams(fourbar_truth, retry, monkeypatch):
+@pytest.mark.parametrize("mode", ["plain", "retry_all", "lost_filter"])
+def test_windowed_smoothing_seams(fourbar_truth, mode, monkeypatch):
     """Windows of 1 s with 0.5 s margins vs the whole-run solution: the seam error (the
     readings a window does not see) stays below 0.1 posterior sigma (measured 0.014;
     ``mbde bench smoother`` tables it for longer runs); windows keep every step once.
-    retry: with RETRY_FACTOR 0 every window after the first counts as an eom-cost outlier
-    and is solved again from the model's own motion, the lower-cost solution kept; both
-    starts reach the same minimum here, so the seams stay as without retry."""
-    from mbde_core.trajectory import windowed
+    retry_all: with RETRY_FACTOR 0 every window after the first counts as an eom-cost
+    outlier and is solved again over a growing horizon, the lower-cost solution kept.
+    lost_filter: the forward filter's guess of the later windows frozen at its first state
+    (a filter that lost track) leads the solver to a wrong minimum (hundreds of sigmas off);
+    the eom-cost outlier is detected and the growing horizon recovers the solution."""
+    from mbde_core.trajectory import smoother as smoother_mod, windowed
 
-    if retry:
+    if mode == "retry_all":
         monkeypatch.setattr(windowed, "RETRY_FACTOR", 0.0)
     tr = fourbar_truth
     sc = tr.scenario
@@ -178,10 +180,28 @@ def test_windowed_smoothing_seams(fourbar_truth, retry, monkeypatch):
     meas = tr.measurements(sc.sensors, 0.005, seed=5)
     sm = BatchSmoother(mech, sensors)
     full = sm.smooth(meas, _start(sc, 5))
+    sig = np.sqrt(np.einsum("kii->ki", full.cov))
+    if mode == "lost_filter":
+        take = smoother_mod.ForwardGuess.take
+
+        def lost(self, lo, hi):
+            X, q = take(self, lo, hi)
+            if lo > 0:
+                X[:, :] = np.concatenate([X[0, :mech.dof], np.zeros(2 * mech.dof)])
+                q[:] = q[0]
+            return X, q
+
+        monkeypatch.setattr(smoother_mod.ForwardGuess, "take", lost)
+        monkeypatch.setattr(windowed, "RETRY_FACTOR", np.inf)
+        win = windowed.smooth_windowed(sm, meas, _start(sc, 5), window=1.0, overlap=0.5)
+        assert np.abs(win.z - full.z).max() / sig[:, 0].max() > 10  # without the retry: a wrong minimum
+        monkeypatch.setattr(windowed, "RETRY_FACTOR", 4.0)
     win = windowed.smooth_windowed(sm, meas, _start(sc, 5), window=1.0, overlap=0.5)
     assert win.info["windows"] == 3 and np.array_equal(win.t, full.t)
-    assert win.info["windows_retried"] == (2 if retry else 0) and win.info["windows_replaced"] <= win.info["windows_retried"]
-    sig = np.sqrt(np.einsum("kii->ki", full.cov))
+    retried = {"plain": 0, "retry_all": 2, "lost_filter": win.info["windows_retried"]}[mode]
+    assert win.info["windows_retried"] == retried and win.info["windows_replaced"] <= retried
+    if mode == "lost_filter":
+        assert win.info["windows_replaced"] >= 1
     d = np.abs(np.hstack([win.z - full.z, win.zd - full.zd])) / sig
     assert d.max() < 0.1, d.max(axis=0)
     assert np.all(np.einsum("kii->ki", win.cov) > 0)

@@ -7,9 +7,11 @@ error e in {1, 4} m/s^2 the estimator's model (the scenario's mechanism with |g|
 its sensors) is written as start.yaml, ``mbde identify BAG0 --mechanism start.yaml
 --params gravity`` calibrates it, and the R held-out bags are replayed (``mbde replay BAG
 --mechanism start.yaml`` and ``--mechanism calibrated.yaml``, the same replay path and
-initial state, only the model differs) with ukf, errorekf, dekf, cekf, diekfpm. The table
-gives the mean over the held-out bags of the RMSE of z [rad] (RMS over the independent
-coordinates of the five-bar), from each replay's metrics.json.
+initial state, only the model differs) with ukf, errorekf, dekf, cekf, diekfpm; so are they
+with the true model (no gravity error: what a perfect calibration would give, the
+reference for "after"). The table gives the mean over the held-out bags of the RMSE of z
+[rad] (RMS over the independent coordinates of the five-bar), from each replay's
+metrics.json.
 """
 from __future__ import annotations
 
@@ -83,9 +85,22 @@ def loop_case(task) -> list:
     except Exception as exc:  # noqa: BLE001 - reported in the table
         return [{"case": case, "gravity_error": g, "failed": True, "error": f"{type(exc).__name__}: {exc}"[:400]}
                 for g in GRAVITY_ERRORS]
+    def replay_all(mfile, label) -> dict:
+        """Mean RMSE per observer over the held-out bags replayed with mechanism file mfile."""
+        per = []
+        for k, bag in enumerate(bags[1:] or bags[:1]):
+            out = os.path.join(work, f"replay_{label}_{k}")
+            _mbde("replay", bag, "--mechanism", mfile, "--estimators", OBSERVERS, "--out", out, "--force", "--no-plots")
+            per.append(_rmse(os.path.join(out, "metrics.json")))
+        return {n: (None if any(p[n] is None for p in per) else float(sum(p[n] for p in per) / len(per))) for n in per[0]}
+
+    try:  # reference: the true model (what a perfect calibration would give on these bags)
+        true_model = replay_all(_start_file(base, 0.0, os.path.join(work, "true_model.yaml")), "true_model")
+    except Exception:  # noqa: BLE001 - the reference is optional
+        true_model = None
     rows = []
     for gerr in GRAVITY_ERRORS:
-        row = {"case": case, "gravity_error": gerr, "held_out_bags": held_out}
+        row = {"case": case, "gravity_error": gerr, "held_out_bags": held_out, "true_model": true_model}
         try:
             start = _start_file(base, gerr, os.path.join(work, f"start_g{gerr:g}.yaml"))
             ident = os.path.join(work, f"identified_g{gerr:g}")
@@ -93,14 +108,8 @@ def loop_case(task) -> list:
             with open(os.path.join(ident, "identification.json"), encoding="utf-8") as fh:
                 info = json.load(fh)["parameters"]["gravity"]
             row.update(g_start=info["initial"], g_estimate=info["estimate"], g_std=info["std"])
-            for label, mfile in (("before", start), ("after", os.path.join(ident, "calibrated.yaml"))):
-                per = []
-                for k, bag in enumerate(bags[1:] or bags[:1]):
-                    out = os.path.join(work, f"replay_g{gerr:g}_{label}_{k}")
-                    _mbde("replay", bag, "--mechanism", mfile, "--estimators", OBSERVERS, "--out", out, "--force", "--no-plots")
-                    per.append(_rmse(os.path.join(out, "metrics.json")))
-                row[label] = {n: (None if any(p[n] is None for p in per) else float(sum(p[n] for p in per) / len(per)))
-                              for n in per[0]}
+            row["before"] = replay_all(start, f"g{gerr:g}_before")
+            row["after"] = replay_all(os.path.join(ident, "calibrated.yaml"), f"g{gerr:g}_after")
             row["failed"] = False
         except Exception as exc:  # noqa: BLE001 - reported in the table
             row.update(failed=True, error=f"{type(exc).__name__}: {exc}"[:400])
@@ -145,4 +154,9 @@ def format_loop(rows) -> str:
             cells.append(f"{fmt(b) + ' -> ' + fmt(a):>22}")
             better &= a is not None and (b is None or a < b)
         lines.append(f"{label:<24}{g:>28}" + "".join(cells) + f"{'yes' if better else 'NO':>12}")
+    for case in dict.fromkeys(r["case"] for r in rows):  # the true model on the same bags
+        ref = next((r["true_model"] for r in rows if r["case"] == case and r.get("true_model")), None)
+        if ref is not None:
+            lines.append(f"{case + ' true model':<24}{'9.81 (no error)':>28}"
+                         + "".join(f"{'-' if ref.get(n) is None else format(ref[n], '.3g'):>22}" for n in names))
     return "\n".join(lines)

@@ -309,8 +309,8 @@ def run(args) -> int:
         print(f"steps {r['steps']}, simulated in {r['simulate_s']:.0f} s; smoothed in {r['wall_s']:.1f} s wall, "
               f"{r['cpu_s']:.1f} s CPU ({r['us_per_step']:.0f} us/step, {r['iterations']} iterations, at most {r['max_window_iterations']} "
               f"per window); peak memory {r['peak_mb']:.0f} MB (before smoothing {r['before_smoothing_mb']:.0f} MB); "
-              f"RMSE z {r['rmse_z']:.4f} rad (worst window {r['worst_window_rmse_z']:.4f}); windows retried from the "
-              f"model's motion {r['windows_retried']}, solution replaced {r['windows_replaced']}")
+              f"RMSE z {r['rmse_z']:.4f} rad (worst window {r['worst_window_rmse_z']:.4f}); windows retried over a "
+              f"growing horizon {r['windows_retried']}, solution replaced {r['windows_replaced']}")
     if args.nees_runs > 0:
         print(f"\n5. consistency: mean NEES of [z, zd] on {args.nees_runs} runs x {args.nees_length:g} s drawn from the "
               "smoother's own model (perfect model with its acceleration noise), every 0.3 s")

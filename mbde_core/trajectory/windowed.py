@@ -29,9 +29,12 @@ minimum: a gyroscope alone leaves mirror configurations nearly indistinguishable
 
 A window whose equations-of-motion cost per step exceeds RETRY_FACTOR times the median
 of the earlier windows' (a trajectory that needs accelerations the model does not
-predict: the signature of such a wrong minimum) is solved a second time from the model's
-own motion (RK4 from the previous solution, no readings) for its new steps, and the
-solution of lower cost is kept (``retried`` / ``replaced`` in the info).
+predict: the signature of such a wrong minimum) is solved a second time over a growing
+horizon (:func:`grown`): from the previous window's kept states (its margin may already
+have taken the wrong turn), GROW_S seconds at a time are guessed
+by the model's own motion (RK4, no readings) and solved before the next are guessed (the
+growing horizon of identification); the solution of lower cost is kept (``retried`` /
+``replaced`` in the info).
 
 Memory: one window's problem (O(W + 2 O) steps) and the forward filter's estimates of
 the current window; the kept states are yielded window by window.
@@ -69,6 +72,26 @@ def _eom_cost(info) -> float:
 
 
 RETRY_FACTOR = 4.0  # a window's eom cost per step above this many times the running median: retry
+GROW_S = 1.0  # seconds added per solve of the retry's growing horizon
+
+
+def grown(smoother: BatchSmoother, readings, X, q, prior_mean, prior_sqrt):
+    """(trajectory, result) of ``readings`` (a window) solved over a growing horizon from
+    its known first steps X (M, 3g), q (M, n), M >= 1: each solve's new GROW_S seconds are
+    the model's motion from the last solution (:func:`.motion.extend`)."""
+    ang, g = smoother.model.angular, smoother.g
+    chunk = max(int(round(GROW_S / smoother.dt)), 1)
+    t0 = float(readings.times[0])
+    while True:
+        n = min(len(X) + chunk, readings.N)
+        X1, q1 = extend(smoother.mech, X, q, n, smoother.dt, t0)
+        if ang.any():
+            X1[:, :g][:, ang] = np.unwrap(X1[:, :g][:, ang], axis=0)
+        traj, res = smoother.solve(readings.window(0, n), X1, q1, prior_mean, prior_sqrt, with_result=True,
+                                   first_eom=False)
+        if n == readings.N:
+            return traj, res
+        X, q = res.X, traj.q
 
 
 def iter_windows(smoother: BatchSmoother, measurements, init, window: float | None = None, overlap: float | None = None,
@@ -124,13 +147,12 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
         rd = readings.window(lo, hi)
         traj, res = smoother.solve(rd, X0, q0, prior_mean, prior_sqrt, with_result=True, first_eom=k == 0)
         per_step = _eom_cost(traj.info) / (hi - lo)
-        if prev is not None and history and per_step > RETRY_FACTOR * float(np.median(history)) and m < hi - lo:
+        if prev is not None and history and per_step > RETRY_FACTOR * float(np.median(history)) and 0 < m < hi - lo:
             # an outlier: the forward filter may have lost track and led the solver to another
-            # local minimum; try the model's own motion from the previous solution instead
-            X1, q1 = extend(smoother.mech, X0[:m], q0[:m], hi - lo, dt, float(rd.times[0]))
-            if ang.any():
-                X1[:, :g][:, ang] = np.unwrap(X1[:, :g][:, ang], axis=0)
-            alt, res_alt = smoother.solve(rd, X1, q1, prior_mean, prior_sqrt, with_result=True, first_eom=False)
+            # local minimum; grow the horizon from the previous window's kept states instead
+            # (its right margin saw fewer readings and may already have taken the wrong turn)
+            known = max(a - lo, 1)
+            alt, res_alt = grown(smoother, rd, X0[:known], q0[:known], prior_mean, prior_sqrt)
             retried += 1
             if res_alt.cost < res.cost:
                 traj, res = alt, res_alt
