@@ -32,7 +32,8 @@ from mbde_core.rosio.factory import RosbagsFactory
 from mbde_core.rosio.stamps import NS_PER_S, ns_to_sec, sec_to_ns
 from mbde_core.scenario.description import (DESCRIPTION_TOPIC, GROUND_TRUTH_JOINTS_TOPIC, GROUND_TRUTH_TOPIC,
                                             write_description)
-from mbde_core.simulator.core import TruthSnapshot, simulate
+from mbde_core.simulator.core import TruthSnapshot
+from mbde_core.simulator.pipeline import pipelined_events
 
 _AXIS_INDEX = {"x": 0, "y": 4, "z": 8}
 
@@ -85,14 +86,16 @@ def sensor_message_builder(sensor, factory):
 
 
 def write_simulation_bag(scenario, path, storage: str = "sqlite3", *, version: int = 8,
-                         progress=None) -> BagSummary:
+                         progress=None, processes: int | None = None) -> BagSummary:
     """Simulate ``scenario`` and stream everything into a new bag directory ``path``.
 
     progress(k, n_steps) is called after every internal step. The bag is closed (and
     readable) also when the simulation fails; the error then propagates. Messages are
     serialised a batch at a time (:class:`_Batches`), bit-identical to building each one
     with :func:`sensor_message_builder` / :mod:`mbde_core.rosio.convert`, and written in
-    the order of the events.
+    the order of the events. The ground truth is integrated in a second process when
+    there is a core for it (:mod:`mbde_core.simulator.pipeline`; ``processes`` 1: one
+    process); the bag's contents are the same either way.
     """
     t_wall = time.perf_counter()
     factory = RosbagsFactory()
@@ -114,7 +117,7 @@ def write_simulation_bag(scenario, path, storage: str = "sqlite3", *, version: i
         t0 = ns_to_sec(scenario.start_ns)
         bag.write(DESCRIPTION_TOPIC, t0, cv.string_msg(factory, write_description(scenario)))
         out = _Batches(bag, factory, scenario, cnames, inames, frame, builders)
-        for ev in simulate(scenario, progress=progress):
+        for ev in pipelined_events(scenario, progress, processes=processes):
             out.add(ev)
             if isinstance(ev, TruthSnapshot):
                 summary.truth_samples += 1

@@ -90,32 +90,46 @@ def simulate(scenario: Scenario, progress: Callable[[int, int], None] | None = N
     """Yield the scenario's ground truth and measurements in time order (see module doc).
 
     Ground-truth snapshots come every ``scenario.ground_truth_every`` steps (always at
-    k = 0). progress(k, n_steps) is called after every step if given. Raises
-    SimulationError if the integrator fails to converge.
+    k = 0). progress(k, n_steps) is called after every sampled step if given. Raises
+    SimulationError if the integrator fails to converge. The composition of
+    :func:`truth_states` (the integration) and :func:`sample_events` (snapshots and
+    readings), which :func:`mbde_core.simulator.pipeline.pipelined_events` runs in two
+    processes with the same results.
+    """
+    return sample_events(scenario, truth_states(scenario), progress)
+
+
+def sampling_every(scenario: Scenario) -> int:
+    """The step spacing of the instants at which anything is sampled (gcd of the
+    ground-truth and sensor periods, in steps)."""
+    return math.gcd(scenario.ground_truth_every, *(scenario.sensor_every[s.name] for s in scenario.all_sensors))
+
+
+def truth_states(scenario: Scenario) -> Iterator[tuple]:
+    """Integrate the truth model; yield (k, tau, q, qd, qdd, values, effort) at every
+    sampled step k.
+
+    tau is the scenario time [s]; q, qd, qdd (n,) the true state with the exact
+    accelerations (:func:`_qdd`) and the controller's torque held from t_k; values (k,)
+    and effort (n,) the true inputs (drive loads and the controller's torque) at the
+    ground-truth steps, else None. Only the steps of :func:`sampling_every` are yielded.
+    Raises SimulationError if the integrator fails to converge.
     """
     tm = scenario.truth_model()
     mech = tm.mechanism
     h = scenario.step
     integrator = get_integrator(scenario.integrator)
-    branches = BranchTool(mech)
-    inputs = _Inputs(mech)
     controller = None
     held = None
     if tm.controller is not None:
         controller = PIController(tm.controller, h)
         held = tm.inputs[tm.controller.name]
-    samplers = []
-    for sensor in scenario.all_sensors:
-        samplers.append((sensor, scenario.sensor_every[sensor.name], sensor.noise.sampler(noise_rng(scenario.seed, sensor.name))))
-    iz = mech.independent
+    every = sampling_every(scenario)
+    inputs = _Inputs(mech)
     gt_every = scenario.ground_truth_every
-    every_gcd = math.gcd(gt_every, *(every for _, every, _ in samplers))
 
     def tau_of(k):  # scenario time [s] (loads, targets); the bag time is start + tau
         return k * scenario.step_ns / 1e9
-
-    def stamp_of(k):
-        return ns_to_sec(scenario.start_ns + k * scenario.step_ns)
 
     init = scenario.initial_state
     tau = 0.0
@@ -124,7 +138,6 @@ def simulate(scenario: Scenario, progress: Callable[[int, int], None] | None = N
         held.value = controller.update(tau, qd[tm.controller.coordinate])
     state = MBState(q, qd, _qdd(mech, tau, q, qd))
     for k in range(scenario.n_steps + 1):
-        t = stamp_of(k)
         if k > 0:
             tau_prev, tau = tau, tau_of(k)
             state = integrator.step(mech, tau_prev, state, h)
@@ -134,24 +147,41 @@ def simulate(scenario: Scenario, progress: Callable[[int, int], None] | None = N
             if controller is not None:
                 held.value = controller.update(tau, state.qd[tm.controller.coordinate])
                 state = MBState(state.q, state.qd, _qdd(mech, tau, state.q, state.qd))
-        if k % every_gcd:  # nothing is sampled at this step
-            if progress is not None:
-                progress(k, scenario.n_steps)
-            continue
-        due = [(sensor, sampler) for sensor, every, sampler in samplers if k % every == 0]
-        if k % gt_every and not due:
-            if progress is not None:
-                progress(k, scenario.n_steps)
+        if k % every:  # nothing is sampled at this step
             continue
         q, qd = state.q, state.qd
         qdd = state.qdd if controller is not None or k == 0 else _qdd(mech, tau, q, qd)
+        values, effort = inputs.evaluate(tau) if k % gt_every == 0 else (None, None)
+        yield k, tau, q, qd, qdd, values, effort
+
+
+def sample_events(scenario: Scenario, states, progress: Callable[[int, int], None] | None = None,
+                  ) -> Iterator[TruthSnapshot | Measurement]:
+    """Turn the sampled true states (k, tau, q, qd, qdd, values, effort) of
+    :func:`truth_states` into ground-truth snapshots and noisy readings, in time order
+    (module doc)."""
+    mech = scenario.truth_mechanism()
+    branches = BranchTool(mech)
+    names = _Inputs(mech).names
+    samplers = []
+    for sensor in scenario.all_sensors:
+        samplers.append((sensor, scenario.sensor_every[sensor.name], sensor.noise.sampler(noise_rng(scenario.seed, sensor.name))))
+    iz = mech.independent
+    gt_every = scenario.ground_truth_every
+    n_steps = scenario.n_steps
+    for k, tau, q, qd, qdd, values, effort in states:
+        due = [(sensor, sampler) for sensor, every, sampler in samplers if k % every == 0]
+        if k % gt_every and not due:
+            if progress is not None:
+                progress(k, n_steps)
+            continue
+        t = ns_to_sec(scenario.start_ns + k * scenario.step_ns)
         if k % gt_every == 0:
-            values, effort = inputs.evaluate(tau)
             yield TruthSnapshot(
                 stamp=t, q=q.copy(), qd=qd.copy(), qdd=qdd.copy(),
                 z=q[iz].copy(), zd=qd[iz].copy(), zdd=qdd[iz].copy(),
                 branch=int(branches.label(q[None])[0]),
-                input_names=list(inputs.names), inputs=values, effort=effort, step=k,
+                input_names=list(names), inputs=values, effort=effort, step=k,
                 phi_max=float(np.max(np.abs(mech.phi(q)))) if mech.m else 0.0,
             )
         for sensor, sampler in due:
@@ -159,7 +189,7 @@ def simulate(scenario: Scenario, progress: Callable[[int, int], None] | None = N
             if value is not None:
                 yield Measurement(t, sensor.name, value)
         if progress is not None:
-            progress(k, scenario.n_steps)
+            progress(k, n_steps)
 
 
 def _qdd(mech, t, q, qd) -> np.ndarray:
