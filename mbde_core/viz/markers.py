@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbde_core.rosio.stamps import sec_to_stamp
+
 CHI2_2_95 = 5.991464547107979  # chi-square quantile, 2 dof, p = 0.95
 HYPOTHESIS_ALPHA = 0.6
 
@@ -389,6 +391,38 @@ def marker_array(factory, shapes, frame_id: str, stamp: float):
     arr = factory.new(MARKER_ARRAY)
     arr.markers = [marker(factory, s, frame_id, stamp) for s in shapes]
     return arr
+
+
+def marker_values(shape: Shape, frame_id: str, sec: int, nanosec: int) -> dict:
+    """The fields of :func:`marker`'s message as plain values (for
+    :class:`mbde_core.rosio.cdr_writer.CdrWriter`): the same message, no objects built."""
+    m = {"header": {"stamp": {"sec": sec, "nanosec": nanosec}, "frame_id": str(frame_id)},
+         "ns": shape.ns, "id": int(shape.id), "pose": {"orientation": {"w": 1.0}}}
+    if shape.empty:
+        m["action"] = DELETE
+        return m
+    m["action"] = ADD
+    m["type"] = _TYPES[shape.kind]
+    m["color"] = dict(zip("rgba", (float(v) for v in shape.color)))
+    s = float(shape.size)
+    if shape.kind == "text":
+        m["pose"]["position"] = {"x": float(shape.xy[0, 0]), "y": float(shape.xy[0, 1]), "z": float(shape.z)}
+        m["scale"] = {"z": s}
+        m["text"] = shape.text
+        return m
+    m["scale"] = {"x": s, "y": s, "z": s} if shape.kind == "points" else {"x": s}
+    xy = np.asarray(shape.xy, float).reshape(-1, 2)
+    m["points"] = np.column_stack([xy, np.full(len(xy), float(shape.z))])
+    if shape.colors is not None:
+        m["colors"] = np.asarray(shape.colors, float).reshape(-1, 4)
+    return m
+
+
+def marker_array_cdr(writer, shapes, frame_id: str, stamp: float) -> bytes:
+    """CDR bytes of :func:`marker_array` (identical), written by a
+    :class:`~mbde_core.rosio.cdr_writer.CdrWriter` without building message objects."""
+    sec, nanosec = sec_to_stamp(stamp)
+    return writer.serialize(MARKER_ARRAY, {"markers": [marker_values(s, frame_id, sec, nanosec) for s in shapes]})
 
 
 def shapes_from_marker_array(msg) -> list[Shape]:
