@@ -102,11 +102,14 @@ def bag(tmp_path_factory):
     return out
 
 
-def test_streamed_smooth_equals_the_windows_in_memory(bag, tmp_path):
+def test_streamed_smooth_equals_the_windows_in_memory(bag, tmp_path, monkeypatch):
     """mbde smooth's streamed path, the bag read 64 messages at a time (the readings and
     the 1 kHz ground truth interleaved, six windows of 0.5 s): its estimates bag and
     metrics equal the windowed smoother on the bag read whole into memory, and the
-    metrics equal those computed here from the in-memory trajectory and the truth."""
+    metrics equal those computed here from the in-memory trajectory and the truth. The
+    truth read ahead of a window (1.75 s here) is kept even beyond replay's bound for a
+    silent filter (lowered to 500 samples, 0.5 s here)."""
+    from mbde_core.replay import evaluation
     from mbde_core.bench.smoother_cli import read_estimates
     from mbde_core.estimators.config_schema import defaults
     from mbde_core.estimators.metrics import coordinate_errors, truth_at
@@ -116,6 +119,8 @@ def test_streamed_smooth_equals_the_windows_in_memory(bag, tmp_path):
     from mbde_core.replay.source import open_source
     from mbde_core.trajectory.config import smoother_defaults
 
+    monkeypatch.setattr(evaluation, "TRUTH_BOUND", 500)
+    monkeypatch.setattr(evaluation, "TRUTH_KEEP", 0.5)
     cfg = dict(smoother_defaults(), window=0.5, overlap=0.25)
     guess = defaults("errorekf")
     out = tmp_path / "s"

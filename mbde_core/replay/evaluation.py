@@ -22,7 +22,8 @@ from mbde_core.replay.source import TruthWindow
 
 BATCH = 2048  # estimates evaluated and serialised together
 SERIES_POINTS = 20_000  # steps kept for the plots
-TRUTH_BOUND = 100_000  # truth samples held while no estimate waits: keep only the last 10 s
+TRUTH_BOUND = 100_000  # truth samples held while no estimate waits: keep only the last TRUTH_KEEP
+TRUTH_KEEP = 10.0  # s
 
 
 class StreamEvaluator:
@@ -31,9 +32,12 @@ class StreamEvaluator:
     source: ReplaySource (mechanism, duration, has_truth, reference); out: RunOutput or
     None (metrics only). :meth:`add_truth` the bag's ground-truth samples as read,
     :meth:`append` the records as emitted, :meth:`drain` now and then, :meth:`result`
-    at the end."""
+    at the end. bound_truth: while no record waits, keep only the last TRUTH_KEEP seconds
+    of more than TRUTH_BOUND truth samples (a filter that emits nothing for a long stretch); False when
+    the records come later than the truth by design (the smoother: a window, or the
+    whole run, after its readings)."""
 
-    def __init__(self, source, out=None, batch: int = BATCH):
+    def __init__(self, source, out=None, batch: int = BATCH, bound_truth: bool = True):
         from mbde_core.replay.convergence import ConvergenceMetrics
         from mbde_core.replay.runner import InputMetrics
 
@@ -47,12 +51,13 @@ class StreamEvaluator:
         self.inputs = InputMetrics(mech)
         self.truth = TruthWindow(self.angular)
         self.pending: list = []  # emitted records not yet evaluated and written
+        self.bound_truth = bound_truth
         self.time = 0.0  # s spent evaluating and writing
 
     def add_truth(self, samples) -> None:
         self.truth.extend(samples)
-        if not self.pending and len(self.truth.t) > TRUTH_BOUND:  # no estimates for a long stretch
-            self.truth.drop_before(self.truth.last - 10.0)
+        if self.bound_truth and not self.pending and len(self.truth.t) > TRUTH_BOUND:  # no estimates for a long stretch
+            self.truth.drop_before(self.truth.last - TRUTH_KEEP)
 
     def append(self, rec) -> None:
         self.pending.append(rec)

@@ -92,7 +92,7 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
     t_wall = time.perf_counter()
     task = ReplayTask(source.bag, NAME, cfg, part=part_path(out_dir, NAME))
     out = RunOutput(task, source.mechanism, max(int(source.duration / cfg["step"]) + 1, 1))  # no source: no /tf
-    ev = StreamEvaluator(source, out)
+    ev = StreamEvaluator(source, out, bound_truth=False)
     sm = SmoothedStream(source, cfg, guess_cfg, ev.add_truth if source.has_truth else None, True, chunk)
     for part in sm:
         for rec in _records(part, part.info["wall_time_s"] / max(len(part), 1)):
@@ -178,7 +178,7 @@ def smoother_reference(source, cfg: dict, guess_cfg: dict, path: str):
     mech = source.mechanism
     g = mech.dof
     angular = np.isin(mech.independent, mech.rel_columns)
-    ev = StreamEvaluator(source) if source.has_truth else None  # the smoother against the ground truth
+    ev = StreamEvaluator(source, bound_truth=False) if source.has_truth else None  # the smoother against the truth
     writer = ReferenceWriter(path, g)
     sig_sum, n_sig = np.zeros(2 * g), 0
     sm = SmoothedStream(source, cfg, guess_cfg, None if ev is None else ev.add_truth, progress=True)

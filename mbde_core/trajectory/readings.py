@@ -127,12 +127,12 @@ class ReadingsStream:
     up to a given one is complete: a reading stamped ``lag`` seconds later has arrived,
     or the stream has ended (then :attr:`N`, the grid's length, is known); ``lag=inf``
     reads everything at the first call (readings in any order, as :func:`bin_readings`).
-    The grid starts at the earliest stamp read by the first :meth:`fill`. :meth:`window`
-    gives steps lo..hi-1 as :class:`Readings` (the same rows, in the same order, as
+    The grid starts at the earliest stamp read by the first :meth:`fill`. :meth:`take`
+    hands out steps lo..hi-1 as :class:`Readings` (the same rows, in the same order, as
     ``bin_readings(...).window(lo, hi)`` of the whole stream); :meth:`drop_before` forgets
-    the readings of earlier steps. A reading whose step was already handed out (``take``)
-    arrives too late and is skipped (counted as ``late``); bad ones are counted and skipped
-    as by :func:`bin_readings`. Memory: the readings between the oldest step kept and the
+    the readings of earlier steps. A reading whose step was already handed out arrives
+    too late and is skipped (counted as ``late``); bad ones are counted and skipped as by
+    :func:`bin_readings`. Memory: the readings between the oldest step kept and the
     newest read.
     """
 

@@ -3,8 +3,9 @@
 The grid (N steps) is cut into windows of W steps (``window`` seconds), the last one
 taking the rest when that is shorter than 1.5 W (so that a stream of readings can tell
 its last window without knowing N in advance); window k keeps steps [a, b) and solves
-steps [lo, hi) = [a - O, b + O) (``overlap`` seconds O on each side, clipped to the run). The margins are solved but dropped, so every
-kept state has O steps of readings on both sides (except at the run's ends).
+steps [lo, hi) = [a - O, b + O) (``overlap`` seconds O on each side, clipped to the
+run). The margins are solved but dropped, so every kept state has O steps of readings
+on both sides (except at the run's ends).
 
 The past before lo is not re-solved but marginalised (the sliding-window smoothers of
 visual-inertial odometry): the previous window's rows that involve only steps <= lo
@@ -104,13 +105,14 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
 
     measurements: a list or tuple (every reading at hand: any order) or any other
     iterable, read as a stream in arrival order (:class:`~.readings.ReadingsStream`:
-    only the readings of the current window and the next ``LAG`` seconds are held; a
-    generator of a bag's chunks keeps the whole run bounded). Both give the same windows
-    and results when the stream's stamps go back by less than ``LAG``. Cuts: windows of W
-    steps from the start; the last one takes the rest if that is less than 1.5 W (no
-    window shorter than W / 2, none longer than 1.5 W), which a stream decides once it
-    has read 1.5 W steps past the window's start. progress(b, total): steps done and the
-    total (``total_hint`` until the stream's end tells it)."""
+    only the readings from the current window's left margin to max(1.5 W, W + O) steps
+    past its start, plus ``LAG`` seconds, are held; a generator of a bag's chunks keeps
+    the whole run bounded). Both give the same windows and results when the stream's
+    stamps go back by less than ``LAG``. Cuts: windows of W steps from the start; the
+    last one takes the rest if that is less than 1.5 W (so every window has W / 2 to
+    1.5 W steps, unless the run is shorter), which a stream decides once it has read 1.5 W
+    steps past the window's start. progress(b, total): steps done and the total
+    (``total_hint`` until the stream's end tells it)."""
     cfg = smoother.config
     dt = smoother.dt
     window = float(cfg["window"] if window is None else window)
