@@ -148,3 +148,32 @@ def test_streamed_smooth_equals_the_windows_in_memory(bag, tmp_path, monkeypatch
     assert m["counters"]["fused"] == len(inputs.measurements) and m["counters"]["late"] == 0
     assert doc["readings"] == {"gyro_coupler": 601} and m["steps"] == 601
     assert not any(name.startswith(".") for name in os.listdir(out))  # the part file is gone
+
+
+def test_reference_file_interpolates_as_truth_at(tmp_path):
+    """The --reference smoother file (written part by part, read back around each group of
+    stamps) gives what truth_at gives over the whole arrays: stamps on and between grid
+    points, out of order, far apart (separate reads) and outside the run (clamped)."""
+    from mbde_core.estimators.metrics import truth_at
+    from mbde_core.replay.reference import ReferenceWriter
+
+    rng = np.random.default_rng(3)
+    K, g = 5000, 2
+    t = 10.0 + DT * np.arange(K)
+    z = np.column_stack([np.cumsum(rng.normal(0, 0.3, K)), rng.normal(0, 1, K)])  # angle column wraps many times
+    zd, zdd = rng.normal(size=(K, g)), rng.normal(size=(K, g))
+    A = rng.normal(size=(K, 2 * g, 2 * g))
+    cov = A @ A.transpose(0, 2, 1)
+    w = ReferenceWriter(tmp_path / "ref", g)
+    for lo in range(0, K, 1234):
+        w.add(t[lo:lo + 1234], z[lo:lo + 1234], zd[lo:lo + 1234], zdd[lo:lo + 1234], cov[lo:lo + 1234])
+    angular = np.array([True, False])
+    ref = w.close(angular)
+    stamps = np.concatenate([t[100:140], t[4000:4010] + 0.3 * DT, rng.uniform(t[0], t[-1], 50), [t[0] - 1, t[-1] + 1]])
+    rng.shuffle(stamps)
+    got = ref.at(stamps)
+    np.testing.assert_allclose(got["z"], truth_at(stamps, t, z, angular), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got["zd"], truth_at(stamps, t, zd), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got["zdd"], truth_at(stamps, t, zdd), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got["cov"], truth_at(stamps, t, cov.reshape(K, -1)).reshape(-1, 2 * g, 2 * g),
+                               rtol=0, atol=1e-12)
