@@ -19,7 +19,11 @@ Tables (paper 003 gyroscope scenarios: a reading every 5 ms step, gravity error 
    peak memory (bounded by the window, not by the run), RMSE against the simulation;
 5. consistency (--nees-runs runs of --nees-length s per case): the mean NEES of [z, zd]
    on runs drawn from the smoother's own stochastic model (:func:`model_runs`: perfect
-   model including its acceleration noise), sampled every 0.3 s, and its chi-square band.
+   model including its acceleration noise), sampled every 0.3 s, and its chi-square band;
+6. with --cli-memory 60,180,600: peak memory of the command ``mbde smooth BAG --window``
+   (streamed end to end) against the bag's length, beside the same smoother on the bag
+   read whole into memory, and the difference of their results
+   (:mod:`mbde_core.bench.smoother_cli`).
 
 The truths of tables 1-3 are simulated once per case with RK4 at 1 ms. Targets
 (reported, not asserted): 10 s four-bar <= 2 s wall, five-bar <= 4 s; time linear in
@@ -34,7 +38,7 @@ import time
 
 import numpy as np
 
-HELP = "batch smoother: wall time vs run length (10/60/300 s), LM vs scipy trf, windowed seams, 1 h run"
+HELP = "batch smoother: wall time vs run length (10/60/300 s), LM vs scipy trf, windowed seams, 1 h run, mbde smooth memory"
 CASES = ("fourbar_gyro", "fivebar_gyro")
 
 
@@ -50,6 +54,9 @@ def add_arguments(p):
     p.add_argument("--nees-runs", type=int, default=10, help="runs per case of the consistency table (0 = skip)")
     p.add_argument("--nees-length", type=float, default=5.0, help="run length [s] of the consistency table")
     p.add_argument("--gravity-error", type=float, default=1.0, help="model error of the smoother [m/s^2] (default %(default)s)")
+    from mbde_core.bench.smoother_cli import add_arguments as cli_arguments
+
+    cli_arguments(p)
 
 
 def smooth_run(mech, sensors, meas, start, cfg):
@@ -321,6 +328,13 @@ def run(args) -> int:
             out["consistency"].append(r)
             print(f"{case:<14}{r['dof']:>5}{r['samples']:>9}{r['mean_nees']:>11.2f}{r['band'][0]:>8.2f}-{r['band'][1]:<7.2f}"
                   f"{r['mean_nees_all_steps']:>11.2f}")
+    cli_lengths = [float(v) for v in args.cli_memory.split(",") if v.strip()]
+    if cli_lengths:
+        from mbde_core.bench.smoother_cli import cli_memory
+
+        print(f"\n6. `mbde smooth BAG --window {args.window:g}` (streamed) vs the bag read whole into memory: peak "
+              "memory against the bag's length (fourbar_gyro, fresh process each)")
+        out["cli_memory"] = cli_memory(cli_lengths, args.window, args.cli_bags)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "smoother_bench.json"), "w", encoding="utf-8") as fh:

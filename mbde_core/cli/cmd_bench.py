@@ -22,7 +22,7 @@ DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and fig
   replay     mbde replay at scale: wall-time breakdown of a 10 s replay, hour-long bags (time, memory)
   vi         paper 002 variational-integrator filters (oscillator clouds, symplectic Kalman,
              crane VI PF vs RK4/Euler PF, VI-EKF vs errorEKF, VI step speed)
-  smoother   batch smoother: wall time vs run length, LM vs scipy trf, windowed seams, 1 h run
+  smoother   batch smoother: wall time vs run length, LM vs scipy trf, windowed seams, 1 h run, `mbde smooth` memory
   faults     sensor faults (outliers, stamp anomalies, gaps, dropouts, drift) injected into
              simulated bags of every scenario, replayed by every estimator
 

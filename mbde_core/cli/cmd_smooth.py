@@ -14,6 +14,12 @@ The model and the sensors come from the bag's /mbde/description (bags of `mbde s
 with the scenario's model errors) or from --mechanism/--sensors. Options come from the
 `smoother:` section of --config (see config/estimators/default.yaml).
 
+With --window (or smoother.window > 0) the bag is streamed: readings and ground truth
+are read chunk by chunk, each window is solved as soon as its readings are complete and
+its steps are evaluated and written at once, so memory is bounded by the window, not by
+the bag (`mbde bench smoother --cli-memory`). Without, the whole run is one problem in
+memory.
+
 Writes into OUT: estimates/ (a ROS 2 bag with /mbde/smoother/state and
 /mbde/smoother/joint_states: the replay estimates' topics, with the marginal covariance
 of [z, zd] of every step), metrics.json (RMSE, NEES with its chi-square band when the bag
@@ -37,9 +43,11 @@ def add_arguments(p):
 
 
 def run(args) -> int:
+    import shutil
+
     from mbde_core.cli.outputs import prepare_output_dir, results_like
     from mbde_core.errors import DataError
-    from mbde_core.replay.inputs import load_inputs
+    from mbde_core.replay.source import open_source
     from mbde_core.trajectory.config import load_smoother_config
 
     if args.sensors and not args.mechanism:
@@ -55,19 +63,19 @@ def run(args) -> int:
         raise DataError(f"--window: must be 0 (whole run) or at least two steps of {cfg['step']:g} s")
     prepare_output_dir(args.out, args.force, "smoother output", results_like("metrics.json", "report.md"),
                        create=False)
-    inputs = load_inputs(args.bag, args.mechanism, args.sensors)
-    if not inputs.measurements:
+    source = open_source(args.bag, args.mechanism, args.sensors)
+    if not any(source.expected.values()):
         raise DataError(f"{args.bag}: no readings of the model's sensors to smooth")
     prepare_output_dir(args.out, args.force, "smoother output", results_like("metrics.json", "report.md"))
-    print(f"bag {args.bag}: {inputs.mechanism.name}, {inputs.duration:.3f} s, "
-          + ", ".join(f"{k} {v} readings" for k, v in inputs.counts.items())
-          + ("" if inputs.truth is not None else "; no ground truth"))
-    from mbde_core.replay.smoothing import smooth_inputs, write_outputs
+    print(f"bag {args.bag}: {source.mechanism.name}, {source.duration:.3f} s, "
+          + ", ".join(f"{k} {v} messages" for k, v in source.expected.items())
+          + ("" if source.has_truth else "; no ground truth")
+          + (f"; windows of {cfg['window']:g} s, streamed" if cfg["window"] > 0 else "; the whole run at once"))
+    from mbde_core.replay.smoothing import smooth_bag
 
-    traj = smooth_inputs(inputs, cfg, guess_cfg, progress=True)
-    info = traj.info
-    print(f"smoother: {info['status']} after {info['iterations']} iterations, cost {info['initial_cost']:.6g} -> "
-          f"{info['final_cost']:.6g} ({info['residuals']} residuals, {info['variables']} unknowns), "
-          f"{info['wall_time_s']:.2f} s wall")
-    write_outputs(args.out, inputs, traj, cfg, args.storage, plots=not args.no_plots)
+    try:
+        smooth_bag(source, cfg, guess_cfg, args.out, args.storage, plots=not args.no_plots)
+    except BaseException:
+        shutil.rmtree(args.out, ignore_errors=True)  # nothing half-written is left behind
+        raise
     return 0

@@ -75,20 +75,22 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
     t0 = time.perf_counter()
     sources = {b: open_source(b, mechanism_file, sensors_file) for b in bags}
     t_load = time.perf_counter() - t0
+    outs = {b: out if len(bags) == 1 else os.path.join(out, os.path.basename(b)) for b in bags}
     refs = {}
-    if reference == "smoother":
-        from mbde_core.replay.smoothing import smoother_reference
+    if reference == "smoother":  # streamed into a file per bag, which the tasks read back (replay/reference.py)
+        from mbde_core.replay.smoothing import reference_path, smoother_reference
         from mbde_core.trajectory.config import load_smoother_config
 
         smoother_cfg = load_smoother_config(config_file)
         for b in bags:
-            sources[b].reference, refs[b] = smoother_reference(sources[b], *smoother_cfg)
+            os.makedirs(outs[b], exist_ok=True)
+            sources[b].reference, refs[b] = smoother_reference(sources[b], *smoother_cfg, reference_path(outs[b]))
             log(f"reference of {b}: the batch smoother, {refs[b]['status']} after {refs[b]['iterations']} iterations "
                 f"({refs[b]['wall_time_s']:.2f} s)")
     outcomes = []
     tasks = []
     for b in bags:
-        bag_out = out if len(bags) == 1 else os.path.join(out, os.path.basename(b))
+        bag_out = outs[b]
         os.makedirs(bag_out, exist_ok=True)
         src = sources[b]
         log(f"bag {b}: {src.mechanism.name}, {src.duration:.3f} s, "
@@ -170,6 +172,8 @@ def _write_bag(bo: BagOutcome, source, storage: str, plotter) -> None:
     for name in [r.name for r in results] + [name for name, _ in bo.failed]:
         if os.path.exists(_part(bo.out, name)):
             os.remove(_part(bo.out, name))
+    if getattr(source, "reference", None) is not None and os.path.exists(source.reference.path):
+        os.remove(source.reference.path)
     bo.timings["write"] = time.perf_counter() - t0
 
 

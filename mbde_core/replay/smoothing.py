@@ -1,104 +1,138 @@
-"""The batch smoother on replay inputs: ``mbde smooth`` and ``mbde replay --reference smoother``.
+"""The batch smoother on a bag, streamed: ``mbde smooth`` and ``mbde replay --reference smoother``.
 
-``mbde smooth`` (short bags, in memory): the smoothed trajectory is wrapped as an
-:class:`~mbde_core.replay.runner.EstimatorRun` named ``smoother`` (its records are made on
-demand from the trajectory's arrays), so the replay's metrics, estimates bag, plots and
-report apply to it unchanged. ``mbde replay --reference smoother``: the bag's readings
-are streamed into the smoother and the result, a :class:`ReferenceTrajectory` with its
-covariances, replaces the ground truth of every estimator's metrics.
+Both read the bag chunk by chunk (:class:`~mbde_core.replay.source.Stream`, as replay)
+and feed its readings to the smoother as they come (:class:`SmoothedStream`): with a
+window (``smoother.window`` > 0, ``--window``) :func:`~mbde_core.trajectory.windowed.iter_windows`
+solves each window as soon as its readings are complete and yields its kept steps;
+without, the whole run is one problem (in memory). Every part goes on at once, so
+memory is bounded by the window, not by the bag:
+
+- ``mbde smooth`` (:func:`smooth_bag`): the steps become StepRecords that replay's
+  :class:`~mbde_core.replay.evaluation.StreamEvaluator` evaluates against the ground
+  truth read along (replay's metrics: RMSE, NEES, convergence), serialises into a part
+  file (merged into the estimates bag at the end) and thins for the plots;
+- ``mbde replay --reference smoother`` (:func:`smoother_reference`): the steps are
+  appended to a reference file (:mod:`mbde_core.replay.reference`) that every
+  estimator's task reads back around its stamps; the smoother's own RMSE and NEES
+  against the bag's ground truth (if any) come from the same evaluator.
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import time
 
 import numpy as np
-
-from mbde_core.estimators.stage import StepRecord
-from mbde_core.replay.runner import EstimatorRun, evaluate
 
 NAME = "smoother"
 
 
-def smooth_inputs(inputs, cfg: dict, guess_cfg: dict, progress: bool = False):
-    """SmoothedTrajectory of the replay inputs' readings (in windows if cfg['window'] > 0)."""
-    from mbde_core.replay.runner import initial_state
+class SmoothedStream:
+    """The smoothed parts (SmoothedTrajectory, in time order) of a replay source's
+    readings; the bag's ground-truth samples go to ``on_truth`` as they are read (None:
+    not read). Afterwards ``info`` is the run's solver info (summed over the windows:
+    :class:`~mbde_core.trajectory.windowed.WindowTotals`) and ``stream`` has the readings
+    counts and skipped messages. chunk: messages read at a time (default: replay's)."""
 
-    return _smooth(inputs.mechanism, inputs.sensors, initial_state(inputs, cfg), inputs.measurements, cfg, guess_cfg,
-                   progress)
+    def __init__(self, source, cfg: dict, guess_cfg: dict, on_truth=None, progress: bool = False,
+                 chunk: int | None = None):
+        from mbde_core.replay.source import CHUNK, Stream
 
+        self.source, self.cfg, self.guess_cfg = source, cfg, guess_cfg
+        self.on_truth, self.progress = on_truth, progress
+        self.stream = Stream(source, chunk or CHUNK, truth=on_truth is not None)
+        self.info: dict = {}
 
-def _smooth(mech, sensors, init, measurements, cfg, guess_cfg, progress: bool):
-    from mbde_core.trajectory.smoother import BatchSmoother
+    def _readings(self):
+        for chunk in self.stream:
+            if self.on_truth is not None:
+                self.on_truth(chunk.truth)
+            yield from chunk.readings
 
-    smoother = BatchSmoother(mech, sensors, cfg, guess_cfg)
-    if cfg.get("window", 0.0) > 0:
+    def __iter__(self):
+        from mbde_core.replay.runner import initial_state
+        from mbde_core.trajectory.smoother import BatchSmoother
+
+        src, cfg = self.source, self.cfg
+        smoother = BatchSmoother(src.mechanism, src.sensors, cfg, self.guess_cfg)
+        init = initial_state(src, cfg)
+        if cfg.get("window", 0.0) <= 0:
+            traj = smoother.smooth(self._readings(), init)
+            self.info = traj.info
+            yield traj
+            return
         from mbde_core.simulator.progress import ProgressBar
-        from mbde_core.trajectory.windowed import smooth_windowed
+        from mbde_core.trajectory.windowed import WindowTotals, iter_windows
 
-        bar = ProgressBar("smoother ") if progress else None
-        out = smooth_windowed(smoother, measurements, init, progress=bar)
+        bar = ProgressBar("smoother ") if self.progress else None
+        totals = WindowTotals()
+        total = int(round(src.duration / smoother.dt)) + 1
+        for part in iter_windows(smoother, self._readings(), init, progress=bar, total_hint=total):
+            totals.add(part.info)
+            yield part
         if bar is not None:
             bar.close()
-        return out
-    return smoother.smooth(measurements, init)
+        self.info = totals.info()
 
 
-class TrajectoryRecords(Sequence):
-    """StepRecords of a SmoothedTrajectory, made on access (cost: wall time per step)."""
+def _records(part, cost: float):
+    from mbde_core.estimators.stage import StepRecord
 
-    def __init__(self, traj, cost: float):
-        self.traj, self.cost = traj, cost
-
-    def __len__(self) -> int:
-        return len(self.traj)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        return StepRecord(self.traj.snapshot(i), None, self.cost)
+    return (StepRecord(part.snapshot(i), None, cost) for i in range(len(part)))
 
 
-def smoother_run(inputs, traj, cfg: dict) -> EstimatorRun:
-    """The trajectory as a replay run (metrics evaluated against the inputs' truth)."""
-    info = traj.info
-    wall = float(info.get("wall_time_s", 0.0))
+def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = "mcap", plots: bool = True,
+               chunk: int | None = None) -> dict:
+    """``mbde smooth``: smooth a replay source streamed (see module doc) and write
+    metrics.json, estimates/ (bag), report.md and the plots into out_dir; returns the
+    metrics document."""
+    from mbde_core.replay.evaluation import RunOutput, StreamEvaluator
+    from mbde_core.replay.outputs import summary_table, write_estimates_bag, write_metrics, write_report
+    from mbde_core.replay.worker import EstimatorResult, ReplayTask, part_path
+
+    t_wall = time.perf_counter()
+    task = ReplayTask(source.bag, NAME, cfg, part=part_path(out_dir, NAME))
+    out = RunOutput(task, source.mechanism, max(int(source.duration / cfg["step"]) + 1, 1))  # no source: no /tf
+    ev = StreamEvaluator(source, out, bound_truth=False)
+    sm = SmoothedStream(source, cfg, guess_cfg, ev.add_truth if source.has_truth else None, True, chunk)
+    for part in sm:
+        for rec in _records(part, part.info["wall_time_s"] / max(len(part), 1)):
+            ev.append(rec)
+        ev.drain(partial=True)
+    ev.drain(final=True)
+    out.close()
+    info = sm.info
+    print(f"smoother: {info['status']} after {info['iterations']} iterations, cost {info['initial_cost']:.6g} -> "
+          f"{info['final_cost']:.6g} ({info['residuals']} residuals, {info['variables']} unknowns), "
+          f"{info['wall_time_s']:.2f} s wall")
+    metrics = ev.result(sm.stream.effort_ok)
     c = info.get("readings", {})
     counters = {"received": c.get("received", 0), "fused": c.get("used", 0), "non_finite": c.get("non_finite", 0),
-                "unknown_sensor": c.get("unknown_sensor", 0), "per_sensor_fused": c.get("per_sensor", {}),
-                "steps": len(traj)}
+                "unknown_sensor": c.get("unknown_sensor", 0), "late": c.get("late", 0),
+                "per_sensor_fused": c.get("per_sensor", {}), "steps": metrics["steps"]}
     diagnostics = {k: v for k, v in info.items() if k not in ("readings", "history")}
-    run = EstimatorRun(NAME, cfg, TrajectoryRecords(traj, wall / max(len(traj), 1)), counters, diagnostics, wall)
-    evaluate(inputs, run)
-    run.metrics["solver"] = {k: info.get(k) for k in ("status", "iterations", "evaluations", "initial_cost", "final_cost",
-                                                      "residuals", "variables", "wall_time_s", "guess_time_s",
-                                                      "solve_time_s", "covariance_time_s", "windows", "seam")}
-    run.metrics["solver"]["cost_history"] = info.get("history")
-    return run
-
-
-def write_outputs(out_dir: str, inputs, traj, cfg: dict, storage: str = "sqlite3", plots: bool = True) -> dict:
-    """metrics.json, estimates/ (bag), report.md and plots of ``mbde smooth``."""
-    from mbde_core.replay.outputs import summary_table, write_estimates_bag, write_metrics, write_report
-
-    run = smoother_run(inputs, traj, cfg)
-    doc = write_metrics(os.path.join(out_dir, "metrics.json"), inputs, [run])
+    metrics.update(counters=counters, diagnostics=diagnostics, wall_time_s=float(info.get("wall_time_s", 0.0)))
+    metrics["solver"] = {k: info.get(k) for k in ("status", "iterations", "evaluations", "initial_cost", "final_cost",
+                                                  "residuals", "variables", "wall_time_s", "guess_time_s",
+                                                  "solve_time_s", "covariance_time_s", "windows", "seam")}
+    metrics["solver"]["cost_history"] = info.get("history")
+    res = EstimatorResult(source.bag, NAME, cfg, metrics, counters, diagnostics, time.perf_counter() - t_wall,
+                          dict(sm.stream.counts), dict(sm.stream.skipped), task.part, out.topics, out.series())
+    doc = write_metrics(os.path.join(out_dir, "metrics.json"), source, [res])
     description = None
-    if inputs.scenario is not None:
+    if source.scenario is not None:
         from mbde_core.scenario.description import write_description
 
-        description = write_description(inputs.scenario)
-    write_estimates_bag(os.path.join(out_dir, "estimates"), inputs, [run], storage, description)
+        description = write_description(source.scenario)
+    write_estimates_bag(os.path.join(out_dir, "estimates"), source, [res], storage, description)
+    os.remove(task.part)
     paths = []
     if plots:
-        from mbde_core.replay.plots import write_plots
+        from mbde_core.replay.plots import plot_run, plot_summary
 
-        paths = write_plots(out_dir, inputs, [run], doc)
-        paths.append(plot_cost(os.path.join(out_dir, "smoother_cost.png"), traj.info))
+        paths = [plot_summary(os.path.join(out_dir, "summary.png"), doc)]
+        if len(res.series.get("t", ())):
+            paths.append(plot_run(os.path.join(out_dir, f"{NAME}.png"), source, res))
+        paths.append(plot_cost(os.path.join(out_dir, "smoother_cost.png"), info))
     write_report(os.path.join(out_dir, "report.md"), doc, paths, "mbde smooth report")
     print(summary_table(doc))
     print(f"wrote {out_dir}: metrics.json, estimates/ ({storage}), report.md" + (f", {len(paths)} plots" if paths else ""))
@@ -113,7 +147,7 @@ def plot_cost(path: str, info: dict) -> str:
 
     hist = info.get("history") or []
     fig, ax = plt.subplots(figsize=(5, 3))
-    ax.semilogy(range(len(hist)), hist, "o-")
+    ax.semilogy(range(len(hist)), hist, "o-" if len(hist) <= 200 else "-")
     windowed = bool(info.get("windows"))
     ax.set_xlabel("window" if windowed else "accepted Levenberg-Marquardt step")
     ax.set_ylabel("final cost 1/2 |r|^2" if windowed else "cost 1/2 |r|^2")
@@ -125,60 +159,47 @@ def plot_cost(path: str, info: dict) -> str:
     return path
 
 
-class ReferenceTrajectory:
-    """The smoothed trajectory as a replay's reference: t (K,), z, zd, zdd (K, g), cov
-    (K, 2g, 2g) or None; :meth:`at` gives them at estimate stamps (linear interpolation,
-    exact on the smoother's grid, which is the filters' when the steps agree)."""
-
-    def __init__(self, traj, angular):
-        self.t, self.z, self.zd, self.zdd, self.cov = traj.t, traj.z, traj.zd, traj.zdd, traj.cov
-        self.angular = np.asarray(angular, bool)
-
-    def at(self, stamps) -> dict:
-        from mbde_core.estimators.metrics import truth_at
-
-        out = {"z": truth_at(stamps, self.t, self.z, self.angular), "zd": truth_at(stamps, self.t, self.zd),
-               "zdd": truth_at(stamps, self.t, self.zdd), "effort": None, "cov": None}
-        if self.cov is not None:
-            k = self.cov.shape[1]
-            out["cov"] = truth_at(stamps, self.t, self.cov.reshape(len(self.t), k * k)).reshape(len(stamps), k, k)
-        return out
+def reference_path(out_dir: str) -> str:
+    """The reference file of ``mbde replay --reference smoother`` (removed when the bag's outputs are written)."""
+    return os.path.join(out_dir, f".{NAME}.reference")
 
 
-def smoother_reference(source, cfg: dict, guess_cfg: dict) -> tuple[ReferenceTrajectory, dict]:
+def smoother_reference(source, cfg: dict, guess_cfg: dict, path: str):
     """Smooth a replay source's readings (streamed from the bag; in windows if
-    cfg['window'] > 0) for ``mbde replay --reference smoother``.
+    cfg['window'] > 0) into the reference file ``path`` for ``mbde replay --reference
+    smoother``.
 
-    Returns the reference and the ``reference`` entry of metrics.json: what it is, its
-    convergence, its mean standard deviations and, if the bag has ground truth, its own
-    RMSE and NEES against it."""
-    from mbde_core.estimators.metrics import evaluate_run, truth_at
-    from mbde_core.replay.runner import initial_state
-    from mbde_core.replay.source import Stream
+    Returns the :class:`~mbde_core.replay.reference.ReferenceTrajectory` and the
+    ``reference`` entry of metrics.json: what it is, its convergence, its mean standard
+    deviations and, if the bag has ground truth, its own RMSE and NEES against it."""
+    from mbde_core.replay.evaluation import StreamEvaluator
+    from mbde_core.replay.reference import ReferenceWriter
 
     mech = source.mechanism
     g = mech.dof
     angular = np.isin(mech.independent, mech.rel_columns)
-    truth = {"t": [], "z": [], "zd": [], "zdd": []}
-
-    def readings():
-        for chunk in Stream(source):
-            for t, row in chunk.truth:
-                truth["t"].append(t)
-                for k in ("z", "zd", "zdd"):
-                    truth[k].append(row[k])
-            yield from chunk.readings
-
-    traj = _smooth(mech, source.sensors, initial_state(source, cfg), readings(), cfg, guess_cfg, progress=True)
-    info = traj.info
-    sig = np.sqrt(np.einsum("kii->ki", traj.cov)) if traj.cov is not None else np.full((1, 2 * g), np.nan)
+    ev = StreamEvaluator(source, bound_truth=False) if source.has_truth else None  # the smoother against the truth
+    writer = ReferenceWriter(path, g)
+    sig_sum, n_sig = np.zeros(2 * g), 0
+    sm = SmoothedStream(source, cfg, guess_cfg, None if ev is None else ev.add_truth, progress=True)
+    for part in sm:
+        writer.add(part.t, part.z, part.zd, part.zdd, part.cov)
+        if part.cov is not None:
+            sig_sum += np.sqrt(np.einsum("kii->ki", part.cov)).sum(axis=0)
+            n_sig += len(part)
+        if ev is not None:
+            for rec in _records(part, 0.0):
+                ev.append(rec)
+            ev.drain(partial=True)
+    reference = writer.close(angular)
+    info = sm.info
+    sig = sig_sum / n_sig if n_sig else np.full(2 * g, np.nan)
     ref = {"kind": "smoother", "status": info["status"], "iterations": info["iterations"],
            "final_cost": info["final_cost"], "wall_time_s": info["wall_time_s"], "windows": info.get("windows"),
-           "mean_sigma_z": sig[:, :g].mean(axis=0).tolist(), "mean_sigma_zd": sig[:, g:].mean(axis=0).tolist()}
-    if truth["t"]:
-        t = np.array(truth["t"])
-        tz, tzd, tzdd = (truth_at(traj.t, t, np.array(truth[k]), angular if k == "z" else None) for k in ("z", "zd", "zdd"))
-        m = evaluate_run(TrajectoryRecords(traj, 0.0), tz, tzd, tzdd, angular)
+           "mean_sigma_z": sig[:g].tolist(), "mean_sigma_zd": sig[g:].tolist()}
+    if ev is not None:
+        ev.drain(final=True)
+        m = ev.result()
         ref["rmse_vs_ground_truth"] = m.get("rmse")
         ref["nees_vs_ground_truth"] = (m.get("nees") or {}).get("mean")
-    return ReferenceTrajectory(traj, angular), ref
+    return reference, ref

@@ -61,7 +61,7 @@ class ReplaySource(ReplayModel):
 
     topics: dict = field(default_factory=dict)
     expected: dict = field(default_factory=dict)
-    reference: object = None  # mbde_core.replay.smoothing.ReferenceTrajectory (--reference smoother)
+    reference: object = None  # mbde_core.replay.reference.ReferenceTrajectory (--reference smoother)
 
     @property
     def has_truth(self) -> bool:

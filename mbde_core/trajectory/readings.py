@@ -8,6 +8,10 @@ fused at the nearest one, as the filters do).
 
 Bad readings are counted and skipped, never fatal (as the stage counts them): unknown
 sensor names, non-finite stamps or values and values of the wrong dimension.
+
+:func:`bin_readings` puts a whole run on the grid at once; :class:`ReadingsStream` bins a
+stream of readings as it arrives and hands out windows of the grid (long bags, bounded
+memory: the windowed smoother pulls only what its current window needs).
 """
 from __future__ import annotations
 
@@ -62,19 +66,31 @@ def sensor_whitening(sensor, sigma: float | None = None) -> np.ndarray:
     return np.linalg.inv(L)
 
 
+def _new_counters() -> dict:
+    return {"received": 0, "used": 0, "unknown_sensor": 0, "non_finite": 0, "per_sensor": {}}
+
+
+def _valid(m, sensors, counters: dict):
+    """The value (d,) of a Measurement, or None for a bad one (counted)."""
+    counters["received"] += 1
+    if m.sensor not in sensors:
+        counters["unknown_sensor"] += 1
+        return None
+    v = np.asarray(m.value, dtype=float)
+    if not (math.isfinite(m.stamp) and v.shape == (sensors[m.sensor].dim,) and np.all(np.isfinite(v))):
+        counters["non_finite"] += 1
+        return None
+    return v
+
+
 def bin_readings(measurements, sensors, dt: float, sensor_sigma: dict | None = None) -> Readings:
     """Readings (see the module docstring) from Measurements in any order."""
-    counters = {"received": 0, "used": 0, "unknown_sensor": 0, "non_finite": 0, "per_sensor": {}}
-    stamps: dict[str, array] = {}  # compact (8 bytes a number): long runs are read as a stream
+    counters = _new_counters()
+    stamps: dict[str, array] = {}  # compact (8 bytes a number)
     values: dict[str, array] = {}
     for m in measurements:
-        counters["received"] += 1
-        if m.sensor not in sensors:
-            counters["unknown_sensor"] += 1
-            continue
-        v = np.asarray(m.value, dtype=float)
-        if not (math.isfinite(m.stamp) and v.shape == (sensors[m.sensor].dim,) and np.all(np.isfinite(v))):
-            counters["non_finite"] += 1
+        v = _valid(m, sensors, counters)
+        if v is None:
             continue
         if m.sensor not in stamps:
             stamps[m.sensor], values[m.sensor] = array("d"), array("d")
@@ -98,3 +114,104 @@ def bin_readings(measurements, sensors, dt: float, sensor_sigma: dict | None = N
         counters["per_sensor"][s.name] = len(t)
         counters["used"] += len(t)
     return Readings(t0, dt, N, rows, counters)
+
+
+LAG = 1.0  # s: a reading may arrive this much after a later-stamped one (the stage's backward_jump)
+
+
+class ReadingsStream:
+    """Readings binned on the grid as they arrive (see the module docstring).
+
+    measurements: an iterable of Measurements in arrival order (a bag's order: stamps
+    may go back by up to ``lag`` seconds). :meth:`fill` pulls readings until every step
+    up to a given one is complete: a reading stamped ``lag`` seconds later has arrived,
+    or the stream has ended (then :attr:`N`, the grid's length, is known); ``lag=inf``
+    reads everything at the first call (readings in any order, as :func:`bin_readings`).
+    The grid starts at the earliest stamp read by the first :meth:`fill`. :meth:`take`
+    hands out steps lo..hi-1 as :class:`Readings` (the same rows, in the same order, as
+    ``bin_readings(...).window(lo, hi)`` of the whole stream); :meth:`drop_before` forgets
+    the readings of earlier steps. A reading whose step was already handed out arrives
+    too late and is skipped (counted as ``late``); bad ones are counted and skipped as by
+    :func:`bin_readings`. Memory: the readings between the oldest step kept and the
+    newest read.
+    """
+
+    def __init__(self, measurements, sensors, dt: float, sensor_sigma: dict | None = None, lag: float = LAG):
+        self.it = iter(measurements)
+        self.sensors, self.dt, self.lag = sensors, float(dt), float(lag)
+        sigmas = sensor_sigma or {}
+        self.whiten = {s.name: sensor_whitening(s, sigmas.get(s.name)) for s in sensors}
+        self.counters = _new_counters()
+        self.counters["late"] = 0
+        self.stamps: dict[str, array] = {}
+        self.values: dict[str, array] = {}
+        self.t0: float | None = None  # fixed by the first fill
+        self.t_min = math.inf  # earliest and latest valid stamps read
+        self.t_max = -math.inf
+        self.taken = 0  # steps < taken were handed out: later readings of them are late
+        self.done = False
+
+    @property
+    def N(self) -> int | None:
+        """Steps of the whole grid (None until the stream has ended; 0: no valid reading)."""
+        if not self.done:
+            return None
+        return 0 if self.t0 is None else int(round((self.t_max - self.t0) / self.dt)) + 1
+
+    def _read(self, m) -> None:
+        v = _valid(m, self.sensors, self.counters)
+        if v is None:
+            return
+        t = float(m.stamp)
+        if self.t0 is not None and round((t - self.t0) / self.dt) < self.taken:
+            self.counters["late"] += 1
+            return
+        if m.sensor not in self.stamps:
+            self.stamps[m.sensor], self.values[m.sensor] = array("d"), array("d")
+        self.stamps[m.sensor].append(t)
+        self.values[m.sensor].extend(v)
+        self.t_min, self.t_max = min(self.t_min, t), max(self.t_max, t)
+        c = self.counters
+        c["used"] += 1
+        c["per_sensor"][m.sensor] = c["per_sensor"].get(m.sensor, 0) + 1
+
+    def fill(self, step: int) -> None:
+        """Read until the readings of steps <= ``step`` are complete (see the class doc)."""
+        while not self.done:
+            t0 = self.t0 if self.t0 is not None else self.t_min
+            if self.t_max >= t0 + step * self.dt + self.lag:  # false while nothing is read (nan, inf)
+                break
+            m = next(self.it, None)
+            if m is None:
+                self.done = True
+                break
+            self._read(m)
+        if self.t0 is None and math.isfinite(self.t_min):
+            self.t0 = self.t_min
+
+    def take(self, lo: int, hi: int) -> Readings:
+        """Steps lo <= i < hi (after :meth:`fill` (hi - 1)); readings of steps < hi that
+        arrive afterwards are late."""
+        rows = []
+        for s in self.sensors:
+            if s.name not in self.stamps:
+                continue
+            t = np.frombuffer(self.stamps[s.name], dtype=float)
+            idx = np.rint((t - self.t0) / self.dt).astype(np.intp)
+            sel = np.flatnonzero((idx >= lo) & (idx < hi))
+            sel = sel[np.argsort(t[sel], kind="stable")]
+            vals = np.frombuffer(self.values[s.name], dtype=float).reshape(len(t), s.dim)
+            rows.append(SensorRows(s.name, idx[sel] - lo, vals[sel], self.whiten[s.name]))
+        self.taken = max(self.taken, hi)
+        return Readings(self.t0, self.dt, hi - lo, rows, self.counters, lo)
+
+    def drop_before(self, step: int) -> None:
+        """Forget the readings of steps < ``step``."""
+        for name, t_arr in self.stamps.items():
+            t = np.frombuffer(t_arr, dtype=float)
+            keep = np.rint((t - self.t0) / self.dt) >= step
+            if keep.all():
+                continue
+            d = len(self.values[name]) // max(len(t), 1)
+            vals = np.frombuffer(self.values[name], dtype=float).reshape(len(t), d)[keep]
+            self.stamps[name], self.values[name] = array("d", t[keep].tobytes()), array("d", vals.tobytes())

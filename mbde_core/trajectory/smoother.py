@@ -160,13 +160,15 @@ class BatchSmoother:
 
 
 class ForwardGuess:
-    """The forward filter (``initial_guess``) run over the readings from step ``first``
-    (started there from ``init``), its estimates collected on the grid range by range
-    (:meth:`take`, global step indices), so that long runs keep only the current
-    window's estimates. A filter failure restarts its track (counted), as in replay;
-    steps without a usable estimate take the nearest earlier one (or the first)."""
+    """The forward filter (``initial_guess``) run over ``readings`` (a Readings or a window
+    of a longer grid: started at its first step from ``init``), its estimates collected on
+    the grid range by range (:meth:`take`, global step indices), so that long runs keep
+    only the current window's estimates. ``end``: the global end of the grid (the filter
+    is flushed when a take reaches it; default: the end of ``readings``; ``math.inf``: not
+    known yet). A filter failure restarts its track (counted), as in replay; steps
+    without a usable estimate take the nearest earlier one (or the first)."""
 
-    def __init__(self, smoother: BatchSmoother, readings: Readings, init: InitialState, first: int = 0):
+    def __init__(self, smoother: BatchSmoother, readings: Readings, init: InitialState, end: float | None = None):
         from mbde_core.estimators import make_estimator
         from mbde_core.estimators.stage import EstimatorStage
 
@@ -175,8 +177,8 @@ class ForwardGuess:
         cfg = dict(smoother.guess_config, step=smoother.dt)
         est = make_estimator(name, smoother.mech, smoother.sensors, cfg, rng=np.random.default_rng(0))
         self.stage = EstimatorStage(est, smoother.dt, lambda t: init, max_gap=np.inf, backward_jump=np.inf)
-        self.total = readings.first + readings.N  # global end of the grid
-        self.stream = iter(readings_measurements(readings.window(first, readings.N) if first else readings))
+        self.total = readings.first + readings.N if end is None else end  # global end of the grid
+        self.stream = iter(readings_measurements(readings))
         self.next = next(self.stream, None)
         self.failures = 0
         self.filled = 0

@@ -1,9 +1,11 @@
 """Long runs in overlapping windows: bounded memory, marginalised past, stated seam error.
 
-The grid (N steps) is cut into round(N / W) windows of about W steps (``window``
-seconds); window k keeps steps [a, b) and solves steps [lo, hi) = [a - O, b + O) (``overlap``
-seconds O on each side, clipped to the run). The margins are solved but dropped, so every
-kept state has O steps of readings on both sides (except at the run's ends).
+The grid (N steps) is cut into windows of W steps (``window`` seconds), the last one
+taking the rest when that is shorter than 1.5 W (so that a stream of readings can tell
+its last window without knowing N in advance); window k keeps steps [a, b) and solves
+steps [lo, hi) = [a - O, b + O) (``overlap`` seconds O on each side, clipped to the
+run). The margins are solved but dropped, so every kept state has O steps of readings
+on both sides (except at the run's ends).
 
 The past before lo is not re-solved but marginalised (the sliding-window smoothers of
 visual-inertial odometry): the previous window's rows that involve only steps <= lo
@@ -36,8 +38,10 @@ by the model's own motion (RK4, no readings) and solved before the next are gues
 growing horizon of identification); the solution of lower cost is kept (``retried`` /
 ``replaced`` in the info).
 
-Memory: one window's problem (O(W + 2 O) steps) and the forward filter's estimates of
-the current window; the kept states are yielded window by window.
+Memory: one window's problem (O(W + 2 O) steps), the forward filter's estimates of
+the current window and, when the readings come as a stream (a bag read chunk by chunk),
+the readings of the next 1.5 W steps (:class:`~.readings.ReadingsStream`); the kept
+states are yielded window by window.
 """
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ import numpy as np
 from mbde_core.estimators.base import InitialState
 from mbde_core.trajectory.motion import extend
 from mbde_core.trajectory.normal import NormalEquations
+from mbde_core.trajectory.readings import LAG, ReadingsStream
 from mbde_core.trajectory.smoother import BatchSmoother, ForwardGuess, SmoothedTrajectory
 
 
@@ -95,20 +100,32 @@ def grown(smoother: BatchSmoother, readings, X, q, prior_mean, prior_sqrt):
 
 
 def iter_windows(smoother: BatchSmoother, measurements, init, window: float | None = None, overlap: float | None = None,
-                 progress=None):
-    """Yield the kept part of every window (SmoothedTrajectory, in time order)."""
+                 progress=None, total_hint: int | None = None):
+    """Yield the kept part of every window (SmoothedTrajectory, in time order).
+
+    measurements: a list or tuple (every reading at hand: any order) or any other
+    iterable, read as a stream in arrival order (:class:`~.readings.ReadingsStream`:
+    only the readings from the current window's left margin to max(1.5 W, W + O) steps
+    past its start, plus ``LAG`` seconds, are held; a generator of a bag's chunks keeps
+    the whole run bounded). Both give the same windows and results when the stream's
+    stamps go back by less than ``LAG``. Cuts: windows of W steps from the start; the
+    last one takes the rest if that is less than 1.5 W (so every window has W / 2 to
+    1.5 W steps, unless the run is shorter), which a stream decides once it has read 1.5 W
+    steps past the window's start. progress(b, total): steps done and the total
+    (``total_hint`` until the stream's end tells it)."""
     cfg = smoother.config
     dt = smoother.dt
     window = float(cfg["window"] if window is None else window)
     overlap = float(cfg["overlap"] if overlap is None else overlap)
-    readings = smoother.readings(measurements)
-    N = readings.N
-    if N == 0:
+    lag = np.inf if isinstance(measurements, (list, tuple)) else LAG
+    src = ReadingsStream(measurements, smoother.sensors, dt, cfg.get("sensor_sigma"), lag)
+    W = max(int(round(window / dt)), 2)
+    O = min(max(int(round(overlap / dt)), 0), W - 1)
+    src.fill(max(W + W // 2, W + O))
+    if src.t0 is None:
         from mbde_core.errors import DataError
 
         raise DataError("no valid readings to smooth")
-    W = max(int(round(window / dt)), 2)
-    O = min(max(int(round(overlap / dt)), 0), W - 1)
     g = smoother.g
     ang = smoother.model.angular
     prior_mean, prior_sqrt = smoother.prior(init)
@@ -116,15 +133,19 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
     history: list[float] = []  # eom cost per step of the windows so far
     retried = replaced = 0
     m = 0
-    K = max(1, int(round(N / W)))  # windows of about W steps (no short last one)
-    cuts = np.linspace(0, N, K + 1).round().astype(int)
-    for k, (a, b) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist())):
+    a, k = 0, 0
+    while True:
         t_start = time.perf_counter()
-        lo, hi = (max(a - O, 0), min(b + O, N)) if k else (0, min(b + O, N))
+        src.fill(a + max(W + W // 2, W + O))
+        N = src.N  # None: more than 1.5 W and the right margin are still to come
+        b = N if N is not None and 2 * (N - a) < 3 * W else a + W
+        lo, hi = max(a - O, 0), b + O if N is None else min(b + O, N)
+        end = np.inf if N is None else N
+        rd = src.take(lo, hi)
         X0 = np.empty((hi - lo, 3 * g))
         q0 = np.empty((hi - lo, smoother.mech.n))
         if prev is None:
-            fwd = ForwardGuess(smoother, readings, init)
+            fwd = ForwardGuess(smoother, rd, init, end)
             X0[:], q0[:] = fwd.take(lo, hi)
             guesses = dict(fwd.info())
         else:  # the previous solution where it exists, then the forward filter restarted from its end
@@ -136,15 +157,14 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
                 x = PX[s0 - plo]
                 sig = np.sqrt(np.einsum("ii->i", Pcov[s0 - plo])) if Pcov is not None else np.full(2 * g, np.nan)
                 sig = np.where(np.isfinite(sig) & (sig > 0), sig, np.concatenate([init.sigma_z, init.sigma_zd]))
-                fwd = ForwardGuess(smoother, readings, InitialState(x[:g], x[g:2 * g], sig[:g], sig[g:], Pq[s0 - plo],
-                                                                      init.branch), first=s0)
+                fwd = ForwardGuess(smoother, rd.window(s0 - lo, hi - lo), InitialState(
+                    x[:g], x[g:2 * g], sig[:g], sig[g:], Pq[s0 - plo], init.branch), end)
                 Xf, qf = fwd.take(s0, hi)
                 X0[m:], q0[m:] = Xf[1:], qf[1:]
                 for key in ("filter_failures", "filled_steps"):
                     guesses[key] += fwd.info()[key]
         if ang.any():
             X0[:, :g][:, ang] = np.unwrap(X0[:, :g][:, ang], axis=0)
-        rd = readings.window(lo, hi)
         traj, res = smoother.solve(rd, X0, q0, prior_mean, prior_sqrt, with_result=True, first_eom=k == 0)
         per_step = _eom_cost(traj.info) / (hi - lo)
         if prev is not None and history and per_step > RETRY_FACTOR * float(np.median(history)) and 0 < m < hi - lo:
@@ -162,38 +182,76 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
         kept = traj.slice(a - lo, b - lo)
         kept.info.update(window=k, solved=(lo, hi), kept=(a, b), wall_time_s=time.perf_counter() - t_start,
                          retried=retried, replaced=replaced)
-        if b < N:  # the next window's prior: this window's past up to its start
+        last = b == N
+        if not last:  # the next window's prior: this window's past up to its start
             L = max(b - O, 0) - lo
             prior_mean, prior_sqrt = _marginal_prior(res.rows, L, res.X)
             prev = (lo, res.X, traj.q, traj.cov)
+            src.drop_before(max(b - O, 0))
+        del rd, res, traj
         if progress is not None:
-            progress(b, N)
+            progress(b, N if N is not None else max(total_hint or 0, b + 1))
+        if last:
+            kept.info["guess"] = guesses
+            yield kept
+            return
         yield kept
-    kept.info["guess"] = guesses
+        a, k = b, k + 1
+
+
+class WindowTotals:
+    """The info of a windowed run, summed over its windows' parts (:meth:`add` each, in
+    order; :meth:`info` at the end): solver, windows, status, iterations, costs, sizes,
+    times, readings counters, ``history`` (final cost per window), retries."""
+
+    SUMS = ("iterations", "evaluations", "initial_cost", "final_cost", "residuals", "variables", "solve_time_s",
+            "covariance_time_s")
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.windows = 0
+        self.sums = dict.fromkeys(self.SUMS, 0)
+        self.statuses: list[str] = []
+        self.history: list[float] = []
+        self.max_iterations = 0
+        self.last: dict = {}
+
+    def add(self, info: dict) -> None:
+        self.windows += 1
+        for k in self.SUMS:
+            self.sums[k] += info[k]
+        if info["status"] not in self.statuses:
+            self.statuses.append(info["status"])
+        self.history.append(info["final_cost"])
+        self.max_iterations = max(self.max_iterations, int(info["iterations"]))
+        self.last = info
+
+    def info(self) -> dict:
+        last, s = self.last, self.sums
+        out = {
+            "solver": last["solver"], "windows": self.windows,
+            "status": "converged" if self.statuses == ["converged"] else ", ".join(sorted(self.statuses)),
+            "iterations": int(s["iterations"]), "evaluations": int(s["evaluations"]),
+            "initial_cost": float(s["initial_cost"]), "final_cost": float(s["final_cost"]),
+            "residuals": int(s["residuals"]), "variables": int(s["variables"]),
+            "solve_time_s": float(s["solve_time_s"]), "covariance_time_s": float(s["covariance_time_s"]),
+            "readings": last["readings"], "history": list(self.history), "max_window_iterations": self.max_iterations,
+            "windows_retried": int(last["retried"]), "windows_replaced": int(last["replaced"]),
+        }
+        out.update(last.get("guess", {}))
+        out["wall_time_s"] = time.perf_counter() - self.t0
+        return out
 
 
 def smooth_windowed(smoother: BatchSmoother, measurements, init, window=None, overlap=None, progress=None) -> SmoothedTrajectory:
-    """The whole run from :func:`iter_windows`, concatenated; ``info`` sums the windows'."""
-    t0 = time.perf_counter()
-    parts, infos = [], []
+    """The whole run from :func:`iter_windows`, concatenated; ``info`` sums the windows'
+    (:class:`WindowTotals`)."""
+    totals = WindowTotals()
+    parts = []
     for part in iter_windows(smoother, measurements, init, window, overlap, progress):
         parts.append(part)
-        infos.append(part.info)
+        totals.add(part.info)
     cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
     cov = None if parts[0].cov is None else cat("cov")
-    info = {
-        "solver": infos[0]["solver"], "windows": len(parts),
-        "status": "converged" if all(i["status"] == "converged" for i in infos) else
-                  ", ".join(sorted({i["status"] for i in infos})),
-        "iterations": int(sum(i["iterations"] for i in infos)), "evaluations": int(sum(i["evaluations"] for i in infos)),
-        "initial_cost": float(sum(i["initial_cost"] for i in infos)), "final_cost": float(sum(i["final_cost"] for i in infos)),
-        "residuals": int(sum(i["residuals"] for i in infos)), "variables": int(sum(i["variables"] for i in infos)),
-        "solve_time_s": float(sum(i["solve_time_s"] for i in infos)),
-        "covariance_time_s": float(sum(i["covariance_time_s"] for i in infos)),
-        "readings": infos[-1]["readings"], "history": [i["final_cost"] for i in infos],
-        "max_window_iterations": int(max(i["iterations"] for i in infos)),
-        "windows_retried": int(infos[-1]["retried"]), "windows_replaced": int(infos[-1]["replaced"]),
-    }
-    info.update(infos[-1].get("guess", {}))
-    info["wall_time_s"] = time.perf_counter() - t0
-    return SmoothedTrajectory(cat("t"), cat("z"), cat("zd"), cat("zdd"), cat("q"), cat("qd"), cat("qdd"), cov, info)
+    return SmoothedTrajectory(cat("t"), cat("z"), cat("zd"), cat("zdd"), cat("q"), cat("qd"), cat("qdd"), cov,
+                              totals.info())
