@@ -177,3 +177,21 @@ def test_reference_file_interpolates_as_truth_at(tmp_path):
     np.testing.assert_allclose(got["zdd"], truth_at(stamps, t, zdd), rtol=0, atol=1e-12)
     np.testing.assert_allclose(got["cov"], truth_at(stamps, t, cov.reshape(K, -1)).reshape(-1, 2 * g, 2 * g),
                                rtol=0, atol=1e-12)
+
+
+def test_readings_stamped_far_outside_the_bag_are_skipped_and_counted():
+    """A corrupt stamp far in the future (or past) would stretch the smoother's grid to
+    it: the stream drops readings more than SPAN_MARGIN outside the bag's span."""
+    from types import SimpleNamespace
+
+    from mbde_core.replay.smoothing import SPAN_MARGIN, SmoothedStream
+
+    sm = SmoothedStream.__new__(SmoothedStream)
+    sm.source = SimpleNamespace(start=100.0, end=110.0)
+    sm.on_truth, sm.out_of_range = None, 0
+    stamps = [100.0, 100.5, 100.0 + 1e6, 110.0 + 0.5 * SPAN_MARGIN, 99.0 - SPAN_MARGIN, float("nan"), 105.0]
+    sm.stream = [SimpleNamespace(truth=[], readings=[Measurement(t, "gyro", np.zeros(1)) for t in stamps])]
+    kept = [m.stamp for m in sm._readings()]
+    assert kept[:2] == [100.0, 100.5] and kept[2] == 110.0 + 0.5 * SPAN_MARGIN and kept[-1] == 105.0
+    assert np.isnan(kept[3]) and len(kept) == 5
+    assert sm.out_of_range == 2

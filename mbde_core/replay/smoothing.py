@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 NAME = "smoother"
+SPAN_MARGIN = 1.0  # s: readings stamped further outside the bag's recording span are skipped (out_of_range)
 
 
 class SmoothedStream:
@@ -41,12 +42,22 @@ class SmoothedStream:
         self.on_truth, self.progress = on_truth, progress
         self.stream = Stream(source, chunk or CHUNK, truth=on_truth is not None)
         self.info: dict = {}
+        self.out_of_range = 0
 
     def _readings(self):
+        """The readings in arrival order, without those stamped more than SPAN_MARGIN
+        outside the bag's recording span (a corrupt stamp far in the future or past
+        would stretch the smoother's grid to it; the filters' stage counts them as
+        ``future`` the same way): counted in ``out_of_range``."""
+        lo, hi = self.source.start - SPAN_MARGIN, self.source.end + SPAN_MARGIN
         for chunk in self.stream:
             if self.on_truth is not None:
                 self.on_truth(chunk.truth)
-            yield from chunk.readings
+            for m in chunk.readings:
+                if lo <= m.stamp <= hi or m.stamp != m.stamp:  # NaN stamps: counted as non-finite downstream
+                    yield m
+                else:
+                    self.out_of_range += 1
 
     def __iter__(self):
         from mbde_core.replay.runner import initial_state
@@ -108,6 +119,7 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
     c = info.get("readings", {})
     counters = {"received": c.get("received", 0), "fused": c.get("used", 0), "non_finite": c.get("non_finite", 0),
                 "unknown_sensor": c.get("unknown_sensor", 0), "late": c.get("late", 0),
+                "out_of_range": sm.out_of_range,
                 "per_sensor_fused": c.get("per_sensor", {}), "steps": metrics["steps"]}
     diagnostics = {k: v for k, v in info.items() if k not in ("readings", "history")}
     metrics.update(counters=counters, diagnostics=diagnostics, wall_time_s=float(info.get("wall_time_s", 0.0)))
@@ -196,7 +208,8 @@ def smoother_reference(source, cfg: dict, guess_cfg: dict, path: str):
     sig = sig_sum / n_sig if n_sig else np.full(2 * g, np.nan)
     ref = {"kind": "smoother", "status": info["status"], "iterations": info["iterations"],
            "final_cost": info["final_cost"], "wall_time_s": info["wall_time_s"], "windows": info.get("windows"),
-           "mean_sigma_z": sig[:g].tolist(), "mean_sigma_zd": sig[g:].tolist()}
+           "mean_sigma_z": sig[:g].tolist(), "mean_sigma_zd": sig[g:].tolist(),
+           "out_of_range_readings": sm.out_of_range}
     if ev is not None:
         ev.drain(final=True)
         m = ev.result()
