@@ -106,6 +106,20 @@ def test_parallel_replay_equals_serial_and_writes_one_bag(bag, configs, tmp_path
         assert os.path.getsize(tmp_path / "j2" / f) > 100
 
 
+def test_one_estimator_live_merge_equals_serial(bag, configs, tmp_path):
+    """One task with a spare core: it runs in a worker process while this process merges
+    its part file into the bag as it grows (mbde_core.replay.merge.LiveMerge)."""
+    bags = []
+    for jobs in (1, 2):
+        out = str(tmp_path / f"j{jobs}")
+        os.makedirs(out)
+        pipeline.replay([bag], ["pf"], configs, out, plots=False, jobs=jobs, log=lambda s: None)
+        with BagReader(os.path.join(out, "estimates")) as r:
+            bags.append(([t for t, _, _ in r.topics()], [(t, topic, data) for topic, t, _, data in r.raw_messages()]))
+    assert sorted(bags[0][0]) == sorted(bags[1][0]) and bags[0][1] == bags[1][1]
+    assert "/mbde/pf/particles" in bags[0][0]
+
+
 def test_several_bags_one_summary_and_a_failed_run_is_reported(bag, tmp_path):
     folder = tmp_path / "bags"
     folder.mkdir()
@@ -124,7 +138,8 @@ def test_several_bags_one_summary_and_a_failed_run_is_reported(bag, tmp_path):
     assert da["estimators"]["ukf"]["metrics"]["rmse"] == db["estimators"]["ukf"]["metrics"]["rmse"]
 
 
-def test_failed_task_is_reported_with_its_cause_others_kept(bag, configs, tmp_path, monkeypatch):
+@pytest.mark.parametrize("jobs", [1, 2])  # 2: the bag is merged by the parent while the tasks run
+def test_failed_task_is_reported_with_its_cause_others_kept(bag, configs, tmp_path, monkeypatch, jobs):
     real = worker.run_streamed
 
     def flaky(source, task):
@@ -134,7 +149,7 @@ def test_failed_task_is_reported_with_its_cause_others_kept(bag, configs, tmp_pa
 
     monkeypatch.setattr(worker, "run_streamed", flaky)
     lines = []
-    (bo,) = pipeline.replay([bag], ["errorekf", "ukf"], configs, str(tmp_path), plots=False, jobs=1, log=lines.append)
+    (bo,) = pipeline.replay([bag], ["errorekf", "ukf"], configs, str(tmp_path), plots=False, jobs=jobs, log=lines.append)
     assert [r.name for r in bo.results] == ["errorekf"]
     assert bo.failed[0][0] == "ukf" and "RuntimeError: boom in ukf" in bo.failed[0][1]
     assert any("failed:" in s and "boom in ukf" in s for s in lines)

@@ -10,10 +10,15 @@ written into copies of it, a batch at a time (bit-identical, test/test_cdr_batch
 A *part file* holds one estimator's output messages in time order: records
 ``<t_ns int64><kind uint8><topic uint16><length uint32><CDR bytes>``; kind 0 = estimate
 messages, 1 = particle sets (at equal times, estimates come first, as in the bag).
+It describes itself: a topic is declared (kind ``DECLARE``, data ``topic NUL type``) before
+its first message, and a finished file ends with a kind ``END`` record, so the replay can
+merge the part files into the estimates bag while the estimators still write them
+(:func:`read_part` with ``follow``).
 """
 from __future__ import annotations
 
 import struct
+import time
 
 import numpy as np
 
@@ -131,6 +136,8 @@ class ParticleSetEncoder:
 
 
 _HEAD = struct.Struct("<qBHI")
+DECLARE, END = 254, 255  # record kinds: a topic's declaration, the end of a finished file
+POLL = 0.02  # s between looks at a part file that is still being written
 
 
 class PartWriter:
@@ -141,24 +148,70 @@ class PartWriter:
         self.fh = open(path, "wb", buffering=1 << 20)
         self.count = 0
 
+    def declare(self, topic: int, name: str, typename: str) -> None:
+        """Topic index ``topic`` is ``name`` of ``typename`` (before its first message)."""
+        data = f"{name}\0{typename}".encode()
+        self.fh.write(_HEAD.pack(0, DECLARE, topic, len(data)))
+        self.fh.write(data)
+
     def write(self, t_ns: int, kind: int, topic: int, data: bytes) -> None:
         self.fh.write(_HEAD.pack(t_ns, kind, topic, len(data)))
         self.fh.write(data)
         self.count += 1
 
+    def flush(self) -> None:
+        """Make everything written so far readable by a follower."""
+        self.fh.flush()
+
     def close(self) -> None:
+        self.fh.write(_HEAD.pack(0, END, 0, 0))
         self.fh.close()
 
 
-def read_part(path: str):
-    """Yield (t_ns, kind, topic index, bytes) of a part file, in file order."""
-    with open(path, "rb", buffering=1 << 20) as fh:
+def read_part(path: str, on_declare=None, follow=None):
+    """Yield (t_ns, kind, topic index, bytes) of a part file's messages, in file order.
+
+    on_declare(topic index, topic, type) is called for each declaration. follow: None
+    reads to the end of the file as it is; else a callable telling whether the writer has
+    ended (its task finished or failed): at the end of the data so far the reader waits
+    for more until the END record, or until follow() is true and nothing more came
+    (a failed writer: what it wrote is kept)."""
+    fh = None
+    try:
+        while fh is None:  # a followed part file may not exist yet
+            try:
+                fh = open(path, "rb", buffering=0)
+            except FileNotFoundError:
+                if follow is None or follow():
+                    return
+                time.sleep(POLL)
+        buf, pos = b"", 0
         while True:
-            head = fh.read(_HEAD.size)
-            if not head:
+            if len(buf) - pos < _HEAD.size or len(buf) - pos < _HEAD.size + _HEAD.unpack_from(buf, pos)[3]:
+                ended = follow is None or follow()  # asked before reading: data written before it is seen
+                more = fh.read(1 << 20)
+                if more:
+                    buf = buf[pos:] + more
+                    pos = 0
+                    continue
+                if ended:
+                    return
+                time.sleep(POLL)
+                continue
+            t_ns, kind, topic, size = _HEAD.unpack_from(buf, pos)
+            start = pos + _HEAD.size
+            pos = start + size
+            if kind == END:
                 return
-            t_ns, kind, topic, size = _HEAD.unpack(head)
-            yield t_ns, kind, topic, fh.read(size)
+            if kind == DECLARE:
+                if on_declare is not None:
+                    name, typename = buf[start:pos].decode().split("\0")
+                    on_declare(topic, name, typename)
+                continue
+            yield t_ns, kind, topic, buf[start:pos]
+    finally:
+        if fh is not None:
+            fh.close()
 
 
 def write_records_part(path: str, name: str, records, particles, mech, batch: int = 2048) -> list:
@@ -174,6 +227,8 @@ def write_records_part(path: str, name: str, records, particles, mech, batch: in
     if clouds:
         topics.append((ns + "/particles", PARTICLE_SET))
     part = PartWriter(path)
+    for k, (topic, typename) in enumerate(topics):
+        part.declare(k, topic, typename)
     c = 0
     for start in range(0, len(records), batch):
         t_ns, states, joints = enc.encode([r.estimate for r in records[start: start + batch]])

@@ -144,6 +144,10 @@ class RunOutput:
 
             self.view = EstimateView(task.name, mech, source, self.encoder)
             self.topics += self.view.topics
+        if self.part is not None:
+            for k, (topic, typename) in enumerate(self.topics):
+                self.part.declare(k, topic, typename)
+            self.part.flush()
         self.particle_topic = (ns + "/particles", PARTICLE_SET)
         self.budget, self.total_steps = task.particle_budget, total_steps
         self.every = None
@@ -169,6 +173,7 @@ class RunOutput:
                     self.cloud_encoder = ParticleSetEncoder(self.encoder.factory, self.mech.independent_names, "world")
                 if self.particle_topic not in self.topics:
                     self.topics.append(self.particle_topic)
+                    self.part.declare(len(self.topics) - 1, *self.particle_topic)
                 self.clouds.append((sec_to_ns(cloud.stamp), self.cloud_encoder.encode(cloud)))
         self.k += 1
 
@@ -187,6 +192,7 @@ class RunOutput:
                     self.part.write(self.clouds[c][0], 1, pt, self.clouds[c][1])
                     c += 1
             del self.clouds[:c]
+            self.part.flush()  # a batch at a time for the bag's merger (mbde_core.replay.merge)
         sel = np.arange((-self.seen) % self.stride, len(batch), self.stride)
         self.seen += len(batch)
         if not len(sel):

@@ -1,19 +1,14 @@
 """Files written by ``mbde replay``: metrics.json, an estimates bag, report.md, PNG plots."""
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import os
 
 import numpy as np
 
-from mbde_core.replay.viewables import static_messages
-from mbde_core.rosio.bag import BagWriter
-from mbde_core.rosio.tf import TF_TOPIC
-from mbde_core.replay.encode import read_part, write_records_part
-from mbde_core.rosio.convert import STRING, string_msg
-from mbde_core.rosio.factory import RosbagsFactory
+from mbde_core.replay.encode import write_records_part
+from mbde_core.replay.merge import merge_parts
 
 
 def _clean(obj):
@@ -74,52 +69,24 @@ def write_estimates_bag(path: str, source, results, storage: str = "sqlite3", de
     """Estimates as a ROS 2 bag: /mbde/<estimator>/state, /joint_states (+ /particles), and
     to view them /tf, /tf_static and markers (:mod:`mbde_core.replay.viewables`).
 
-    results: streamed runs (part file + topics, :mod:`mbde_core.replay.worker`) or
-    in-memory runs (records + particles, :class:`mbde_core.replay.runner.EstimatorRun`).
-    Merges the estimators' part files (each in time order; see
-    :mod:`mbde_core.replay.encode`) by (time, kind, estimator): at equal times the
-    estimates of every estimator come before the particle sets, in estimator order.
-    Streams: memory does not grow with the bag. Returns {topic: messages written}.
+    results: streamed runs (part file, :mod:`mbde_core.replay.worker`) or in-memory runs
+    (records + particles, :class:`mbde_core.replay.runner.EstimatorRun`, encoded into a
+    temporary part file first). The part files are merged in time order by
+    :func:`mbde_core.replay.merge.merge_parts` (streams: memory does not grow with the
+    bag). Returns {topic: messages written}.
     """
     import tempfile
 
-    f = RosbagsFactory()
-    with tempfile.TemporaryDirectory() as tmp, BagWriter(path, storage) as bag:
-        parts = []  # (part file, [(topic, type)]) per run; in-memory runs are encoded first
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = []
         for r in results:
             if getattr(r, "part", None):
-                parts.append((r.part, r.topics))
+                runs.append((r.name, r.part))
             else:
                 part = os.path.join(tmp, f"{r.name}.part")
-                parts.append((part, write_records_part(part, r.name, r.records, r.particles, source.mechanism)))
-        if description:
-            bag.add_topic("/mbde/description", STRING, "transient_local")
-            bag.write("/mbde/description", source.start, string_msg(f, description))
-        if any(t == TF_TOPIC for _, topics in parts for t, _ in topics):  # streamed runs carry TF: viewable
-            for topic, typename, msg in static_messages(f, source, [r.name for r in results]):
-                bag.add_topic(topic, typename, "transient_local")
-                bag.write(topic, source.start, msg)
-        added = set()
-        for _, topics in parts:
-            for topic, typename in topics:
-                if topic not in added:  # /tf is shared by the estimators
-                    bag.add_topic(topic, typename)
-                    added.add(topic)
-        streams = [_tagged(read_part(part), k) for k, (part, _) in enumerate(parts)]
-        names = [[t for t, _ in topics] for _, topics in parts]
-        batch = []
-        for t_ns, _, run, _, topic, data in heapq.merge(*streams):
-            batch.append((names[run][topic], t_ns, data))
-            if len(batch) >= 4096:
-                bag.write_raw_many(batch)
-                batch = []
-        bag.write_raw_many(batch)
-        return dict(bag.counts)
-
-
-def _tagged(records, run: int):
-    for seq, (t_ns, kind, topic, data) in enumerate(records):
-        yield t_ns, kind, run, seq, topic, data
+                write_records_part(part, r.name, r.records, r.particles, source.mechanism)
+                runs.append((r.name, part))
+        return merge_parts(path, source, runs, storage, description)
 
 
 def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde replay report") -> None:

@@ -6,8 +6,10 @@
    or on a Dask cluster; each streams its bag and writes its estimates into a part
    file. Results do not depend on where a task runs. As each finishes, its figure is
    queued to one forked renderer (:mod:`mbde_core.replay.plot_worker`).
-3. Per bag: metrics.json, the estimates bag (the part files merged in time order),
-   summary.png (queued to the renderer while the bag is written), then report.md.
+3. Per bag: metrics.json, the estimates bag (the part files merged in time order,
+   :mod:`mbde_core.replay.merge`; on local processes by a thread of this process while
+   the tasks still run, on the core it would otherwise leave idle), summary.png (queued
+   to the renderer), then report.md.
    With several bags, OUT/<bag name>/ each and OUT/summary.csv + summary.md: one row
    per (bag, estimator).
 
@@ -103,15 +105,29 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
     order = sorted(range(len(tasks)), key=lambda i: -COST.get(tasks[i].name, 2.0) * sources[tasks[i].bag].duration)
     out_of = {bo.bag: bo for bo in outcomes}
     plotter = PlotWorker(sources) if plots else None
+    live = scheduler is None and (runs.default_jobs() if jobs is None else int(jobs)) > 1
+    mergers = {bo.bag: _live_merge(bo, sources[bo.bag], names, storage) for bo in outcomes} if live else {}
 
     def finished(o):
+        task = tasks[order[o.index]]
+        if task.bag in mergers:
+            mergers[task.bag].ended(task.name)
         if plotter is not None and o.ok:
             r = o.value
             out_of[r.bag].figures[r.name] = plotter.estimator(r.bag, out_of[r.bag].out, r)
 
     t0 = time.perf_counter()
-    done = runs.run_tasks(replay_task, [tasks[i] for i in order], sources, jobs=jobs, scheduler=scheduler,
-                          label="replay", on_outcome=finished)
+    try:
+        done = runs.run_tasks(replay_task, [tasks[i] for i in order], sources, jobs=jobs, scheduler=scheduler,
+                              label="replay", on_outcome=finished, parent_busy=live,
+                              on_start=lambda: [m.start() for m in mergers.values()])
+    except BaseException:
+        for m in mergers.values():
+            try:
+                m.join()
+            except Exception:  # noqa: BLE001 -- the tasks' error is the one to report
+                pass
+        raise
     t_tasks = time.perf_counter() - t0
     by_task = {order[k]: o for k, o in enumerate(done)}
     for bo in outcomes:
@@ -125,7 +141,7 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
             else:
                 bo.failed.append((task.name, o.error))
                 log(f"failed: {task.bag} {task.name}: {o.error}")
-        _write_bag(bo, sources[bo.bag], storage, plotter)
+        _write_bag(bo, sources[bo.bag], storage, plotter, mergers.get(bo.bag))
     t0 = time.perf_counter()
     if plotter is not None:
         plotter.finish()
@@ -146,8 +162,26 @@ def _drawn(bo: BagOutcome) -> list[str]:
     return [p for p in paths if os.path.exists(p)]
 
 
-def _write_bag(bo: BagOutcome, source, storage: str, plotter) -> None:
-    """metrics.json, the summary figure (queued to ``plotter``) and the estimates bag."""
+def _description(source) -> str | None:
+    if source.scenario is None:
+        return None
+    from mbde_core.scenario.description import write_description
+
+    return write_description(source.scenario)
+
+
+def _live_merge(bo: BagOutcome, source, names, storage: str):
+    """A LiveMerge writing bo's estimates bag from the part files as the tasks write them."""
+    from mbde_core.replay.merge import LiveMerge
+    from mbde_core.replay.worker import part_path
+
+    return LiveMerge(os.path.join(bo.out, "estimates"), source, [(n, part_path(bo.out, n)) for n in names], storage,
+                     _description(source))
+
+
+def _write_bag(bo: BagOutcome, source, storage: str, plotter, merger=None) -> None:
+    """metrics.json, the summary figure (queued to ``plotter``) and the estimates bag
+    (written by ``merger`` meanwhile if given: waited for here)."""
     from mbde_core.replay.outputs import write_estimates_bag, write_metrics
 
     results = bo.results
@@ -163,12 +197,10 @@ def _write_bag(bo: BagOutcome, source, storage: str, plotter) -> None:
     if plotter is not None and results:
         plotter.summary(bo.bag, os.path.join(bo.out, "summary.png"), bo.doc)
     t0 = time.perf_counter()
-    description = None
-    if source.scenario is not None:
-        from mbde_core.scenario.description import write_description
-
-        description = write_description(source.scenario)
-    write_estimates_bag(os.path.join(bo.out, "estimates"), source, results, storage, description)
+    if merger is not None:
+        merger.join()
+    else:
+        write_estimates_bag(os.path.join(bo.out, "estimates"), source, results, storage, _description(source))
     for name in [r.name for r in results] + [name for name, _ in bo.failed]:
         if os.path.exists(_part(bo.out, name)):
             os.remove(_part(bo.out, name))

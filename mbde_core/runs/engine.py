@@ -73,12 +73,16 @@ def call_task(fn: Callable, shared, task, index: int) -> Outcome:
 
 def run_tasks(fn: Callable, tasks: Sequence, shared=None, *, jobs: int | None = None, scheduler: str | None = None,
               label: str = "tasks", progress: bool | None = None, on_outcome: Callable[[Outcome], None] | None = None,
-              ) -> list[Outcome]:
+              parent_busy: bool = False, on_start: Callable[[], None] | None = None) -> list[Outcome]:
     """Run ``fn(shared, task)`` for every task; outcomes in task order (see module doc).
 
     jobs: local processes (None: CPU count); ignored with ``scheduler``. progress: show a
     tqdm bar (None: when stderr is a terminal). on_outcome(outcome) is called in the
     calling process as each task finishes (e.g. to write its part of an output).
+    parent_busy: the caller works meanwhile in another thread (e.g. merging outputs), so
+    with jobs > 1 even a single task runs in a worker process. on_start() is called once
+    the local worker processes are forked (before the first task runs otherwise): a
+    thread started then is not inherited by them.
     """
     tasks = list(tasks)
     out: list[Outcome | None] = [None] * len(tasks)
@@ -86,7 +90,7 @@ def run_tasks(fn: Callable, tasks: Sequence, shared=None, *, jobs: int | None = 
         return []
     bar = _bar(len(tasks), label, progress)
     try:
-        for outcome in _backend(fn, tasks, shared, jobs, scheduler):
+        for outcome in _backend(fn, tasks, shared, jobs, scheduler, parent_busy, on_start):
             out[outcome.index] = outcome
             if on_outcome is not None:
                 on_outcome(outcome)
@@ -114,15 +118,21 @@ def failures(outcomes: Sequence[Outcome], describe: Callable[[int], str] = str) 
 
 
 # ------------------------------------------------------------------------------ backends
-def _backend(fn, tasks, shared, jobs, scheduler) -> Iterator[Outcome]:
+def _backend(fn, tasks, shared, jobs, scheduler, parent_busy: bool = False, on_start=None) -> Iterator[Outcome]:
     if scheduler:
-        return _dask(fn, tasks, shared, scheduler)
+        return _started(_dask(fn, tasks, shared, scheduler), on_start)
     jobs = default_jobs() if jobs is None else int(jobs)
     if jobs < 1:
         raise DataError(f"--jobs must be >= 1, got {jobs}")
-    if jobs == 1 or len(tasks) == 1:
-        return _serial(fn, tasks, shared)
-    return _processes(fn, tasks, shared, min(jobs, len(tasks)))
+    if jobs == 1 or (len(tasks) == 1 and not parent_busy):
+        return _started(_serial(fn, tasks, shared), on_start)
+    return _processes(fn, tasks, shared, min(jobs, len(tasks)), on_start)
+
+
+def _started(outcomes: Iterator[Outcome], on_start) -> Iterator[Outcome]:
+    if on_start is not None:
+        on_start()
+    yield from outcomes
 
 
 def _serial(fn, tasks, shared) -> Iterator[Outcome]:
@@ -137,7 +147,7 @@ def _forked_call(fn, token, task, index):
     return call_task(fn, _SHARED[token], task, index)
 
 
-def _processes(fn, tasks, shared, workers: int) -> Iterator[Outcome]:
+def _processes(fn, tasks, shared, workers: int, on_start=None) -> Iterator[Outcome]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -151,6 +161,8 @@ def _processes(fn, tasks, shared, workers: int) -> Iterator[Outcome]:
         else:
             pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method))
             futures = {pool.submit(_forked_call, fn, token, t, i): i for i, t in enumerate(tasks)}
+        if on_start is not None:  # the fork context starts every worker at the first submit
+            on_start()
         try:
             for fut in as_completed(futures):
                 try:
