@@ -50,6 +50,8 @@ COMMON = {
 GATE = 0.999999
 STAGE = {
     "gate": GATE,
+    "gate_window": 0.5,
+    "gate_persist": 0,
     "reacquire": {"rejections": 10, "time": 0.2, "inflation": 100.0, "candidates": 24, "window": 0.3},
 }
 
@@ -112,6 +114,10 @@ def validate(name: str, options: dict, file: str = "<config>", path: str = "") -
                 raise ConfigError(file, f"{where}.{group}.{key}", f"must be >= 0, got {value}")
     if not 0.0 <= cfg.get("gate", 0.0) < 1:
         raise ConfigError(file, f"{path or name}.gate", "a chi-square probability in [0, 1)")
+    if not cfg.get("gate_window", 0.0) >= 0:
+        raise ConfigError(file, f"{where}.gate_window", f"must be >= 0 [s], got {cfg.get('gate_window')}")
+    if not (isinstance(cfg.get("gate_persist", 0), (int, float)) and cfg.get("gate_persist", 0) >= 0):
+        raise ConfigError(file, f"{where}.gate_persist", f"must be >= 0 (readings), got {cfg.get('gate_persist')}")
     rq = cfg["reacquire"]
     for key, low in (("rejections", 1), ("time", 0), ("inflation", 1), ("candidates", 0), ("window", 0)):
         if not (rq[key] is not None and rq[key] >= low):

@@ -481,6 +481,7 @@ class ParticleFilter(Estimator):
         w = self.weights()
         qdd_full = None
         accepted, rejected, ys, Ss = [], [], [], []
+        self._distances = []  # (sensor, d^2) of the gated readings (UpdateResult.distances)
         n_eff = 1.0 / float(w @ w)
         for m in measurements:
             s = self.sensors[m.sensor]
@@ -503,8 +504,9 @@ class ParticleFilter(Estimator):
             if limit is not None and limit > 0:
                 Wg = kernel_whitening(R, S - R, n_eff)
                 eg = r @ Wg.T
-                if not predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg,
-                                     limit) <= limit:
+                d2 = predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg)
+                self._distances.append((m.sensor, d2))
+                if not d2 <= limit:
                     rejected.append(m.sensor)
                     continue
             ll += ll_m
@@ -592,7 +594,7 @@ class ParticleFilter(Estimator):
         """Line 5 (weights), lines 7-10 (normalise in log space), 11-14 (ESS, resampling)."""
         ll, accepted, rejected, ys, Ss = self._weigh(measurements, gates)
         if not accepted:
-            return UpdateResult([], rejected)
+            return UpdateResult([], rejected, distances=self._distances)
         ll = np.where(np.isnan(ll), -np.inf, ll)
         self.counts["updates"] += 1
         y = np.concatenate(ys)
@@ -602,7 +604,7 @@ class ParticleFilter(Estimator):
             e = np.linalg.solve(np.linalg.cholesky(S), y)
         except np.linalg.LinAlgError:
             nis, e = None, None
-        result = UpdateResult(accepted, rejected, nis, int(y.size), y, e)
+        result = UpdateResult(accepted, rejected, nis, int(y.size), y, e, distances=self._distances)
         underflow = not ll.max() >= self.ll_floor
         logw = self.logw + ll
         top = logw.max()
