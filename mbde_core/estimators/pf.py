@@ -78,8 +78,8 @@ every particle's q is compared with its label; a particle whose position problem
 converged on the other assembly (possible only near singular configurations) is
 relabelled and counted in ``branch_jumps``.
 
-Gating (``gate``, a chi-square probability per reading, 0 = off: the default, see
-:mod:`pf_gate`; or the stage's gates): the
+Gating (``gate``, a chi-square probability per reading, 0 = off; default 0.999999 as the
+Kalman observers', with the stage's adaptive scale, see :mod:`pf_gate`; or the stage's gates): the
 likelihood gate of :mod:`pf_gate` (the Mahalanobis gate of the Kalman observers for a
 particle predictive density) rejects outliers; the NIS of each update uses the
 particle-predicted mean and covariance of the readings (S = their weighted covariance +
@@ -213,7 +213,6 @@ class ParticleFilter(Estimator):
             "slider_position": None,
             "imu": None,
         },
-        "gate": 0.0,                      # likelihood gate off by default: the cloud is overconfident (pf_gate)
         "init": "uniform",                # uniform (eq. 22) | gaussian (around the given initial state)
         "uniform": {
             "z": [],                      # [lo, hi] or g pairs; []: angles [-pi, pi), others q0 +/- longest body
