@@ -79,8 +79,8 @@ def test_gate_and_reacquisition_on_by_default_everywhere():
     from mbde_core.live.estimator import load_config
 
     for name in ESTIMATOR_NAMES:
-        on = GATE if name not in ("pf", "vipf") else 0.0  # the PF likelihood gate is opt-in (pf_gate)
-        assert defaults(name)["gate"] == on
+        on = GATE  # the particle filters' likelihood version too (pf_gate)
+        assert defaults(name)["gate"] == on and defaults(name)["gate_window"] > defaults(name)["reacquire"]["time"]
         assert defaults(name)["reacquire"]["rejections"] >= 1
         cfg = load_config(name)  # the shipped config the live node uses
         assert cfg["gate"] == on, name

@@ -36,7 +36,9 @@ class UpdateResult:
     nis: normalised innovation squared y^T S^-1 y of the accepted readings (None if the
     estimator has no Gaussian innovation); dof: its degrees of freedom (sum of channel
     dimensions); innovation: the stacked innovation y (for whiteness tests); logdet:
-    log det S (NIS + logdet = -2 log-likelihood of the innovation + const).
+    log det S (NIS + logdet = -2 log-likelihood of the innovation + const); distances:
+    (sensor name, squared Mahalanobis distance) of every gated reading, accepted or not,
+    in reading order (the stage's gate scale, :mod:`~mbde_core.estimators.stage_guards`).
     """
 
     accepted: list[str] = field(default_factory=list)
@@ -46,6 +48,7 @@ class UpdateResult:
     innovation: np.ndarray | None = None
     normalized_innovation: np.ndarray | None = None
     logdet: float | None = None
+    distances: list = field(default_factory=list)
 
 
 class Estimator:

@@ -92,8 +92,12 @@ class CEKF(ReducedKalman):
         last = None
         for _ in range(int(self.config.get("newton_iterations", 5))):
             st, _ok = model.solve_full(self.t, x1[:g], x1[g:], guess)
+            if st.zdd is None or not np.all(np.isfinite(st.zdd)):  # no dynamics at this iterate
+                break
             G = x1 - x0 - 0.5 * dt * (F0 + F(x1, st))
             dx = -(Jinv @ G)
+            if not np.all(np.isfinite(dx)):  # a diverged iterate: stop at the last finite one
+                break
             x1 = x1 + dx
             guess = model.guess(st, dx[:g])
             size = float(np.max(np.abs(dx)))
@@ -141,15 +145,13 @@ class CEKF(ReducedKalman):
         pred, H, _ = self.model.linearize(names, self.t, self._full())
         y = self.model.residual(names, o, pred)
         S = H @ self.P @ H.T + R
-        accepted, rejected, rows = gate_rows(names, dims, y, S, gates)
+        dist = []
+        accepted, rejected, rows = gate_rows(names, dims, y, S, gates, dist)
         if rows.size == 0 or self._saved is None:
-            return UpdateResult([], rejected if rows.size == 0 else [])
+            return UpdateResult([], rejected if rows.size == 0 else [], distances=dist)
         result = update_result(accepted, rejected, y[rows], S[np.ix_(rows, rows)])
-        if rejected:
-            keep = [m for m in measurements if m.sensor in accepted]
-            o_k = np.concatenate([np.asarray(m.value, float) for m in keep])
-        else:
-            o_k = o
+        result.distances = dist
+        o_k = o[rows] if rejected else o  # rows, not names: a sensor may have several readings in a slot
         R_k = self.measurement_covariance(accepted)
         # redo the last step with the continuous correction of these readings
         x0, P0, q0, qd0, st0, t0, dt = self._saved

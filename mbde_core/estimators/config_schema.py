@@ -22,8 +22,14 @@ Options of every estimator (the stage's outlier protection, :mod:`stage`):
   (the anchor) sets its ``<sensor>_rejection_threshold`` in standard deviations and
   rejects when y^T S^-1 y >= threshold^2, off by default; 0.999999 is its threshold
   4.9 for one channel. Measured false rejections on clean data: ``mbde bench faults``
-  (README). The particle filters have the likelihood version of the same test, off by default
-  (:mod:`~mbde_core.estimators.pf_gate`: their clouds are overconfident).
+  (README). The particle filters have the likelihood version of the same test
+  (:mod:`~mbde_core.estimators.pf_gate`).
+- ``gate_window`` [s]: the threshold is scaled by the filter's measured inconsistency, the
+  median of the squared distances of the last ``gate_window`` seconds over the chi-square
+  median, at least 1 (0 = the fixed threshold;
+  :class:`~mbde_core.estimators.stage_guards.AdaptiveGate`);
+- ``gate_persist``: a sensor whose readings exceeded the gate that many times in a row is
+  believed, its readings fused ungated until one agrees again (0 = never, the default).
 - ``reacquire``: the gate's re-acquisition rule: after ``rejections`` rejections of one
   sensor's readings, spanning at least ``time`` [s], in a run that starts with a
   rejection and in which rejections outnumber acceptances (``stage_guards``), the
@@ -50,7 +56,9 @@ COMMON = {
 GATE = 0.999999
 STAGE = {
     "gate": GATE,
-    "reacquire": {"rejections": 10, "time": 0.2, "inflation": 100.0, "candidates": 24, "window": 0.3},
+    "gate_window": 0.5,
+    "gate_persist": 0,
+    "reacquire": {"rejections": 10, "time": 0.2, "inflation": 100.0, "candidates": 64, "window": 0.3},
 }
 
 # Sections of the same file validated by the offline tools that own them (not observers):
@@ -112,6 +120,10 @@ def validate(name: str, options: dict, file: str = "<config>", path: str = "") -
                 raise ConfigError(file, f"{where}.{group}.{key}", f"must be >= 0, got {value}")
     if not 0.0 <= cfg.get("gate", 0.0) < 1:
         raise ConfigError(file, f"{path or name}.gate", "a chi-square probability in [0, 1)")
+    if not cfg.get("gate_window", 0.0) >= 0:
+        raise ConfigError(file, f"{where}.gate_window", f"must be >= 0 [s], got {cfg.get('gate_window')}")
+    if not (isinstance(cfg.get("gate_persist", 0), (int, float)) and cfg.get("gate_persist", 0) >= 0):
+        raise ConfigError(file, f"{where}.gate_persist", f"must be >= 0 (readings), got {cfg.get('gate_persist')}")
     rq = cfg["reacquire"]
     for key, low in (("rejections", 1), ("time", 0), ("inflation", 1), ("candidates", 0), ("window", 0)):
         if not (rq[key] is not None and rq[key] >= low):

@@ -26,6 +26,13 @@ information, collapsing the tangent variance within a few hundred steps; and a l
 isotropic W lets the sensor update explain innovations by unconstrained motions whose
 information is then projected away.
 
+Step control (not in the paper): the update's move of [z, zd] must respect the
+linear-Gaussian bound dx^T Pz^-1 dx <= NIS (within ``STEP_BOUND`` (NIS + dof)); an
+update that leaves it (a wide covariance near a singular configuration, where the
+q-space step leaves the manifold by radians and the projection lands far away) is
+damped by step halving, and the information of the damped gain taken in Joseph form, so
+Pz stays symmetric PSD by construction (see :meth:`DIEKFpm._checked_step`).
+
 Speed: the constraints, their Jacobian and d(Phi_q qd)/dq come from the mechanism's
 generated kernels (the n columns D(e_j, qd) of the last one from 2n evaluations of
 (Phi_q)' qd), the projection's convergence test evaluates only h'(X) (the Jacobian only
@@ -42,6 +49,10 @@ from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
 from mbde_core.estimators.kalman import cholesky, gate_rows, update_result
 from mbde_core.estimators.reduced import ReducedModel
 from mbde_core.types import MechanismSnapshot
+
+
+STEP_BOUND = 4.0    # an update may move [z, zd] by at most 4 (NIS + dof) in the prior's metric
+STEP_HALVINGS = 8   # damped steps tried before the readings are left unfused
 
 
 class DIEKFpm(Estimator):
@@ -168,7 +179,7 @@ class DIEKFpm(Estimator):
         P = T0 @ self.Pz @ T0.T + self._iso
         result = UpdateResult()
         X = X_prior.copy()
-        P_info = P
+        first = None  # (K, H, R) of the first (EKF) pass over the accepted readings
         ds = len(o)
         if ds:
             dims = [self.sensors[nm].dim for nm in names]
@@ -178,17 +189,25 @@ class DIEKFpm(Estimator):
                 y = self.model.residual(names, o, h)
                 S = H @ P @ H.T + Rs
                 if it == 0:
-                    accepted, rejected, srows = gate_rows(names, dims, y, S, gates)
+                    dist = []
+                    accepted, rejected, srows = gate_rows(names, dims, y, S, gates, dist)
                     if not srows.size:
-                        result = UpdateResult([], rejected)
+                        result = UpdateResult([], rejected, distances=dist)
                         break
                     result = update_result(accepted, rejected, y[srows], S[np.ix_(srows, srows)])
+                    result.distances = dist
                 Hr, yr, Sr = H[srows], y[srows], S[np.ix_(srows, srows)]
                 K = np.linalg.solve(Sr, Hr @ P).T
                 if it == 0:
-                    P_info = P - K @ Sr @ K.T
+                    first = (K, Hr, Rs[np.ix_(srows, srows)])
                 X = X_prior + K @ (yr - Hr @ (X_prior - X))
-        X = self._project(X)
+        if first is None:
+            X, P_info = self._project(X), P
+        else:
+            X, P_info = self._checked_step(X_prior, X, P, first, result)
+            if X is None:  # no step along the update is consistent: the readings are not fused
+                result = UpdateResult([], result.accepted + result.rejected, distances=result.distances)
+                X, P_info = self._project(X_prior), P
         self.X = X
         # Covariance: the sensors' information, then the orthogonal projection onto the
         # tangent space of both constraint manifolds at the new mean (the perfect
@@ -202,6 +221,8 @@ class DIEKFpm(Estimator):
             Tp = np.linalg.pinv(T)
         Pz = Tp @ P_info @ Tp.T
         Pz = 0.5 * (Pz + Pz.T)
+        if not np.all(np.isfinite(Pz)):  # T overflowed (a singular configuration): keep the prior's
+            Pz = self.Pz
         try:  # positive definite: the clipping below would leave it unchanged
             cholesky(Pz)
             self.Pz = Pz
@@ -210,6 +231,46 @@ class DIEKFpm(Estimator):
             self.Pz = (V * np.clip(w, 0.0, None)) @ V.T
         self.P = T @ self.Pz @ T.T
         return result
+
+    def _checked_step(self, X_prior, X, P, first, result):
+        """(projected mean, information P_info) of an update, or (None, None).
+
+        Linear-Gaussian bound: an update x+ = x- + K y moves the state by dx with
+        dx^T P^-1 dx = y^T S^-1 H P H^T S^-1 y <= y^T S^-1 y (the NIS). The iterated
+        update plus the projection onto the constraints is nonlinear: with a wide
+        covariance (a re-acquisition) near a singular configuration, q-space steps of
+        radians leave the manifold and the Gauss-Newton projection lands on a far
+        solution (velocities of 1e3 rad/s, then diverging predictions whose covariances
+        overflow: ``mbde bench faults``, stuck gyro on fivebar_gyro). So the move of the
+        independent coordinates, measured with the prior Pz, must stay within
+        ``STEP_BOUND`` (NIS + dof) (clean runs: <= 0.87 NIS); otherwise the step
+        x- + a (x_iter - x-) is halved (at most ``STEP_HALVINGS`` times), with the
+        information of the damped gain a K in Joseph form (PSD by construction):
+        (I - a K H) P (I - a K H)^T + a^2 K R K^T.
+        """
+        K, H, R = first
+        nis = result.nis if result.nis is not None and np.isfinite(result.nis) else 0.0
+        bound = STEP_BOUND * (nis + result.dof)
+        n, iz = self.n, self.mech.independent
+        idx = np.concatenate([iz, n + iz])
+        angular = np.concatenate([np.isin(iz, self.mech.rel_columns), np.zeros(len(iz), bool)])
+        try:
+            Pz_inv = np.linalg.inv(self.Pz)
+        except np.linalg.LinAlgError:
+            Pz_inv = np.linalg.pinv(self.Pz)
+        step = X - X_prior
+        for k in range(STEP_HALVINGS + 1):
+            a = 0.5**k
+            Xa = X_prior + a * step
+            if not np.all(np.isfinite(Xa)):
+                continue
+            Xa = self._project(Xa)
+            d = Xa[idx] - X_prior[idx]
+            d = np.where(angular, (d + np.pi) % (2.0 * np.pi) - np.pi, d)
+            if np.all(np.isfinite(d)) and float(d @ Pz_inv @ d) <= bound:
+                IKH = np.eye(2 * n) - a * (K @ H)
+                return Xa, IKH @ P @ IKH.T + (a * a) * (K @ R @ K.T)
+        return None, None
 
     def _project(self, X):
         """Perfect measurements Phi = 0, Phi_q qd = 0 as an iterated (Gauss-Newton) update

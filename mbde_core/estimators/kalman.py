@@ -19,8 +19,9 @@ from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.reduced import joseph_update, kalman_gain
 
 
-def gate_rows(names, dims, y, S, gates):
-    """(accepted names, rejected names, row indices kept) after per-sensor gating."""
+def gate_rows(names, dims, y, S, gates, distances=None):
+    """(accepted names, rejected names, row indices kept) after per-sensor gating;
+    ``distances`` (a list) receives (name, y_s^T S_s^-1 y_s) of every gated reading."""
     accepted, rejected, rows = [], [], []
     k = 0
     for n, d in zip(names, dims):
@@ -36,6 +37,8 @@ def gate_rows(names, dims, y, S, gates):
                     d2 = float(y[sl] @ np.linalg.solve(Sn, y[sl]))
                 except np.linalg.LinAlgError:
                     d2 = np.inf
+            if distances is not None:
+                distances.append((n, d2))
             if not d2 <= gates[n]:
                 rejected.append(n)
                 continue
@@ -44,11 +47,11 @@ def gate_rows(names, dims, y, S, gates):
     return accepted, rejected, np.array(rows, dtype=np.intp)
 
 
-def gate(names, dims, y, S, gates):
+def gate(names, dims, y, S, gates, distances=None):
     """gate_rows, with rows None when every reading is accepted (no selection needed)."""
     if not gates or not any(n in gates and gates[n] is not None for n in names):
         return list(names), [], None
-    accepted, rejected, rows = gate_rows(names, dims, y, S, gates)
+    accepted, rejected, rows = gate_rows(names, dims, y, S, gates, distances)
     if not rejected:
         rows = None
     return accepted, rejected, rows
@@ -80,10 +83,11 @@ def ekf_update(x, P, names, dims, y, H, R, gates):
     """Gated EKF update. Returns (dx, P+, UpdateResult)."""
     PHt = P @ H.T
     S = H @ PHt + R
-    accepted, rejected, rows = gate(names, dims, y, S, gates)
+    dist = []
+    accepted, rejected, rows = gate(names, dims, y, S, gates, dist)
     if rows is not None:
         if rows.size == 0:
-            return np.zeros_like(x), P, UpdateResult([], rejected)
+            return np.zeros_like(x), P, UpdateResult([], rejected, distances=dist)
         y, H, R = y[rows], H[rows], R[np.ix_(rows, rows)]
         S = S[np.ix_(rows, rows)]
         PHt = PHt[:, rows]
@@ -93,7 +97,9 @@ def ekf_update(x, P, names, dims, y, H, R, gates):
         K = kalman_gain(P, H, S)
     dx = K @ y
     P = joseph_update(P, K, H, R)
-    return dx, P, update_result(accepted, rejected, y, S)
+    res = update_result(accepted, rejected, y, S)
+    res.distances = dist
+    return dx, P, res
 
 
 def cholesky(P: np.ndarray) -> np.ndarray:

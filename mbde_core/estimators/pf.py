@@ -78,8 +78,8 @@ every particle's q is compared with its label; a particle whose position problem
 converged on the other assembly (possible only near singular configurations) is
 relabelled and counted in ``branch_jumps``.
 
-Gating (``gate``, a chi-square probability per reading, 0 = off: the default, see
-:mod:`pf_gate`; or the stage's gates): the
+Gating (``gate``, a chi-square probability per reading, 0 = off; default 0.999999 as the
+Kalman observers', with the stage's adaptive scale, see :mod:`pf_gate`; or the stage's gates): the
 likelihood gate of :mod:`pf_gate` (the Mahalanobis gate of the Kalman observers for a
 particle predictive density) rejects outliers; the NIS of each update uses the
 particle-predicted mean and covariance of the readings (S = their weighted covariance +
@@ -213,7 +213,6 @@ class ParticleFilter(Estimator):
             "slider_position": None,
             "imu": None,
         },
-        "gate": 0.0,                      # likelihood gate off by default: the cloud is overconfident (pf_gate)
         "init": "uniform",                # uniform (eq. 22) | gaussian (around the given initial state)
         "uniform": {
             "z": [],                      # [lo, hi] or g pairs; []: angles [-pi, pi), others q0 +/- longest body
@@ -481,6 +480,7 @@ class ParticleFilter(Estimator):
         w = self.weights()
         qdd_full = None
         accepted, rejected, ys, Ss = [], [], [], []
+        self._distances = []  # (sensor, d^2) of the gated readings (UpdateResult.distances)
         n_eff = 1.0 / float(w @ w)
         for m in measurements:
             s = self.sensors[m.sensor]
@@ -503,8 +503,9 @@ class ParticleFilter(Estimator):
             if limit is not None and limit > 0:
                 Wg = kernel_whitening(R, S - R, n_eff)
                 eg = r @ Wg.T
-                if not predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg,
-                                     limit) <= limit:
+                d2 = predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg)
+                self._distances.append((m.sensor, d2))
+                if not d2 <= limit:
                     rejected.append(m.sensor)
                     continue
             ll += ll_m
@@ -592,7 +593,7 @@ class ParticleFilter(Estimator):
         """Line 5 (weights), lines 7-10 (normalise in log space), 11-14 (ESS, resampling)."""
         ll, accepted, rejected, ys, Ss = self._weigh(measurements, gates)
         if not accepted:
-            return UpdateResult([], rejected)
+            return UpdateResult([], rejected, distances=self._distances)
         ll = np.where(np.isnan(ll), -np.inf, ll)
         self.counts["updates"] += 1
         y = np.concatenate(ys)
@@ -602,7 +603,7 @@ class ParticleFilter(Estimator):
             e = np.linalg.solve(np.linalg.cholesky(S), y)
         except np.linalg.LinAlgError:
             nis, e = None, None
-        result = UpdateResult(accepted, rejected, nis, int(y.size), y, e)
+        result = UpdateResult(accepted, rejected, nis, int(y.size), y, e, distances=self._distances)
         underflow = not ll.max() >= self.ll_floor
         logw = self.logw + ll
         top = logw.max()

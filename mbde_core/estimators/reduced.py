@@ -79,9 +79,15 @@ class ReducedModel:
 
         The position problem as :func:`kinematics.solve_position` (same tolerance and
         step limit), then qd = R zd and the dynamics at time t. ok False: the position
-        problem failed (the returned state is then not meaningful).
+        problem failed or z, zd or the guess is not finite (the returned state is then not
+        meaningful).
         """
         mech = self.mech
+        if not (np.all(np.isfinite(z)) and np.all(np.isfinite(zd)) and np.all(np.isfinite(guess))):
+            # a diverged caller (non-finite state or guess): no position problem to solve,
+            # and the kernels' math.sin would raise on an infinite angle
+            q = np.asarray(guess, dtype=float)
+            return FullState(q, np.full_like(q, np.nan), None, None, None, None), False
         K = fastpath.kernels(mech)
         if K is not None:
             try:
@@ -92,6 +98,8 @@ class ReducedModel:
             except fastpath.SCALAR_ERRORS:
                 pass  # singular or non-finite: the generic code decides
         q, ok = kinematics.solve_position(mech, np.asarray(z, dtype=float), np.asarray(guess, dtype=float))
+        if not np.all(np.isfinite(q)):  # the position problem diverged
+            return FullState(q, np.full_like(q, np.nan), None, None, None, None), False
         J = mech.phi_q(q)
         qd = kinematics.velocity(mech, q, np.asarray(zd, dtype=float), phi_q=J)
         if not ok:

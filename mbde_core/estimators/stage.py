@@ -61,7 +61,7 @@ from mbde_core.estimators.chi2 import chi2_ppf
 
 from mbde_core.estimators.base import InitialState, UpdateResult
 from mbde_core.estimators.multistart import MultiStart, candidates, is_lost
-from mbde_core.estimators.stage_guards import ForwardJumpGuard, Reacquisition, Reconvergence
+from mbde_core.estimators.stage_guards import AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence
 from mbde_core.types import MechanismSnapshot, Measurement
 
 # Stage options shared by `mbde replay` and the live node (node parameters of the same names)
@@ -85,6 +85,8 @@ class StageCounters:
     received: int = 0
     fused: int = 0
     rejected_gate: int = 0
+    gate_scale_max: float = 1.0       # largest scale of a gate threshold (stage_guards.AdaptiveGate)
+    gate_believed: int = 0            # readings over the gate fused: their sensor persisted (AdaptiveGate)
     reacquisitions: int = 0
     multistarts: int = 0
     out_of_order: int = 0
@@ -116,6 +118,10 @@ class EstimatorStage:
     initial: callable ``t -> InitialState`` used at start and after resets.
     gate: chi-square probability of the Mahalanobis gate (0 = off), a float for every
         sensor or a dict sensor -> probability.
+    gate_window: [s] window of the gate's scale (:class:`~mbde_core.estimators.stage_guards.AdaptiveGate`);
+        0 = the fixed chi-square threshold.
+    gate_persist: readings of a sensor over the gate in a row after which its next readings
+        are fused ungated until one agrees again (0 = never).
     reacquire: re-acquisition rule of the gate, {rejections, time, inflation} (see
         :class:`~mbde_core.estimators.stage_guards.Reacquisition`); None = off.
     backward_jump, max_gap, reorder_window [s]: see the module docstring.
@@ -124,7 +130,8 @@ class EstimatorStage:
     """
 
     def __init__(self, estimator, step: float, initial: Callable[[float], InitialState], *,
-                 gate=0.0, reacquire: dict | None = None, backward_jump: float = 1.0, max_gap: float = 10.0,
+                 gate=0.0, gate_window: float = 0.0, gate_persist: int = 0, reacquire: dict | None = None, backward_jump: float = 1.0,
+                 max_gap: float = 10.0,
                  reorder_window: float = 0.0, on_step: Callable[[StepRecord], None] | None = None,
                  keep: bool = True):
         if not step > 0:
@@ -141,6 +148,9 @@ class EstimatorStage:
         self.records: list[StepRecord] = []
         self.counters = StageCounters()
         self.gates = self._gates(gate)
+        dims = {s.name: s.dim for s in self.sensors}
+        adapt = self.gates and (gate_window > 0 or gate_persist > 0)
+        self.gate_adapt = AdaptiveGate(self.gates, dims, gate_window, gate_persist) if adapt else None
         rq = reacquire or {}
         self.reacq = Reacquisition(rq.get("rejections", 1), rq.get("time", 0.0)) if reacquire else None
         self.inflation = float(rq.get("inflation", 100.0))
@@ -158,6 +168,7 @@ class EstimatorStage:
         """The stage of an estimator with validated options ``config`` (step, gate,
         reacquire); kw: the other constructor arguments (stage options, on_step, keep)."""
         return cls(estimator, config["step"], initial, gate=config.get("gate", 0.0),
+                   gate_window=config.get("gate_window", 0.0), gate_persist=config.get("gate_persist", 0),
                    reacquire=config.get("reacquire"), **kw)
 
     def _gates(self, gate) -> dict[str, float]:
@@ -234,6 +245,8 @@ class EstimatorStage:
         self.est.reset(t, self.initial(t) if init is None else init)
         if self.reacq is not None:
             self.reacq.clear()
+        if self.gate_adapt is not None:
+            self.gate_adapt.clear()
 
     # -- input -------------------------------------------------------------------------------
     def feed(self, measurements) -> None:
@@ -353,9 +366,9 @@ class EstimatorStage:
         t_start = time.perf_counter()
         result = None
         if readings:
-            result = self._active.update(readings, self.gates)
+            result = self._active.update(readings, self._current_gates())
             c = self.counters
-            c.fused += sum(1 for m in readings if m.sensor in result.accepted)
+            c.fused += len(result.accepted)  # one name per fused reading (a sensor may have several)
             c.rejected_gate += len(result.rejected)
             for n in result.accepted:
                 c.per_sensor_fused[n] = c.per_sensor_fused.get(n, 0) + 1
@@ -366,9 +379,24 @@ class EstimatorStage:
         self._predict_cost = 0.0
         self._emit(result, cost)
 
+    def _current_gates(self) -> dict[str, float]:
+        """The gate thresholds for the next update (stage_guards.AdaptiveGate)."""
+        return self.gates if self.gate_adapt is None else self.gate_adapt.thresholds()
+
     def _watch(self, result: UpdateResult) -> None:
-        """Re-convergence time and the gate's re-acquisition rule after an update."""
+        """Re-convergence time, the gate's scale and re-acquisition rule after an update."""
         t = self.t0 + self.k * self.dt
+        disagreed = result
+        if self.gate_adapt is not None and result.distances:
+            c = self.counters
+            believed = self.gate_adapt.observe(t, result.distances)
+            c.gate_believed += len(believed)
+            c.gate_scale_max = max(c.gate_scale_max, max(self.gate_adapt.scale.values()))
+            if believed:  # for the re-acquisition rule they disagreed with the filter
+                acc = list(result.accepted)
+                for n in believed:
+                    acc.remove(n)
+                disagreed = UpdateResult(acc, list(result.rejected) + believed)
         took = self.reconv.observe(t, result)
         if took is not None:
             self._after_jump = False
@@ -377,7 +405,7 @@ class EstimatorStage:
         if self._bank is not None and self._bank.done(t):
             self._bank.adopt()
             self._bank = None
-        if self.reacq is None or not self.reacq.observe(t, result):
+        if self.reacq is None or not self.reacq.observe(t, disagreed):
             return
         self.counters.reacquisitions += 1
         if self._after_jump:  # the motion restarted with the clock (a bag loop): the initial guess

@@ -108,10 +108,11 @@ class UKF(ReducedKalman):
         S = dYw @ dY + R
         Pxy = (dX.T * self.Wc) @ dY
         y = self.model.residual(names, o, y_mean)
-        accepted, rejected, rows = gate(names, dims, y, S, gates)
+        dist = []
+        accepted, rejected, rows = gate(names, dims, y, S, gates, dist)
         if rows is not None:
             if rows.size == 0:
-                return UpdateResult([], rejected)
+                return UpdateResult([], rejected, distances=dist)
             y, S, Pxy = y[rows], S[np.ix_(rows, rows)], Pxy[:, rows]
         if S.shape[0] == 1:
             s = S[0, 0]
@@ -123,7 +124,9 @@ class UKF(ReducedKalman):
         self.P = 0.5 * (P + P.T)
         dx = K @ y
         self._assemble_into(self.x + dx, self.model.guess(self._full(), dx[:g]))
-        return update_result(accepted, rejected, y, S)
+        res = update_result(accepted, rejected, y, S)
+        res.distances = dist
+        return res
 
     def diagnostics(self) -> dict:
         return {"assembly_failures": self.failures, "sigma_point_failures": self.sigma_failures}

@@ -70,13 +70,16 @@ def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, pa
     same feeding, bounded memory).
 
     seed: the run seed; the estimator's generator is ``estimator_rng(seed, name)``, the
-    same for every position in a list of estimators and in the live node."""
+    same for every position in a list of estimators and in the live node.
+    particle_budget: floats of particle clouds kept for the plots (0: none, e.g. benches)."""
     est = make_estimator(name, inputs.mechanism, inputs.sensors, cfg, rng=estimator_rng(seed, name))
     init = initial_state(inputs, cfg)
     particles = []
     state = {"k": 0, "every": None}
 
     def on_step(rec):
+        if particle_budget <= 0:
+            return
         cloud = est.particles()
         if cloud is not None:
             if state["every"] is None:
