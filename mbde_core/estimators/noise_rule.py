@@ -1,0 +1,207 @@
+"""The default-tuning rule: filter step, plant noise, initial and sensor sigmas from the
+mechanism and its sensors (the options whose value is ``auto``).
+
+An option set to ``auto`` (the built-in default, and ``config/estimators/default.yaml``)
+is replaced, when the estimator is built for a mechanism and its sensors, by this rule;
+an explicit number in a user config overrides it (e.g. ``config/estimators/paper003.yaml``,
+the numbers of paper 003's benchmark). Scales (:mod:`mechanism_scales`, all per
+independent coordinate, in its units): a_g the RMS acceleration of the known forces at
+rest, a the RMS total acceleration (with the velocity terms at the characteristic speed v
+and the force limits a_f), w_g = sqrt(a_g / ell), w = a / v, ell = 1 rad (angles) or the
+longest body (lengths). Inputs of the rule (option ``rule``): ``model_error`` eps
+(default 0.1: the known forces are trusted to 10 %, e.g. paper 003's gravity error of
+1 m/s^2) and ``force_limits`` {coordinate: F_max} (unknown motor or hand forces [N, N m],
+also taken from a simulated scenario's speed controller ``torque_limit`` and target speed).
+
+- ``step``: h_max = min(5 ms, 0.05 / max w) (the motion turns by ~0.05 rad per step at
+  its frequency), then the fastest sensor period T divided into whole steps,
+  step = T / ceil(T / h_max): readings land on the grid (a 1 kHz encoder fused on a 5 ms
+  grid is fused up to 2.5 ms off its stamp);
+- ``plant_noise.acceleration_psd`` q = q_model + q_force + q_disc [unit^2/s^3]:
+  q_model = (eps a_g)^2 / w_g -- a model error of eps times the known accelerations,
+  correlated over the pendulum time 1/w_g, as white noise of the same low-frequency
+  power (the density of a process of variance s^2 and correlation time tau is ~s^2 tau);
+  q_force = a_f^2 / w -- the unknown forces up to their limits over the motion's time
+  scale (not for the ADE-KF, which estimates them as inputs);
+  q_disc -- the transition's own error, per step of size dt and order p (forward Euler:
+  local error dt^2/2 a in z, covered by q dt^3/3 = (dt^2 a / 2)^2: q = 3/4 a^2 dt; order 2
+  (constant_acceleration, trapezoidal, midpoint): 3/4 a^2 w dt^2, one power of w dt
+  less; order >= 3 (rk4): 0);
+- ``initial_sigma``: z = 0.05 ell (3 deg, or 5 % of the longest body), zd = 0.05 v;
+- ``sensor_sigma`` of every sensor that reads accelerations (accelerometers, IMUs) and is
+  not listed: its channels' noise widened by the model's error in predicting them,
+  sigma^2 = sigma_noise^2 + (eps rms(h))^2 + sum_k (rms(dh/dzdd_k) a_f,k)^2 (rms over
+  the swept configurations at rest and at speed v): a model error shows in an
+  accelerometer's reading directly (gravity, and every unmodelled force through zdd),
+  not only through the state;
+- ADE-KF (``adekf``): ``r_a`` = (F_c w dt)^2, the per-step increment of an input of size
+  F_c varying at the motion's frequency, and ``jump_sigma`` = F_c, with F_c the force
+  limit (or eps m_z a_g: the model error as a generalized force); its acceleration noise
+  is q_disc only and its accelerometer is not widened (the inputs absorb the model
+  error).
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+
+AUTO = "auto"
+MODEL_ERROR = 0.1
+STEP_MAX = 0.005   # s
+STEP_TURN = 0.05   # rad per step at the motion's frequency
+SIGMA_Z = 0.05     # of ell
+SIGMA_ZD = 0.05    # of v
+RULE_DEFAULTS = {"model_error": MODEL_ERROR, "force_limits": {}}
+
+
+def has_auto(cfg: dict) -> bool:
+    """Whether any option of ``cfg`` (nested) is ``auto``."""
+    for v in cfg.values():
+        if v == AUTO or (isinstance(v, dict) and has_auto(v)):
+            return True
+    return False
+
+
+def transition_order(name: str, cfg: dict) -> int:
+    """Order of the estimator's state transition (for q_disc)."""
+    if name in ("ukf", "dekf", "diekfpm"):
+        return 1 if cfg.get("transition") == "euler" else 2
+    if name in ("errorekf", "viekf"):
+        from mbde_core.engine.integrators import get_integrator
+
+        return int(getattr(get_integrator(cfg.get("integrator", "euler")), "order", 2))
+    if name == "adekf":
+        return 1
+    return 2
+
+
+def force_limits(mech, cfg: dict, context=None) -> np.ndarray:
+    """(g,) unknown-force bounds on the independent coordinates: the config's
+    ``rule.force_limits`` (by coordinate name) over the context's (a scenario's motor)."""
+    out = np.zeros(mech.dof)
+    if context is not None and context.get("force_limits") is not None:
+        out = np.maximum(out, np.asarray(context["force_limits"], float))
+    names = list(mech.independent_names)
+    for key, value in ((cfg.get("rule") or {}).get("force_limits") or {}).items():
+        if key not in names:
+            from mbde_core.errors import ConfigError
+
+            raise ConfigError("<estimator config>", f"rule.force_limits.{key}",
+                              f"not an independent coordinate (choose from {', '.join(names)})")
+        out[names.index(key)] = float(value)
+    return out
+
+
+def rule_scales(mech, cfg: dict, context=None):
+    from mbde_core.estimators.mechanism_scales import mechanism_scales
+
+    speed = None if context is None else context.get("speed")
+    return mechanism_scales(mech, force_limits(mech, cfg, context), speed)
+
+
+def auto_step(sc, sensors) -> float:
+    h_max = min(STEP_MAX, STEP_TURN / float(np.max(sc.w)))
+    periods = [1.0 / s.rate for s in sensors if getattr(s, "rate", 0) and s.rate > 0]
+    if not periods:
+        return h_max
+    T = min(periods)
+    return T / math.ceil(T / h_max - 1e-9)
+
+
+def auto_psd(name: str, cfg: dict, sc, dt: float) -> tuple[np.ndarray, np.ndarray]:
+    """(acceleration_psd, velocity_psd) (g,) of the rule (module doc)."""
+    eps = float((cfg.get("rule") or {}).get("model_error", MODEL_ERROR))
+    p = transition_order(name, cfg)
+    if name == "adekf":
+        dt = dt / max(1, int(cfg.get("substeps", 1)))
+    a, w = sc.a, sc.w
+    q_vel = a**2 * dt**3 / 4.0 if p == 1 else 0.0 * a
+    if name == "adekf":  # the inputs absorb the forces: only the transition's own error
+        return (a * w) ** 2 * dt**3 / 4.0, q_vel
+    q_disc = 0.75 * a**2 * w * dt**2 if p <= 2 else 0.0 * a
+    return (eps * sc.a_g) ** 2 / sc.w_g + sc.a_f**2 / sc.w + q_disc, q_vel
+
+
+def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
+    """A copy of the validated options ``cfg`` with every ``auto`` replaced by the rule
+    (module doc) for ``mech`` and ``sensors``; ``cfg`` itself if nothing is ``auto`` and
+    no sensor is widened. context: {"force_limits": (g,), "speed": (g,)} from a
+    scenario (:func:`scenario_context`) or None."""
+    widen = _widened_sensors(name, cfg, sensors)
+    if not has_auto(cfg) and not widen:
+        return cfg
+    out = copy.deepcopy(cfg)
+    sc = rule_scales(mech, cfg, context)
+    if out.get("step") == AUTO:
+        out["step"] = auto_step(sc, sensors)
+    pn = out.get("plant_noise") or {}
+    q_acc, q_vel = auto_psd(name, out, sc, float(out["step"]))
+    if pn.get("acceleration_psd") == AUTO:
+        pn["acceleration_psd"] = _scalar_or_list(q_acc)
+    if pn.get("velocity_psd") == AUTO:
+        pn["velocity_psd"] = _scalar_or_list(q_vel)
+    sig = out.get("initial_sigma") or {}
+    if sig.get("z") == AUTO:
+        sig["z"] = _scalar_or_list(SIGMA_Z * sc.ell)
+    if sig.get("zd") == AUTO:
+        sig["zd"] = _scalar_or_list(SIGMA_ZD * sc.v)
+    if name == "adekf":
+        _adekf_inputs(out, sc, mech)
+    if widen:
+        from mbde_core.estimators.sensor_scales import widened_sigmas
+
+        eps = float((out.get("rule") or {}).get("model_error", MODEL_ERROR))
+        out["sensor_sigma"] = dict(out.get("sensor_sigma") or {})
+        out["sensor_sigma"].update(widened_sigmas(mech, sensors, widen, sc, eps, gravity_only=name == "adekf"))
+    return out
+
+
+def _widened_sensors(name: str, cfg: dict, sensors) -> list[str]:
+    """Acceleration-reading sensors whose sigma the rule widens (not listed in sensor_sigma)."""
+    if name in ("pf", "vipf") or not (cfg.get("rule") or {}).get("model_error", MODEL_ERROR):
+        return []
+    if "sensor_sigma" not in cfg:
+        return []
+    listed = cfg.get("sensor_sigma") or {}
+    return [s.name for s in sensors if getattr(s, "uses_qdd", False) and s.name not in listed]
+
+
+def _adekf_inputs(out: dict, sc, mech) -> None:
+    eps = float((out.get("rule") or {}).get("model_error", MODEL_ERROR))
+    F_c = float(np.max(np.maximum(sc.a_f * sc.m_z, eps * sc.m_z * sc.a_g)))
+    w = float(np.max(sc.w))
+    if out.get("r_a") == AUTO:
+        out["r_a"] = (F_c * w * float(out["step"])) ** 2
+        if not out.get("inputs"):  # one generalized force per independent coordinate, sigma0 = F_c
+            out["inputs"] = [{"coordinate": n, "sigma0": F_c} for n in mech.independent_names]
+    if out.get("jump_sigma") == AUTO:
+        out["jump_sigma"] = F_c
+
+
+def _scalar_or_list(v: np.ndarray):
+    v = np.asarray(v, float)
+    return float(v[0]) if np.allclose(v, v[0], rtol=1e-12, atol=0) else [float(x) for x in v]
+
+
+def scenario_context(scenario) -> dict | None:
+    """Rule inputs a simulated scenario adds: its speed controller's torque limit and
+    largest target speed on the driven independent coordinate (None without one)."""
+    if scenario is None:
+        return None
+    tm = scenario.truth_model()
+    ctl = getattr(tm, "controller", None)
+    if ctl is None:
+        return None
+    mech = scenario.estimator_mechanism()
+    ind = list(np.asarray(mech.independent))
+    if ctl.coordinate not in ind:
+        return None
+    k = ind.index(ctl.coordinate)
+    fl, sp = np.zeros(mech.dof), np.zeros(mech.dof)
+    if math.isfinite(ctl.torque_limit):
+        fl[k] = ctl.torque_limit
+    ts = np.linspace(0.0, float(scenario.duration), 201)
+    sp[k] = max(abs(float(ctl.target(t))) for t in ts)
+    return {"force_limits": fl, "speed": sp}

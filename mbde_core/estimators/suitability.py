@@ -1,0 +1,172 @@
+"""Can this sensor set observe what this estimator estimates? Checked before a run.
+
+Every estimator estimates x = [z, zd] (the ADE-KF also its unknown inputs). Before a
+replay or a live run, the linearised observability of x at the initial state over a short
+horizon T (``HORIZON``) is tested:
+
+    J = sum_k Phi_k^T (sum_s rate_s dt H_s,k^T R_s^-1 H_s,k) Phi_k,
+
+the Fisher information about x(0) of every reading in [0, T] (sensor s read at rate_s;
+H_s,k its Jacobian at the predicted state x_k; Phi_k = prod (I + dt A_j) the transition
+of the linearised dynamics A = d[zd, f(z, zd)]/dx along the model's motion from the
+initial state, the observability matrix of a linear time-varying system, Bar-Shalom et
+al. 2001 sec. 3.2, with the readings' noise as weights). Verdicts:
+
+- ``unobservable`` (weak): J is rank deficient (its column-scaled eigenvalues below
+  1e-12 of the largest): some combination of z and zd does not show in the readings at
+  all (e.g. gyroscopes without gravity or loads cannot give z);
+- ``weak``: the worst-determined combination (eigenvector of S J S, S = diag of the
+  default initial sigmas, :mod:`noise_rule`) has eigenvalue lambda < 1, i.e. T seconds of
+  readings shrink its standard deviation by less than a factor sqrt(2)
+  (1/sqrt(1 + lambda) > 0.71);
+- ``meaningless`` (exit status 2): the ADE-KF without a sensor that reads accelerations
+  (its unknown inputs enter only through the accelerations, paper 004 sec. 4.4);
+- ``ok`` otherwise. For the ADE-KF the PBH rank test of its augmented model (paper 004
+  eqs. 57-58, :mod:`mbde_core.minimal.observability`) at the initial state is added.
+
+A weak case gives one warning line (stdout of ``mbde replay``, metrics.json
+"suitability", the live node's /diagnostics); the run goes on.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from mbde_core.errors import MbdeError
+
+HORIZON = 0.5        # s
+RANK_RTOL = 1e-12    # eigenvalues of the column-scaled information
+WEAK_LAMBDA = 1.0    # information along the worst direction, in units of the prior
+
+
+class UnsuitableError(MbdeError):
+    """The estimator cannot estimate anything meaningful from these sensors (exit status 2)."""
+
+
+@dataclass
+class Suitability:
+    """Verdict: level ok | weak | unobservable; message (one line); rank of J, its size,
+    the smallest scaled eigenvalue, the posterior/prior sigma ratio of that direction."""
+
+    level: str
+    message: str
+    rank: int
+    n: int
+    worst_lambda: float
+    sigma_ratio: float
+    horizon: float = HORIZON
+
+    @property
+    def warning(self) -> bool:
+        return self.level != "ok"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def reads_accelerations(sensors) -> list[str]:
+    return [s.name for s in sensors if getattr(s, "uses_qdd", False)]
+
+
+def precheck(name: str, sensors) -> None:
+    """Raise UnsuitableError for a meaningless estimator/sensor pair (one line)."""
+    if name == "adekf" and not reads_accelerations(sensors):
+        kinds = ", ".join(f"{s.name} ({type(s).__name__.lower()})" for s in sensors) or "none"
+        raise UnsuitableError(f"adekf needs a sensor that reads accelerations (an accelerometer or IMU): its unknown "
+                              f"inputs show only in the accelerations (paper 004 sec. 4.4); the sensors are {kinds}")
+
+
+def information(mech, sensors, z0, zd0, q0, step: float, horizon: float = HORIZON, t0: float = 0.0):
+    """J (2g, 2g): the readings' information about x(0) over the horizon (module doc)."""
+    from mbde_core.estimators.reduced import ReducedModel
+
+    model = ReducedModel(mech, sensors)
+    names = [s.name for s in sensors]
+    g = mech.dof
+    dt = max(float(step), horizon / 200.0)
+    Rinv = np.linalg.inv(model.covariance(names))
+    rates = np.concatenate([np.full(s.dim, float(s.rate)) for s in sensors])
+    W = Rinv * np.sqrt(np.outer(rates, rates)) * dt
+    x = np.concatenate([np.asarray(z0, float), np.asarray(zd0, float)])
+    st, ok = model.solve_full(t0, x[:g], x[g:], q0)
+    if not ok:
+        raise ValueError("the initial state cannot be assembled")
+    Phi = np.eye(2 * g)
+    J = np.zeros((2 * g, 2 * g))
+    t = t0
+    for _ in range(int(round(horizon / dt)) + 1):
+        _, H, _ = model.linearize(names, t, st)
+        HP = H @ Phi
+        J += HP.T @ W @ HP
+        A = model.transition_jacobian(t, x, st.q, "full")
+        Phi = (np.eye(2 * g) + dt * A) @ Phi
+        x_new = np.concatenate([x[:g] + dt * x[g:] + 0.5 * dt * dt * st.zdd, x[g:] + dt * st.zdd])
+        t += dt
+        st, ok = model.solve_full(t, x_new[:g], x_new[g:], model.guess(st, x_new[:g] - x[:g]))
+        x = x_new
+        if not ok:
+            break
+    return 0.5 * (J + J.T)
+
+
+def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float = HORIZON) -> Suitability:
+    """The verdict for estimator ``name`` with ``sensors`` from the initial state ``init``
+    (an :class:`~mbde_core.estimators.base.InitialState`); est: the built estimator (the
+    ADE-KF's augmented model is read from it)."""
+    from mbde_core.estimators.mechanism_scales import mechanism_scales
+    from mbde_core.estimators.noise_rule import SIGMA_Z, SIGMA_ZD
+
+    precheck(name, sensors)
+    g = mech.dof
+    labels = [f"{n}" for n in mech.independent_names] + [f"{n}_dot" for n in mech.independent_names]
+    used = ", ".join(s.name for s in sensors)
+    J = information(mech, sensors, init.z, init.zd, init.q_hint if init.q_hint is not None else mech.q0, step, horizon)
+    d = np.sqrt(np.clip(np.diag(J), 0.0, None))
+    scale = np.where(d > 0, d, 1.0)
+    ev_n = np.linalg.eigvalsh(J / np.outer(scale, scale))
+    rank = int(np.sum(ev_n > RANK_RTOL * max(float(ev_n.max()), 1e-300))) if ev_n.max() > 0 else 0
+    sc = mechanism_scales(mech)
+    S = np.diag(np.concatenate([SIGMA_Z * sc.ell, np.maximum(SIGMA_ZD * sc.v, SIGMA_Z * sc.ell)]))
+    lam, V = np.linalg.eigh(S @ J @ S)
+    worst = float(max(lam[0], 0.0))
+    ratio = float(1.0 / np.sqrt(1.0 + worst))
+    direction = _describe(V[:, 0], labels)
+    if rank < 2 * g:
+        level = "unobservable"
+        msg = (f"{name}: the readings of {used} over {horizon:g} s from the initial state do not determine "
+               f"{direction} (observability rank {rank} of {2 * g}): that combination drifts with the model")
+    elif worst < WEAK_LAMBDA:
+        level = "weak"
+        msg = (f"{name}: weakly observable from {used}: {horizon:g} s of readings from the initial state leave "
+               f"{direction} with {100 * ratio:.0f} % of its initial sigma (observability rank {rank} of {2 * g})")
+    else:
+        level, msg = "ok", f"{name}: observable from {used} (rank {rank} of {2 * g}, worst direction {direction} " \
+                           f"to {100 * ratio:.0f} % of its initial sigma in {horizon:g} s)"
+    out = Suitability(level, msg, rank, 2 * g, worst, ratio, horizon)
+    if name == "adekf" and est is not None and out.level == "ok":
+        out = _adekf_pbh(est, init, out)
+    return out
+
+
+def _adekf_pbh(est, init, base: Suitability) -> Suitability:
+    """The ADE-KF's augmented [z, zd, inputs] model at the initial state (PBH, paper 004 eq. 58)."""
+    from mbde_core.minimal.observability import observability_along
+
+    names = reads_accelerations(est.sensors) + [s.name for s in est.sensors if not getattr(s, "uses_qdd", False)]
+    x = np.concatenate([np.asarray(init.z, float), np.asarray(init.zd, float), np.zeros(est.model.nx - 2 * est.g)])
+    rep = observability_along(est.model, names, x[None])
+    r = rep.results[0]
+    if r.observable:
+        return base
+    direction = _describe(np.real(r.direction), rep.state_names)
+    return Suitability("weak", f"adekf: its inputs are not observable from {', '.join(names)} at the initial state "
+                               f"(PBH rank {r.rank} of {r.n}, paper 004 eq. 58; direction {direction})",
+                       base.rank, base.n, base.worst_lambda, base.sigma_ratio, base.horizon)
+
+
+def _describe(v, labels) -> str:
+    v = np.asarray(v, float)
+    v = v / (np.max(np.abs(v)) or 1.0)
+    parts = [f"{c:+.2f} {lab}" for c, lab in zip(v, labels) if abs(c) >= 0.1]
+    return "[" + " ".join(parts) + "]"
