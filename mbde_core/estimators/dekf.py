@@ -25,12 +25,12 @@ import numpy as np
 
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.kalman_base import ReducedKalman
-from mbde_core.estimators.transition import TRANSITION_DEFAULT, position_step
+from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, position_step
 
 
 class DEKF(ReducedKalman):
     name = "dekf"
-    DEFAULTS: dict = {"transition": TRANSITION_DEFAULT}
+    DEFAULTS: dict = {"transition": "heun"}
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
@@ -53,6 +53,10 @@ class DEKF(ReducedKalman):
         st = self._full()
         F, Qd = self._F(dt)
         x = np.concatenate([position_step(self.config, self.x[:g], self.x[g:], st.zdd, dt), self.x[g:] + dt * st.zdd])
+        if self.config.get("transition") == "heun":  # second stage at the predicted state
+            st1, ok = self.model.solve_full(self.t + dt, x[:g], x[g:], self.q + dt * self.qd + (0.5 * dt * dt) * st.rd)
+            if ok:
+                x = heun_step(self.x[None], st.zdd[None], st1.zdd[None], dt, g)[0]
         self.P = F @ self.P @ F.T + Qd
         self.t += dt
         self._assemble_into(x, self.q + dt * self.qd + (0.5 * dt * dt) * st.rd)

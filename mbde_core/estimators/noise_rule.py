@@ -64,17 +64,19 @@ def has_auto(cfg: dict) -> bool:
     return False
 
 
-def transition_order(name: str, cfg: dict) -> int:
-    """Order of the estimator's state transition (for q_disc)."""
+def transition_orders(name: str, cfg: dict) -> tuple[int, int]:
+    """(order of the z update, order of the zd update) of the estimator's transition: the
+    local errors are O(dt^(p+1)) (for q_disc and the velocity noise)."""
     if name in ("ukf", "dekf", "diekfpm"):
-        return 1 if cfg.get("transition") == "euler" else 2
+        return {"euler": (1, 1), "constant_acceleration": (2, 1), "heun": (2, 2)}[cfg.get("transition", "euler")]
     if name in ("errorekf", "viekf"):
         from mbde_core.engine.integrators import get_integrator
 
-        return int(getattr(get_integrator(cfg.get("integrator", "euler")), "order", 2))
+        p = int(getattr(get_integrator(cfg.get("integrator", "euler")), "order", 2))
+        return (p, p)
     if name == "adekf":
-        return 1
-    return 2
+        return (1, 1)
+    return (2, 2)
 
 
 def force_limits(mech, cfg: dict, context=None) -> np.ndarray:
@@ -113,15 +115,16 @@ def auto_step(sc, sensors) -> float:
 def auto_psd(name: str, cfg: dict, sc, dt: float) -> tuple[np.ndarray, np.ndarray]:
     """(acceleration_psd, velocity_psd) (g,) of the rule (module doc)."""
     eps = float((cfg.get("rule") or {}).get("model_error", MODEL_ERROR))
-    p = transition_order(name, cfg)
+    pz, pv = transition_orders(name, cfg)
     if name == "adekf":
         dt = dt / max(1, int(cfg.get("substeps", 1)))
     a, w = sc.a, sc.w
-    q_vel = a**2 * dt**3 / 4.0 if p == 1 else 0.0 * a
-    if name == "adekf":  # the inputs absorb the forces: only the transition's own error
-        return (a * w) ** 2 * dt**3 / 4.0, q_vel
-    q_disc = 0.75 * a**2 * w * dt**2 if p <= 2 else 0.0 * a
-    return (eps * sc.a_g) ** 2 / sc.w_g + sc.a_f**2 / sc.w + q_disc, q_vel
+    q_vel = a**2 * dt**3 / 4.0 if pz == 1 else 0.0 * a
+    q_model = (eps * sc.a_g) ** 2 / sc.w_g
+    if name == "adekf":  # its inputs absorb the unknown forces; the zd error of its Euler step
+        return q_model + (a * w) ** 2 * dt**3 / 4.0, q_vel
+    q_disc = 0.75 * a**2 * w * dt**2 if pv == 1 else 0.0 * a
+    return q_model + sc.a_f**2 / sc.w + q_disc, q_vel
 
 
 def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
@@ -171,7 +174,7 @@ def _widened_sensors(name: str, cfg: dict, sensors) -> list[str]:
 def _adekf_inputs(out: dict, sc, mech) -> None:
     eps = float((out.get("rule") or {}).get("model_error", MODEL_ERROR))
     F_c = float(np.max(np.maximum(sc.a_f * sc.m_z, eps * sc.m_z * sc.a_g)))
-    w = float(np.max(sc.w))
+    w = float(np.max(np.maximum(sc.w, sc.v / sc.ell)))  # an input that depends on z changes at rate v
     if out.get("r_a") == AUTO:
         out["r_a"] = (F_c * w * float(out["step"])) ** 2
         if not out.get("inputs"):  # one generalized force per independent coordinate, sigma0 = F_c

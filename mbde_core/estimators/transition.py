@@ -18,8 +18,19 @@ is unchanged (its dt^2/2 df/dx term is second order).
 """
 from __future__ import annotations
 
-TRANSITIONS = ("euler", "constant_acceleration")
+import numpy as np
+
+TRANSITIONS = ("euler", "constant_acceleration", "heun")
 TRANSITION_DEFAULT = "constant_acceleration"
+
+
+def heun_step(X, zdd0, zdd1, dt: float, g: int):
+    """Heun's (explicit trapezoidal) step of x = [z, zd] (N, 2g) from the accelerations at
+    the start (zdd0) and at the constant-acceleration prediction (zdd1), (N, g) each:
+    zd+ = zd + dt/2 (zdd0 + zdd1), z+ = z + dt zd + dt^2/6 (2 zdd0 + zdd1) (exact for an
+    acceleration linear in time)."""
+    z, zd = X[:, :g], X[:, g:]
+    return np.hstack([z + dt * zd + (dt * dt / 6.0) * (2.0 * zdd0 + zdd1), zd + (0.5 * dt) * (zdd0 + zdd1)])
 
 
 def position_step(config: dict, z, zd, zdd, dt: float):

@@ -26,14 +26,14 @@ import numpy as np
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.kalman import cholesky, gate, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
-from mbde_core.estimators.transition import TRANSITION_DEFAULT, position_step
+from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, position_step
 from mbde_core.sensors.base import wrap_angle
 
 
 class UKF(ReducedKalman):
     name = "ukf"
     DEFAULTS = {"alpha": 1.0, "beta": 2.0, "kappa": -1.0,  # kappa < 0: Julier's 3 - L
-                "transition": TRANSITION_DEFAULT}
+                "transition": "heun"}
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
@@ -79,6 +79,9 @@ class UKF(ReducedKalman):
         X = self._sigma_points(x0, self.P)
         zdd = self._assemble_batch(X, True)[2]
         Xp = np.hstack([position_step(self.config, X[:, :g], X[:, g:], zdd, dt), X[:, g:] + dt * zdd])
+        if self.config.get("transition") == "heun":  # second stage at the predicted points
+            zdd1 = self.model.assemble_near(self.t + dt, Xp, self._full(), True)[2]
+            Xp = heun_step(X, zdd, zdd1, dt, g)
         x = self.Wm @ Xp
         dX = Xp - x
         P = (dX.T * self.Wc) @ dX + self.plant_noise(dt)
