@@ -4,9 +4,10 @@ State x = [z, zd]. Prediction with forward Euler (eq. 12, ``transition: euler``)
 
     z_k = z_{k-1} + dt zd_{k-1},   zd_k = zd_{k-1} + dt zdd_{k-1},   zdd = f(z, zd)  (eq. 3)
 
-or (``transition: constant_acceleration``, the default, :mod:`transition`) with
+or (``transition: constant_acceleration``, :mod:`transition`) with
 z_k = z_{k-1} + dt zd_{k-1} + dt^2/2 zdd_{k-1}, the exact solution for an acceleration
-held over the step; then
+held over the step, or (``heun``, the default) with Heun's second stage at that
+prediction (one more position problem and dynamics evaluation); then
     P_k^- = F P_{k-1}^+ F^T + Sigma^P                                            (eq. 11b)
 
 with F = [[I, dt I], [0, I]] (eq. 13; ``transition_jacobian: full`` adds dt df/dx) and

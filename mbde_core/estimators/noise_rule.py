@@ -16,29 +16,43 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
 - ``step``: h_max = min(5 ms, 0.05 / max w) (the motion turns by ~0.05 rad per step at
   its frequency), then the fastest sensor period T divided into whole steps,
   step = T / ceil(T / h_max): readings land on the grid (a 1 kHz encoder fused on a 5 ms
-  grid is fused up to 2.5 ms off its stamp);
+  grid is fused up to 2.5 ms off its stamp: mean NEES 170-4e5 on ``pendulum_release``);
 - ``plant_noise.acceleration_psd`` q = q_model + q_force + q_disc [unit^2/s^3]:
   q_model = (eps a_g)^2 / w_g -- a model error of eps times the known accelerations,
   correlated over the pendulum time 1/w_g, as white noise of the same low-frequency
   power (the density of a process of variance s^2 and correlation time tau is ~s^2 tau);
   q_force = a_f^2 / w -- the unknown forces up to their limits over the motion's time
-  scale (not for the ADE-KF, which estimates them as inputs);
-  q_disc -- the transition's own error, per step of size dt and order p (forward Euler:
-  local error dt^2/2 a in z, covered by q dt^3/3 = (dt^2 a / 2)^2: q = 3/4 a^2 dt; order 2
-  (constant_acceleration, trapezoidal, midpoint): 3/4 a^2 w dt^2, one power of w dt
-  less; order >= 3 (rk4): 0);
+  scale; q_disc = 0.75 a^2 w dt^2 for a transition whose velocity update is first order
+  (forward Euler, ``constant_acceleration``: local zd error dt^2/2 zddd), 0 for second and
+  higher orders (Heun, trapezoidal, midpoint, rk4). The 0.75 is the forward-Euler value
+  of the position error (below) times w dt, calibrated on ``pf_sim`` (the UKF with the
+  constant-acceleration transition needs q ~ 3 at 2.5 ms, ~15 at 5 ms);
+- ``plant_noise.velocity_psd`` = a^2 dt^3 / 4 for a transition whose position update is
+  first order (forward Euler, symplectic Euler): its local error dt^2/2 zdd in z as white
+  noise on z' (density (dt^2 a / 2)^2 / dt); 0 otherwise;
 - ``initial_sigma``: z = 0.05 ell (3 deg, or 5 % of the longest body), zd = 0.05 v;
 - ``sensor_sigma`` of every sensor that reads accelerations (accelerometers, IMUs) and is
-  not listed: its channels' noise widened by the model's error in predicting them,
-  sigma^2 = sigma_noise^2 + (eps rms(h))^2 + sum_k (rms(dh/dzdd_k) a_f,k)^2 (rms over
-  the swept configurations at rest and at speed v): a model error shows in an
-  accelerometer's reading directly (gravity, and every unmodelled force through zdd),
-  not only through the state;
-- ADE-KF (``adekf``): ``r_a`` = (F_c w dt)^2, the per-step increment of an input of size
-  F_c varying at the motion's frequency, and ``jump_sigma`` = F_c, with F_c the force
-  limit (or eps m_z a_g: the model error as a generalized force); its acceleration noise
-  is q_disc only and its accelerometer is not widened (the inputs absorb the model
-  error).
+  not listed: the channels that depend on zdd or read gravity are widened by the model's
+  error in predicting them (:mod:`sensor_scales`),
+  sigma^2 = sigma_noise^2 + (eps rms(h))^2 f / w_g + sum_k (rms(dh/dzdd_k) a_f,k)^2,
+  f the sensor's rate: a model error shows in an accelerometer's reading directly
+  (gravity, and every unmodelled force through zdd), not only through the state, and it
+  persists over 1/w_g, i.e. over f / w_g readings (without the widening: mean NEES 6e3
+  on ``fourbar_imu``);
+- ADE-KF (``adekf``): its unknown inputs absorb the force errors, so no q_force and the
+  accelerometers are widened for the gravity term only; q_model stays (an input random
+  walk lags a force that depends on z), q_disc is the forward-Euler zd error in full,
+  (a w)^2 dt^3 / 4, and the position error goes to ``velocity_psd`` as above (0.0014 on
+  the paper-004 slider-crank, the hand-tuned 3e-4 of adekf.yaml); ``r_a`` =
+  (F_c w' dt)^2, the per-step increment of an input of size F_c that changes at
+  w' = max(w, v / ell) (the rate at which a z-dependent force changes), ``jump_sigma`` and
+  the inputs' ``sigma0`` = F_c, with F_c the largest force limit, or eps m_z a_g (the model
+  error as a generalized force) without one. On the paper-004 slider-crank (5 N m motor
+  at 40-60 rad/s, 1 kHz): r_a = 0.09 (N m)^2, against the hand-tuned 0.05 of adekf.yaml.
+
+The transitions' orders (z update, zd update) are given by :func:`transition_orders`.
+The shipped scenarios' values and what they give are in the README (Defaults that
+transfer, ``mbde bench transfer``).
 """
 from __future__ import annotations
 

@@ -5,9 +5,10 @@ State x = [z, zd], L = 2g. Sigma points chi_0 = x, chi_i = x +/- sqrt(L + lambda
 W_0^m = lambda/(L+lambda), W_0^c = W_0^m + 1 - alpha^2 + beta, W_i = 1/(2(L+lambda)).
 Each sigma point is a full multibody state (position problem, velocity problem), and all
 2L+1 of them are propagated together with the forward-Euler transition of the other
-observers (paper 003 eq. 12), or, with ``transition: constant_acceleration`` (the
-default), with its exact solution for an acceleration held over the step,
-z+ = z + dt zd + dt^2/2 zdd, zd+ = zd + dt zdd (:mod:`transition`). The update redraws sigma points from (x^-, P^-),
+observers (paper 003 eq. 12, ``transition: euler``), with its exact solution for an
+acceleration held over the step (``constant_acceleration``), or, by default (``heun``),
+with Heun's second stage at that prediction, whose 2L+1 points are assembled near the
+mean and their dynamics evaluated as one more batch (:mod:`transition`). The update redraws sigma points from (x^-, P^-),
 predicts every sensor for the whole batch (one vectorised sensor evaluation), and uses
 circular means for angle channels.
 
