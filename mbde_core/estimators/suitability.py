@@ -12,9 +12,9 @@ of the linearised dynamics A = d[zd, f(z, zd)]/dx along the model's motion from 
 initial state, the observability matrix of a linear time-varying system, Bar-Shalom et
 al. 2001 sec. 3.2, with the readings' noise as weights). Verdicts:
 
-- ``unobservable`` (weak): J is rank deficient (its column-scaled eigenvalues below
-  1e-12 of the largest): some combination of z and zd does not show in the readings at
-  all (e.g. gyroscopes without gravity or loads cannot give z);
+- ``unobservable`` (weak): J is rank deficient (eigenvalues of S J S below 1e-10 of the
+  largest, S below): some combination of z and zd does not show in the readings at all
+  (e.g. gyroscopes without gravity or loads cannot give z);
 - ``weak``: the worst-determined combination (eigenvector of S J S, S = diag of the
   default initial sigmas, :mod:`noise_rule`) has eigenvalue lambda < 1, i.e. T seconds of
   readings shrink its standard deviation by less than a factor sqrt(2)
@@ -36,7 +36,7 @@ import numpy as np
 from mbde_core.errors import MbdeError
 
 HORIZON = 0.5        # s
-RANK_RTOL = 1e-12    # eigenvalues of the column-scaled information
+RANK_RTOL = 1e-10    # eigenvalues of the prior-scaled information, relative to the largest
 WEAK_LAMBDA = 1.0    # information along the worst direction, in units of the prior
 
 
@@ -122,13 +122,11 @@ def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float
     labels = [f"{n}" for n in mech.independent_names] + [f"{n}_dot" for n in mech.independent_names]
     used = ", ".join(s.name for s in sensors)
     J = information(mech, sensors, init.z, init.zd, init.q_hint if init.q_hint is not None else mech.q0, step, horizon)
-    d = np.sqrt(np.clip(np.diag(J), 0.0, None))
-    scale = np.where(d > 0, d, 1.0)
-    ev_n = np.linalg.eigvalsh(J / np.outer(scale, scale))
-    rank = int(np.sum(ev_n > RANK_RTOL * max(float(ev_n.max()), 1e-300))) if ev_n.max() > 0 else 0
     sc = mechanism_scales(mech)
     S = np.diag(np.concatenate([SIGMA_Z * sc.ell, np.maximum(SIGMA_ZD * sc.v, SIGMA_Z * sc.ell)]))
     lam, V = np.linalg.eigh(S @ J @ S)
+    top = float(lam[-1])
+    rank = int(np.sum(lam > RANK_RTOL * top)) if top > 0 else 0
     worst = float(max(lam[0], 0.0))
     ratio = float(1.0 / np.sqrt(1.0 + worst))
     direction = _describe(V[:, 0], labels)
