@@ -205,10 +205,7 @@ def _scalar_or_list(v: np.ndarray):
 def scenario_context(scenario) -> dict | None:
     """Rule inputs a simulated scenario adds: its speed controller's torque limit and
     largest target speed on the driven independent coordinate (None without one)."""
-    if scenario is None:
-        return None
-    tm = scenario.truth_model()
-    ctl = getattr(tm, "controller", None)
+    ctl = getattr(scenario, "controller", None)
     if ctl is None:
         return None
     mech = scenario.estimator_mechanism()

@@ -22,7 +22,12 @@ al. 2001 sec. 3.2, with the readings' noise as weights). Verdicts:
 - ``meaningless`` (exit status 2): the ADE-KF without a sensor that reads accelerations
   (its unknown inputs enter only through the accelerations, paper 004 sec. 4.4);
 - ``ok`` otherwise. For the ADE-KF the PBH rank test of its augmented model (paper 004
-  eqs. 57-58, :mod:`mbde_core.minimal.observability`) at the initial state is added.
+  eqs. 57-58, :mod:`mbde_core.minimal.observability`) at the states of the horizon is
+  added (weak if rank deficient at all of them); an
+  estimator without input states on a linkage with unknown forces of known bounds (a
+  motor: ``rule.force_limits`` or a scenario's speed controller) is ``weak`` too (it can
+  only take them as plant noise: no Kalman observer without inputs tracks the paper-004
+  slider-crank, ``mbde bench transfer``).
 
 A weak case gives one warning line (stdout of ``mbde replay``, metrics.json
 "suitability", the live node's /diagnostics); the run goes on.
@@ -77,8 +82,10 @@ def precheck(name: str, sensors) -> None:
                               f"inputs show only in the accelerations (paper 004 sec. 4.4); the sensors are {kinds}")
 
 
-def information(mech, sensors, z0, zd0, q0, step: float, horizon: float = HORIZON, t0: float = 0.0):
-    """J (2g, 2g): the readings' information about x(0) over the horizon (module doc)."""
+def information(mech, sensors, z0, zd0, q0, step: float, horizon: float = HORIZON, t0: float = 0.0, visited=None):
+    """J (2g, 2g): the readings' information about x(0) over the horizon (module doc);
+    visited: a list that receives the model's states x = [z, zd] along the horizon (every
+    ``horizon / 10`` s)."""
     from mbde_core.estimators.reduced import ReducedModel
 
     model = ReducedModel(mech, sensors)
@@ -95,7 +102,10 @@ def information(mech, sensors, z0, zd0, q0, step: float, horizon: float = HORIZO
     Phi = np.eye(2 * g)
     J = np.zeros((2 * g, 2 * g))
     t = t0
-    for _ in range(int(round(horizon / dt)) + 1):
+    every = max(1, int(round(horizon / dt)) // 10)
+    for k in range(int(round(horizon / dt)) + 1):
+        if visited is not None and k % every == 0:
+            visited.append(x.copy())
         _, H, _ = model.linearize(names, t, st)
         HP = H @ Phi
         J += HP.T @ W @ HP
@@ -110,10 +120,12 @@ def information(mech, sensors, z0, zd0, q0, step: float, horizon: float = HORIZO
     return 0.5 * (J + J.T)
 
 
-def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float = HORIZON) -> Suitability:
+def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float = HORIZON,
+           force_limits=None) -> Suitability:
     """The verdict for estimator ``name`` with ``sensors`` from the initial state ``init``
     (an :class:`~mbde_core.estimators.base.InitialState`); est: the built estimator (the
-    ADE-KF's augmented model is read from it)."""
+    ADE-KF's augmented model is read from it); force_limits: (g,) bounds of unknown forces
+    (the rule's, :func:`~mbde_core.estimators.noise_rule.force_limits`)."""
     from mbde_core.estimators.mechanism_scales import mechanism_scales
     from mbde_core.estimators.noise_rule import SIGMA_Z, SIGMA_ZD
 
@@ -121,7 +133,9 @@ def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float
     g = mech.dof
     labels = [f"{n}" for n in mech.independent_names] + [f"{n}_dot" for n in mech.independent_names]
     used = ", ".join(s.name for s in sensors)
-    J = information(mech, sensors, init.z, init.zd, init.q_hint if init.q_hint is not None else mech.q0, step, horizon)
+    visited = []
+    J = information(mech, sensors, init.z, init.zd, init.q_hint if init.q_hint is not None else mech.q0, step, horizon,
+                    visited=visited)
     sc = mechanism_scales(mech)
     S = np.diag(np.concatenate([SIGMA_Z * sc.ell, np.maximum(SIGMA_ZD * sc.v, SIGMA_Z * sc.ell)]))
     lam, V = np.linalg.eigh(S @ J @ S)
@@ -143,24 +157,41 @@ def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float
                            f"to {100 * ratio:.0f} % of its initial sigma in {horizon:g} s)"
     out = Suitability(level, msg, rank, 2 * g, worst, ratio, horizon)
     if name == "adekf" and est is not None and out.level == "ok":
-        out = _adekf_pbh(est, init, out)
+        out = _adekf_pbh(est, visited, out)
+    if out.level == "ok" and force_limits is not None and np.any(np.asarray(force_limits) > 0) \
+            and not _estimates_inputs(name, est):
+        limits = ", ".join(f"{n} {f:g}" for n, f in zip(mech.independent_names, force_limits) if f > 0)
+        out = Suitability("weak", f"{name}: unknown forces up to {limits} (N, N m) act on the linkage and {name} has no "
+                                  "input states: it can only treat them as plant noise (use adekf, or errorekf with "
+                                  "`inputs`)", rank, 2 * g, worst, ratio, horizon)
     return out
 
 
-def _adekf_pbh(est, init, base: Suitability) -> Suitability:
-    """The ADE-KF's augmented [z, zd, inputs] model at the initial state (PBH, paper 004 eq. 58)."""
+def _estimates_inputs(name: str, est) -> bool:
+    if name == "adekf":
+        return True
+    cfg = getattr(est, "config", None) or {}
+    return bool(cfg.get("inputs")) and name in ("errorekf", "viekf")
+
+
+def _adekf_pbh(est, visited, base: Suitability) -> Suitability:
+    """The ADE-KF's augmented [z, zd, inputs] model (PBH, paper 004 eq. 58) at the states
+    the model visits over the horizon from the initial state (inputs 0): weak if the rank
+    is deficient at all of them (at isolated states, e.g. at rest or a dead centre, the
+    inputs show as soon as the linkage moves on)."""
     from mbde_core.minimal.observability import observability_along
 
     names = reads_accelerations(est.sensors) + [s.name for s in est.sensors if not getattr(s, "uses_qdd", False)]
-    x = np.concatenate([np.asarray(init.z, float), np.asarray(init.zd, float), np.zeros(est.model.nx - 2 * est.g)])
-    rep = observability_along(est.model, names, x[None])
-    r = rep.results[0]
-    if r.observable:
+    na = est.model.nx - 2 * est.g
+    states = np.array([np.concatenate([x, np.zeros(na)]) for x in visited])
+    rep = observability_along(est.model, names, states)
+    if any(r.observable for r in rep.results):
         return base
+    r = rep.results[0]
     direction = _describe(np.real(r.direction), rep.state_names)
-    return Suitability("weak", f"adekf: its inputs are not observable from {', '.join(names)} at the initial state "
-                               f"(PBH rank {r.rank} of {r.n}, paper 004 eq. 58; direction {direction})",
-                       base.rank, base.n, base.worst_lambda, base.sigma_ratio, base.horizon)
+    return Suitability("weak", f"adekf: its inputs are not observable from {', '.join(names)} over {base.horizon:g} s "
+                               f"from the initial state (PBH rank {r.rank} of {r.n}, paper 004 eq. 58; direction "
+                               f"{direction}; along the model's unforced motion)", base.rank, base.n, base.worst_lambda, base.sigma_ratio, base.horizon)
 
 
 def _describe(v, labels) -> str:

@@ -192,10 +192,12 @@ class LiveEstimator:
             raise ConfigError("<parameters>", "estimator",
                               f"estimator {options.name!r} is not available in this installation ({exc})") from None
         self.step = float(options.config["step"])
+        from mbde_core.estimators.noise_rule import force_limits
         from mbde_core.estimators.suitability import assess
 
         # observability of [z, zd] (and inputs) at the initial state, as `mbde replay` reports it
-        self.suitability = assess(options.name, self.mech, self.sensors, self.initial, self.step, self.est)
+        self.suitability = assess(options.name, self.mech, self.sensors, self.initial, self.step, self.est,
+                                  force_limits=force_limits(self.mech, options.config, scenario_context(scenario)))
         if self.suitability.warning:
             self.log("warn", self.suitability.message)
         self.frame_id = options.frame_id or scenario.frame_id

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -50,12 +51,15 @@ def suitability(source, name: str, cfg: dict):
     """The suitability verdict (:mod:`mbde_core.estimators.suitability`) of estimator ``name``
     with the source's sensors from its initial guess; raises UnsuitableError (exit status 2)
     for a meaningless pair, e.g. the ADE-KF without an accelerometer."""
+    from mbde_core.estimators.noise_rule import force_limits, scenario_context
     from mbde_core.estimators.suitability import assess, precheck
 
     precheck(name, source.sensors)
     cfg = resolved_config(source, name, cfg)
     est = make_estimator(name, source.mechanism, source.sensors, cfg) if name == "adekf" else None
-    return assess(name, source.mechanism, source.sensors, initial_state(source, cfg), float(cfg["step"]), est)
+    limits = force_limits(source.mechanism, cfg, scenario_context(getattr(source, "scenario", None)))
+    return assess(name, source.mechanism, source.sensors, initial_state(source, cfg), float(cfg["step"]),
+                  est if est is not None else SimpleNamespace(config=cfg), force_limits=limits)
 
 
 class GuardedStage:
