@@ -122,12 +122,7 @@ def _numbers(node: Node, positive: bool = False):
 def _auto_or_numbers(node: Node):
     if node.value == AUTO:
         return AUTO
-    if isinstance(node.value, str) and not isinstance(node.value, bool):
-        try:
-            return node.number()
-        except ConfigError:
-            raise node.error(f"expected {AUTO!r} (the default-tuning rule), a number or a list of numbers") from None
-    return _numbers(node)
+    return _numbers(node)  # a number (or expression), or a list; `auto` is handled above
 
 
 def _nonnegative(value) -> bool:
