@@ -142,7 +142,9 @@ def _tuned_config(name, scen, tuned):
     q = float(np.max(np.atleast_1d(ukf.tuned["plant_noise"]["acceleration_psd"])))
     cfg = defaults(name)
     if name == "pf":
-        cfg["acceleration_sigma"] = math.sqrt(q / float(cfg["step"]))
+        from mbde_core.tuning.output import pf_step
+
+        cfg["acceleration_sigma"] = math.sqrt(q / pf_step(cfg))
     else:  # vipf: velocity noise density gamma^2 = q
         cfg["noise"] = dict(cfg["noise"], velocity=math.sqrt(q))
     return cfg

@@ -85,7 +85,7 @@ def run(args) -> int:
     print(output.table(results))
     pf = None
     if "pf" in names:
-        pf = output.pf_section(results, float(configs["pf"]["step"]))
+        pf = output.pf_section(results, output.pf_step(configs["pf"]))
         print(pf[1])
     for r in results:
         print(f"{r.name}: " + ", ".join(f"{k} x {10 ** v:.3g}" for k, v in r.log_factors.items())

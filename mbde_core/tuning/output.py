@@ -33,6 +33,12 @@ def section(result) -> dict:
     return out
 
 
+def pf_step(cfg: dict) -> float:
+    """The PF's step [s] (its configured number; 5 ms if it has none)."""
+    step = cfg.get("step")
+    return float(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else 0.005
+
+
 def pf_section(results, pf_step: float) -> tuple[dict, str]:
     """(pf section, comment) from the first tuned Kalman observer (module doc)."""
     src = next((r for r in results if r.name != "adekf"), results[0] if results else None)
