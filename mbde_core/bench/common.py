@@ -25,6 +25,17 @@ def config_path(*parts: str) -> str:
     return os.path.normpath(os.path.join(here, os.pardir, os.pardir, "config", *parts))
 
 
+def paper003_config(name: str) -> dict:
+    """Options of ``name`` from config/estimators/paper003.yaml (paper 003's explicit tuning
+    and forward-Euler transition) if it has a section, else the estimator's defaults. The
+    benchmarks whose README tables were measured with those numbers (speed, faults, vi)
+    keep them; `mbde bench transfer` compares them with the default rule."""
+    from mbde_core.estimators.config_schema import defaults, load_estimator_configs
+
+    cfg = load_estimator_configs(config_path("estimators", "paper003.yaml"), [name])[name]
+    return cfg if cfg is not None else defaults(name)
+
+
 class TruthRecord:
     """Ground truth of a scenario on its ground-truth grid: t (K,), q/qd/qdd (K, n), z/zd/zdd."""
 

@@ -35,11 +35,11 @@ def add_arguments(p):
 def _measure(name, sc, truth, meas, warmup):
     from mbde_core.estimators import make_estimator
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.config_schema import defaults
+    from mbde_core.bench.common import paper003_config
     from mbde_core.estimators.stage import EstimatorStage
 
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
-    cfg = defaults(name)
+    cfg = paper003_config(name)
     init = sc.estimator_initial_state()
     start = InitialState(init.z, init.zd, np.full(mech.dof, 0.05), np.full(mech.dof, 0.5), init.q, init.branch)
     est = make_estimator(name, mech, sensors, cfg, rng=np.random.default_rng(0))
@@ -56,10 +56,10 @@ def _filterpy_ukf(sc, meas, warmup):
 
     from mbde_core.engine import dynamics, kinematics
     from mbde_core.estimators.noise import kinematic_plant_noise
-    from mbde_core.estimators.config_schema import defaults
+    from mbde_core.bench.common import paper003_config
 
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
-    cfg = defaults("ukf")
+    cfg = paper003_config("ukf")  # forward Euler, as fx below
     g = mech.dof
     L = 2 * g
     kappa = 3.0 - L if cfg["kappa"] is None or cfg["kappa"] < 0 else cfg["kappa"]

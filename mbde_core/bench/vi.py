@@ -224,7 +224,7 @@ def ekf_experiment(periods, runs: int, duration: float, seed: int):
     from mbde_core.bench.common import TruthRecord, config_path
     from mbde_core.estimators import make_estimator
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.config_schema import defaults
+    from mbde_core.bench.common import paper003_config
     from mbde_core.estimators.stage import EstimatorStage
     from mbde_core.scenario import load_scenario
     from mbde_core.sensors.base import wrap_angle
@@ -240,7 +240,7 @@ def ekf_experiment(periods, runs: int, duration: float, seed: int):
             for label, (name, over) in EKF_VARIANTS.items():
                 errs, costs, fails = [], [], 0
                 for run in range(runs):
-                    cfg = defaults(name)
+                    cfg = paper003_config(name)  # errorekf: forward Euler unless `over` says otherwise
                     cfg.update(over, step=dt)
                     est = make_estimator(name, mech, sensors, cfg)
                     recs = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 HELP = ("benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001), "
-        "replay, vi (paper 002), smoother, faults")
+        "replay, vi (paper 002), smoother, faults, transfer")
 DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and figures into --out.
 
   accuracy   paper 003 matrix: {fourbar, fivebar} x {encoders, gyroscopes} x sensor period
@@ -25,10 +25,12 @@ DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and fig
   smoother   batch smoother: wall time vs run length, LM vs scipy trf, windowed seams, 1 h run, `mbde smooth` memory
   faults     sensor faults (outliers, stamp anomalies, gaps, dropouts, drift) injected into
              simulated bags of every scenario, replayed by every estimator
+  transfer   every estimator x every shipped scenario x {defaults, tuned (mbde tune)}: RMSE,
+             steady-state RMSE, mean NEES against its band [0.3, 3] x 2g, pass/fail
 
 Run `mbde bench NAME --help` for the options of each."""
 
-BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay", "vi", "smoother", "faults")
+BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay", "vi", "smoother", "faults", "transfer")
 
 
 def add_arguments(p):

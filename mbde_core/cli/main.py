@@ -25,13 +25,14 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("inverse-dynamics", "mbde_core.cli.cmd_inverse_dynamics", "driver force/torque needed to follow a prescribed coordinate trajectory"),
     ("simulate", "mbde_core.cli.cmd_simulate", "simulate a scenario (ground truth + noisy sensors) into a ROS 2 bag"),
     ("replay", "mbde_core.cli.cmd_replay", "run estimators on a ROS 2 bag; metrics.json, estimates bag, report, plots"),
+    ("tune", "mbde_core.cli.cmd_tune", "fit the observers' plant noise (and sensor sigmas) to a bag's readings (max innovation likelihood)"),
     ("smooth", "mbde_core.cli.cmd_smooth", "smooth a bag's whole run (paper 003 batch smoother): the best reference without ground truth"),
     ("identify", "mbde_core.cli.cmd_identify", "identify mechanism parameters (masses, inertias, gravity, damping) from bags; calibrated mechanism YAML"),
     ("live", "mbde_core.cli.cmd_live", "run the live loop (model, simulator, drivers, estimators) as rclpy processes"),
     ("render", "mbde_core.cli.cmd_render", "animate bags (truth, estimates, PF hypotheses, ellipses) into a GIF/PNG, no RViz needed"),
     ("learn-map", "mbde_core.cli.cmd_learn_map", "train the ADE-KF's learned minimal-coordinate map (tanh MLP) of a mechanism"),
     ("adekf-observability", "mbde_core.cli.cmd_adekf_observability", "PBH observability test of the ADE-KF (states + inputs) for a set of sensors"),
-    ("bench", "mbde_core.cli.cmd_bench", "benchmarks: accuracy, speed, pf, adekf, identify, replay, vi, smoother (tables, CSV/JSON, figures)"),
+    ("bench", "mbde_core.cli.cmd_bench", "benchmarks: accuracy, speed, pf, adekf, identify, replay, vi, smoother, faults, transfer (tables, CSV/JSON, figures)"),
     ("bag-info", "mbde_core.cli.cmd_bag_info", "list a ROS 2 bag's topics, types, message counts, rates and duration"),
 ]
 

@@ -54,10 +54,11 @@ import os
 import numpy as np
 
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, UpdateResult
+from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, UpdateResult, sensor_variances
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
+from mbde_core.estimators.noise_rule import AUTO, RULE_DEFAULTS
 from mbde_core.types import MechanismSnapshot
 
 MAP_SOURCES = ("exact", "learned")
@@ -67,7 +68,7 @@ class ADEKF(CovarianceInflation, Estimator):
     name = "adekf"
     USES_COMMON = False
     DEFAULTS = {
-        "step": 0.001,                 # s, forward-Euler filter step (the accelerometer period)
+        "step": AUTO,                  # s, forward-Euler filter step (auto: the rule, e.g. the accelerometer period)
         "substeps": 1,                 # forward-Euler steps per filter step (1 = the paper's eq. 33)
         "map": "exact",                # minimal-coordinate map: exact | learned
         "map_file": "",                # learned: .npz from `mbde learn-map` ('' = train at start-up, seeded)
@@ -81,15 +82,16 @@ class ADEKF(CovarianceInflation, Estimator):
             "time_limit": 40.0,
         },
         "inputs": [],                  # unknown inputs; [] = a generalized force on each independent coordinate
-        "r_a": 0.05,                   # (input unit)^2 per step: random-walk increment variance (paper: 1.5e-4, 5e-3)
+        "r_a": AUTO,                   # (input unit)^2 per step: random-walk increment variance (paper: 1.5e-4, 5e-3)
         "input_rates": False,          # also estimate the inputs' rates b (a' = b, b' = noise): x = [z, zd, a, b]
         "r_b": 0.0,                    # (input unit/s)^2 per step: increment variance of the rates
         "sigma0_b": 0.0,               # input unit/s: initial standard deviation of the rates (start at 0)
         "jump_nis": 16.0,              # NIS of a reading above which the inputs may jump (0 = off, the paper)
-        "jump_sigma": 2.0,             # input units: largest standard deviation of such a jump
-        "plant_noise": {"acceleration_psd": 1.0, "velocity_psd": 3.0e-4},   # on [z, zd] (paper: none)
-        "initial_sigma": {"z": 0.05, "zd": 0.5},
+        "jump_sigma": AUTO,            # input units: largest standard deviation of such a jump
+        "plant_noise": {"acceleration_psd": AUTO, "velocity_psd": AUTO},   # on [z, zd] (paper: none)
+        "initial_sigma": {"z": AUTO, "zd": AUTO},
         "sensor_sigma": {},
+        "rule": dict(RULE_DEFAULTS),   # inputs of the default-tuning rule (auto values: noise_rule.py)
     }
 
     @staticmethod
@@ -97,7 +99,7 @@ class ADEKF(CovarianceInflation, Estimator):
         if cfg["map"] not in MAP_SOURCES:
             raise ConfigError(file, f"{path}.map", f"must be one of {', '.join(MAP_SOURCES)}, got {cfg['map']!r}")
         for key in ("r_a", "r_b", "sigma0_b", "jump_nis", "jump_sigma"):
-            if not cfg[key] >= 0:
+            if isinstance(cfg[key], list) or not (cfg[key] == AUTO or cfg[key] >= 0):
                 raise ConfigError(file, f"{path}.{key}", f"must be >= 0, got {cfg[key]}")
         if not (cfg["substeps"] >= 1 and float(cfg["substeps"]).is_integer()):
             raise ConfigError(file, f"{path}.substeps", f"a whole number >= 1, got {cfg['substeps']}")
@@ -135,7 +137,7 @@ class ADEKF(CovarianceInflation, Estimator):
         self.failures = 0
         self._lin = None
         self._Qd = {}
-        self._sigma = {k: float(v) ** 2 for k, v in (config.get("sensor_sigma") or {}).items()}
+        self._sigma = sensor_variances(config)
 
     @staticmethod
     def _build_map(mech, config):
@@ -154,8 +156,8 @@ class ADEKF(CovarianceInflation, Estimator):
             g = self.g
             Q = np.zeros((self.nx, self.nx))
             pn = self.config.get("plant_noise") or {}
-            acc, vel = float(pn.get("acceleration_psd", 0.0)), float(pn.get("velocity_psd", 0.0))
-            if acc or vel:
+            acc, vel = np.asarray(pn.get("acceleration_psd", 0.0), float), np.asarray(pn.get("velocity_psd", 0.0), float)
+            if np.any(acc) or np.any(vel):
                 Q[: 2 * g, : 2 * g] = kinematic_plant_noise(g, dt, acc, vel)
             na = self.na
             Q[2 * g : 2 * g + na, 2 * g : 2 * g + na] = np.diag(self.r_a)

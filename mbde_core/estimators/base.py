@@ -51,6 +51,19 @@ class UpdateResult:
     distances: list = field(default_factory=list)
 
 
+def sensor_variances(config: dict) -> dict:
+    """{sensor name: variance, or (d,) per-channel variances} from the ``sensor_sigma`` option."""
+    return {k: np.asarray(v, dtype=float) ** 2 if isinstance(v, (list, tuple, np.ndarray)) else float(v) ** 2
+            for k, v in (config.get("sensor_sigma") or {}).items()}
+
+
+def initial_sigmas(config: dict, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sigma_z (g,), sigma_zd (g,)) from a resolved ``initial_sigma`` option (numbers or lists)."""
+    sig = config.get("initial_sigma") or {"z": 0.05, "zd": 0.5}
+    return (np.broadcast_to(np.asarray(sig["z"], dtype=float), (g,)).copy(),
+            np.broadcast_to(np.asarray(sig["zd"], dtype=float), (g,)).copy())
+
+
 class Estimator:
     """Base class. Subclasses implement reset/predict/update/estimate.
 

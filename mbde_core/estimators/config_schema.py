@@ -4,14 +4,22 @@ An estimator config file is a mapping ``<estimator name>: {options}``; unknown k
 wrong types and out-of-range values give one-line ConfigErrors naming file and key path.
 Common options (all Kalman observers):
 
-- ``step``: filter step [s] (default 0.005, paper 003);
+- ``step``: filter step [s] (paper 003: 0.005);
 - ``plant_noise``: ``acceleration_psd`` [(unit/s^2)^2 s] spectral density of the white
-  acceleration noise on zdd (unmodelled forces/model errors), ``velocity_psd``
-  [(unit/s)^2 s] on z'; discretised with Van Loan;
+  acceleration noise on zdd (unmodelled forces/model errors; a number, or one per
+  independent coordinate), ``velocity_psd`` [(unit/s)^2 s] on z'; discretised with Van Loan;
 - ``initial_sigma``: ``z`` [unit], ``zd`` [unit/s]: initial standard deviations;
-- ``sensor_sigma``: sensor name -> standard deviation assumed by the filter (default:
-  the sensor's noise model);
-- ``transition_jacobian``: ``simple`` (paper 003 eq. 13) or ``full``.
+- ``sensor_sigma``: sensor name -> standard deviation assumed by the filter, a number or
+  one per channel (default: the sensor's noise model; acceleration-reading sensors
+  widened by the rule);
+- ``transition_jacobian``: ``simple`` (paper 003 eq. 13) or ``full``;
+- ``rule``: inputs of the default-tuning rule, ``model_error`` (relative error of the
+  known forces, default 0.1) and ``force_limits`` {coordinate: bound of unknown forces}.
+
+``step``, ``acceleration_psd`` and ``initial_sigma`` default to ``auto``: the rule of
+:mod:`~mbde_core.estimators.noise_rule` computes them from the mechanism and its sensors
+when the estimator is built (:func:`~mbde_core.estimators.noise_rule.resolve_config`);
+an explicit number overrides it.
 
 Options of every estimator (the stage's outlier protection, :mod:`stage`):
 
@@ -45,14 +53,18 @@ import copy
 
 from mbde_core.config.yamlnode import Node, read_yaml
 from mbde_core.errors import ConfigError
+from mbde_core.estimators.noise_rule import AUTO, RULE_DEFAULTS
+from mbde_core.estimators.transition import TRANSITIONS
 
 COMMON = {
-    "step": 0.005,
-    "plant_noise": {"acceleration_psd": 1.0, "velocity_psd": 0.0},
-    "initial_sigma": {"z": 0.05, "zd": 0.5},
+    "step": AUTO,
+    "plant_noise": {"acceleration_psd": AUTO, "velocity_psd": AUTO},
+    "initial_sigma": {"z": AUTO, "zd": AUTO},
     "sensor_sigma": {},
     "transition_jacobian": "simple",
+    "rule": copy.deepcopy(RULE_DEFAULTS),
 }
+FIXED_STEP = 0.005  # s: the step of estimators that do not use COMMON (particle filters)
 GATE = 0.999999
 STAGE = {
     "gate": GATE,
@@ -72,7 +84,7 @@ def defaults(name: str) -> dict:
     from mbde_core.estimators.registry import estimator_class
 
     cls = estimator_class(name)
-    out = copy.deepcopy(COMMON) if getattr(cls, "USES_COMMON", True) else {"step": COMMON["step"]}
+    out = copy.deepcopy(COMMON) if getattr(cls, "USES_COMMON", True) else {"step": FIXED_STEP}
     out.update(copy.deepcopy(STAGE))
     out.update(copy.deepcopy(getattr(cls, "DEFAULTS", {})))
     return out
@@ -88,11 +100,13 @@ def _merge(node: Node, base: dict) -> dict:
     node.mapping(optional=tuple(base))
     for key, child in node.items():
         ref = base[key]
-        if isinstance(ref, dict):
+        if ref == AUTO:  # auto (the rule), a number or one number per coordinate
+            out[key] = _auto_or_numbers(child)
+        elif isinstance(ref, dict):
             if ref:
                 out[key] = _merge(child, ref)
-            else:  # free-form mapping (e.g. sensor_sigma: name -> sigma)
-                out[key] = {k: c.number(positive=True) for k, c in child.items()}
+            else:  # free-form mapping (e.g. sensor_sigma: name -> sigma, or one per channel)
+                out[key] = {k: _numbers(c, positive=True) for k, c in child.items()}
         elif isinstance(ref, bool):
             out[key] = child.boolean()
         elif isinstance(ref, (int, float)) or ref is None:
@@ -106,18 +120,41 @@ def _merge(node: Node, base: dict) -> dict:
     return out
 
 
+def _numbers(node: Node, positive: bool = False):
+    """A number, or a non-empty list of numbers (one per coordinate or channel)."""
+    if isinstance(node.value, list):
+        return [c.number(positive=positive) for c in node.sequence(min_len=1)]
+    return node.number(positive=positive)
+
+
+def _auto_or_numbers(node: Node):
+    if node.value == AUTO:
+        return AUTO
+    return _numbers(node)  # a number (or expression), or a list; `auto` is handled above
+
+
+def _nonnegative(value) -> bool:
+    if value == AUTO:
+        return True
+    vals = value if isinstance(value, list) else [value]
+    return all(v is not None and v >= 0 for v in vals)
+
+
 def validate(name: str, options: dict, file: str = "<config>", path: str = "") -> dict:
     """Merge user options over defaults and validate them."""
     from mbde_core.estimators.registry import estimator_class
 
     cfg = _merge(Node(options or {}, file, path or name), defaults(name))
     where = path or name
-    if not cfg["step"] > 0:
-        raise ConfigError(file, f"{where}.step", f"must be > 0, got {cfg['step']}")
+    if isinstance(cfg["step"], list) or not (cfg["step"] == AUTO or cfg["step"] > 0):
+        raise ConfigError(file, f"{where}.step", f"must be > 0 or {AUTO!r}, got {cfg['step']}")
     for group in ("plant_noise", "initial_sigma"):
         for key, value in (cfg.get(group) or {}).items():
-            if value is None or value < 0:
+            if not _nonnegative(value):
                 raise ConfigError(file, f"{where}.{group}.{key}", f"must be >= 0, got {value}")
+    rule = cfg.get("rule")
+    if rule is not None and not 0 <= rule["model_error"] < 10:
+        raise ConfigError(file, f"{where}.rule.model_error", f"a relative error in [0, 10), got {rule['model_error']}")
     if not 0.0 <= cfg.get("gate", 0.0) < 1:
         raise ConfigError(file, f"{path or name}.gate", "a chi-square probability in [0, 1)")
     if not cfg.get("gate_window", 0.0) >= 0:
@@ -130,6 +167,8 @@ def validate(name: str, options: dict, file: str = "<config>", path: str = "") -
             raise ConfigError(file, f"{where}.reacquire.{key}", f"must be >= {low}, got {rq[key]}")
     if cfg.get("transition_jacobian", "simple") not in ("simple", "full"):
         raise ConfigError(file, f"{path or name}.transition_jacobian", "must be 'simple' or 'full'")
+    if "transition" in cfg and cfg["transition"] not in TRANSITIONS:
+        raise ConfigError(file, f"{where}.transition", f"must be one of {', '.join(TRANSITIONS)}, got {cfg['transition']!r}")
     check = getattr(estimator_class(name), "validate_config", None)
     if check is not None:
         check(cfg, file, path or name)

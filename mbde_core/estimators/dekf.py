@@ -1,8 +1,13 @@
 """DEKF: discrete extended Kalman filter in independent coordinates (paper 003 sec. 3.1.2).
 
-State x = [z, zd]. Prediction with forward Euler (eq. 12)::
+State x = [z, zd]. Prediction with forward Euler (eq. 12, ``transition: euler``)::
 
     z_k = z_{k-1} + dt zd_{k-1},   zd_k = zd_{k-1} + dt zdd_{k-1},   zdd = f(z, zd)  (eq. 3)
+
+or (``transition: constant_acceleration``, :mod:`transition`) with
+z_k = z_{k-1} + dt zd_{k-1} + dt^2/2 zdd_{k-1}, the exact solution for an acceleration
+held over the step, or (``heun``, the default) with Heun's second stage at that
+prediction (one more position problem and dynamics evaluation); then
     P_k^- = F P_{k-1}^+ F^T + Sigma^P                                            (eq. 11b)
 
 with F = [[I, dt I], [0, I]] (eq. 13; ``transition_jacobian: full`` adds dt df/dx) and
@@ -21,11 +26,12 @@ import numpy as np
 
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.kalman_base import ReducedKalman
+from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, position_step
 
 
 class DEKF(ReducedKalman):
     name = "dekf"
-    DEFAULTS: dict = {}
+    DEFAULTS: dict = {"transition": "heun"}
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
@@ -47,7 +53,11 @@ class DEKF(ReducedKalman):
         g = self.g
         st = self._full()
         F, Qd = self._F(dt)
-        x = np.concatenate([self.x[:g] + dt * self.x[g:], self.x[g:] + dt * st.zdd])
+        x = np.concatenate([position_step(self.config, self.x[:g], self.x[g:], st.zdd, dt), self.x[g:] + dt * st.zdd])
+        if self.config.get("transition") == "heun":  # second stage at the predicted state
+            st1, ok = self.model.solve_full(self.t + dt, x[:g], x[g:], self.q + dt * self.qd + (0.5 * dt * dt) * st.rd)
+            if ok:
+                x = heun_step(self.x[None], st.zdd[None], st1.zdd[None], dt, g)[0]
         self.P = F @ self.P @ F.T + Qd
         self.t += dt
         self._assemble_into(x, self.q + dt * self.qd + (0.5 * dt * dt) * st.rd)

@@ -3,7 +3,9 @@
 The estimate is the full dependent state X = [q, qd] (2n).
 
 Prediction: forward Euler on the dependent coordinates, q^- = q + dt qd,
-qd^- = qd + dt qdd (qdd from the R-matrix dynamics at q, qd).
+qd^- = qd + dt qdd (qdd from the R-matrix dynamics at q, qd; ``transition: euler``), or
+(``transition: constant_acceleration``, the default, :mod:`transition`)
+q^- = q + dt qd + dt^2/2 qdd.
 
 Update: the readings are fused by an iterated EKF in q-space (``iterations`` passes,
 X_{i+1} = X^- + K_i (o - h(X_i) - H_i (X^- - X_i))), then the constraints are imposed as
@@ -45,9 +47,10 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.engine import dynamics, kinematics
-from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
+from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sensor_variances
 from mbde_core.estimators.kalman import cholesky, gate_rows, update_result
 from mbde_core.estimators.reduced import ReducedModel
+from mbde_core.estimators.transition import TRANSITION_DEFAULT, position_step
 from mbde_core.types import MechanismSnapshot
 
 
@@ -57,7 +60,7 @@ STEP_HALVINGS = 8   # damped steps tried before the readings are left unfused
 
 class DIEKFpm(Estimator):
     name = "diekfpm"
-    DEFAULTS = {"iterations": 3, "normal_noise_ratio": 1e-4}
+    DEFAULTS = {"iterations": 3, "normal_noise_ratio": 1e-4, "transition": TRANSITION_DEFAULT}
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
@@ -66,7 +69,7 @@ class DIEKFpm(Estimator):
         self.X = np.concatenate([mech.q0, mech.qd0])
         self.P = np.eye(2 * self.n)
         self._iso = np.zeros((2 * self.n, 2 * self.n))
-        self._sigma = {k: float(v) ** 2 for k, v in (config.get("sensor_sigma") or {}).items()}
+        self._sigma = sensor_variances(config)
         self._T_at = None  # (X, T) of the last projected mean
 
     def reset(self, t: float, init: InitialState) -> None:
@@ -116,7 +119,7 @@ class DIEKFpm(Estimator):
         self.Pz = _propagate(self.Pz, dt, g) + Qz
         T = self._prior_T(self.X)
         self._iso = self._coordinate_noise(T @ Qz @ T.T)
-        self.X = np.concatenate([q + dt * qd, qd + dt * qdd])
+        self.X = np.concatenate([position_step(self.config, q, qd, qdd, dt), qd + dt * qdd])
         self.t += dt
         self._iterated_update([], np.zeros(0), None, None)
 

@@ -40,7 +40,7 @@ import numpy as np
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState
+from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
@@ -49,7 +49,7 @@ from mbde_core.types import MechanismSnapshot
 class ErrorEKF(CovarianceInflation, Estimator):
     name = "errorekf"
     DEFAULTS = {
-        "integrator": "euler",
+        "integrator": "rk4",            # paper 003: euler (config/estimators/paper003.yaml)
         "correction": "exact",          # exact | linear (paper 003 sec. 3.3: dq = R dz, dqd = R dzd)
         "estimate_acceleration": False,
         "acceleration_bias_psd": 1.0,   # [(unit/s^2)^2 / s] random walk of the acceleration offset
@@ -86,7 +86,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
         self.u = np.zeros(self.k)
         self.state = MBState(mech.q0.copy(), mech.qd0.copy())
         self.P = np.eye(self.dim)
-        self._sigma = {k: float(v) ** 2 for k, v in (config.get("sensor_sigma") or {}).items()}
+        self._sigma = sensor_variances(config)
         self.failures = 0
         # the integrators except ali3p take and return qdd = the forward dynamics (no extras)
         self._carry_qdd = config["integrator"] != "ali3p"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState
+from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
 
@@ -30,7 +30,7 @@ class ReducedKalman(CovarianceInflation, Estimator):
         self.qd = mech.qd0.copy()
         self.full: FullState | None = None
         self.failures = 0
-        self._sigma = {k: float(v) ** 2 for k, v in (config.get("sensor_sigma") or {}).items()}
+        self._sigma = sensor_variances(config)
 
     # -- configuration -------------------------------------------------------------------------
     def measurement_covariance(self, names) -> np.ndarray:

@@ -28,9 +28,13 @@ def estimator_class(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
-def make_estimator(name: str, mech, sensors, config: dict, rng=None):
-    """Build estimator ``name`` for a mechanism model and its sensors."""
-    return estimator_class(name)(mech, sensors, config, rng)
+def make_estimator(name: str, mech, sensors, config: dict, rng=None, context=None):
+    """Build estimator ``name`` for a mechanism model and its sensors; ``auto`` options are
+    resolved by the default-tuning rule (:func:`~mbde_core.estimators.noise_rule.resolve_config`,
+    context: a scenario's rule inputs) and the estimator's ``config`` holds the numbers."""
+    from mbde_core.estimators.noise_rule import resolve_config
+
+    return estimator_class(name)(mech, sensors, resolve_config(name, config, mech, sensors, context), rng)
 
 
 def estimator_rng(seed: int, name: str) -> np.random.Generator:

@@ -166,8 +166,10 @@ class EstimatorStage:
     @classmethod
     def from_config(cls, estimator, config: dict, initial, **kw) -> "EstimatorStage":
         """The stage of an estimator with validated options ``config`` (step, gate,
-        reacquire); kw: the other constructor arguments (stage options, on_step, keep)."""
-        return cls(estimator, config["step"], initial, gate=config.get("gate", 0.0),
+        reacquire; a step ``auto`` is the one the estimator resolved, :mod:`noise_rule`); kw:
+        the other constructor arguments (stage options, on_step, keep)."""
+        step = config["step"] if config["step"] != "auto" else estimator.config["step"]
+        return cls(estimator, step, initial, gate=config.get("gate", 0.0),
                    gate_window=config.get("gate_window", 0.0), gate_persist=config.get("gate_persist", 0),
                    reacquire=config.get("reacquire"), **kw)
 

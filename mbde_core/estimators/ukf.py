@@ -5,7 +5,10 @@ State x = [z, zd], L = 2g. Sigma points chi_0 = x, chi_i = x +/- sqrt(L + lambda
 W_0^m = lambda/(L+lambda), W_0^c = W_0^m + 1 - alpha^2 + beta, W_i = 1/(2(L+lambda)).
 Each sigma point is a full multibody state (position problem, velocity problem), and all
 2L+1 of them are propagated together with the forward-Euler transition of the other
-observers (paper 003 eq. 12). The update redraws sigma points from (x^-, P^-),
+observers (paper 003 eq. 12, ``transition: euler``), with its exact solution for an
+acceleration held over the step (``constant_acceleration``), or, by default (``heun``),
+with Heun's second stage at that prediction, whose 2L+1 points are assembled near the
+mean and their dynamics evaluated as one more batch (:mod:`transition`). The update redraws sigma points from (x^-, P^-),
 predicts every sensor for the whole batch (one vectorised sensor evaluation), and uses
 circular means for angle channels.
 
@@ -24,12 +27,14 @@ import numpy as np
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.kalman import cholesky, gate, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
+from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, position_step
 from mbde_core.sensors.base import wrap_angle
 
 
 class UKF(ReducedKalman):
     name = "ukf"
-    DEFAULTS = {"alpha": 1.0, "beta": 2.0, "kappa": -1.0}  # kappa < 0: Julier's 3 - L
+    DEFAULTS = {"alpha": 1.0, "beta": 2.0, "kappa": -1.0,  # kappa < 0: Julier's 3 - L
+                "transition": "heun"}
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
@@ -74,7 +79,10 @@ class UKF(ReducedKalman):
         x0 = self.x
         X = self._sigma_points(x0, self.P)
         zdd = self._assemble_batch(X, True)[2]
-        Xp = np.hstack([X[:, :g] + dt * X[:, g:], X[:, g:] + dt * zdd])
+        Xp = np.hstack([position_step(self.config, X[:, :g], X[:, g:], zdd, dt), X[:, g:] + dt * zdd])
+        if self.config.get("transition") == "heun":  # second stage at the predicted points
+            zdd1 = self.model.assemble_near(self.t + dt, Xp, self._full(), True)[2]
+            Xp = heun_step(X, zdd, zdd1, dt, g)
         x = self.Wm @ Xp
         dX = Xp - x
         P = (dX.T * self.Wc) @ dX + self.plant_noise(dt)

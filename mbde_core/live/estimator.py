@@ -168,6 +168,17 @@ class LiveEstimator:
         self.sensors = scenario.estimator_sensors()
         if len(self.sensors) == 0:
             raise ConfigError(scenario.file, "sensors", "the model has no sensors: nothing to estimate from")
+        from dataclasses import replace
+
+        from mbde_core.estimators.noise_rule import resolve_config, scenario_context
+
+        # `auto` options from the default-tuning rule, as `mbde replay` resolves them
+        options = replace(options, config=resolve_config(options.name, options.config, self.mech, self.sensors,
+                                                         scenario_context(scenario)))
+        self.opt = options
+        from mbde_core.estimators.suitability import precheck
+
+        precheck(options.name, self.sensors)  # a meaningless pair: one line, exit status 2
         init = scenario.estimator_initial_state()
         # exactly what `mbde replay` uses (mbde_core.replay.runner.initial_state)
         self.initial = initial_state(SimpleNamespace(mechanism=self.mech, initial_z=np.asarray(init.z, float),
@@ -181,6 +192,14 @@ class LiveEstimator:
             raise ConfigError("<parameters>", "estimator",
                               f"estimator {options.name!r} is not available in this installation ({exc})") from None
         self.step = float(options.config["step"])
+        from mbde_core.estimators.noise_rule import force_limits
+        from mbde_core.estimators.suitability import assess
+
+        # observability of [z, zd] (and inputs) at the initial state, as `mbde replay` reports it
+        self.suitability = assess(options.name, self.mech, self.sensors, self.initial, self.step, self.est,
+                                  force_limits=force_limits(self.mech, options.config, scenario_context(scenario)))
+        if self.suitability.warning:
+            self.log("warn", self.suitability.message)
         self.frame_id = options.frame_id or scenario.frame_id
         self.topics: dict[str, list] = {}
         self.topic_types: dict[str, str] = {}
@@ -447,7 +466,10 @@ class LiveEstimator:
                                                        "unknown_sensor", "resets", "gap_resets", "duplicates",
                                                        "future", "reacquisitions")}
         problems: list[tuple[int, str]] = list(extra_problems)
+        if self.suitability.warning:
+            problems.append((WARN, self.suitability.message))
         values = [("estimator", self.opt.name), ("mechanism", self.mech.name),
+                  ("suitability", self.suitability.level),
                   ("model", self.scenario.name), ("independent coordinates", ", ".join(self.mech.independent_names)),
                   ("filter step [s]", self.step)]
         t = self.time

@@ -89,6 +89,14 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
             sources[b].reference, refs[b] = smoother_reference(sources[b], *smoother_cfg, reference_path(outs[b]))
             log(f"reference of {b}: the batch smoother, {refs[b]['status']} after {refs[b]['iterations']} iterations "
                 f"({refs[b]['wall_time_s']:.2f} s)")
+    from mbde_core.replay.runner import suitability
+
+    verdicts = {}
+    for b in bags:  # before running: a meaningless estimator exits 2, a weak one warns (one line)
+        for name in names:
+            verdicts[(b, name)] = v = suitability(sources[b], name, configs[name])
+            if v.warning:
+                log(f"warning: {os.path.basename(b)}: {v.message}")
     outcomes = []
     tasks = []
     for b in bags:
@@ -137,6 +145,7 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
                 continue
             o = by_task[i]
             if o.ok:
+                o.value.metrics["suitability"] = verdicts[(task.bag, task.name)].as_dict()
                 bo.results.append(o.value)
             else:
                 bo.failed.append((task.name, o.error))

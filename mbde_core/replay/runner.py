@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
 from mbde_core.estimators import estimator_rng, make_estimator
-from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.base import InitialState, initial_sigmas
 from mbde_core.estimators.metrics import RunMetrics, record_arrays, truth_at
 from mbde_core.estimators.stage import STAGE_DEFAULTS, EstimatorStage
 
@@ -32,10 +33,33 @@ class EstimatorRun:
 
 
 def initial_state(inputs, cfg) -> InitialState:
-    sig = cfg.get("initial_sigma", {"z": 0.05, "zd": 0.5})
-    g = inputs.mechanism.dof
-    return InitialState(inputs.initial_z.copy(), inputs.initial_zd.copy(), np.full(g, float(sig["z"])),
-                        np.full(g, float(sig["zd"])), inputs.initial_q.copy(), inputs.initial_branch)
+    """The initial guess of the replay inputs with the (resolved) config's initial sigmas."""
+    sz, szd = initial_sigmas(cfg, inputs.mechanism.dof)
+    return InitialState(inputs.initial_z.copy(), inputs.initial_zd.copy(), sz, szd, inputs.initial_q.copy(),
+                        inputs.initial_branch)
+
+
+def resolved_config(source, name: str, cfg: dict) -> dict:
+    """``cfg`` with its ``auto`` options resolved for the source's model and sensors (and its
+    scenario's motor, if any), as the live node resolves them."""
+    from mbde_core.estimators.noise_rule import resolve_config, scenario_context
+
+    return resolve_config(name, cfg, source.mechanism, source.sensors, scenario_context(getattr(source, "scenario", None)))
+
+
+def suitability(source, name: str, cfg: dict):
+    """The suitability verdict (:mod:`mbde_core.estimators.suitability`) of estimator ``name``
+    with the source's sensors from its initial guess; raises UnsuitableError (exit status 2)
+    for a meaningless pair, e.g. the ADE-KF without an accelerometer."""
+    from mbde_core.estimators.noise_rule import force_limits, scenario_context
+    from mbde_core.estimators.suitability import assess, precheck
+
+    precheck(name, source.sensors)
+    cfg = resolved_config(source, name, cfg)
+    est = make_estimator(name, source.mechanism, source.sensors, cfg) if name == "adekf" else None
+    limits = force_limits(source.mechanism, cfg, scenario_context(getattr(source, "scenario", None)))
+    return assess(name, source.mechanism, source.sensors, initial_state(source, cfg), float(cfg["step"]),
+                  est if est is not None else SimpleNamespace(config=cfg), force_limits=limits)
 
 
 class GuardedStage:
@@ -72,6 +96,7 @@ def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, pa
     seed: the run seed; the estimator's generator is ``estimator_rng(seed, name)``, the
     same for every position in a list of estimators and in the live node.
     particle_budget: floats of particle clouds kept for the plots (0: none, e.g. benches)."""
+    cfg = resolved_config(inputs, name, cfg)
     est = make_estimator(name, inputs.mechanism, inputs.sensors, cfg, rng=estimator_rng(seed, name))
     init = initial_state(inputs, cfg)
     particles = []

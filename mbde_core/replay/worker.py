@@ -66,10 +66,10 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     from mbde_core.estimators import make_estimator
     from mbde_core.estimators.registry import estimator_rng
     from mbde_core.estimators.stage import STAGE_DEFAULTS, EstimatorStage
-    from mbde_core.replay.runner import GuardedStage, initial_state
+    from mbde_core.replay.runner import GuardedStage, initial_state, resolved_config
 
     t_wall, t_cpu = time.perf_counter(), time.process_time()
-    mech, cfg = source.mechanism, task.config
+    mech, cfg = source.mechanism, resolved_config(source, task.name, task.config)
     est = make_estimator(task.name, mech, source.sensors, cfg, rng=estimator_rng(task.seed, task.name))
     init = initial_state(source, cfg)
     total_steps = max(int(source.duration / cfg["step"]) + 1, 1)

@@ -70,7 +70,8 @@ class SmoothedTrajectory:
 class BatchSmoother:
     """mech: the smoother's model (Mechanism, with its model errors); sensors: SensorSet;
     config: validated ``smoother`` options (:mod:`.config`; default: defaults);
-    guess_config: options of the initial-guess filter (default: its defaults)."""
+    guess_config: options of the initial-guess filter (default: its defaults; an ``auto``
+    plant noise becomes the smoother's own, the model the smoother fits)."""
 
     def __init__(self, mech, sensors, config: dict | None = None, guess_config: dict | None = None):
         from mbde_core.estimators.config_schema import defaults
@@ -175,6 +176,10 @@ class ForwardGuess:
         self.sm, self.readings, self.init = smoother, readings, init
         name = smoother.config["initial_guess"]
         cfg = dict(smoother.guess_config, step=smoother.dt)
+        pn = dict(cfg.get("plant_noise") or {})
+        if pn.get("acceleration_psd") == "auto":  # the default rule: the smoother's own plant noise instead
+            pn["acceleration_psd"] = smoother.config["plant_noise"]["acceleration_psd"]
+            cfg["plant_noise"] = pn
         est = make_estimator(name, smoother.mech, smoother.sensors, cfg, rng=np.random.default_rng(0))
         self.stage = EstimatorStage(est, smoother.dt, lambda t: init, max_gap=np.inf, backward_jump=np.inf)
         self.total = readings.first + readings.N if end is None else end  # global end of the grid

@@ -1,0 +1,110 @@
+"""mbde tune: fit the observers' plant-noise density (and sensor sigmas) to a bag's readings."""
+from __future__ import annotations
+
+HELP = "fit the observers' plant noise (and sensor sigmas) to a bag's readings (max innovation likelihood)"
+DESCRIPTION = """Fit the plant-noise density of Kalman observers (and, with --sensors-sigma, the
+sigma of every sensor) to the readings of a ROS 2 bag alone -- no ground truth -- by
+maximising the innovation log-likelihood -1/2 sum (y^T S^-1 y + log det S + d log 2 pi)
+(prediction-error method): each evaluation is one filter run over the first --window
+seconds of the bag, through the same stage as `mbde replay`; scipy.optimize searches a
+factor on the starting values (the --config's, else the default-tuning rule's) in log
+space (a grid over +-3 decades, then Brent's bounded method; Powell for the sensor sigmas).
+
+Prints, per estimator, the mean NIS per channel (1 for a consistent filter) and the
+log-likelihood per reading before and after, and writes the tuned options (explicit
+numbers) to --out for `mbde replay --config` and the estimator node (config_file).
+`pf` in --estimators: the particle filter has no Gaussian innovations; its
+acceleration_sigma is set to the tuned Kalman density's equivalent sqrt(q / step)."""
+
+TUNABLE = ("ukf", "errorekf", "viekf", "dekf", "cekf", "diekfpm", "adekf")
+
+
+def add_arguments(p):
+    from mbde_core import runs
+
+    p.add_argument("bag", help="ROS 2 bag directory")
+    p.add_argument("--estimators", default="ukf,errorekf",
+                   help=f"comma-separated, from: {', '.join(TUNABLE)}, pf (default: %(default)s)")
+    p.add_argument("--out", help="write the tuned config YAML here (default: print it)")
+    p.add_argument("--sensors-sigma", action="store_true", help="also fit one factor on each sensor's sigma")
+    p.add_argument("--window", type=float, default=10.0, metavar="S",
+                   help="seconds of readings from the start of the bag used by each evaluation (default %(default)s)")
+    p.add_argument("--config", help="starting options (estimator config YAML); default: the default-tuning rule")
+    p.add_argument("--mechanism", help="mechanism YAML (instead of the bag's description)")
+    p.add_argument("--sensors", help="sensor YAML with a `sensors:` list (with --mechanism)")
+    p.add_argument("--seed", type=int, default=0, help="estimator seed (default 0)")
+    p.add_argument("--verbose", action="store_true", help="print every evaluation")
+    p.add_argument("--force", action="store_true", help="overwrite --out")
+    runs.add_arguments(p, "estimators")
+
+
+def run(args) -> int:
+    import os
+    import sys
+
+    from mbde_core import runs
+    from mbde_core.errors import DataError
+    from mbde_core.estimators.config_schema import load_estimator_configs
+    from mbde_core.estimators.suitability import precheck
+    from mbde_core.replay.inputs import load_inputs
+    from mbde_core.replay.runner import resolved_config
+    from mbde_core.tuning import output
+
+    names = [n.strip() for n in args.estimators.split(",") if n.strip()]
+    bad = [n for n in names if n not in TUNABLE + ("pf",)]
+    if bad or not names:
+        raise DataError(f"--estimators: cannot tune {', '.join(bad) or '(empty)'} (choose from {', '.join(TUNABLE)}, pf)")
+    if not args.window > 0:
+        raise DataError(f"--window: must be > 0 s, got {args.window}")
+    if args.sensors and not args.mechanism:
+        raise DataError("--sensors needs --mechanism")
+    if args.out and os.path.exists(args.out) and not args.force:
+        raise DataError(f"--out: {args.out} exists (use --force to overwrite)")
+    kalman = [n for n in names if n != "pf"]
+    if "pf" in names and not kalman:
+        kalman = ["ukf"]  # the PF's sigma_a comes from a tuned Kalman observer
+    configs = load_estimator_configs(args.config, kalman + (["pf"] if "pf" in names else []))
+    source = load_inputs(args.bag, args.mechanism, args.sensors)
+    readings = [m for m in source.measurements if m.stamp <= source.start + args.window]
+    if not readings:
+        raise DataError(f"{args.bag}: no readings in the first {args.window:g} s")
+    for n in kalman:
+        precheck(n, source.sensors)
+    print(f"bag {args.bag}: {source.mechanism.name}, {len(readings)} readings in the first "
+          f"{min(args.window, source.duration):g} s; tuning {', '.join(kalman)}"
+          + (" (plant noise and sensor sigmas)" if args.sensors_sigma else " (plant noise)"))
+    tasks = [(n, resolved_config(source, n, configs[n]), bool(args.sensors_sigma), int(args.seed), bool(args.verbose))
+             for n in kalman]
+    outcomes = runs.run_tasks(_tune_task, tasks, (source, readings), label="tune", **runs.options(args))
+    results = [o.value for o in outcomes if o.ok]
+    for o, t in zip(outcomes, tasks):
+        if not o.ok:
+            print(f"failed: {t[0]}: {o.error}", file=sys.stderr)
+    if not results:
+        return 1
+    print(output.table(results))
+    pf = None
+    if "pf" in names:
+        pf = output.pf_section(results, output.pf_step(configs["pf"]))
+        print(pf[1])
+    for r in results:
+        print(f"{r.name}: " + ", ".join(f"{k} x {10 ** v:.3g}" for k, v in r.log_factors.items())
+              + f" ({r.evaluations} filter runs, {r.cpu_s:.1f} s CPU)")
+    if args.out:
+        output.write_config(args.out, args.bag, args.window, results, pf)
+        print(f"wrote {args.out}")
+    else:
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("r", suffix=".yaml") as tmp:
+            output.write_config(tmp.name, args.bag, args.window, results, pf)
+            print(open(tmp.name, encoding="utf-8").read(), end="")
+    return 0 if len(results) == len(tasks) else 1
+
+
+def _tune_task(shared, task):
+    from mbde_core.tuning.search import tune
+
+    source, readings = shared
+    name, cfg, sensors_sigma, seed, verbose = task
+    return tune(source, readings, name, cfg, sensors_sigma, seed, log=print if verbose else None)
