@@ -87,15 +87,15 @@ class VIParticleFilter(ParticleFilter):
         self.sigma_q = float(config["noise"]["position"])
         self.sigma_p = float(config["noise"]["velocity"])
 
-    def _propagate(self, dt: float) -> MBState:
-        """The stochastic variational step of every particle (paper 002 eqs. 5-6)."""
+    def _propagate(self, dt: float, extra=None) -> MBState:
+        """The stochastic variational step of every particle (paper 002 eqs. 5-6); ``extra``:
+        the PF's acceleration noise (``proposal: prior`` with acceleration_sigma > 0)."""
         N, g = self.N, self.g
         root = math.sqrt(dt)
         s1 = self.sigma_q * root * self.rng.standard_normal((N, g)) if self.sigma_q > 0 else None
         s2 = self.sigma_p * root * self.rng.standard_normal((N, g)) if self.sigma_p > 0 else None
-        v = self.v if self.sigma_a > 0 else None
-        state = MBState(self.q, self.qd, self.qdd, aux=self._aux)
-        return self.integrator.step_noisy(self.mech, self.t, state, dt, s1, s2, extra_zdd=v)
+        state = MBState(self.q, self.qd, self.qdd if self._fresh else None, aux=self._aux)
+        return self.integrator.step_noisy(self.mech, self.t, state, dt, s1, s2, extra_zdd=extra)
 
     def predict(self, dt: float) -> None:
         super().predict(dt)
