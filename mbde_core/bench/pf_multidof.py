@@ -11,10 +11,13 @@ the shipped defaults (no ``--config``):
 - ``pf`` from the uniform prior (its initial guess ignored), rng seeded per run;
 - ``ukf`` started at the true state (configured initial sigmas), the reference.
 
-Converged (issue 13): t_c <= ``CONVERGE_WITHIN`` (1.0 s of data), where t_c is the first
-time from which |z - z_true| < ``CONV_RAD`` (0.1 rad, every coordinate) and P(true
-branch) > 0.99 for the rest of the run, and the steady-state RMSE of z (t > 1 s, all
-coordinates) at most ``RMSE_RATIO`` (2) times the UKF's on the same readings.
+Converged (issue 13): t_c <= ``CONVERGE_WITHIN`` (1.0 s of data) and the steady-state
+RMSE of z (t > 1 s, all coordinates) at most ``RMSE_RATIO`` (2) times the UKF's on the
+same readings. t_c is the first time from which, in every window of ``WINDOW`` (0.1 s)
+to the end of the run, the RMS error of each coordinate stays below ``CONV_RAD`` (0.1
+rad) and the median P(true branch) above 0.99 (the true branch is the truth's label at
+each time; a glitch of a step or two, or the brief dip of P after a lock injection in a
+correct track, does not count as a loss).
 
 Table per scenario: DOF, sensors, runs converged, median / max t_c, median steady-state
 RMSE of the PF and the UKF, median / max ratio, recoveries + lock injections per run,
@@ -31,6 +34,7 @@ import time
 import numpy as np
 
 CONV_RAD = 0.1
+WINDOW = 0.1   # [s] windows of the convergence test (a step or two of glitch is not a loss of track)
 CONVERGE_WITHIN = 1.0
 RMSE_RATIO = 2.0
 BRANCH_P = 0.99
@@ -50,9 +54,17 @@ def scenario_paths():
     return out
 
 
+def _windows(t, x, reduce):
+    """reduce(x[k:j]) over the window [t_k, t_k + WINDOW) starting at every sample k."""
+    j = np.searchsorted(t, t + WINDOW - 1e-9)
+    return np.array([reduce(x[k:max(j[k], k + 1)]) for k in range(len(t))])
+
+
 def convergence_time(t, err, p_true):
-    """First time (from t[0]) after which max |err| < CONV_RAD and P(true) > BRANCH_P; inf if never."""
-    good = (np.max(np.abs(err), axis=1) < CONV_RAD) & (p_true > BRANCH_P)
+    """First time (from t[0]) from which every window of WINDOW s has an RMS error (max over
+    the coordinates) below CONV_RAD and a median P(true branch) above BRANCH_P; inf if never."""
+    e2 = np.max(np.asarray(err) ** 2, axis=1)
+    good = (_windows(t, e2, np.mean) < CONV_RAD**2) & (_windows(t, np.asarray(p_true), np.median) > BRANCH_P)
     bad = np.nonzero(~good)[0]
     if bad.size == 0:
         return 0.0

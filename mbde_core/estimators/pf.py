@@ -113,6 +113,7 @@ class ParticleFilter(ParticleOutputs, Estimator):
     KLD_BIN_ZD = 0.2        # [rad/s] (x length scale for lengths)
     KLD_EPSILON = 0.05
     KLD_QUANTILE = 2.326    # z_{1 - delta}, delta = 0.01
+    ANNEAL_START = 0.1      # tempering exponent of the first update after a uniform start
     DEFAULTS = DEFAULTS
 
     @staticmethod
@@ -174,6 +175,7 @@ class ParticleFilter(ParticleOutputs, Estimator):
         self.lost = LostDetector(rec["time"])
         self.lock = LockDetector(rec.get("lock_nis", 0.0) if self.recovery else 0.0, rec.get("lock_time", 1.0))
         self.inject = float(rec.get("inject", 0.5))
+        self.anneal = float(uni.get("anneal", 0.0) or 0.0)
         self.branch_check = bool(cfg.get("branch_check", True))
         self.default_gate = float(cfg.get("gate", 0.0) or 0.0)  # when update() is given no gates
         self._last_dt = float(cfg.get("step", 0.005))
@@ -192,6 +194,7 @@ class ParticleFilter(ParticleOutputs, Estimator):
         self.lost.restart(self.t)
         self.lock.restart(self.t)
         self._propose = False
+        self._anneal_from = None  # time of the last uniform (re)initialisation while annealing
         self._pending = None    # dt of the last prediction whose noise is not drawn yet (adapted)
         self._fresh = True      # qdd is the model's at (q, qd)
         self._vel_readings = []  # velocity-linear readings of the last update (regularisation)
@@ -217,8 +220,8 @@ class ParticleFilter(ParticleOutputs, Estimator):
                 R = np.eye(s.dim) * float(by_name[name]) ** 2
             elif by_type.get(s.kind) is not None:
                 R = np.eye(s.dim) * float(by_type[s.kind]) ** 2
-            else:
-                R = np.asarray(s.covariance(), dtype=float)
+            else:  # the noise model (accelerometers: plus the model-error term of pf_scale)
+                R = pf_scale.sensor_covariance(s, self.mech)
             self._sensor_noise[name] = (R, np.linalg.inv(np.linalg.cholesky(R)))
         return self._sensor_noise[name]
 
@@ -265,6 +268,19 @@ class ParticleFilter(ParticleOutputs, Estimator):
     def _init_uniform(self):
         self._set(*self._draw_uniform(self.N_init))
         self._propose = True
+        self._anneal_from = self.t
+
+    def _temper(self, ll):
+        """The annealed likelihood of the first ``uniform.anneal`` seconds after a uniform
+        (re)initialisation: ll x beta, beta rising linearly from ANNEAL_START to 1."""
+        T = self.anneal
+        if self._anneal_from is None or not T > 0:
+            return ll
+        beta = (self.t - self._anneal_from) / T
+        if beta >= 1.0:
+            self._anneal_from = None
+            return ll
+        return ll * max(beta, self.ANNEAL_START)
 
     def _init_gaussian(self, init: InitialState):
         N, g = self.N_track, self.g
@@ -533,7 +549,7 @@ class ParticleFilter(ParticleOutputs, Estimator):
             nis, e, logdet = None, None, None
         result = UpdateResult(accepted, rejected, nis, int(y.size), y, e, logdet)
         underflow = not ll.max() >= self.ll_floor
-        ess, w = self._normalise(ll)
+        ess, w = self._normalise(self._temper(ll))
         collapse = ess is None or ess < self.collapse_fraction * self.N
         if self.recovery and self.lost(self.t, underflow or collapse):
             self._recover("likelihood" if underflow else "ess")
@@ -574,7 +590,7 @@ class ParticleFilter(ParticleOutputs, Estimator):
         self.counts["locks"] += 1
         self.recovery_reasons["lock"] += 1
         old = (self.q, self.qd, self.qdd, self.v, self.label, self.logw, self._fresh)
-        M = max(int(round(self.inject * self.N_init)), 1)
+        M = max(self.N_init // 2, 1)
         self._set(*self._draw_uniform(M))
         rd, _ = self._readings(measurements, {})
         ll = self._fresh_weights(rd)

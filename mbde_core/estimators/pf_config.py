@@ -42,12 +42,13 @@ DEFAULTS = {
         "velocity_proposal": True,    # zd drawn from the first velocity readings (gyroscopes)
         "position_proposal": True,    # z drawn from the first position readings (encoders)
         "particles": None,            # particles of a uniform (re)initialisation; null: pf_scale; 0: ``particles``
+        "anneal": 0.3,                # [s] tempered likelihood after a uniform (re)initialisation (0: off)
     },
     "initial_sigma": {"z": 0.05, "zd": 0.5},  # gaussian init: standard deviations [unit], [unit/s]
     "resampling": {"scheme": "systematic", "ess_threshold": 0.5},
     "regularisation": {"enabled": True, "bandwidth": 0.5},  # Musso et al. 2001 kernel after resampling
     "recovery": {"enabled": True, "log_likelihood_floor": LOG_UNDERFLOW, "ess_fraction": 0.05, "time": 0.5,
-                 "lock_nis": 4.0, "lock_time": 1.0, "inject": 0.5},
+                 "lock_nis": 3.0, "lock_time": 0.5, "inject": 0.1},
     "branch_check": True,             # relabel particles whose q left their branch (counted)
 }
 
@@ -134,6 +135,8 @@ def check_config(cfg: dict, file: str = "<config>", path: str = "pf", g: int | N
     for key in ("z", "zd", "zdd"):
         ranges(uni[key], g, file, f"{path}.uniform.{key}")
     _count(uni.get("particles"), file, f"{path}.uniform.particles", 0)
+    if not uni.get("anneal", 0.0) >= 0:
+        raise ConfigError(file, f"{path}.uniform.anneal", f"must be >= 0 [s], got {uni['anneal']}")
     br = uni["branches"]
     if not isinstance(br, (list, tuple)) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in br):
         raise ConfigError(file, f"{path}.uniform.branches", f"expected a list of branch labels (integers >= 0), got {br!r}")
