@@ -72,7 +72,7 @@ from mbde_core.estimators.pf_config import DEFAULTS, LOG_UNDERFLOW, check_config
 from mbde_core.estimators.pf_gate import kernel_whitening, predictive_d2
 from mbde_core.estimators.pf_init import atlas_for, sample_uniform
 from mbde_core.estimators.pf_lock import LockDetector, LostDetector
-from mbde_core.estimators.pf_outputs import ParticleOutputs
+from mbde_core.estimators.pf_outputs import ParticleOutputs, wsum
 from mbde_core.estimators.pf_parallel import Propagator
 from mbde_core.estimators.resampling import effective_sample_size, resample
 
@@ -357,10 +357,11 @@ class ParticleFilter(ParticleOutputs, Estimator):
         (subclasses change it, e.g. :class:`mbde_core.estimators.vipf.VIParticleFilter`)."""
         return self.propagator.step(self.t, self.q, self.qd, self.qdd if self._fresh else None, dt, extra)
 
-    def _impulse(self, v, dt):
-        """Apply the acceleration noise v (N, g) of the last step as its velocity impulse."""
-        R = prop.r_rows(self.mech, self.q, self._aux)
-        self.qd = self.qd + prop.velocity_impulse(R, dt * v)
+    def _impulse(self, v, dt, Rc=None):
+        """Apply the acceleration noise v (N, g) of the last step as its velocity impulse
+        (Rc: the columns of R at q, if known)."""
+        Rc = prop.r_columns(self.mech, self.q, self._aux) if Rc is None else Rc
+        self.qd = self.qd + prop.velocity_impulse(Rc, dt * v)
         self.v = v
         self._fresh, self._pending = False, None
 
@@ -412,7 +413,7 @@ class ParticleFilter(ParticleOutputs, Estimator):
             if self.default_gate > 0:
                 gates = {s.name: float(chi2_ppf(self.default_gate, s.dim)) for s in self.sensors}
         w = self.weights()
-        n_eff = 1.0 / float(w @ w)
+        n_eff = 1.0 / float(np.einsum("n,n->", w, w))
         qdd_full = None
         out, rejected = [], []
         for m in measurements:
@@ -428,11 +429,11 @@ class ParticleFilter(ParticleOutputs, Estimator):
                 pred = s.h(self.q, self.qd, qdd)  # (N, d)
             R, W = self._noise(m.sensor)
             value = np.asarray(m.value, dtype=float)
-            mean = w @ pred
+            mean = wsum(w, pred)
             if s.angular.any():
-                mean = np.where(s.angular, np.arctan2(w @ np.sin(pred), w @ np.cos(pred)), mean)
+                mean = np.where(s.angular, np.arctan2(wsum(w, np.sin(pred)), wsum(w, np.cos(pred))), mean)
             dev = s.residual(pred, mean[None, :])
-            C = (dev.T * w) @ dev
+            C = np.einsum("n,ni,nj->ij", w, dev, dev)
             r = s.residual(value[None, :], pred)
             limit = gates.get(m.sensor)
             if limit is not None and limit > 0:
@@ -465,7 +466,7 @@ class ParticleFilter(ParticleOutputs, Estimator):
                 e = x.r @ x.W.T
                 ll -= 0.5 * np.einsum("ij,ij->i", e, e)
             return ll, [np.zeros_like(x.R) for x in rd]
-        R = prop.r_rows(self.mech, self.q, self._aux)
+        Rc = prop.r_columns(self.mech, self.q, self._aux)
         qdd_full = None
         yws, Gws, extra = [], [], []
         w = self.weights()
@@ -473,7 +474,7 @@ class ParticleFilter(ParticleOutputs, Estimator):
         for x in rd:
             if x.s.uses_qdd and qdd_full is None:
                 qdd_full = self._accelerations()
-            G = prop.noise_jacobian(x.s, self.q, self.qd, qdd_full if x.s.uses_qdd else self.qdd, R, dt)
+            G = prop.noise_jacobian(x.s, self.q, self.qd, qdd_full if x.s.uses_qdd else self.qdd, Rc, dt)
             yws.append(x.r @ x.W.T)
             Gws.append(np.einsum("ij,njg->nig", x.W, G))
             extra.append(s2 * np.einsum("n,ndg,nkg->dk", w, G, G))
@@ -485,7 +486,7 @@ class ParticleFilter(ParticleOutputs, Estimator):
         ll[bad] = -np.inf
         v[bad] = 0.0
         if dt > 0:
-            self._impulse(v, dt)
+            self._impulse(v, dt, Rc)
         else:
             self.v, self._pending = v, None
         return ll, extra

@@ -22,6 +22,13 @@ from mbde_core.sensors.base import wrap_angle
 from mbde_core.types import MechanismSnapshot, ParticleCloud
 
 
+def wsum(w: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """sum_i w_i X[i] (a weighted sum over particles) without BLAS: numpy's matmul hands
+    these to a multithreaded BLAS whose worker threads, woken for every call, wait for a
+    time slice on a busy machine (~5 ms per call at N = 1e5 against 0.1 ms here)."""
+    return np.einsum("n,n...->...", w, X)
+
+
 class ParticleOutputs:
     """Weights, moments and published outputs of a particle set (see the module docstring)."""
 
@@ -60,12 +67,12 @@ class ParticleOutputs:
         """Weighted means (z, zd, zdd) (g,) each; circular mean for angle coordinates (footnote 6)."""
         w = self.weights() if w is None else w
         z = self.z
-        zm = w @ z
+        zm = wsum(w, z)
         if self.angular.any():
             a = self.angular
             s, c = self._sincos(z)
-            zm[a] = np.arctan2(w @ s, w @ c)
-        return zm, w @ self.zd, w @ self.zdd
+            zm[a] = np.arctan2(wsum(w, s), wsum(w, c))
+        return zm, wsum(w, self.zd), wsum(w, self.zdd)
 
     def _sincos(self, z):
         """sin, cos (N, k) of the angle columns of z: the integrator computed them at the
@@ -107,7 +114,7 @@ class ParticleOutputs:
         X[:, :g] = self.deviations(zm, w)
         np.subtract(self.zd, zdm, out=X[:, g:])
         X *= np.sqrt(w)[:, None]
-        P = X.T @ X
+        P = np.einsum("ni,nj->ij", X, X)
         P = 0.5 * (P + P.T)
         return P + self._kernel_covariance()
 

@@ -4,7 +4,8 @@ A batched RK4 step over N particles evaluates the generated kernels (:mod:`mbde_
 engine.fastpath`) as ~10^3 numpy operations on (N,) rows and keeps ~100 of them alive;
 at N = 1e5 that working set (~80 MB) falls out of the caches and the throughput halves
 (1.8e6 particle-steps/s at 1e4, 1.0e6 at 1e5 on the reference machine). Here the set is
-cut into chunks of ``CHUNK`` particles (fixed boundaries 0, CHUNK, 2 CHUNK, ...), each
+cut into chunks of :func:`chunk_size` particles (boundaries 0, c, 2c, ...; c a function of
+N alone: two chunks up to 2 x ``CHUNK_MAX``, then chunks of ``CHUNK_MAX``), each
 stepped as its own batch with its own kernel context (``MBState.aux``: sines, Phi_q, R at
 its result, reused by the next step), so the temporaries of a chunk stay in the
 per-core cache. numpy releases the GIL inside every ufunc loop on float arrays, so
@@ -30,11 +31,18 @@ import numpy as np
 from mbde_core.engine import fastpath
 from mbde_core.engine.integrators import MBState
 
-CHUNK = 4096
-MIN_PARALLEL = 2 * CHUNK  # below this a step runs in the calling thread (one or two chunks)
+CHUNK_MIN = 2048
+CHUNK_MAX = 16384
 MAX_THREADS = 8
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _LOCK = threading.Lock()
+
+
+def chunk_size(N: int) -> int:
+    """Particles per chunk for a set of N: half the set (two chunks, one per core of a
+    2-core machine) within [CHUNK_MIN, CHUNK_MAX]; a function of N only, never of the
+    thread count."""
+    return int(min(CHUNK_MAX, max(CHUNK_MIN, -(-N // 2))))
 
 
 def default_threads() -> int:
@@ -98,7 +106,8 @@ class Propagator:
         self.integrator = integrator
         self.mech = mech
         self.threads = default_threads() if threads is None else max(1, int(threads))
-        self.chunk = int(chunk or CHUNK)
+        self.chunk_fixed = None if chunk is None else int(chunk)
+        self.chunk = CHUNK_MAX
         self.ctx = None  # a fastpath.Context (one chunk) or a ChunkContext, at the current q
         self.last = None  # the MBState of the last step (its caller can tell it came from here)
 
@@ -140,6 +149,7 @@ class Propagator:
     def step(self, t, q, qd, qdd, dt, extra=None) -> MBState:
         """All particles from t to t + dt; returns the MBState (its aux: the new context)."""
         N = q.shape[0]
+        self.chunk = self.chunk_fixed or chunk_size(N)
         if N <= self.chunk or fastpath.kernels(self.mech) is None:
             st = self.integrator.step(self.mech, t, MBState(q, qd, qdd, aux=self.context(N)), dt, extra_zdd=extra)
             self.adopt(st.aux, N)
@@ -161,7 +171,7 @@ class Propagator:
             ok[s] = st.ok
             parts[k] = st.aux
 
-        if self.threads > 1 and N >= MIN_PARALLEL:
+        if self.threads > 1:
             list(_pool(self.threads).map(run, range(len(ctxs))))
         else:
             for k in range(len(ctxs)):

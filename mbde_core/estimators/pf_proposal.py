@@ -50,23 +50,25 @@ from mbde_core.engine import dynamics, kinematics
 IEKF_ITERATIONS = 3
 
 
-def r_rows(mech, q, aux=None):
-    """R at q (N, n) as (N, n, g) (from the integrator's kernel context when given)."""
-    N = q.shape[0]
+def r_columns(mech, q, aux=None) -> np.ndarray:
+    """The columns of R at q (N, n) as (g, N, n): R e_k for each independent coordinate k
+    (from the integrator's kernel context when given, else the engine)."""
+    N, n, g = q.shape[0], mech.n, mech.dof
+    out = np.empty((g, N, n))
     if aux is not None and getattr(aux, "N", -1) == N:
-        out = np.empty((N, mech.n, mech.dof))
         for i, row in enumerate(aux.R):
             for k, v in enumerate(row):
-                out[:, i, k] = v
+                out[k, :, i] = v
         return out
-    return kinematics.r_matrix(mech, q)
+    return np.ascontiguousarray(np.moveaxis(kinematics.r_matrix(mech, q), 2, 0))
 
 
-def velocity_impulse(R, dzd):
-    """R dzd (N, n) for R (N, n, g), dzd (N, g)."""
-    if R.shape[2] == 1:
-        return R[:, :, 0] * dzd[:, :1]
-    return np.einsum("nig,ng->ni", R, dzd)
+def velocity_impulse(Rc, dzd):
+    """R dzd (N, n) for the columns Rc (g, N, n) of R and dzd (N, g)."""
+    out = Rc[0] * dzd[:, :1]
+    for k in range(1, Rc.shape[0]):
+        out += Rc[k] * dzd[:, k:k + 1]
+    return out
 
 
 def _solve_spd(L, b):
@@ -100,18 +102,21 @@ def adapted_noise(sigma_a: float, yw: np.ndarray, Gw: np.ndarray, rng):
     return v, ll
 
 
-def noise_jacobian(sensor, q, qd, qdd, R, dt):
-    """G = dh/dv (N, d, g) of one sensor at the deterministic prediction (module docstring)."""
+def noise_jacobian(sensor, q, qd, qdd, Rc, dt):
+    """G = dh/dv (N, d, g) of one sensor at the deterministic prediction (module docstring).
+
+    Column k is the exact directional difference h(q, qd + dt R e_k, qdd + R e_k) - h(q, qd,
+    qdd): every reading of mbde is linear in qd and in qdd at a fixed q (gyroscopes read
+    angular rates, accelerometers point accelerations), so the difference is dh/dv e_k to
+    rounding -- g cheap evaluations of h instead of the (N, d, n) Jacobians."""
     uses_qd, uses_qdd = bool(getattr(sensor, "uses_qd", False)), bool(sensor.uses_qdd)
-    N, d, g = q.shape[0], sensor.dim, R.shape[2]
-    if not (uses_qd or uses_qdd):
-        return np.zeros((N, d, g))
-    _, Hqd, Hqdd = sensor.jacobians(q, qd, qdd)
+    N, d, g = q.shape[0], sensor.dim, Rc.shape[0]
     G = np.zeros((N, d, g))
-    if uses_qd and dt > 0:
-        G += dt * np.einsum("ndi,nig->ndg", Hqd, R)
-    if uses_qdd:
-        G += np.einsum("ndi,nig->ndg", Hqdd, R)
+    if not (uses_qd or uses_qdd):
+        return G
+    h0 = sensor.h(q, qd, qdd)
+    for k in range(g):
+        G[:, :, k] = sensor.h(q, qd + dt * Rc[k] if uses_qd else qd, qdd + Rc[k] if uses_qdd else qdd) - h0
     return G
 
 

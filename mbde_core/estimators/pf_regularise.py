@@ -114,13 +114,16 @@ def regularise(pf, move: np.ndarray, C: np.ndarray, h: float, readings) -> int:
     q1 = np.where(ok[:, None], q1, q0)
     zd1 = qd0[:, iz] + delta[:, g:]
     if vel:  # keep the velocity readings: a Kalman correction of zd at the moved q
-        R1 = kinematics.r_matrix(mech, q1)
+        Rc1 = np.moveaxis(kinematics.r_matrix(mech, q1), 2, 0)      # (g, n_move, n)
         qd1 = kinematics.velocity(mech, q1, zd1, t=pf.t)
         ys, Hs = [], []
         for s, wo in zip(vel, w_old):
             _, W = pf._noise(s.name)
-            ys.append(s.residual(wo, s.h(q1, qd1)) @ W.T)
-            Hs.append(np.einsum("ij,njk->nik", W, np.einsum("ndi,nig->ndg", s.jacobians(q1, qd1)[1], R1)))
+            h1 = s.h(q1, qd1)
+            ys.append(s.residual(wo, h1) @ W.T)
+            # dh/dzd e_k by exact differences (the readings are linear in qd)
+            HR = np.stack([s.h(q1, qd1 + Rc1[k]) - h1 for k in range(g)], axis=2)
+            Hs.append(np.einsum("ij,njk->nik", W, HR))
         y, H = np.concatenate(ys, axis=1), np.concatenate(Hs, axis=1)
         Pv = P[:, g:, g:]
         PHt = Pv @ np.swapaxes(H, 1, 2)
