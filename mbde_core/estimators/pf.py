@@ -114,6 +114,7 @@ class ParticleFilter(ParticleOutputs, Estimator):
     KLD_EPSILON = 0.05
     KLD_QUANTILE = 2.326    # z_{1 - delta}, delta = 0.01
     ANNEAL_START = 0.1      # tempering exponent of the first update after a uniform start
+    WILD_SIGMAS = 10.0      # an adapted noise beyond this many sigma_a falls back to its prior
     DEFAULTS = DEFAULTS
 
     @staticmethod
@@ -175,7 +176,8 @@ class ParticleFilter(ParticleOutputs, Estimator):
         self.lost = LostDetector(rec["time"])
         self.lock = LockDetector(rec.get("lock_nis", 0.0) if self.recovery else 0.0, rec.get("lock_time", 1.0))
         self.inject = float(rec.get("inject", 0.5))
-        self.anneal = float(uni.get("anneal", 0.0) or 0.0)
+        an = uni.get("anneal")
+        self.anneal = pf_scale.anneal_time(g) if an is None else float(an)
         self.branch_check = bool(cfg.get("branch_check", True))
         self.default_gate = float(cfg.get("gate", 0.0) or 0.0)  # when update() is given no gates
         self._last_dt = float(cfg.get("step", 0.005))
@@ -484,7 +486,12 @@ class ParticleFilter(ParticleOutputs, Estimator):
             yw[bad], Gw[bad] = 0.0, 0.0
         v, ll = prop.adapted_noise(self.sigma_a, yw, Gw, self.rng)
         ll[bad] = -np.inf
-        v[bad] = 0.0
+        # a reading that only an absurd noise could explain (an outlier, a particle far off)
+        # must not drag the state: such particles draw v from its prior (their weight is
+        # ~exp(-50) of the others' anyway)
+        wild = bad | ~(np.abs(v).max(axis=1) <= self.WILD_SIGMAS * self.sigma_a)
+        if wild.any():
+            v[wild] = self.sigma_a * self.rng.standard_normal((int(wild.sum()), g))
         if dt > 0:
             self._impulse(v, dt, Rc)
         else:
@@ -592,7 +599,10 @@ class ParticleFilter(ParticleOutputs, Estimator):
         self.recovery_reasons["lock"] += 1
         old = (self.q, self.qd, self.qdd, self.v, self.label, self.logw, self._fresh)
         M = max(self.N_init // 2, 1)
+        lost = (list(self.lost.hist), self.lost.since)  # the injection does not restart the lost test
         self._set(*self._draw_uniform(M))
+        self.lost.hist.extend(lost[0])
+        self.lost.since = lost[1]
         rd, _ = self._readings(measurements, {})
         ll = self._fresh_weights(rd)
         top = ll.max()

@@ -42,7 +42,7 @@ DEFAULTS = {
         "velocity_proposal": True,    # zd drawn from the first velocity readings (gyroscopes)
         "position_proposal": True,    # z drawn from the first position readings (encoders)
         "particles": None,            # particles of a uniform (re)initialisation; null: pf_scale; 0: ``particles``
-        "anneal": 0.3,                # [s] tempered likelihood after a uniform (re)initialisation (0: off)
+        "anneal": None,               # [s] tempered likelihood after a uniform (re)initialisation; null: pf_scale
     },
     "initial_sigma": {"z": 0.05, "zd": 0.5},  # gaussian init: standard deviations [unit], [unit/s]
     "resampling": {"scheme": "systematic", "ess_threshold": 0.5},
@@ -135,7 +135,7 @@ def check_config(cfg: dict, file: str = "<config>", path: str = "pf", g: int | N
     for key in ("z", "zd", "zdd"):
         ranges(uni[key], g, file, f"{path}.uniform.{key}")
     _count(uni.get("particles"), file, f"{path}.uniform.particles", 0)
-    if not uni.get("anneal", 0.0) >= 0:
+    if uni.get("anneal") is not None and not uni["anneal"] >= 0:
         raise ConfigError(file, f"{path}.uniform.anneal", f"must be >= 0 [s], got {uni['anneal']}")
     br = uni["branches"]
     if not isinstance(br, (list, tuple)) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in br):

@@ -76,6 +76,14 @@ class VIParticleFilter(ParticleFilter):
         },
     })
     DEFAULTS["resampling"] = {"scheme": "systematic", "ess_threshold": 1.0}
+    # paper 002's filter: the VI's own noise is the whole proposal (no Musso kernel, whose
+    # jitter would hide the integrator's statistics), the gyroscope assumed at 1 deg/s as in
+    # paper 000 Table 1, 100 particles (3000 from the uniform prior), no lock injections
+    DEFAULTS["particles"] = 100
+    DEFAULTS["sensor_sigma_by_type"] = dict(DEFAULTS["sensor_sigma_by_type"], gyroscope=math.radians(1.0))
+    DEFAULTS["uniform"] = dict(DEFAULTS["uniform"], particles=3000, zd=[-40.0, 40.0], anneal=0.0)
+    DEFAULTS["regularisation"] = {"enabled": False, "bandwidth": 0.5}
+    DEFAULTS["recovery"] = dict(DEFAULTS["recovery"], lock_nis=0.0)
 
     @staticmethod
     def validate_config(cfg, file, path):
