@@ -95,14 +95,13 @@ def _run_filter(truth, name, seed, at_truth):
     else:
         start = InitialState(init.z, init.zd, np.full(g, sig["z"]), np.full(g, sig["zd"]), init.q, init.branch)
     est = make_estimator(name, mech, sensors, cfg, rng=estimator_rng(seed, name))
-    b_true = int(sc.initial_state.branch)
-    rows = []
+    rows, probs = [], []
 
     def on_step(rec):
         e = rec.estimate
         P = e.branch_probabilities
-        p = float(P[b_true]) if P is not None and len(P) > b_true else 1.0
-        rows.append((e.stamp, p, *e.z))
+        probs.append(None if P is None or len(P) == 0 else np.asarray(P, dtype=float))
+        rows.append((e.stamp, *e.z))
 
     stage = EstimatorStage.from_config(est, cfg, lambda t: start, on_step=on_step, keep=False)
     c0 = time.process_time()
@@ -113,8 +112,20 @@ def _run_filter(truth, name, seed, at_truth):
     A = np.array(rows, dtype=float)
     t = A[:, 0]
     ang = np.isin(mech.independent, mech.rel_columns)
-    err = coordinate_errors(A[:, 2:2 + g], truth_at(t, truth.t, truth.z, ang), ang)
-    return t, err, A[:, 1], est, cpu
+    err = coordinate_errors(A[:, 1:1 + g], truth_at(t, truth.t, truth.z, ang), ang)
+    return t, err, _p_true(est, truth, t, probs), est, cpu
+
+
+def _p_true(est, truth, t, probs) -> np.ndarray:
+    """(K,) the filter's probability of the truth's branch at each time (the truth's label
+    from its q by the filter's own branch atlas, so a label change of the truth -- a pass
+    through a singular configuration -- is followed); 1 for filters without branches."""
+    if not hasattr(est, "atlas") or any(p is None for p in probs):
+        return np.ones(len(t))
+    idx = np.clip(np.searchsorted(truth.t, t - 1e-9), 0, len(truth.t) - 1)
+    labels = est._labels_of_codes(est.atlas.codes_of(truth.q[idx]))
+    labels = np.where(labels >= 0, labels, int(truth.scenario.initial_state.branch))
+    return np.array([p[b] if b < len(p) else 0.0 for p, b in zip(probs, labels)])
 
 
 def steady_rmse(t, err) -> float:
