@@ -182,7 +182,8 @@ class ParticleFilter(ParticleOutputs, Estimator):
         self.default_gate = float(cfg.get("gate", 0.0) or 0.0)  # when update() is given no gates
         self._last_dt = float(cfg.get("step", 0.005))
         self._kernel = None
-        self.propagator = Propagator(self.integrator, mech)
+        nt = cfg.get("threads")
+        self.propagator = Propagator(self.integrator, mech, threads=None if nt is None else int(nt))
         self._alloc()
 
     def _alloc(self):

@@ -50,6 +50,7 @@ DEFAULTS = {
     "recovery": {"enabled": True, "log_likelihood_floor": LOG_UNDERFLOW, "ess_fraction": 0.05, "time": 0.5,
                  "lock_nis": 3.0, "lock_time": 0.5, "inject": 0.1},
     "branch_check": True,             # relabel particles whose q left their branch (counted)
+    "threads": None,                  # propagation threads; null: MBDE_PF_THREADS or the CPU count (pf_parallel)
 }
 
 
@@ -99,6 +100,7 @@ def _count(value, file, where, minimum):
 def check_config(cfg: dict, file: str = "<config>", path: str = "pf", g: int | None = None) -> None:
     """Validate PF options (ConfigError naming file and key path). g: DOF if known."""
     _count(cfg.get("particles"), file, f"{path}.particles", 1)
+    _count(cfg.get("threads"), file, f"{path}.threads", 1)
     if cfg["integrator"] not in PF_INTEGRATORS:
         raise ConfigError(file, f"{path}.integrator", f"must be one of {', '.join(PF_INTEGRATORS)}")
     sa = cfg["acceleration_sigma"]
