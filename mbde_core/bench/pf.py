@@ -53,8 +53,7 @@ import time
 
 import numpy as np
 
-from mbde_core.bench.pf_runs import (BRANCH_P, L1, PAPER_VARIANT, _TRUTHS, _configs, _fmt_s, _merge, _stats,  # noqa: F401
-                                     _task, convergence_time, first_time, run_pf)
+from mbde_core.bench.pf_runs import BRANCH_P, L1, PAPER_VARIANT, _TRUTHS, _configs, _fmt_s, _merge, _stats, _task
 from mbde_core.bench.pf_speed import SPEED_N
 
 HELP = "paper 000 particle filter: convergence, branches, Fig. 8 sweep, speed; multi-DOF convergence (issue 13)"

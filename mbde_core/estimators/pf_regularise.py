@@ -65,8 +65,8 @@ def branch_covariances(dev: np.ndarray, zd: np.ndarray, w: np.ndarray, labels: n
             continue
         wb = wb / tot
         X = np.hstack([dev[sel], zd[sel]])
-        X = X - wb @ X
-        C = (X.T * wb) @ X
+        X = X - np.einsum("n,nk->k", wb, X)
+        C = np.einsum("n,ni,nj->ij", wb, X, X)  # no BLAS (see pf_outputs.wsum)
         out[b] += 0.5 * (C + C.T)
     return out
 
