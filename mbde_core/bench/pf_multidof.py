@@ -21,7 +21,7 @@ correct track, does not count as a loss).
 
 Table per scenario: DOF, sensors, runs converged, median / max t_c, median steady-state
 RMSE of the PF and the UKF, median / max ratio, recoveries + lock injections per run,
-CPU seconds per PF run (process time of the worker). Writes multidof.csv and the
+CPU seconds per PF run (process time of the worker; the PF in one thread). Writes multidof.csv and the
 ``multidof`` section of results.json (see :mod:`mbde_core.bench.pf`).
 """
 from __future__ import annotations
@@ -134,7 +134,11 @@ def steady_rmse(t, err) -> float:
 
 
 def task(truths, item):
-    """One (scenario, seed): PF from the uniform prior and UKF at the truth (mbde_core.runs task)."""
+    """One (scenario, seed): PF from the uniform prior and UKF at the truth (mbde_core.runs task).
+
+    The PF propagates in one thread here (MBDE_PF_THREADS=1): the runs themselves are the
+    parallel work (``--jobs``), and results do not depend on the thread count."""
+    os.environ["MBDE_PF_THREADS"] = "1"
     _TRUTHS.update(truths)
     key, seed = item
     truth = _TRUTHS[key]
