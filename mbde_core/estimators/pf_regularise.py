@@ -120,7 +120,7 @@ def regularise(pf, move: np.ndarray, C: np.ndarray, h: float, readings) -> int:
         for s, wo in zip(vel, w_old):
             _, W = pf._noise(s.name)
             h1 = s.h(q1, qd1)
-            ys.append(s.residual(wo, h1) @ W.T)
+            ys.append(np.einsum("nd,kd->nk", s.residual(wo, h1), W))
             # dh/dzd e_k by exact differences (the readings are linear in qd)
             HR = np.stack([s.h(q1, qd1 + Rc1[k]) - h1 for k in range(g)], axis=2)
             Hs.append(np.einsum("ij,njk->nik", W, HR))

@@ -97,7 +97,7 @@ class ParticleUpdate:
             limit = gates.get(m.sensor)
             if limit is not None and limit > 0:
                 Wg = kernel_whitening(R, C, n_eff)
-                eg = r @ Wg.T
+                eg = np.einsum("nd,kd->nk", r, Wg)
                 if not predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg, limit) <= limit:
                     rejected.append(m.sensor)
                     continue
@@ -110,7 +110,7 @@ class ParticleUpdate:
         rd, rejected = self._readings(measurements, gates)
         ll = np.zeros(self.N)
         for x in rd:
-            e = x.r @ x.W.T
+            e = np.einsum("nd,kd->nk", x.r, x.W)
             ll -= 0.5 * np.einsum("ij,ij->i", e, e)
         return ll, [x.m.sensor for x in rd], rejected, [x.y for x in rd], [x.C + x.R for x in rd]
 
@@ -122,7 +122,7 @@ class ParticleUpdate:
         if not (self.adapted and self.sigma_a > 0):
             ll = np.zeros(N)
             for x in rd:
-                e = x.r @ x.W.T
+                e = np.einsum("nd,kd->nk", x.r, x.W)
                 ll -= 0.5 * np.einsum("ij,ij->i", e, e)
             return ll, [np.zeros_like(x.R) for x in rd]
         Rc = prop.r_columns(self.mech, self.q, self._aux)
@@ -134,7 +134,7 @@ class ParticleUpdate:
             if x.s.uses_qdd and qdd_full is None:
                 qdd_full = self._accelerations()
             G = prop.noise_jacobian(x.s, self.q, self.qd, qdd_full if x.s.uses_qdd else self.qdd, Rc, dt)
-            yws.append(x.r @ x.W.T)
+            yws.append(np.einsum("nd,kd->nk", x.r, x.W))
             Gws.append(np.einsum("ij,njg->nig", x.W, G))
             extra.append(s2 * np.einsum("n,ndg,nkg->dk", w, G, G))
         yw, Gw = np.concatenate(yws, axis=1), np.concatenate(Gws, axis=1)
