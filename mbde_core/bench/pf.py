@@ -6,13 +6,14 @@ simulated once, :class:`mbde_core.bench.common.TruthRecord`). Every filter runs 
 its :class:`EstimatorStage`, as in ``mbde replay``.
 
 1. tracking (sec. 6.1.1, Fig. 7): ``pf_sim`` (10 s, gyro on the rocker, 0.3 deg/s),
-   uniform prior, config/estimators/pf.yaml (Table 1: 100 particles, sigma_s 1 deg/s,
-   sigma_a 1 m/s^2 = 8 rad/s^2). Convergence time = first time after which the crank
-   angle error stays below 2 deg until the end of the run; final RMSE = RMSE of the
-   crank angle over t >= 1 s; Fig. 7: truth vs mean with the 95 % band, error with band.
-   Two variants: ``mbde`` (the shipped defaults: enlarged initial set and velocity
-   proposal, see :mod:`mbde_core.estimators.pf`) and ``paper`` (Algorithm 1 and eq. 22
-   only: 100 particles from the uniform prior, no proposal).
+   uniform prior. Convergence time = first time after which the crank angle error stays
+   below 2 deg until the end of the run; final RMSE = RMSE of the crank angle over
+   t >= 1 s; Fig. 7: truth vs mean with the 95 % band, error with band. Three variants:
+   ``mbde`` (config/estimators/pf_table1.yaml: Table 1's 100 particles, sigma_s 1 deg/s,
+   sigma_a 1 m/s^2 = 8 rad/s^2, with mbde's additions of :mod:`mbde_core.estimators.pf`),
+   ``paper`` (the same, Algorithm 1 and eq. 22 only: 100 particles from the uniform prior,
+   blind acceleration noise, no regularisation or lock injections) and ``defaults`` (no
+   configuration: the rules of :mod:`mbde_core.estimators.pf_scale`).
 2. branches (Fig. 11): for each assembly branch as the ground truth, the time until the
    PF's P(true branch) first exceeds 0.99 (paper: < 6 readings, 36 ms, on the real rig),
    on ``pf_rig_branch{0,1}`` (Table 2 settings, config/estimators/pf_rig.yaml: 50
@@ -29,20 +30,21 @@ its :class:`EstimatorStage`, as in ``mbde replay``.
    (errors {0, 1, 3} %, sigma_a 1 m/s^2). The paper does not state its release angle.
 4. integrators (paper 002 sec. 3): rk4, midpoint, symplectic_euler and euler on the
    first 3 s of pf_sim from a known start (Table 1 settings, 5 ms).
-5. speed: particle-steps per second of a full filter step (predict + update with one
-   gyro reading + estimate) for N = 1e2 .. 1e5 particles and the integrators rk4 (the
-   default), euler and midpoint (variational); CPU time of this process (not the wall
-   clock of a shared machine); the real-time factor at the rig settings (50 particles,
-   3 ms, pf_rig_branch0, 4 s) against the paper's 83.75 % of real time; target
-   (reported, not asserted): >= 2e6 particle-steps/s at 1e4 particles.
+5. speed (:mod:`mbde_core.bench.pf_speed`): particle-steps per second of a full filter
+   step for N = 1e2 .. 1e5 particles, one thread and the default thread pool; target
+   (reported, not asserted): >= 2e6 particle-steps/s at 1e4 and at 1e5 particles.
+6. multidof (:mod:`mbde_core.bench.pf_multidof`, issue 13): the defaults from the uniform
+   prior on every shipped scenario and on config/bench/pf_multidof/ (offset slider-crank,
+   2 cm four-bar, Watt six-bar, 3-DOF loop), ``--multidof-runs`` seeds each: converged
+   runs, time to converge, steady-state RMSE against the UKF started at the truth.
 
-Writes DIR/tracking.csv, branches.csv, integrators.csv, sweep.csv, speed.csv, results.json and the figures
-tracking.png (Fig. 7), branches.png (Fig. 11), sweep.png (Fig. 8), speed.png; prints the
-tables. Runs use ``--jobs`` local processes (default: CPU count) or a Dask cluster (``--scheduler``); the speed part runs alone.
+Writes DIR/tracking.csv, branches.csv, integrators.csv, sweep.csv, speed.csv, multidof.csv,
+results.json and the figures tracking.png (Fig. 7), branches.png (Fig. 11), sweep.png
+(Fig. 8), speed.png; prints the tables. Runs use ``--jobs`` local processes (default: CPU
+count) or a Dask cluster (``--scheduler``); the speed part runs alone.
 """
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import math
@@ -51,32 +53,26 @@ import time
 
 import numpy as np
 
-HELP = "paper 000 particle filter: convergence, branch identification, robustness sweep, speed"
-L1 = 0.125  # crank length of fourbar_pf [m]: sigma_a [m/s^2] / L1 = sigma of theta'' [rad/s^2]
-CONVERGED_DEG = 2.0
+from mbde_core.bench.pf_runs import BRANCH_P, L1, PAPER_VARIANT, _TRUTHS, _configs, _fmt_s, _merge, _stats, _task
+from mbde_core.bench.pf_speed import SPEED_N
+
+HELP = "paper 000 particle filter: convergence, branches, Fig. 8 sweep, speed; multi-DOF convergence (issue 13)"
 LOST_DEG = 10.0  # a run whose RMSE over t >= 1 s exceeds this has lost track
-BRANCH_P = 0.99
 SWEEP_SIGMAS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)  # m/s^2 (paper 000 Fig. 8 axis)
 SWEEP_ERRORS = (0, 1, 2, 3)  # percent
 SWEEP_RELEASE_DEG = 0.0  # crank angle the sweep's pf_sim variant is released from (see the docstring)
 SEPARATRIX_ERRORS = (0, 1, 3)
-SPEED_N = (100, 1000, 10000, 100000)
-SPEED_INTEGRATORS = ("rk4", "euler", "midpoint")
 INTEGRATOR_RUNS = ("rk4", "midpoint", "symplectic_euler", "euler")
-TARGET = 2e6  # particle-steps/s at 1e4 particles (issue 5)
-EXPERIMENTS = ("tracking", "branches", "integrators", "sweep", "speed")
-PAPER_VARIANT = {"uniform": {"particles": 0, "velocity_proposal": False}}
-
-_TRUTHS: dict = {}  # key -> TruthRecord: filled by run(), and in each worker by _task
-_MODELS: dict = {}  # per worker: (truth key, error %) -> (mechanism, sensors, scenario)
+EXPERIMENTS = ("tracking", "branches", "integrators", "sweep", "speed", "multidof")
+DEFAULT_ONLY = "tracking,branches,integrators,sweep,speed"
 
 
 def add_arguments(p):
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--runs", type=int, default=5, help="seeded runs per cell (paper: 100; default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default %(default)s)")
-    p.add_argument("--only", default="tracking,branches,integrators,sweep,speed",
-                   help="comma-separated experiments to run (default %(default)s)")
+    p.add_argument("--only", default=DEFAULT_ONLY,
+                   help=f"comma-separated experiments to run, of {', '.join(EXPERIMENTS)} (default %(default)s)")
     p.add_argument("--sigmas", default=",".join(f"{s:g}" for s in SWEEP_SIGMAS),
                    help="sweep: sigma_a values [m/s^2] (default %(default)s)")
     p.add_argument("--errors", default=",".join(str(e) for e in SWEEP_ERRORS),
@@ -86,152 +82,24 @@ def add_arguments(p):
     p.add_argument("--duration", type=float, default=10.0, help="pf_sim duration [s] (default %(default)s)")
     p.add_argument("--particles", default=",".join(str(n) for n in SPEED_N),
                    help="speed: particle counts (default %(default)s)")
+    p.add_argument("--threads", default="",
+                   help="speed: thread counts of the propagation (default: 1 and the CPU count)")
+    p.add_argument("--multidof-runs", type=int, default=20, help="multidof: seeds per scenario (default %(default)s)")
+    p.add_argument("--multidof-duration", type=float, default=4.0,
+                   help="multidof: seconds of each scenario (default %(default)s)")
+    p.add_argument("--multidof-scenarios", default="",
+                   help="multidof: comma-separated scenario names (default: all, see mbde_core/bench/pf_multidof.py)")
     from mbde_core import runs
 
     runs.add_arguments(p, "filter runs")
 
 
-# ------------------------------------------------------------------------------ helpers
-def _configs():
-    from mbde_core.bench.common import config_path
-    from mbde_core.estimators.config_schema import load_estimator_configs
-
-    sim = load_estimator_configs(config_path("estimators", "pf.yaml"), ["pf"])["pf"]
-    rig = load_estimator_configs(config_path("estimators", "pf_rig.yaml"), ["pf"])["pf"]
-    for cfg in (sim, rig):
-        cfg["gate"] = 0.0  # paper 000's filter has no gate (the shipped configs do: pf_gate.py)
-    return sim, rig
-
-
-def _merge(cfg: dict, over: dict) -> dict:
-    out = copy.deepcopy(cfg)
-    for k, v in over.items():
-        if isinstance(v, dict):
-            out[k] = _merge(out.get(k, {}), v)
-        else:
-            out[k] = v
-    return out
-
-
-def convergence_time(t: np.ndarray, err_deg: np.ndarray, threshold: float = CONVERGED_DEG) -> float:
-    """First time (relative to t[0]) after which |err| stays below threshold; inf if never."""
-    bad = np.nonzero(~(np.abs(err_deg) < threshold))[0]
-    if bad.size == 0:
-        return 0.0
-    if bad[-1] + 1 >= len(t):
-        return math.inf
-    return float(t[bad[-1] + 1] - t[0])
-
-
-def first_time(t: np.ndarray, flag: np.ndarray) -> float:
-    """First time (relative to t[0]) where flag holds; inf if never."""
-    idx = np.nonzero(flag)[0]
-    return float(t[idx[0]] - t[0]) if idx.size else math.inf
-
-
-def _model(key: str, error: float):
-    """(mechanism, sensors, scenario) of the PF's model for a truth and a crank error [%]."""
-    k = (key, float(error))
-    if k not in _MODELS:
-        truth = _TRUTHS[key]
-        sc = truth.scenario
-        if error:
-            sc = sc.with_overrides(settings=[f"model_errors.bodies.crank.length={error}",
-                                             f"model_errors.bodies.crank.mass={error}"])
-        _MODELS[k] = (sc.estimator_mechanism(), sc.estimator_sensors(), sc)
-    return _MODELS[k]
-
-
-def run_pf(key: str, cfg: dict, seed: int, error: float = 0.0, series: bool = True) -> dict:
-    """One PF run on the readings (noise seed ``seed``) of truth ``key``; returns metrics
-    and, with ``series``, the time series (mean, 95 % interval, branch probabilities)."""
-    from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.metrics import coordinate_errors, truth_at
-    from mbde_core.estimators.stage import EstimatorStage
-
-    truth = _TRUTHS[key]
-    mech, sensors, sc = _model(key, error)
-    meas = truth.measurements(truth.scenario.sensors, list(truth.scenario.sensors)[0].period, seed=1000 + seed)
-    init = sc.estimator_initial_state()
-    sig = cfg["initial_sigma"]
-    start = InitialState(init.z, init.zd, np.full(mech.dof, sig["z"]), np.full(mech.dof, sig["zd"]), init.q, init.branch)
-    est = make_estimator("pf", mech, sensors, cfg, rng=np.random.default_rng(seed))
-    rows = []
-
-    def on_step(rec):
-        e = rec.estimate
-        if series:
-            iv = est.interval(0.95)["z"]
-            rows.append((e.stamp, e.z[0], iv[0][0], iv[1][0], *e.branch_probabilities, est.N, rec.cost))
-        else:
-            rows.append((e.stamp, e.z[0], *e.branch_probabilities, est.N, rec.cost))
-
-    stage = EstimatorStage(est, cfg["step"], lambda t: start, on_step=on_step, keep=False)
-    c0, w0 = time.process_time(), time.perf_counter()
-    stage.feed(meas)
-    stage.advance_to(truth.t[-1] + 1e-9)
-    stage.flush()
-    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    A = np.array(rows, dtype=float)
-    t = A[:, 0]
-    angular = np.array([True])
-    tz = truth_at(t, truth.t, truth.z, angular)
-    err = np.degrees(coordinate_errors(A[:, [1]], tz, angular)[:, 0])
-    K = est.K
-    P = A[:, 4:4 + K] if series else A[:, 2:2 + K]
-    b_true = int(truth.scenario.initial_state.branch)
-    late = t - t[0] >= 1.0
-    diag = est.diagnostics()
-    out = {
-        "convergence_s": convergence_time(t, err),
-        "rmse_deg": float(np.sqrt(np.mean(err[late] ** 2))) if late.any() else float("nan"),
-        "rmse_all_deg": float(np.sqrt(np.mean(err**2))),
-        "branch_s": first_time(t, P[:, b_true] > BRANCH_P),
-        "branch_stay_s": convergence_time(t, np.where(P[:, b_true] > BRANCH_P, 0.0, 1.0), 0.5),
-        "final_branch_p": float(P[-1, b_true]),
-        "recoveries": diag["recoveries"], "resamples": diag["resamples"],
-        "cpu_s": cpu, "wall_s": wall, "duration_s": float(t[-1] - t[0]),
-        "steps": len(t), "step_us": float(np.mean(A[:, -1]) * 1e6),
-    }
-    if series:
-        tzu = np.unwrap(tz[:, 0])
-        out["series"] = {"t": t - t[0], "truth": np.degrees(tzu), "mean": np.degrees(tzu) + err,
-                         "lo": np.degrees(tzu) + err + np.degrees(A[:, 2] - A[:, 1]),
-                         "hi": np.degrees(tzu) + err + np.degrees(A[:, 3] - A[:, 1]),
-                         "err": err, "err_lo": np.degrees(A[:, 2] - A[:, 1]) + err,
-                         "err_hi": np.degrees(A[:, 3] - A[:, 1]) + err, "P": P, "N": A[:, -2]}
-    return out
-
-
-def _task(truths, task):
-    """One PF run (mbde_core.runs task); truths: {key: TruthRecord} shared by all tasks."""
-    _TRUTHS.update(truths)
-    kind, key, variant, cfg, seed, error, sigma, series = task
-    try:
-        res = run_pf(key, cfg, seed, error, series)
-        res["failed"] = False
-    except Exception as exc:  # a diverging run must not stop the benchmark
-        res = {"failed": True, "error": f"{type(exc).__name__}: {exc}"[:200]}
-    res.update(kind=kind, truth=key, variant=variant, seed=seed, error_pct=error, sigma_a=sigma)
-    return res
-
-
-def _stats(vals):
-    v = np.array([x for x in vals if x is not None], dtype=float)
-    fin = v[np.isfinite(v)]
-    return {"median": float(np.median(fin)) if fin.size else math.inf, "max": float(np.max(v)) if v.size else math.nan,
-            "mean": float(np.mean(fin)) if fin.size else math.nan, "finite": int(fin.size), "n": int(v.size)}
-
-
-def _fmt_s(x):
-    return "never" if not np.isfinite(x) else f"{x:.3f}"
-
-
 # ------------------------------------------------------------------------------ experiments
 def _tracking_tasks(args, sim_cfg):
+    from mbde_core.estimators.config_schema import defaults
+
     tasks = []
-    for variant, cfg in (("mbde", sim_cfg), ("paper", _merge(sim_cfg, PAPER_VARIANT))):
+    for variant, cfg in (("mbde", sim_cfg), ("paper", _merge(sim_cfg, PAPER_VARIANT)), ("defaults", defaults("pf"))):
         for r in range(args.runs):
             tasks.append(("tracking", "sim0", variant, cfg, args.seed + r, 0.0, None, r == 0))
     return tasks
@@ -276,7 +144,7 @@ def tracking_table(rows) -> str:
              "for the rest of the run; RMSE over t >= 1 s", 
              f"{'variant':<8}{'runs':>6}{'converged':>11}{'conv. median [s]':>18}{'conv. max [s]':>15}"
              f"{'RMSE median [deg]':>19}{'RMSE mean [deg]':>17}{'recoveries':>12}"]
-    for variant in ("mbde", "paper"):
+    for variant in ("mbde", "paper", "defaults"):
         rs = [r for r in rows if r["variant"] == variant and not r["failed"]]
         if not rs:
             continue
@@ -376,199 +244,7 @@ def sweep_table(summary, sigmas, errors, release) -> str:
     return "\n".join(lines)
 
 
-def speed_experiment(counts, seed: int = 0):
-    """Rows {integrator, N, ms/step, particle-steps/s, shares of predict/update/estimate}.
-
-    The filter tracks pf_sim's gyro readings from a Gaussian start at the true state,
-    so resampling happens as often as in a real run (ESS < N/2)."""
-    from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.base import InitialState
-
-    sim_cfg, _ = _configs()
-    truth = _TRUTHS["sim0"]
-    mech, sensors, sc = _model("sim0", 0.0)
-    dt = sim_cfg["step"]
-    meas = truth.measurements(truth.scenario.sensors, dt, seed=7 + seed)
-    init = sc.estimator_initial_state()
-    sig = sim_cfg["initial_sigma"]
-    start = InitialState(init.z, init.zd, np.full(mech.dof, sig["z"]), np.full(mech.dof, sig["zd"]), init.q, init.branch)
-    rows = []
-    for integ in SPEED_INTEGRATORS:
-        for N in counts:
-            cfg = _merge(sim_cfg, {"particles": int(N), "integrator": integ, "init": "gaussian", "uniform": {"particles": 0}})
-            est = make_estimator("pf", mech, sensors, cfg, rng=np.random.default_rng(seed))
-            est.reset(meas[0].stamp, start)
-            est.update([meas[0]])
-            times = []
-            budget = 1.5 if integ == "rk4" else 0.8
-            k = 1
-            while k < len(meas):
-                c0 = time.process_time()
-                est.predict(dt)
-                c1 = time.process_time()
-                est.update([meas[k]])
-                c2 = time.process_time()
-                est.estimate()
-                c3 = time.process_time()
-                k += 1
-                if k > 4:  # three warm-up steps
-                    times.append((c1 - c0, c2 - c1, c3 - c2))
-                if len(times) >= 5 and sum(map(sum, times)) > budget:
-                    break
-            T = np.array(times)
-            step = float(np.median(T.sum(axis=1)))  # median: robust to other processes' bursts
-            share = T.sum(axis=0) / T.sum()
-            rows.append({"integrator": integ, "particles": int(N), "ms_per_step": step * 1e3,
-                         "particle_steps_per_s": N / step, "steps": len(T),
-                         "predict_share": share[0], "update_share": share[1],
-                         "estimate_share": share[2], "resamples": est.counts["resamples"]})
-    return rows
-
-
-def speed_table(rows, rtf) -> str:
-    lines = ["", "Speed: full filter step (predict + update of one gyro reading + estimate) tracking pf_sim, median CPU "
-             "time of this process per step; shares of the three parts",
-             f"{'integrator':<11}{'N':>8}{'ms/step':>10}{'particle-steps/s':>18}{'predict':>9}{'update':>8}{'estimate':>9}"]
-    for r in rows:
-        lines.append(f"{r['integrator']:<11}{r['particles']:>8}{r['ms_per_step']:>10.3f}{r['particle_steps_per_s']:>18.3g}"
-                     f"{100 * r['predict_share']:>8.0f}%{100 * r['update_share']:>7.0f}%{100 * r['estimate_share']:>8.0f}%")
-    at = [r for r in rows if r["integrator"] == "rk4" and r["particles"] == 10000]
-    if at:
-        v = at[0]["particle_steps_per_s"]
-        lines.append(f"target >= {TARGET:.0e} particle-steps/s at 1e4 particles (rk4): {v:.3g} "
-                     f"({'met' if v >= TARGET else f'{v / TARGET:.0%} of it'}); the 2014 C++ code: ~2e4/s")
-    for r in rtf:
-        lines.append(f"real-time factor, {r['case']}: {r['rtf_cpu']:.3f} (CPU), {r['rtf_wall']:.3f} (wall); "
-                     f"mean step {r['step_us']:.0f} us (paper 000: 0.8375 with 50 particles in C++)")
-    return "\n".join(lines)
-
-
-def rtf_experiment(rig_cfg, seed: int = 0):
-    """Real-time factor at the rig settings (pf_rig_branch0, 50 particles, 3 ms)."""
-    out = []
-    for case, cfg in (("rig settings, uniform start (3000 -> 50 particles)", rig_cfg),
-                      ("rig settings, 50 particles throughout (gaussian start)", _merge(rig_cfg, {"init": "gaussian", "uniform": {"particles": 0}}))):
-        r = run_pf("rig0", cfg, seed, 0.0, series=False)
-        out.append({"case": case, "rtf_cpu": r["cpu_s"] / r["duration_s"], "rtf_wall": r["wall_s"] / r["duration_s"],
-                    "step_us": r["step_us"], "duration_s": r["duration_s"]})
-    return out
-
-
 # ------------------------------------------------------------------------------ figures
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def figure_tracking(path, res):
-    plt = _plt()
-    s = res["series"]
-    fig, ax = plt.subplots(3, 1, figsize=(8, 8.5))
-    ax[0].fill_between(s["t"], s["lo"], s["hi"], color="0.75", lw=0, label="95 % interval")
-    ax[0].plot(s["t"], s["truth"], "k-", lw=1.4, label="ground truth")
-    ax[0].plot(s["t"], s["mean"], "r-", lw=0.9, label="PF mean")
-    ax[0].set_ylabel("crank angle [deg]")
-    ax[0].set_title("(a) paper 000 Fig. 7: crank angle, uniform prior (pf_sim, Table 1)")
-    ax[0].legend(loc="upper right", fontsize=8)
-    for a, tmax in ((ax[1], s["t"][-1]), (ax[2], 1.0)):
-        sel = s["t"] <= tmax
-        a.fill_between(s["t"][sel], s["err_lo"][sel], s["err_hi"][sel], color="0.75", lw=0, label="95 % interval")
-        a.plot(s["t"][sel], s["err"][sel], "r-", lw=0.8, label="error")
-        a.axhline(0, color="k", lw=0.5)
-        for y in (-CONVERGED_DEG, CONVERGED_DEG):
-            a.axhline(y, color="b", lw=0.5, ls="--")
-        if np.isfinite(res["convergence_s"]) and res["convergence_s"] <= tmax:
-            a.axvline(res["convergence_s"], color="b", lw=0.8, ls=":", label=f"converged {res['convergence_s']:.3f} s")
-        a.set_ylabel("error [deg]")
-        a.legend(loc="upper right", fontsize=8)
-    ax[1].set_ylim(-10, 10)
-    ax[1].set_title("(b) error and its 95 % interval (zoom +/- 10 deg)")
-    ax[2].set_title("(c) the first second")
-    ax[2].set_xlabel("t [s]")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def figure_branches(path, runs):
-    plt = _plt()
-    fig, ax = plt.subplots(2, 2, figsize=(11, 7))
-    for b in (0, 1):
-        res = runs.get(b)
-        if res is None:
-            continue
-        s = res["series"]
-        a = ax[0, b]
-        a.fill_between(s["t"], s["lo"], s["hi"], color="0.75", lw=0, label="95 % interval")
-        a.plot(s["t"], s["truth"], "k-", lw=1.3, label="ground truth")
-        a.plot(s["t"], s["mean"], "r-", lw=0.8, label="PF mean")
-        a.set_title(f"({'ab'[b]}) rig, true branch {b}: crank angle")
-        a.set_ylabel("crank angle [deg]")
-        a.legend(loc="upper right", fontsize=8)
-        a = ax[1, b]
-        sel = s["t"] <= 0.5
-        for k in range(s["P"].shape[1]):
-            a.plot(s["t"][sel], s["P"][sel, k], "-", lw=1.3, label=f"P(B = {k})")
-        if np.isfinite(res["branch_s"]):
-            a.axvline(res["branch_s"], color="k", ls=":", lw=0.8, label=f"P(true) > {BRANCH_P} at {res['branch_s'] * 1e3:.0f} ms")
-        a.set_ylim(-0.02, 1.02)
-        a.set_xlabel("t [s]")
-        a.set_title(f"({'cd'[b]}) branch probabilities (eq. 20), true branch {b}")
-        a.legend(loc="center right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def figure_sweep(path, summary, sigmas, errors, release):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for e in errors:
-        cs = [c for c in summary if c["error_pct"] == float(e)]
-        x = [c["sigma_a_ms2"] for c in cs]
-        y = [c["rmse_mean_deg"] if c["rmse_mean_deg"] is not None else np.nan for c in cs]
-        ax.plot(x, y, "o-", label=f"{e:g} % crank error")
-    ax.set_xscale("log")
-    ax.set_xticks(list(sigmas))
-    ax.set_xticklabels([f"{s:g}" for s in sigmas])
-    ax.minorticks_off()
-    ys = [c["rmse_mean_deg"] for c in summary if c["rmse_mean_deg"]]
-    if ys and min(ys) > 0:
-        ax.set_yscale("log")
-    ax.set_xlabel("sigma_a [m/s^2]  (x 8 = rad/s^2 on the crank angle)")
-    ax.set_ylabel("mean RMSE of the crank angle [deg]")
-    ax.set_title(f"paper 000 Fig. 8: model error x acceleration noise (release {release:g} deg)")
-    ax.grid(True, which="both", lw=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def figure_speed(path, rows):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for integ in SPEED_INTEGRATORS:
-        rs = [r for r in rows if r["integrator"] == integ]
-        ax.plot([r["particles"] for r in rs], [r["particle_steps_per_s"] for r in rs], "o-", label=integ)
-    ax.axhline(TARGET, color="k", ls="--", lw=0.8, label="target 2e6 (at 1e4)")
-    ax.axhline(2e4, color="0.5", ls=":", lw=0.8, label="2014 C++ (~2e4)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("particles")
-    ax.set_ylabel("particle-steps / s (CPU)")
-    ax.set_title("PF speed on fourbar_pf (predict + update + estimate)")
-    ax.grid(True, which="both", lw=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 # ------------------------------------------------------------------------------ main
 def _write_csv(path, rows, keys):
     with open(path, "w", newline="", encoding="utf-8") as fh:
@@ -590,11 +266,28 @@ def _clean(obj):
     return obj
 
 
+def _multidof(args, only_keys):
+    """The multi-DOF experiment (mbde_core.bench.pf_multidof): (rows, truths)."""
+    from mbde_core import runs
+    from mbde_core.bench import pf_multidof as md
+
+    truths = md.simulate_truths(args.multidof_duration, only_keys)
+    tasks = [(key, args.seed + r) for key in truths for r in range(args.multidof_runs)]
+    outcomes = runs.run_tasks(md.task, tasks, truths, label="pf multidof runs", **runs.options(args))
+    rows = []
+    for o, (key, seed) in zip(outcomes, tasks):
+        rows.append(o.value if o.ok else {"scenario": key, "seed": seed, "dof": truths[key].scenario.estimator_mechanism().dof,
+                                          "failed": True, "converged": False, "error": o.error})
+    return rows, truths
+
+
 def run(args) -> int:
+    from mbde_core import runs
     from mbde_core.bench.common import TruthRecord, config_path
+    from mbde_core.bench.pf_figures import figure_branches, figure_speed, figure_sweep, figure_tracking
+    from mbde_core.bench.pf_speed import TARGET, rtf_experiment, speed_experiment, speed_table
     from mbde_core.errors import DataError
     from mbde_core.scenario import load_scenario
-    from mbde_core import runs
 
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     bad = only - set(EXPERIMENTS)
@@ -606,8 +299,19 @@ def run(args) -> int:
         sigmas = [float(s) for s in args.sigmas.split(",") if s.strip()]
         errors = [float(e) for e in args.errors.split(",") if e.strip()]
         counts = [int(float(n)) for n in args.particles.split(",") if n.strip()]
+        threads = [int(n) for n in args.threads.split(",") if n.strip()] or None
     except ValueError as exc:
-        raise DataError(f"--sigmas/--errors/--particles: {exc}") from None
+        raise DataError(f"--sigmas/--errors/--particles/--threads: {exc}") from None
+    md_keys = {k.strip() for k in args.multidof_scenarios.split(",") if k.strip()}
+    if "multidof" in only:
+        from mbde_core.bench.pf_multidof import scenario_paths
+
+        unknown = md_keys - {k for k, _ in scenario_paths()}
+        if unknown:
+            raise DataError(f"--multidof-scenarios: unknown {', '.join(sorted(unknown))} "
+                            f"(choose from {', '.join(k for k, _ in scenario_paths())})")
+        if args.multidof_runs < 1 or not args.multidof_duration > 1.0:
+            raise DataError("--multidof-runs must be >= 1 and --multidof-duration > 1 s (the steady state is t > 1 s)")
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
     sim_cfg, rig_cfg = _configs()
@@ -700,13 +404,22 @@ def run(args) -> int:
                         "pf_sim_as_shipped": [_clean(r) for r in sep]}
         figure_sweep(os.path.join(args.out, "sweep.png"), summary, sigmas, errors, args.sweep_release)
         figures.append("sweep.png")
+    if "multidof" in only:
+        from mbde_core.bench.pf_multidof import table as multidof_table
+
+        rows, truths = _multidof(args, md_keys)
+        mkeys = ["scenario", "dof", "seed", "converged", "t_conv", "rmse_pf", "rmse_ukf", "ratio", "p_true_final",
+                 "recoveries", "locks", "particles_init", "particles", "sigma_a", "cpu_s", "failed", "error"]
+        _write_csv(os.path.join(args.out, "multidof.csv"), rows, mkeys)
+        text.append(multidof_table(rows, truths))
+        doc["multidof"] = {"runs": args.multidof_runs, "duration_s": args.multidof_duration, "rows": [_clean(r) for r in rows]}
     if "speed" in only:
         print("speed ...", flush=True)
-        rows = speed_experiment(counts, args.seed)
+        rows = speed_experiment(counts, args.seed, threads)
         rtf = rtf_experiment(rig_cfg, args.seed)
         _write_csv(os.path.join(args.out, "speed.csv"), rows, list(rows[0]))
         text.append(speed_table(rows, rtf))
-        doc["speed"] = {"rows": rows, "realtime": rtf, "target_particle_steps_per_s_at_1e4": TARGET}
+        doc["speed"] = {"rows": rows, "realtime": rtf, "target_particle_steps_per_s": TARGET}
         figure_speed(os.path.join(args.out, "speed.png"), rows)
         figures.append("speed.png")
     if failed:
@@ -714,6 +427,6 @@ def run(args) -> int:
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
         json.dump(_clean(doc), fh, indent=2)
     print("\n".join(text))
-    print(f"\n{len(tasks)} filter runs ({args.runs} per cell) + speed in {time.perf_counter() - t_start:.0f} s; "
+    print(f"\n{len(tasks)} paper-000 filter runs ({args.runs} per cell) in {time.perf_counter() - t_start:.0f} s in all; "
           f"wrote {args.out}: results.json, *.csv, {', '.join(figures)}")
     return 0

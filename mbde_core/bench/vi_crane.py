@@ -73,8 +73,10 @@ def run_filter(mech, truth, rate: float, name: str, over: dict, particles: int, 
     cfg["recovery"] = dict(cfg["recovery"], enabled=False)
     if name == "vipf":
         cfg["noise"] = {"position": 0.0, "velocity": GAMMA}
-    else:
+    else:  # paper 000's proposal (blind acceleration noise, no regularisation): the RK4/RK1 PFs paper 002 compares
         cfg["acceleration_sigma"] = GAMMA / math.sqrt(h)
+        cfg["proposal"] = "prior"
+        cfg["regularisation"] = dict(cfg["regularisation"], enabled=False)
     rng = np.random.default_rng(seed)
     est = make_estimator(name, mech, SensorSet([cam]), cfg, rng=np.random.default_rng(seed + 1))
     iz = mech.independent[0]

@@ -88,4 +88,4 @@ def resample(scheme: str, w: np.ndarray, rng: np.random.Generator, n: int | None
 def effective_sample_size(w: np.ndarray) -> float:
     """1 / sum(w^2) of normalised weights (Algorithm 1 line 11), at most N (equal weights
     after resampling would otherwise give N (1 + rounding))."""
-    return float(min(1.0 / np.dot(w, w), w.size))
+    return float(min(1.0 / np.einsum("n,n->", w, w), w.size))  # no BLAS (see pf_outputs.wsum)

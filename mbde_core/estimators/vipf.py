@@ -76,6 +76,14 @@ class VIParticleFilter(ParticleFilter):
         },
     })
     DEFAULTS["resampling"] = {"scheme": "systematic", "ess_threshold": 1.0}
+    # paper 002's filter: the VI's own noise is the whole proposal (no Musso kernel, whose
+    # jitter would hide the integrator's statistics), the gyroscope assumed at 1 deg/s as in
+    # paper 000 Table 1, 100 particles (3000 from the uniform prior), no lock injections
+    DEFAULTS["particles"] = 100
+    DEFAULTS["sensor_sigma_by_type"] = dict(DEFAULTS["sensor_sigma_by_type"], gyroscope=math.radians(1.0))
+    DEFAULTS["uniform"] = dict(DEFAULTS["uniform"], particles=3000, zd=[-40.0, 40.0], anneal=0.0)
+    DEFAULTS["regularisation"] = {"enabled": False, "bandwidth": 0.5}
+    DEFAULTS["recovery"] = dict(DEFAULTS["recovery"], lock_nis=0.0)
 
     @staticmethod
     def validate_config(cfg, file, path):
@@ -87,15 +95,15 @@ class VIParticleFilter(ParticleFilter):
         self.sigma_q = float(config["noise"]["position"])
         self.sigma_p = float(config["noise"]["velocity"])
 
-    def _propagate(self, dt: float) -> MBState:
-        """The stochastic variational step of every particle (paper 002 eqs. 5-6)."""
+    def _propagate(self, dt: float, extra=None) -> MBState:
+        """The stochastic variational step of every particle (paper 002 eqs. 5-6); ``extra``:
+        the PF's acceleration noise (``proposal: prior`` with acceleration_sigma > 0)."""
         N, g = self.N, self.g
         root = math.sqrt(dt)
         s1 = self.sigma_q * root * self.rng.standard_normal((N, g)) if self.sigma_q > 0 else None
         s2 = self.sigma_p * root * self.rng.standard_normal((N, g)) if self.sigma_p > 0 else None
-        v = self.v if self.sigma_a > 0 else None
-        state = MBState(self.q, self.qd, self.qdd, aux=self._aux)
-        return self.integrator.step_noisy(self.mech, self.t, state, dt, s1, s2, extra_zdd=v)
+        state = MBState(self.q, self.qd, self.qdd if self._fresh else None, aux=self._aux)
+        return self.integrator.step_noisy(self.mech, self.t, state, dt, s1, s2, extra_zdd=extra)
 
     def predict(self, dt: float) -> None:
         super().predict(dt)

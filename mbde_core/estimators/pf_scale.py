@@ -1,0 +1,157 @@
+"""Particle-filter defaults from the mechanism and its sensors (the ``null`` options of pf.yaml).
+
+Paper 000's settings (Table 1: sigma_a = 1 m/s^2 on the crank tip = 8 rad/s^2, |zd| <= 40
+rad/s, 100 particles) are those of its 0.125 m rig. They do not transfer: on FourBars1
+(2/8/5 m, accelerations ~5 rad/s^2) 8 rad/s^2 of noise swamps the dynamics, on a 2 cm
+four-bar (crank up to ~70 rad/s, ~500 rad/s^2) both the noise and the velocity range are
+far too small. The rules below derive them from the model, on the branch atlas's grid of
+assembled configurations (every branch; :mod:`pf_init`):
+
+- ``acceleration_sigma`` = ``ACCEL_FRACTION`` (0.5) x a_rms, a_rms = root mean square over
+  the grid of the model's independent accelerations at rest, |f(z, 0)| (gravity and the
+  known loads at t = 0). The factor is measured, not derived: with paper 003's model
+  error (gravity +1 m/s^2, 10 % of the forces) the multi-DOF benchmark converges on every
+  scenario for 0.4-0.8 x a_rms (FourBars1: 1 to 4 rad/s^2 work, 16 fails; offset
+  slider-crank: 16 to 64 work, 4 fails; five-bar with encoders: 16 works, 4 fails):
+  the noise must cover the model error where the forces peak and keep the cloud diverse,
+  not only the RMS error. Paper 000 Table 1's 8 rad/s^2 on its rig is 0.09 x a_rms
+  (a_rms = 88 rad/s^2; the rule gives 44, with the same tracking accuracy on pf_sim).
+  Without forces at rest (a horizontal, unloaded linkage) a_rms is taken at half the
+  velocity bound below, where the velocity terms act.
+- ``uniform.zd`` = +/- ``VELOCITY_MARGIN`` (1.25) x W_k, W_k = max over the grid of
+  sqrt(2 dV (Mbar^-1)_kk): the largest |zd_k| at which the kinetic energy 1/2 zd^T Mbar zd
+  (Mbar = R^T M R, paper 003 eq. 3) equals the range dV of the potential energy, i.e. the
+  speed a conservative mechanism can reach when released at rest anywhere. Mechanisms
+  driven by motors or other inputs the model does not know (config ``uniform.zd``) and
+  mechanisms without potential energy (``DEFAULT_SPEED``) need the range set.
+- ``sensor_sigma_by_type.accelerometer`` (and the accelerometer channels of an ``imu``):
+  sqrt(sigma^2 + (``GRAVITY_FRACTION`` |g|)^2): an accelerometer reads the specific force
+  a - g, so an error of the model's gravity (or of any force of that size) biases every
+  reading; 0.1 |g| (~1 m/s^2, paper 003's gravity error) keeps a 0.05 m/s^2 accelerometer
+  from overruling the dynamics with a bias of 20 of its sigmas (fourbar_imu).
+- ``particles`` (tracking) = ``PARTICLES_PER_DOF`` (100) x g.
+- ``uniform.anneal`` = ``ANNEAL_PER_DOF`` (0.3 s) x (g - 1): the likelihood is tempered,
+  ll x beta with beta rising linearly from 0.1 to 1 over that time after a uniform
+  (re)initialisation (annealing, Neal 2001; Deutscher, Blake & Reid 2000), so that a
+  multi-DOF posterior's modes are explored before the weights commit: on the five-bar with
+  gyroscopes the mirrored motion on the other branch fits the first 0.2 s about as well
+  as the truth, and without annealing 1 run in 8 committed to it. One DOF needs none
+  (paper 000's rig identifies its branch in < 0.1 s).
+- ``uniform.particles`` (a uniform (re)initialisation) = K x C_z x C_zd, clipped to
+  [``INIT_MIN``, ``INIT_MAX``]: K branches, C_z = ``CELLS``^g cells of z unless the
+  position readings (encoders, slider positions: at least g channels) place every
+  particle on them (:mod:`pf_proposal`), C_zd = ``VELOCITY_CELLS``^g unless the velocity
+  readings (gyroscopes: >= g channels) give zd. Five-bar with gyroscopes: 2 x 48^2 = 4608.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mbde_core.engine import dynamics, kinematics
+
+ACCEL_FRACTION = 0.5
+GRAVITY_FRACTION = 0.1
+VELOCITY_MARGIN = 1.25
+DEFAULT_SPEED = 20.0       # [unit/s] velocity bound without potential energy
+PARTICLES_PER_DOF = 100
+CELLS = 48                 # z cells per coordinate of a uniform start (~0.13 rad on the circle)
+VELOCITY_CELLS = 16        # zd cells per coordinate when no reading gives zd
+ANNEAL_PER_DOF = 0.3       # [s] of tempered likelihood per degree of freedom beyond the first
+INIT_MIN = 1000
+INIT_MAX = 100_000
+
+
+@dataclass
+class Scales:
+    """What the rules use: a_rms [unit/s^2] (g,), W [unit/s] (g,), dV [J]."""
+
+    a_rms: np.ndarray
+    W: np.ndarray
+    dV: float
+
+
+def mechanism_scales(mech, atlas) -> Scales:
+    """a_rms and the energy velocity bound W on the atlas's grid (see the module docstring)."""
+    q = atlas.q[atlas.has]
+    g = mech.dof
+    if q.shape[0] == 0:
+        return Scales(np.zeros(g), np.full(g, DEFAULT_SPEED), 0.0)
+    ev = dynamics.evaluate(mech, 0.0, q, np.zeros_like(q))
+    V = np.asarray(mech.potential_energy(q), dtype=float).reshape(-1)
+    dV = float(np.nanmax(V) - np.nanmin(V)) if V.size else 0.0
+    R = ev.R
+    Mbar = np.einsum("nig,ij,njk->ngk", R, np.asarray(mech.M, dtype=float), R)
+    try:
+        Mi = np.linalg.inv(Mbar)
+        diag = np.diagonal(Mi, axis1=1, axis2=2)
+        ok = np.all(np.isfinite(diag) & (diag > 0), axis=1)
+    except np.linalg.LinAlgError:
+        diag, ok = None, np.zeros(q.shape[0], dtype=bool)
+    if dV > 0 and ok.any():
+        W = np.sqrt(2.0 * dV * diag[ok]).max(axis=0)
+    else:
+        W = np.full(g, DEFAULT_SPEED)
+    f = ev.zdd
+    good = np.all(np.isfinite(f), axis=1)
+    a = np.sqrt(np.mean(f[good] ** 2, axis=0)) if good.any() else np.zeros(g)
+    if not np.all(a > 0):  # no forces at rest: the velocity terms at half the bound
+        zd = 0.5 * np.broadcast_to(W, (q.shape[0], g)) * np.where(np.arange(q.shape[0]) % 2, 1.0, -1.0)[:, None]
+        qd = kinematics.velocity(mech, q, zd, phi_q=None)
+        fv = dynamics.evaluate(mech, 0.0, q, qd).zdd
+        gv = np.all(np.isfinite(fv), axis=1)
+        av = np.sqrt(np.mean(fv[gv] ** 2, axis=0)) if gv.any() else np.ones(g)
+        a = np.where(a > 0, a, np.where(av > 0, av, 1.0))
+    return Scales(a, W, dV)
+
+
+def acceleration_sigma(scales: Scales) -> float:
+    """sigma_a = ACCEL_FRACTION x RMS of a_rms over the coordinates."""
+    return float(ACCEL_FRACTION * np.sqrt(np.mean(scales.a_rms**2)))
+
+
+def velocity_range(scales: Scales):
+    """(lo, hi) (g,) of the uniform velocity prior."""
+    W = VELOCITY_MARGIN * scales.W
+    return -W, W
+
+
+def tracking_particles(g: int) -> int:
+    return PARTICLES_PER_DOF * int(g)
+
+
+def sensor_covariance(sensor, mech) -> np.ndarray:
+    """Sigma_s (d, d) of a sensor without a configured sigma: its noise model, plus
+    (GRAVITY_FRACTION |g|)^2 on accelerometer channels (see the module docstring)."""
+    R = np.array(sensor.covariance(), dtype=float)
+    g = float(np.linalg.norm(getattr(mech, "gravity", np.zeros(2))))
+    if g > 0:
+        if sensor.kind == "accelerometer":
+            acc = np.ones(sensor.dim, dtype=bool)
+        else:
+            acc = np.array([str(c).startswith("accel") for c in getattr(sensor, "channels", [])] or [False] * sensor.dim)
+        if acc.shape == (sensor.dim,) and acc.any():
+            R[np.diag_indices(sensor.dim)] += np.where(acc, (GRAVITY_FRACTION * g) ** 2, 0.0)
+    return R
+
+
+def anneal_time(g: int) -> float:
+    """Seconds of tempered likelihood after a uniform start: ANNEAL_PER_DOF x (g - 1)."""
+    return ANNEAL_PER_DOF * max(int(g) - 1, 0)
+
+
+def channels(sensors):
+    """(position channels, velocity channels) of a sensor set: readings of q only
+    (encoders, slider positions) and readings linear in qd (gyroscopes)."""
+    dq = sum(s.dim for s in sensors if not getattr(s, "uses_qd", False) and not s.uses_qdd)
+    dqd = sum(s.dim for s in sensors if getattr(s, "uses_qd", False) and not s.uses_qdd)
+    return dq, dqd
+
+
+def initial_particles(g: int, branches: int, sensors) -> int:
+    """Particles of a uniform (re)initialisation (see the module docstring)."""
+    dq, dqd = channels(sensors)
+    cz = 1 if dq >= g else CELLS**g
+    czd = 1 if dqd >= g else VELOCITY_CELLS**g
+    return int(min(max(branches * cz * czd, INIT_MIN), INIT_MAX))

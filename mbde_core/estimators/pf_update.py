@@ -1,0 +1,282 @@
+"""The update of the particle filter: Algorithm 1 lines 5-11 of paper 000 and the recovery tests.
+
+Mixin of :class:`mbde_core.estimators.pf.ParticleFilter`. One update fuses the readings of
+a filter step: each reading's prediction by the cloud (with the likelihood gate of
+:mod:`pf_gate`), the proposal of the step's noise and the weights (:mod:`pf_proposal`:
+the adapted proposal, or the readings-based proposals of a fresh uniform set), the
+tempered weights of the annealing after a uniform start, normalisation in log space
+(log-sum-exp), the ESS, the NIS of the weighted mean prediction, then the tests of
+:mod:`pf_lock` (lost: re-initialise; locked: inject fresh particles) and the selective
+resampling (:mod:`pf_resample`).
+
+Readings are predicted at their own stamps: a reading of the slot [t - dt/2, t + dt/2)
+(the stage fuses a 1 kHz encoder's five readings in one 5 ms update) is compared with
+the state extrapolated to its stamp, q + lag qd + lag^2/2 qdd, qd + lag qdd (second
+order), not with the state at t (on pendulum_release: 0.04 rad = 100 sigma of its
+encoder at 10 rad/s).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mbde_core.engine import kinematics
+from mbde_core.estimators import pf_proposal as prop
+from mbde_core.estimators.base import UpdateResult
+from mbde_core.estimators.chi2 import chi2_ppf
+from mbde_core.estimators.pf_gate import kernel_whitening, predictive_d2
+from mbde_core.estimators.pf_outputs import wsum
+from mbde_core.estimators.resampling import effective_sample_size
+
+
+class _Reading:
+    """One accepted reading and the cloud's predictions of it."""
+
+    __slots__ = ("m", "s", "pred", "r", "R", "W", "C", "y")
+
+    def __init__(self, m, s, pred, r, R, W, C, y):
+        self.m, self.s, self.pred, self.r, self.R, self.W, self.C, self.y = m, s, pred, r, R, W, C, y
+
+
+def _velocity_linear(s) -> bool:
+    return bool(getattr(s, "uses_qd", False)) and not s.uses_qdd
+
+
+def _position_only(s) -> bool:
+    return not getattr(s, "uses_qd", False) and not s.uses_qdd
+
+
+class ParticleUpdate:
+    """Weights of a particle set given a step's readings (see the module docstring)."""
+
+    ANNEAL_START = 0.1      # tempering exponent of the first update after a uniform start
+    WILD_SIGMAS = 10.0      # an adapted noise beyond this many sigma_a falls back to its prior
+
+    def _temper(self, ll):
+        """The annealed likelihood of the first ``uniform.anneal`` seconds after a uniform
+        (re)initialisation: ll x beta, beta rising linearly from ANNEAL_START to 1."""
+        T = self.anneal
+        if self._anneal_from is None or not T > 0:
+            return ll
+        beta = (self.t - self._anneal_from) / T
+        if beta >= 1.0:
+            self._anneal_from = None
+            return ll
+        return ll * max(beta, self.ANNEAL_START)
+
+    def _readings(self, measurements, gates):
+        """The cloud's predictions of each reading; gated readings are rejected."""
+        if gates is None:  # not driven by a stage: the ``gate`` option
+            gates = {}
+            if self.default_gate > 0:
+                gates = {s.name: float(chi2_ppf(self.default_gate, s.dim)) for s in self.sensors}
+        w = self.weights()
+        n_eff = 1.0 / float(np.einsum("n,n->", w, w))
+        qdd_full = None
+        out, rejected = [], []
+        for m in measurements:
+            s = self.sensors[m.sensor]
+            if s.uses_qdd and qdd_full is None:
+                qdd_full = self._accelerations()
+            qdd = qdd_full if s.uses_qdd else self.qdd
+            lag = float(m.stamp) - self.t
+            if abs(lag) > 1e-9 and not s.uses_qdd:  # a reading of the slot, not of its time
+                q = self.q + lag * self.qd + (0.5 * lag * lag) * qdd
+                pred = s.h(q, self.qd + lag * qdd, qdd)
+            else:
+                pred = s.h(self.q, self.qd, qdd)  # (N, d)
+            R, W = self._noise(m.sensor)
+            value = np.asarray(m.value, dtype=float)
+            mean = wsum(w, pred)
+            if s.angular.any():
+                mean = np.where(s.angular, np.arctan2(wsum(w, np.sin(pred)), wsum(w, np.cos(pred))), mean)
+            dev = s.residual(pred, mean[None, :])
+            C = np.einsum("n,ni,nj->ij", w, dev, dev)
+            r = s.residual(value[None, :], pred)
+            limit = gates.get(m.sensor)
+            if limit is not None and limit > 0:
+                Wg = kernel_whitening(R, C, n_eff)
+                eg = np.einsum("nd,kd->nk", r, Wg)
+                d2 = predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg)
+                self._distances.append((m.sensor, d2))  # UpdateResult.distances: the stage's adaptive gate scale
+                if not d2 <= limit:
+                    rejected.append(m.sensor)
+                    continue
+            out.append(_Reading(m, s, pred, r, R, W, C, s.residual(value, mean)))
+        return out, rejected
+
+    def log_likelihood(self, measurements, gates=None):
+        """Per-particle log-likelihood of the readings at the current states (eq. 10),
+        with gating: (ll (N,), accepted names, rejected names, innovations, their S)."""
+        self._distances = []
+        rd, rejected = self._readings(measurements, gates)
+        ll = np.zeros(self.N)
+        for x in rd:
+            e = np.einsum("nd,kd->nk", x.r, x.W)
+            ll -= 0.5 * np.einsum("ij,ij->i", e, e)
+        return ll, [x.m.sensor for x in rd], rejected, [x.y for x in rd], [x.C + x.R for x in rd]
+
+    def _adapted_weights(self, rd):
+        """log-evidence (N,) of the readings, drawing the step's noise (pf_proposal), and the
+        noise term of each reading's predictive covariance."""
+        N, g = self.N, self.g
+        dt = self._pending or 0.0
+        if not (self.adapted and self.sigma_a > 0):
+            ll = np.zeros(N)
+            for x in rd:
+                e = np.einsum("nd,kd->nk", x.r, x.W)
+                ll -= 0.5 * np.einsum("ij,ij->i", e, e)
+            return ll, [np.zeros_like(x.R) for x in rd]
+        Rc = prop.r_columns(self.mech, self.q, self._aux)
+        qdd_full = None
+        yws, Gws, extra = [], [], []
+        w = self.weights()
+        s2 = self.sigma_a**2
+        for x in rd:
+            if x.s.uses_qdd and qdd_full is None:
+                qdd_full = self._accelerations()
+            G = prop.noise_jacobian(x.s, self.q, self.qd, qdd_full if x.s.uses_qdd else self.qdd, Rc, dt)
+            yws.append(np.einsum("nd,kd->nk", x.r, x.W))
+            Gws.append(np.einsum("ij,njg->nig", x.W, G))
+            extra.append(s2 * np.einsum("n,ndg,nkg->dk", w, G, G))
+        yw, Gw = np.concatenate(yws, axis=1), np.concatenate(Gws, axis=1)
+        bad = ~(np.isfinite(yw).all(axis=1) & np.isfinite(Gw).all(axis=(1, 2)))
+        if bad.any():
+            yw[bad], Gw[bad] = 0.0, 0.0
+        v, ll = prop.adapted_noise(self.sigma_a, yw, Gw, self.rng)
+        ll[bad] = -np.inf
+        # a reading that only an absurd noise could explain (an outlier, a particle far off)
+        # must not drag the state: such particles draw v from its prior (their weight is
+        # ~exp(-50) of the others' anyway)
+        wild = bad | ~(np.abs(v).max(axis=1) <= self.WILD_SIGMAS * self.sigma_a)
+        if wild.any():
+            v[wild] = self.sigma_a * self.rng.standard_normal((int(wild.sum()), g))
+        if dt > 0:
+            self._impulse(v, dt, Rc)
+        else:
+            self.v, self._pending = v, None
+        return ll, extra
+
+    def _fresh_weights(self, rd):
+        """Weights (N,) of a freshly drawn uniform set at its first readings: position and
+        velocity proposals (pf_proposal), then the other readings' evidence."""
+        uni = self.config["uniform"]
+        ll = np.zeros(self.N)
+        used = set()
+        pos = [x for x in rd if _position_only(x.s)]
+        if pos and uni.get("position_proposal", True):
+            sigma0 = np.maximum((self.z_hi - self.z_lo) / math.sqrt(12.0), 1e-9)  # the prior's own spread
+            q, lp = prop.position_proposal(self.mech, self.sensors, self._noise, self.atlas, self.q, self.label,
+                                           sigma0, self.t, self.rng, [x.m for x in pos])
+            zd = self.qd[:, self.iz]
+            self.q, self.qd = q, kinematics.velocity(self.mech, q, zd, t=self.t)
+            ll += lp
+            used |= {x.m.sensor for x in pos}
+        vel = [x for x in rd if _velocity_linear(x.s)]
+        if vel and uni.get("velocity_proposal", True):
+            zd, lv = prop.velocity_proposal(self.mech, self.sensors, self._noise, self.q, self.zd_lo, self.zd_hi,
+                                            self.t, self.rng, [x.m for x in vel])
+            self.qd = kinematics.velocity(self.mech, self.q, zd, t=self.t)
+            ll += lv
+            used |= {x.m.sensor for x in vel}
+        if used:
+            self.qdd = prop.model_accelerations(self.mech, self.t, self.q, self.qd)
+            self._fresh = True
+            self.propagator.drop()
+        rest = [m for m in (x.m for x in rd) if m.sensor not in used]
+        if rest:
+            rd2, _ = self._readings(rest, {})
+            ll2, _ = self._adapted_weights(rd2)
+            ll = ll + ll2
+        return np.where(np.isnan(ll), -np.inf, ll)
+
+    def update(self, measurements, gates=None) -> UpdateResult:
+        """Line 5 (proposal and weights), lines 7-14 (normalise, ESS, resample, regularise)."""
+        self._distances = []  # (sensor, d^2) of the gated readings
+        rd, rejected = self._readings(measurements, gates)
+        if not rd:
+            return UpdateResult([], rejected, distances=self._distances)
+        accepted = [x.m.sensor for x in rd]
+        self.counts["updates"] += 1
+        if self._propose:
+            self._propose = False
+            ll = self._fresh_weights(rd)
+            extra = [np.zeros_like(x.R) for x in rd]
+        else:
+            ll, extra = self._adapted_weights(rd)
+            ll = np.where(np.isnan(ll), -np.inf, ll)
+        self._vel_readings = [x.m for x in rd if _velocity_linear(x.s) or _position_only(x.s)]
+        y = np.concatenate([x.y for x in rd])
+        S = prop.block_diag([x.C + x.R + e for x, e in zip(rd, extra)])
+        try:
+            Ls = np.linalg.cholesky(S)
+            e = np.linalg.solve(Ls, y)
+            nis = float(e @ e)
+            logdet = float(2.0 * np.log(np.diagonal(Ls)).sum())
+        except np.linalg.LinAlgError:
+            nis, e, logdet = None, None, None
+        result = UpdateResult(accepted, rejected, nis, int(y.size), y, e, logdet, distances=self._distances)
+        underflow = not ll.max() >= self.ll_floor
+        ess, w = self._normalise(self._temper(ll))
+        collapse = ess is None or ess < self.collapse_fraction * self.N
+        if self.recovery and self.lost(self.t, underflow or collapse):
+            self._recover("likelihood" if underflow else "ess")
+            rd2, _ = self._readings([x.m for x in rd], {})
+            self._propose = False
+            ll = self._fresh_weights(rd2)
+            if ll.max() >= self.ll_floor:  # else the new uniform set stays unweighted
+                self._normalise(ll)
+            return result
+        if self.lock(self.t, nis, int(y.size)):
+            self._inject([x.m for x in rd])
+            w = self.weights()
+            ess = effective_sample_size(w)
+        if ess is not None and ess < self.ess_threshold * self.N:
+            self._resample(w, ess)
+        return result
+
+    def _normalise(self, ll):
+        """Lines 7-11: log w += ll, normalised in log space; (ESS, w) or (None, None) when
+        every weight is exactly zero (the prior weights then stay)."""
+        logw = self.logw + ll
+        top = logw.max()
+        if not np.isfinite(top):
+            return None, None
+        e = np.exp(logw - top)
+        total = float(np.sum(e))
+        self.logw = logw - (top + math.log(total))
+        w = e / total
+        self._w = w
+        ess = effective_sample_size(w)
+        self.ess_before = ess
+        self._ess_sum += ess
+        return ess, w
+
+    def _inject(self, measurements):
+        """The lock's remedy (pf_lock): add fresh uniform particles proposed from the
+        readings with ``recovery.inject`` of the total weight."""
+        self.counts["locks"] += 1
+        self.recovery_reasons["lock"] += 1
+        old = (self.q, self.qd, self.qdd, self.v, self.label, self.logw, self._fresh)
+        M = max(self.N_init // 2, 1)
+        lost = (list(self.lost.hist), self.lost.since)  # the injection does not restart the lost test
+        self._set(*self._draw_uniform(M))
+        self.lost.hist.extend(lost[0])
+        self.lost.since = lost[1]
+        rd, _ = self._readings(measurements, {})
+        ll = self._fresh_weights(rd)
+        top = ll.max()
+        a = self.inject
+        if not np.isfinite(top):
+            lw_new = np.full(M, -np.inf)
+        else:
+            lw_new = ll - (top + math.log(np.sum(np.exp(ll - top)))) + math.log(a)
+        new = (self.q, self.qd, self.qdd, self.v, self.label)
+        self.q, self.qd, self.qdd, self.v, self.label = (np.concatenate([o, n]) for o, n in zip(old[:5], new))
+        self.N = self.q.shape[0]
+        self.logw = np.concatenate([old[5] + math.log(1.0 - a) if a < 1 else np.full(len(old[5]), -np.inf), lw_new])
+        self._fresh = False  # the old particles' qdd may be stale: recompute at the next step
+        self._unique = self.N
+        self.propagator.drop()
+        self.lock.restart(self.t)
