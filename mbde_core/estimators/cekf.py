@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman import gate_rows, update_result
+from mbde_core.estimators.kalman import STEP_HALVINGS, gate_rows, move_within_bound, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.noise import van_loan
 
@@ -60,6 +60,7 @@ class CEKF(ReducedKalman):
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
         self._saved = None
+        self._x_pred = None
         self._const = {}  # dt -> (A, Qc, Phi, Qd, Jg^-1 without correction) for the simple A
 
     def _linear_part(self, x0, q0, dt):
@@ -79,9 +80,10 @@ class CEKF(ReducedKalman):
             self._const[dt] = out
         return out
 
-    def _step(self, x0, P0, dt, st0, corr=None):
+    def _step(self, x0, P0, dt, st0, corr=None, gain=1.0):
         """One trapezoidal step from x0 (assembled as the FullState st0); corr = (names, o, R)
-        adds K (o - h(x)) to the dynamics. Returns (x1, P1, position guess for x1)."""
+        adds gain K (o - h(x)) to the dynamics (gain < 1: a damped correction, see
+        :meth:`update`). Returns (x1, P1, position guess for x1)."""
         g = self.g
         model = self.model
         A, _, Phi, Qd, Jinv = self._linear_part(x0, st0.q, dt)
@@ -92,7 +94,7 @@ class CEKF(ReducedKalman):
             uses_qdd = self.sensors.uses_qdd(names)
             h0, H, _ = model.linearize(names, self.t, st0)
             Rc_inv = np.linalg.inv(R * dt)
-            K = P0 @ H.T @ Rc_inv
+            K = gain * (P0 @ H.T @ Rc_inv)
             # the correction at both ends of the trapezoid (paper), or only at x1, the time
             # of the reading (the reading is compared with the state of its own time)
             Jinv = np.linalg.inv(np.eye(2 * g) - 0.5 * dt * A + dt * K @ H if at_end
@@ -137,9 +139,16 @@ class CEKF(ReducedKalman):
         # with Rc / dt = R).
         P = Phi @ P0 @ Phi.T + Qd
         if K is not None:
+            # in Joseph form with the (damped) discrete gain gain P H^T S^-1: symmetric PSD
+            # by construction, P - P H^T S^-1 H P for gain 1
             PHt = P @ H.T
             S = H @ PHt + corr[2]
-            P = P - PHt @ np.linalg.solve(S, PHt.T)
+            try:
+                Kd = gain * np.linalg.solve(S, PHt.T).T
+            except np.linalg.LinAlgError:
+                Kd = gain * (PHt @ np.linalg.pinv(S))
+            IKH = np.eye(2 * g) - Kd @ H
+            P = IKH @ P @ IKH.T + Kd @ corr[2] @ Kd.T
         P = 0.5 * (P + P.T)
         return x1, P, guess
 
@@ -155,6 +164,7 @@ class CEKF(ReducedKalman):
         st0 = self._full()
         self._saved = (self.x.copy(), self.P.copy(), self.q, self.qd, st0, self.t, dt)
         x1, P1, guess = self._step(self.x, self.P, dt, st0)
+        self._x_pred = x1  # the uncorrected step (self.x keeps the last state if its assembly fails)
         self.t += dt
         self.P = P1
         self._assemble_into(x1, guess)
@@ -175,12 +185,22 @@ class CEKF(ReducedKalman):
         result.distances = dist
         o_k = o[rows] if rejected else o  # rows, not names: a sensor may have several readings in a slot
         R_k = self.measurement_covariance(accepted)
-        # redo the last step with the continuous correction of these readings
+        # redo the last step with the continuous correction of these readings; a correction
+        # that moves the state beyond what a Kalman update can (kalman.move_within_bound,
+        # against the prediction) is damped, halving its gain
+        predicted = (self.x.copy(), self.P, self.q, self.qd, self.full, self.t)
         x0, P0, q0, qd0, st0, t0, dt = self._saved
-        self.x, self.P, self.q, self.qd, self.full, self.t = x0, P0, q0, qd0, st0, t0
-        x1, P1, guess = self._step(x0, P0, dt, st0, corr=(accepted, o_k, R_k))
-        self.t = t0 + dt
-        self.P = P1
-        self._assemble_into(x1, guess)
         self._saved = None
-        return result
+        angular = np.concatenate([np.isin(self.mech.independent, self.mech.rel_columns), np.zeros(self.g, bool)])
+        for k in range(STEP_HALVINGS + 1):
+            self.x, self.P, self.q, self.qd, self.full, self.t = x0, P0, q0, qd0, st0, t0
+            x1, P1, guess = self._step(x0, P0, dt, st0, corr=(accepted, o_k, R_k), gain=0.5**k)
+            d = x1 - self._x_pred
+            d = np.where(angular, (d + np.pi) % (2.0 * np.pi) - np.pi, d)
+            if move_within_bound(d, predicted[1], result.nis, result.dof) and np.all(np.isfinite(P1)):
+                self.t = t0 + dt
+                self.P = P1
+                self._assemble_into(x1, guess)
+                return result
+        self.x, self.P, self.q, self.qd, self.full, self.t = predicted  # no consistent correction: not fused
+        return UpdateResult([], accepted + rejected, distances=dist)

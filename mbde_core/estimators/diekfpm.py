@@ -29,7 +29,7 @@ isotropic W lets the sensor update explain innovations by unconstrained motions 
 information is then projected away.
 
 Step control (not in the paper): the update's move of [z, zd] must respect the
-linear-Gaussian bound dx^T Pz^-1 dx <= NIS (within ``STEP_BOUND`` (NIS + dof)); an
+linear-Gaussian bound dx^T Pz^-1 dx <= NIS (within ``kalman.STEP_BOUND`` (NIS + dof)); an
 update that leaves it (a wide covariance near a singular configuration, where the
 q-space step leaves the manifold by radians and the projection lands far away) is
 damped by step halving, and the information of the damped gain taken in Joseph form, so
@@ -48,14 +48,10 @@ import numpy as np
 
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sensor_variances
-from mbde_core.estimators.kalman import cholesky, gate_rows, update_result
+from mbde_core.estimators.kalman import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, update_result
 from mbde_core.estimators.reduced import ReducedModel
 from mbde_core.estimators.transition import TRANSITION_DEFAULT, position_step
 from mbde_core.types import MechanismSnapshot
-
-
-STEP_BOUND = 4.0    # an update may move [z, zd] by at most 4 (NIS + dof) in the prior's metric
-STEP_HALVINGS = 8   # damped steps tried before the readings are left unfused
 
 
 class DIEKFpm(Estimator):
@@ -246,21 +242,15 @@ class DIEKFpm(Estimator):
         solution (velocities of 1e3 rad/s, then diverging predictions whose covariances
         overflow: ``mbde bench faults``, stuck gyro on fivebar_gyro). So the move of the
         independent coordinates, measured with the prior Pz, must stay within
-        ``STEP_BOUND`` (NIS + dof) (clean runs: <= 0.87 NIS); otherwise the step
-        x- + a (x_iter - x-) is halved (at most ``STEP_HALVINGS`` times), with the
+        ``kalman.STEP_BOUND`` (NIS + dof) (clean runs: <= 0.87 NIS); otherwise the step
+        x- + a (x_iter - x-) is halved (at most ``kalman.STEP_HALVINGS`` times), with the
         information of the damped gain a K in Joseph form (PSD by construction):
         (I - a K H) P (I - a K H)^T + a^2 K R K^T.
         """
         K, H, R = first
-        nis = result.nis if result.nis is not None and np.isfinite(result.nis) else 0.0
-        bound = STEP_BOUND * (nis + result.dof)
         n, iz = self.n, self.mech.independent
         idx = np.concatenate([iz, n + iz])
         angular = np.concatenate([np.isin(iz, self.mech.rel_columns), np.zeros(len(iz), bool)])
-        try:
-            Pz_inv = np.linalg.inv(self.Pz)
-        except np.linalg.LinAlgError:
-            Pz_inv = np.linalg.pinv(self.Pz)
         step = X - X_prior
         for k in range(STEP_HALVINGS + 1):
             a = 0.5**k
@@ -270,7 +260,7 @@ class DIEKFpm(Estimator):
             Xa = self._project(Xa)
             d = Xa[idx] - X_prior[idx]
             d = np.where(angular, (d + np.pi) % (2.0 * np.pi) - np.pi, d)
-            if np.all(np.isfinite(d)) and float(d @ Pz_inv @ d) <= bound:
+            if move_within_bound(d, self.Pz, result.nis, result.dof):
                 IKH = np.eye(2 * n) - a * (K @ H)
                 return Xa, IKH @ P @ IKH.T + (a * a) * (K @ R @ K.T)
         return None, None

@@ -19,6 +19,31 @@ from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.reduced import joseph_update, kalman_gain
 
 
+STEP_BOUND = 4.0    # an update may move the state by at most 4 (NIS + dof) in the prior's metric
+STEP_HALVINGS = 4   # damped steps (gain down to 1/16) tried before the readings are left unfused
+
+
+def move_within_bound(d, P, nis, dof) -> bool:
+    """Whether an update's move d of the state is one a Kalman update can make.
+
+    A linear-Gaussian update x+ = x- + K y moves the state by d with
+    d^T P^-1 d = y^T S^-1 H P H^T S^-1 y <= y^T S^-1 y (the NIS). The nonlinear updates
+    (CEKF's continuous correction integrated over the step, DIEKFpm's iterated update and
+    projection) can leave it by orders of magnitude when the covariance is wide or the
+    state far off (``mbde bench faults``: velocities of 1e2-1e18 rad/s after one update,
+    then overflowing covariances); a move beyond ``STEP_BOUND`` (NIS + dof) is refused
+    (the caller damps the step). P: the prior covariance of the compared coordinates.
+    """
+    if not np.all(np.isfinite(d)):
+        return False
+    nis = nis if nis is not None and math.isfinite(nis) else 0.0
+    try:
+        m = float(d @ np.linalg.solve(P, d))
+    except np.linalg.LinAlgError:
+        m = float(d @ np.linalg.pinv(P) @ d)
+    return m <= STEP_BOUND * (nis + dof)
+
+
 def gate_rows(names, dims, y, S, gates, distances=None):
     """(accepted names, rejected names, row indices kept) after per-sensor gating;
     ``distances`` (a list) receives (name, y_s^T S_s^-1 y_s) of every gated reading."""

@@ -84,7 +84,9 @@ def candidates(est, snap, count: int, floor: InitialState) -> list[InitialState]
         labels = atlas.labels
     sig_z = np.maximum(0.5 * spacing, floor.sigma_z)
     # the velocity of a lost estimate is as doubtful as its position: at least its own size
-    sd_zd = np.where(np.isfinite(sd[g:]), sd[g:], np.inf)
+    # (an unknown velocity, infinite sd: the initial guess's, not 1e6 rad/s, which made the
+    # candidates' sigma points diverge)
+    sd_zd = np.where(np.isfinite(sd[g:]), sd[g:], 0.0)
     sig_zd = np.maximum(np.minimum(np.maximum(sd_zd, np.abs(snap.zd)), 1e6), floor.sigma_zd)
     out = []
     for label in labels:

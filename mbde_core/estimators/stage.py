@@ -44,6 +44,9 @@ Robustness (each case counted in ``counters``, nothing crashes, see also
 - a local observer (Kalman family) that is lost after a gap, a long-gap restart or a
   re-acquisition (its covariance covers the circle) re-acquires globally with a
   multi-start bank (:mod:`~mbde_core.estimators.multistart`, ``multistarts``);
+- an estimate or covariance that is no longer finite (a lost filter predicted open loop
+  until its numbers overflowed) is never emitted: the estimator restarts from the
+  initial guess at the same time, as after a long gap (``diverged``);
 - after every restart or re-acquisition the time until the filter agrees with its
   readings again is measured (``reconvergence_last``, ``reconvergence_max`` [s]).
 """
@@ -98,6 +101,7 @@ class StageCounters:
     backward_jump_last: float = 0.0   # s
     backward_jump_max: float = 0.0    # s
     gap_resets: int = 0
+    diverged: int = 0                 # restarts of an estimate or covariance that overflowed
     reconvergence_last: float | None = None  # s
     reconvergence_max: float = 0.0    # s
     steps: int = 0
@@ -193,6 +197,7 @@ class EstimatorStage:
         self._in_flight: Measurement | None = None  # see _process
         self._last_stamp: dict[str, float] = {}
         self._after_jump = False  # restarted warm after a backward jump, not re-converged yet
+        self._unknown = False  # restarted after a divergence: re-acquire globally at the next reading
         self.guard.drop_all()
         if self.reacq is not None:
             self.reacq.clear()
@@ -332,6 +337,8 @@ class EstimatorStage:
                 if silence > LOST_CHECK_GAP:
                     self._multistart(self.t0 + self.k * self.dt)
             self._in_flight = None
+        if self._unknown:
+            self._multistart(self.t0 + self.k * self.dt)
         self._last_stamp[m.sensor] = m.stamp
         self.pending.append(m)
 
@@ -356,6 +363,20 @@ class EstimatorStage:
             self.reacq.clear()
         self._disturbed(m.stamp)
         self._after_jump = True
+
+    def _diverged(self, t: float) -> None:
+        """The estimate or its covariance overflowed (a lost filter predicting through a
+        gap: a UKF at 3e3 rad/s whose covariance squared every step): it is lost, restart
+        it from the initial guess at the same grid time, as a long gap does (counted)."""
+        self.counters.diverged += 1
+        self._bank = None
+        self.est.reset(t, self.initial(t))
+        if self.reacq is not None:
+            self.reacq.clear()
+        if self.gate_adapt is not None:
+            self.gate_adapt.clear()
+        self._disturbed(t)
+        self._unknown = True  # the multi-start bank waits for the next reading
 
     def _disturbed(self, t: float) -> None:
         self._after_jump = False
@@ -425,6 +446,7 @@ class EstimatorStage:
     def _multistart(self, t: float, unknown: bool = False) -> None:
         """Start a multi-start bank (:mod:`multistart`) if the estimate is lost (or its
         whereabouts ``unknown``) and the option is on."""
+        unknown, self._unknown = unknown or self._unknown, False
         if self.bank_size < 2 or self._bank is not None:
             return
         try:
@@ -459,9 +481,18 @@ class EstimatorStage:
         if not (self.keep or self.on_step):
             return
         est = self._active.estimate()
+        if not _finite(est):  # a lost filter predicted open loop until its numbers overflowed
+            self._diverged(self.t0 + self.k * self.dt)
+            est = self._active.estimate()
         est.stamp = self.t0 + self.k * self.dt  # exact grid time (no accumulated rounding)
         rec = StepRecord(est, result, cost)
         if self.keep:
             self.records.append(rec)
         if self.on_step is not None:
             self.on_step(rec)
+
+
+def _finite(snap) -> bool:
+    """Whether an estimate's z, zd and covariance are finite."""
+    ok = np.all(np.isfinite(snap.z)) and np.all(np.isfinite(snap.zd))
+    return bool(ok and (snap.cov is None or np.all(np.isfinite(snap.cov))))

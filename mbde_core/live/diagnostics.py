@@ -95,6 +95,12 @@ def stamp_anomaly_values(c: dict) -> list:
     """Diagnostic values of the stage's stamp and gate anomaly counters (StageCounters dict)."""
     out = [("duplicate stamps", c["duplicates"]), ("future stamps", c["future"]),
            ("gate re-acquisitions", c["reacquisitions"]), ("gap resets", c["gap_resets"])]
+    if c.get("gate_scale_max", 1.0) > 1.0:  # the filter's innovations exceeded its S (stage_guards.AdaptiveGate)
+        out.append(("gate scale (largest)", f"{c['gate_scale_max']:.2f}"))
+    if c.get("diverged", 0):
+        out.append(("diverged (restarted)", c["diverged"]))
+    if c.get("gate_believed", 0):
+        out.append(("readings believed over the gate", c["gate_believed"]))
     if c["resets"]:
         out.append(("backward jump [s] (last, largest)", f"{c['backward_jump_last']:.3f}, {c['backward_jump_max']:.3f}"))
     if c["reconvergence_last"] is not None:
