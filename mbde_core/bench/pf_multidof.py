@@ -78,6 +78,7 @@ def _run_filter(truth, name, seed, at_truth):
     from mbde_core.estimators.base import InitialState
     from mbde_core.estimators.config_schema import defaults
     from mbde_core.estimators.metrics import coordinate_errors, truth_at
+    from mbde_core.estimators.noise_rule import resolve_config, scenario_context
     from mbde_core.estimators.registry import estimator_rng
     from mbde_core.estimators.stage import EstimatorStage
 
@@ -85,7 +86,7 @@ def _run_filter(truth, name, seed, at_truth):
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
     period = min(s.period for s in sc.sensors)
     meas = truth.measurements(sc.sensors, period, seed=1000 + seed)
-    cfg = defaults(name)
+    cfg = resolve_config(name, defaults(name), mech, sensors, scenario_context(sc))  # 'auto' options, as replay
     g = mech.dof
     init = sc.estimator_initial_state()
     sig = cfg["initial_sigma"]
