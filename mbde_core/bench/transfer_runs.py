@@ -78,6 +78,6 @@ def _psd(cfg) -> float | None:
         return float(np.max(np.atleast_1d(cfg["plant_noise"]["acceleration_psd"])))
     if "noise" in cfg and cfg["noise"].get("velocity"):  # vipf: velocity noise density gamma^2 = q
         return float(cfg["noise"]["velocity"]) ** 2
-    if "acceleration_sigma" in cfg:
+    if cfg.get("acceleration_sigma") is not None:  # None: derived inside the PF (pf_scale)
         return float(cfg["acceleration_sigma"]) ** 2 * float(cfg.get("step", 0.005))
     return None
