@@ -5,14 +5,13 @@ import math
 
 import pytest
 
-from mbde_core.bench.common import config_path
-from mbde_core.bench.transfer import _simulate
+from mbde_core.bench.common import config_path, simulate_scenario_bag
 from mbde_core.bench.transfer_runs import _psd, run_task
 
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-    name, inputs = _simulate(config_path("scenarios", "fourbar_encoder.yaml"), 1.5, str(tmp_path_factory.mktemp("bags")))
+    name, inputs = simulate_scenario_bag(config_path("scenarios", "fourbar_encoder.yaml"), 1.5, str(tmp_path_factory.mktemp("bags")))
     return {name: inputs}
 
 

@@ -36,6 +36,26 @@ def paper003_config(name: str) -> dict:
     return cfg if cfg is not None else defaults(name)
 
 
+
+def simulate_scenario_bag(path: str, duration: float, folder: str):
+    """(scenario name, ReplayInputs) of the scenario at ``path`` simulated for at most
+    ``duration`` s into the bag ``folder``/<name> (replaced if it exists), read back as
+    ``mbde replay`` reads it (the fault and transfer benchmarks)."""
+    import shutil
+
+    from mbde_core.replay.inputs import load_inputs
+    from mbde_core.scenario import load_scenario
+    from mbde_core.simulator.bag import write_simulation_bag
+
+    sc = load_scenario(path)
+    sc = sc.with_overrides(duration=min(duration, sc.duration))
+    bag = os.path.join(folder, sc.name)
+    if os.path.isdir(bag):
+        shutil.rmtree(bag)
+    write_simulation_bag(sc, bag)
+    return sc.name, load_inputs(bag)
+
+
 class TruthRecord:
     """Ground truth of a scenario on its ground-truth grid: t (K,), q/qd/qdd (K, n), z/zd/zdd."""
 

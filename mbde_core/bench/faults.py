@@ -69,22 +69,6 @@ def _scenarios(arg):
     return out
 
 
-def _simulate(path, duration, folder):
-    import shutil
-
-    from mbde_core.replay.inputs import load_inputs
-    from mbde_core.scenario import load_scenario
-    from mbde_core.simulator.bag import write_simulation_bag
-
-    sc = load_scenario(path)
-    sc = sc.with_overrides(duration=min(duration, sc.duration))
-    bag = os.path.join(folder, sc.name)
-    if os.path.isdir(bag):
-        shutil.rmtree(bag)
-    write_simulation_bag(sc, bag)
-    return sc.name, load_inputs(bag)
-
-
 def _run_pair(task):
     """Every fault of one (scenario, estimator): clean first (the reference)."""
     import dataclasses
@@ -142,6 +126,8 @@ def run(args) -> int:
     from mbde_core.estimators.config_schema import load_estimator_configs
 
     configs = load_estimator_configs(args.config or None, names)  # defaults unless --config
+    from mbde_core.bench.common import simulate_scenario_bag
+
     paths = _scenarios(args.scenarios)
     for p in paths:
         if not os.path.isfile(p):
@@ -150,7 +136,7 @@ def run(args) -> int:
     t_start, c_start = time.perf_counter(), time.process_time()
     order = []
     for p in paths:
-        scen, inputs = _simulate(p, args.duration, os.path.join(args.out, "bags"))
+        scen, inputs = simulate_scenario_bag(p, args.duration, os.path.join(args.out, "bags"))
         _INPUTS[scen] = inputs
         order.append(scen)
     tasks = [(s, n, faults, args.seed, configs[n]) for s in order for n in names]

@@ -52,7 +52,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     from mbde_core import runs
-    from mbde_core.bench.common import config_path
+    from mbde_core.bench.common import config_path, simulate_scenario_bag
     from mbde_core.bench.transfer_runs import run_task, tune_task
     from mbde_core.errors import DataError
 
@@ -72,7 +72,7 @@ def run(args) -> int:
     t0, c0 = time.perf_counter(), time.process_time()
     shared = {}
     for p in paths:
-        name, inputs = _simulate(p, args.duration, os.path.join(args.out, "bags"))
+        name, inputs = simulate_scenario_bag(p, args.duration, os.path.join(args.out, "bags"))
         shared[name] = inputs
         print(f"bag {name}: {inputs.duration:g} s, " + ", ".join(f"{k} {v}" for k, v in inputs.counts.items()))
     scen = list(shared)
@@ -148,22 +148,6 @@ def _tuned_config(name, scen, tuned):
     else:  # vipf: velocity noise density gamma^2 = q
         cfg["noise"] = dict(cfg["noise"], velocity=math.sqrt(q))
     return cfg
-
-
-def _simulate(path, duration, folder):
-    import shutil
-
-    from mbde_core.replay.inputs import load_inputs
-    from mbde_core.scenario import load_scenario
-    from mbde_core.simulator.bag import write_simulation_bag
-
-    sc = load_scenario(path)
-    sc = sc.with_overrides(duration=min(duration, sc.duration))
-    bag = os.path.join(folder, sc.name)
-    if os.path.isdir(bag):
-        shutil.rmtree(bag)
-    write_simulation_bag(sc, bag)
-    return sc.name, load_inputs(bag)
 
 
 def _write(out, rows, tuned):
