@@ -87,16 +87,28 @@ def candidates(est, snap, count: int, floor: InitialState) -> list[InitialState]
     # (an unknown velocity, infinite sd: the initial guess's, not 1e6 rad/s, which made the
     # candidates' sigma points diverge)
     sd_zd = np.where(np.isfinite(sd[g:]), sd[g:], 0.0)
-    sig_zd = np.maximum(np.minimum(np.maximum(sd_zd, np.abs(snap.zd)), 1e6), floor.sigma_zd)
+    v = _speed(mech)
+    zd0 = np.clip(np.asarray(snap.zd, dtype=float), -2.0 * v, 2.0 * v)
+    sig_zd = np.maximum(np.clip(np.maximum(sd_zd, np.abs(snap.zd)), v, 2.0 * v), floor.sigma_zd)
     out = []
     for label in labels:
         Zw = np.where(angular, (Z + math.pi) % (2.0 * math.pi) - math.pi, Z)
         q, ok = atlas.assemble(Zw, np.full(len(Zw), label))
         for zi, qi, good in zip(Zw, q, ok):
             if good:
-                out.append(InitialState(zi.copy(), np.array(snap.zd, dtype=float), sig_z.copy(), sig_zd.copy(),
+                out.append(InitialState(zi.copy(), zd0.copy(), sig_z.copy(), sig_zd.copy(),
                                         qi.copy(), int(label)))
     return out
+
+
+def _speed(mech) -> np.ndarray:
+    """The mechanism's characteristic speed v (g,) (:mod:`mechanism_scales`): the one the
+    default tuning used if cached on the model, else the scales without force limits."""
+    from mbde_core.estimators.mechanism_scales import mechanism_scales
+
+    cached = list(mech.__dict__.get("_scales_cache", {}).values())
+    sc = cached[0] if cached else mechanism_scales(mech)
+    return np.maximum(np.asarray(sc.v, dtype=float), 1e-6)
 
 
 class MultiStart:

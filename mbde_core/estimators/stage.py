@@ -334,8 +334,8 @@ class EstimatorStage:
                 k_m = 0
             else:
                 self._step_to(k_m)
-                if silence > LOST_CHECK_GAP:
-                    self._multistart(self.t0 + self.k * self.dt)
+                if silence > LOST_CHECK_GAP:  # lost in the gap: anywhere (an open-loop covariance is optimistic)
+                    self._multistart(self.t0 + self.k * self.dt, anywhere_if_lost=True)
             self._in_flight = None
         if self._unknown:
             self._multistart(self.t0 + self.k * self.dt)
@@ -443,18 +443,20 @@ class EstimatorStage:
     def _cap(self) -> float:
         return max(self.gates.values(), default=0.0)
 
-    def _multistart(self, t: float, unknown: bool = False) -> None:
+    def _multistart(self, t: float, unknown: bool = False, anywhere_if_lost: bool = False) -> None:
         """Start a multi-start bank (:mod:`multistart`) if the estimate is lost (or its
-        whereabouts ``unknown``) and the option is on."""
+        whereabouts ``unknown``) and the option is on. anywhere_if_lost: a lost estimate's
+        candidates cover every state (after a gap predicted open loop, whose linearised
+        covariance understates how lost it is), not only its 3-sigma range."""
         unknown, self._unknown = unknown or self._unknown, False
         if self.bank_size < 2 or self._bank is not None:
             return
         try:
             snap = self.est.estimate()
-            if unknown:
-                snap.cov = np.diag(np.full(2 * len(snap.z), np.inf))
-            elif not is_lost(self.est, snap):
+            if not unknown and not is_lost(self.est, snap):
                 return
+            if unknown or anywhere_if_lost:
+                snap.cov = np.diag(np.full(2 * len(snap.z), np.inf))
             starts = candidates(self.est, snap, self.bank_size, self.initial(t))
         except (ValueError, ArithmeticError, np.linalg.LinAlgError):
             return
