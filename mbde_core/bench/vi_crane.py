@@ -71,8 +71,10 @@ def run_filter(mech, truth, rate: float, name: str, over: dict, particles: int, 
     cfg.update(over, particles=particles, init="gaussian", step=h, sensor_sigma={"payload": SIGMA_M})
     cfg["resampling"] = {"scheme": "systematic", "ess_threshold": 1.0}
     cfg["recovery"] = dict(cfg["recovery"], enabled=False)
-    if name == "vipf":
+    if name == "vipf":  # paper 002's filter: the VI's blind noise is the whole proposal
         cfg["noise"] = {"position": 0.0, "velocity": GAMMA}
+        cfg["proposal"] = "prior"
+        cfg["regularisation"] = dict(cfg["regularisation"], enabled=False)
     else:  # paper 000's proposal (blind acceleration noise, no regularisation): the RK4/RK1 PFs paper 002 compares
         cfg["acceleration_sigma"] = GAMMA / math.sqrt(h)
         cfg["proposal"] = "prior"

@@ -28,6 +28,25 @@ Probabilistic Robotics p. 110 at every update (``ess_threshold: 1``).
 Everything else (initialisation, branch tracking, gating, recovery, outputs) is the PF's.
 ``acceleration_sigma`` (default 0 here) can still add the PF's acceleration noise on top.
 
+The velocity noise gamma dW2 is a velocity impulse of variance gamma^2 h per step, the
+same as the PF's acceleration noise v ~ N(0, sigma_a^2) applied as the impulse h v with
+sigma_a = gamma / sqrt(h). ``proposal: prior`` draws it blindly inside the step (paper
+002's filter, ``config/estimators/vipf.yaml`` and ``mbde bench vi``); ``proposal: adapted``
+(the built-in default) integrates the noise-free VI step and lets the PF draw the impulse
+given the readings (the locally optimal proposal of :mod:`pf_proposal`; the same target
+density, importance weights corrected), which is what keeps a cloud of a few hundred
+particles on a 2-DOF linkage: with the blind draw the five-bar with gyroscopes lost the
+motion after every uniform start (clean RMSE 2.3 rad, 15 % of the readings gated).
+
+Built-in defaults from the mechanism (as the PF's, :mod:`pf_scale`): ``noise.velocity:
+null`` is gamma = sigma_a sqrt(h) with the PF's sigma_a rule; particle counts, the
+uniform start's velocity range and annealing, the regularisation kernel and the lock
+detector are the PF's. ``config/estimators/vipf.yaml`` holds paper 002's settings.
+Measured limit: the first-order ``symplectic_euler`` at the pf rig's speeds (pf_sim, 37
+rad/s at 5 ms) loses the crank with the derived settings (RMSE 40-90 deg from a start at
+the truth: its per-step error trips the lock detector, whose injections do not help); with
+paper 002's settings it tracks (< 4 deg, test_vipf.py). The default midpoint tracks with both.
+
 When to use it (see the README): low measurement rates, long prediction horizons
 (occlusions, dropped readings), conservative (undamped or lightly damped) mechanisms,
 where an explicit integrator's artificial diffusion would spread the cloud. At a high
@@ -43,6 +62,7 @@ import numpy as np
 
 from mbde_core.engine.integrators import MBState
 from mbde_core.errors import ConfigError
+from mbde_core.estimators import pf_scale
 from mbde_core.estimators.pf import ParticleFilter, check_config
 
 VI_INTEGRATORS = ("midpoint", "symplectic_euler")
@@ -55,8 +75,8 @@ def check_vi_config(cfg: dict, file: str = "<config>", path: str = "vipf", g: in
         raise ConfigError(file, f"{path}.integrator", f"must be one of {', '.join(VI_INTEGRATORS)} (variational)")
     for key in ("position", "velocity"):
         value = cfg["noise"][key]
-        if value is None or not value >= 0:
-            raise ConfigError(file, f"{path}.noise.{key}", f"must be >= 0, got {value}")
+        if (value is None and key == "position") or (value is not None and not value >= 0):
+            raise ConfigError(file, f"{path}.noise.{key}", f"must be >= 0{' (or null: derived)' if key == 'velocity' else ''}, got {value}")
 
 
 class VIParticleFilter(ParticleFilter):
@@ -72,18 +92,11 @@ class VIParticleFilter(ParticleFilter):
         "acceleration_sigma": 0.0,         # the PF's acceleration noise, off: the noise is below
         "noise": {
             "position": 0.01,              # sigma on z [unit/sqrt(s)] (paper 002: sigma dW1 on q)
-            "velocity": 0.5,               # gamma on zd [unit/s/sqrt(s)] (paper 002: gamma dW2 on p)
+            "velocity": None,              # gamma on zd [unit/s/sqrt(s)]; null: sigma_a sqrt(h) (PF rule)
         },
     })
+    # resampling at every update, as paper 002; the rest as the PF (mechanism-derived)
     DEFAULTS["resampling"] = {"scheme": "systematic", "ess_threshold": 1.0}
-    # paper 002's filter: the VI's own noise is the whole proposal (no Musso kernel, whose
-    # jitter would hide the integrator's statistics), the gyroscope assumed at 1 deg/s as in
-    # paper 000 Table 1, 100 particles (3000 from the uniform prior), no lock injections
-    DEFAULTS["particles"] = 100
-    DEFAULTS["sensor_sigma_by_type"] = dict(DEFAULTS["sensor_sigma_by_type"], gyroscope=math.radians(1.0))
-    DEFAULTS["uniform"] = dict(DEFAULTS["uniform"], particles=3000, zd=[-40.0, 40.0], anneal=0.0)
-    DEFAULTS["regularisation"] = {"enabled": False, "bandwidth": 0.5}
-    DEFAULTS["recovery"] = dict(DEFAULTS["recovery"], lock_nis=0.0)
 
     @staticmethod
     def validate_config(cfg, file, path):
@@ -93,19 +106,30 @@ class VIParticleFilter(ParticleFilter):
         check_vi_config(config, "<config>", "vipf", mech.dof)
         super().__init__(mech, sensors, config, rng)
         self.sigma_q = float(config["noise"]["position"])
-        self.sigma_p = float(config["noise"]["velocity"])
+        gamma = config["noise"]["velocity"]
+        self._sigma_a0 = self.sigma_a  # acceleration_sigma: the PF's noise on top
+        if gamma is None:  # the PF's rule: gamma = sigma_a sqrt(h) (module docstring)
+            gamma = pf_scale.acceleration_sigma(self.scales) * math.sqrt(self._last_dt)
+        self.sigma_p = float(gamma)
+        if self.adapted:
+            self.sigma_a = math.sqrt(self._sigma_a0**2 + self.sigma_p**2 / self._last_dt)
 
     def _propagate(self, dt: float, extra=None) -> MBState:
         """The stochastic variational step of every particle (paper 002 eqs. 5-6); ``extra``:
-        the PF's acceleration noise (``proposal: prior`` with acceleration_sigma > 0)."""
+        the PF's acceleration noise (``proposal: prior`` with acceleration_sigma > 0). With
+        the adapted proposal the velocity noise is the PF's impulse drawn given the readings
+        (module docstring): the step itself has none."""
         N, g = self.N, self.g
         root = math.sqrt(dt)
         s1 = self.sigma_q * root * self.rng.standard_normal((N, g)) if self.sigma_q > 0 else None
-        s2 = self.sigma_p * root * self.rng.standard_normal((N, g)) if self.sigma_p > 0 else None
+        blind = self.sigma_p > 0 and not self.adapted
+        s2 = self.sigma_p * root * self.rng.standard_normal((N, g)) if blind else None
         state = MBState(self.q, self.qd, self.qdd if self._fresh else None, aux=self._aux)
         return self.integrator.step_noisy(self.mech, self.t, state, dt, s1, s2, extra_zdd=extra)
 
     def predict(self, dt: float) -> None:
+        if self.adapted:  # gamma dW2 as the impulse dt v, v ~ N(0, gamma^2 / dt), plus sigma_a0
+            self.sigma_a = math.sqrt(self._sigma_a0**2 + self.sigma_p**2 / dt)
         super().predict(dt)
         if self.sigma_q > 0 or self.sigma_p > 0:
             self._unique = self.N  # the copies of the last resampling have diffused
