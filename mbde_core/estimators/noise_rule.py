@@ -147,10 +147,13 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
     no sensor is widened. context: {"force_limits": (g,), "speed": (g,)} from a
     scenario (:func:`scenario_context`) or None."""
     widen = _widened_sensors(name, cfg, sensors)
-    if not has_auto(cfg) and not widen:
+    motor = name in ("pf", "vipf") and context is not None
+    if not has_auto(cfg) and not widen and not motor:
         return cfg
     out = copy.deepcopy(cfg)
     sc = rule_scales(mech, cfg, context)
+    if motor:
+        _particle_motor(out, sc)
     if out.get("step") == AUTO:
         out["step"] = auto_step(sc, sensors)
     pn = out.get("plant_noise") or {}
@@ -195,6 +198,23 @@ def _adekf_inputs(out: dict, sc, mech) -> None:
             out["inputs"] = [{"coordinate": n, "sigma0": F_c} for n in mech.independent_names]
     if out.get("jump_sigma") == AUTO:
         out["jump_sigma"] = F_c
+
+
+def _particle_motor(out: dict, sc) -> None:
+    """A motor the model does not know (a scenario's speed controller, ``context``) for the
+    particle filters, whose own rules (:mod:`pf_scale`) see only the model's forces: the
+    uniform start's velocity range covers 1.25 x the characteristic speed v (which
+    includes the motor's target speed), and the acceleration noise covers the motor's
+    torque, sigma_a = sqrt((0.5 a_g)^2 + max a_f^2) (a_g: the RMS acceleration of the known
+    forces, a_f: the torque limit over the reduced mass). Explicit options stay."""
+    from mbde_core.estimators.pf_scale import ACCEL_FRACTION, VELOCITY_MARGIN
+
+    uni = out.get("uniform")
+    if isinstance(uni, dict) and not uni.get("zd") and np.any(sc.v > 0):
+        uni["zd"] = [[-float(w), float(w)] for w in VELOCITY_MARGIN * sc.v]
+    if out.get("acceleration_sigma", 0.0) is None and np.any(sc.a_f > 0):
+        a_g = ACCEL_FRACTION * float(np.sqrt(np.mean(sc.a_g**2)))
+        out["acceleration_sigma"] = float(math.hypot(a_g, float(np.max(sc.a_f))))
 
 
 def _scalar_or_list(v: np.ndarray):

@@ -122,9 +122,19 @@ def tracking_particles(g: int) -> int:
 
 
 def sensor_covariance(sensor, mech) -> np.ndarray:
-    """Sigma_s (d, d) of a sensor without a configured sigma: its noise model, plus
-    (GRAVITY_FRACTION |g|)^2 on accelerometer channels (see the module docstring)."""
+    """Sigma_s (d, d) of a sensor without a configured sigma: its noise model; the channels
+    of a sensor that reads the accelerations or gravity are widened by the Kalman
+    observers' rule (see the module docstring)."""
     R = np.array(sensor.covariance(), dtype=float)
+    if sensor.uses_qdd:
+        from mbde_core.estimators.mechanism_scales import mechanism_scales
+        from mbde_core.estimators.noise_rule import MODEL_ERROR
+        from mbde_core.estimators.sensor_scales import widened_sigmas
+
+        sig = widened_sigmas(mech, {sensor.name: sensor}, [sensor.name], mechanism_scales(mech), MODEL_ERROR)[sensor.name]
+        widened = np.asarray(sig, dtype=float) ** 2
+        R[np.diag_indices(sensor.dim)] = np.maximum(np.diag(R), widened)
+        return R
     g = float(np.linalg.norm(getattr(mech, "gravity", np.zeros(2))))
     if g > 0:
         if sensor.kind == "accelerometer":
