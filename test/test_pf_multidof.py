@@ -59,11 +59,13 @@ def test_defaults_follow_the_mechanism():
     assert out["fivebar_gyro"].N_track == 200 and out["fivebar_gyro"].N_init == 2 * pf_scale.CELLS**2
     assert out["fivebar_encoder"].N_init == pf_scale.INIT_MIN  # encoders give z, zd cells 16^2 x 2 < 1000
     assert out["pf_sim"].anneal == 0.0 and out["fivebar_gyro"].anneal == pytest.approx(0.3)
-    # accelerometer channels add the model-error term (0.1 |g|)^2 to their noise model
+    # accelerometer channels are widened as the Kalman observers' (the UKF's resolved sigmas)
     sc = load_scenario(os.path.join(SCEN, "fourbar_imu.yaml"))
     est = make_estimator("pf", sc.estimator_mechanism(), sc.estimator_sensors(), defaults("pf"))
     R = est._noise("accel_rocker")[0]
-    assert np.allclose(np.diag(R), 0.05**2 + (0.1 * 10.81) ** 2)  # the model's gravity: 9.81 + 1 m/s^2
+    ukf = make_estimator("ukf", sc.estimator_mechanism(), sc.estimator_sensors(), defaults("ukf"))
+    widened = np.asarray(ukf.config["sensor_sigma"]["accel_rocker"]) ** 2
+    assert np.allclose(np.diag(R), widened, rtol=1e-9) and np.all(widened > 0.05**2 + 1.0)
 
 
 def test_position_proposal_places_the_uniform_set_on_the_encoder():

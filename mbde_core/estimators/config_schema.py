@@ -64,7 +64,8 @@ COMMON = {
     "transition_jacobian": "simple",
     "rule": copy.deepcopy(RULE_DEFAULTS),
 }
-FIXED_STEP = 0.005  # s: the step of estimators that do not use COMMON (particle filters)
+# the step of estimators that do not use COMMON (particle filters): the rule's, as the others'
+FIXED_STEP = AUTO
 GATE = 0.999999
 STAGE = {
     "gate": GATE,

@@ -191,6 +191,7 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
         self.lock.restart(self.t)
         self._propose = False
         self._anneal_from = None  # time of the last uniform (re)initialisation while annealing
+        self._uniform_from = None  # time of the last uniform (re)initialisation
         self._pending = None    # dt of the last prediction whose noise is not drawn yet (adapted)
         self._fresh = True      # qdd is the model's at (q, qd)
         self._vel_readings = []  # velocity-linear readings of the last update (regularisation)
@@ -265,6 +266,7 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
         self._set(*self._draw_uniform(self.N_init))
         self._propose = True
         self._anneal_from = self.t
+        self._uniform_from = self.t  # the gate waits GATE_GRACE (pf_update)
 
     def _init_gaussian(self, init: InitialState):
         N, g = self.N_track, self.g

@@ -52,6 +52,10 @@ class ParticleUpdate:
 
     ANNEAL_START = 0.1      # tempering exponent of the first update after a uniform start
     WILD_SIGMAS = 10.0      # an adapted noise beyond this many sigma_a falls back to its prior
+    # [s] no gating after a uniform (re)initialisation: the cloud is still converging (issue
+    # 13's "converged within 1 s"), a reading it cannot yet explain is not an outlier (the
+    # gate rejected 4-8 % of pf_rig's clean readings there and stalled the convergence)
+    GATE_GRACE = 1.0
 
     def _temper(self, ll):
         """The annealed likelihood of the first ``uniform.anneal`` seconds after a uniform
@@ -66,11 +70,14 @@ class ParticleUpdate:
         return ll * max(beta, self.ANNEAL_START)
 
     def _readings(self, measurements, gates):
-        """The cloud's predictions of each reading; gated readings are rejected."""
+        """The cloud's predictions of each reading; gated readings are rejected (not in the
+        first GATE_GRACE seconds after a uniform (re)initialisation: no estimate to protect)."""
         if gates is None:  # not driven by a stage: the ``gate`` option
             gates = {}
             if self.default_gate > 0:
                 gates = {s.name: float(chi2_ppf(self.default_gate, s.dim)) for s in self.sensors}
+        if self._uniform_from is not None and self.t - self._uniform_from < self.GATE_GRACE:
+            gates = {}
         w = self.weights()
         n_eff = 1.0 / float(np.einsum("n,n->", w, w))
         qdd_full = None

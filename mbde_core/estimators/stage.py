@@ -138,6 +138,8 @@ class EstimatorStage:
                  max_gap: float = 10.0,
                  reorder_window: float = 0.0, on_step: Callable[[StepRecord], None] | None = None,
                  keep: bool = True):
+        if step == "auto":  # the step the estimator resolved (noise_rule)
+            step = estimator.config["step"]
         if not step > 0:
             raise ValueError("step must be > 0")
         self.est = estimator
@@ -172,8 +174,7 @@ class EstimatorStage:
         """The stage of an estimator with validated options ``config`` (step, gate,
         reacquire; a step ``auto`` is the one the estimator resolved, :mod:`noise_rule`); kw:
         the other constructor arguments (stage options, on_step, keep)."""
-        step = config["step"] if config["step"] != "auto" else estimator.config["step"]
-        return cls(estimator, step, initial, gate=config.get("gate", 0.0),
+        return cls(estimator, config["step"], initial, gate=config.get("gate", 0.0),
                    gate_window=config.get("gate_window", 0.0), gate_persist=config.get("gate_persist", 0),
                    reacquire=config.get("reacquire"), **kw)
 
