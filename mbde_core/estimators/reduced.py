@@ -85,7 +85,8 @@ class ReducedModel:
         meaningful).
         """
         mech = self.mech
-        if not (np.all(np.isfinite(z)) and np.all(np.isfinite(zd)) and np.all(np.isfinite(guess))):
+        zl, zdl, gl = _floats(z), _floats(zd), _floats(guess)
+        if not (_all_finite(zl) and _all_finite(zdl) and _all_finite(gl)):
             # a diverged caller (non-finite state or guess): no position problem to solve,
             # and the kernels' math.sin would raise on an infinite angle
             q = np.asarray(guess, dtype=float)
@@ -93,8 +94,8 @@ class ReducedModel:
         K = fastpath.kernels(mech)
         if K is not None:
             try:
-                xs, ok, tr, J = fastpath.s_position(mech, K, _floats(z), _floats(guess), 30)
-                qd, zdd, qdd, R, rd = K.scalar.post(J, tr, xs, _floats(zd), K.time_values(t), None, True)
+                xs, ok, tr, J = fastpath.s_position(mech, K, zl, gl, 30)
+                qd, zdd, qdd, R, rd = K.scalar.post(J, tr, xs, zdl, K.time_values(t), None, True)
                 return FullState(np.array(xs), np.array(qd), np.array(qdd), np.array(zdd), np.array(R), np.array(rd),
                                  (xs, tr, J)), ok
             except fastpath.SCALAR_ERRORS:
