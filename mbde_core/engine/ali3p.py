@@ -52,6 +52,21 @@ class ALI3P:
         self.projections = projections
         self.tol = tol
         self.max_iter = max_iter
+        self._setups: dict = {}  # (id(mech), h) -> (mech, constants of the scalar step)
+
+    def step_lists(self, mech, t, x0, v0, acc0, aux, h):
+        """:meth:`step` of one state given as lists q, qd, qdd (and its ``aux``), without
+        extra accelerations, on the scalar kernels: (q1, qd1, qdd1 lists, ok, aux1), the
+        values :meth:`step` returns as arrays; None when the scalar kernels do not apply
+        (then call :meth:`step`). For loops of many steps (the simulator's ground truth):
+        the step's constants are kept per (mechanism, h)."""
+        if getattr(mech, "drivers", None):
+            return None
+        key = (id(mech), h)
+        entry = self._setups.get(key)
+        if entry is None or entry[0] is not mech:
+            entry = self._setups[key] = (mech, _scalar_setup(self, mech, h))
+        return None if entry[1] is None else _scalar_lists(entry[1], t, x0, v0, acc0, aux, h)
 
     def step(self, mech, t, state: MBState, h, extra_zdd=None) -> MBState:
         if getattr(mech, "drivers", None):
@@ -141,30 +156,40 @@ def _scalar_step(self, mech, t, q0, qd0, qdd0, aux, h):
     arithmetic exception (the numpy code then runs). Same operations, in the same
     order, as the numpy path with K = C = 0; the solves with M + c Phi_q^T Phi_q use its
     L D L^T factors instead of LU (equal to rounding)."""
+    setup = _scalar_setup(self, mech, h)
+    if setup is None:
+        return None
+    return _scalar_lists(setup, t, q0.tolist(), qd0.tolist(), qdd0.tolist(), aux, h)
+
+
+def _scalar_setup(self, mech, h):
+    """The constants of :func:`_scalar_lists` for one mechanism and step, or None."""
     K = fastpath.kernels(mech)
     if K is None or K.scalar.pen_newton is None or mech.loads.position_dependent or mech.loads.velocity_dependent:
         return None
-    S = K.scalar
-    n, m = mech.n, mech.m
-    ev = _Evaluator(mech, t + h, None)
+    ev = _Evaluator(mech, 0.0, None)  # the penalty does not depend on the time
     a = float(ev.alpha(self.penalty))  # a Python float: numpy scalars would slow every operation 5x
     hh = 0.25 * h * h
-    c = hh * a
-    k1, k2, k4 = 2.0 / h, 4.0 / h**2, 4.0 / h
-    h2 = 0.5 * h * h
-    x0, v0, acc0 = q0.tolist(), qd0.tolist(), qdd0.tolist()
+    return (K, mech.n, mech.m, a, hh, hh * a, 2.0 / h, 4.0 / h**2, 4.0 / h, 0.5 * h * h,
+            self.tol * max(1.0, mech.length_scale), self.max_iter, self.projections,
+            1e-9 * max(1.0, mech.length_scale**2))
+
+
+def _scalar_lists(setup, t, x0, v0, acc0, aux, h):
+    """One step of :func:`_scalar_step` from lists x0, v0, acc0 (q, qd, qdd)."""
+    K, n, m, a, hh, c, k1, k2, k4, h2, tol, max_iter, projections, phi_tol = setup
+    S = K.scalar
     try:
         qdh = [-(k1 * x + v) for x, v in zip(x0, v0)]
         qddh = [-(k2 * x + k4 * v + w) for x, v, w in zip(x0, v0, acc0)]
         q1 = [x + h * v + h2 * w for x, v, w in zip(x0, v0, acc0)]
         warm = isinstance(aux, _Multipliers) and len(aux.lam) == m and aux.h == h
         lam = aux.lam if warm else [0.0] * m
-        tol = self.tol * max(1.0, mech.length_scale)
         zero = (0.0,) * n
         Q = S.forces(q1, zero, K.time_values(t + h))  # depends on t only here
         ok = False
         ph, J, tr = S.pen_state(q1)
-        for _ in range(self.max_iter):
+        for _ in range(max_iter):
             dx = S.pen_newton(J, ph, lam, q1, qddh, Q, a, c, hh, k2)
             q1 = [x - d for x, d in zip(q1, dx)]
             ph, J, tr = S.pen_state(q1)
@@ -174,15 +199,15 @@ def _scalar_step(self, mech, t, q0, qd0, qdd0, aux, h):
                 break
         F = S.pen_factor(J, c)
         qd1 = [k1 * x + y for x, y in zip(q1, qdh)]
-        for _ in range(self.projections):
+        for _ in range(projections):
             qd1 = S.pen_msolve(F, qd1, zero)
         rhs = S.pen_jt(J, S.jdot(q1, qd1, tr), c)
         qdd1 = [k2 * x + y for x, y in zip(q1, qddh)]
-        for _ in range(self.projections):
+        for _ in range(projections):
             qdd1 = S.pen_msolve(F, qdd1, rhs)
     except fastpath.SCALAR_ERRORS:
         return None
-    ok = ok and fastpath.maxabs(ph) <= 1e-9 * max(1.0, mech.length_scale**2)
+    ok = ok and fastpath.maxabs(ph) <= phi_tol
     ok = ok and math.isfinite(sum(qd1) + sum(qdd1))
     return q1, qd1, qdd1, ok, _Multipliers(lam, h)
 

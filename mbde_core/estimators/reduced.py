@@ -30,6 +30,8 @@ an arithmetic exception) the generic engine functions run; both agree to roundin
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from mbde_core.engine import dynamics, fastpath, kinematics
@@ -83,7 +85,8 @@ class ReducedModel:
         meaningful).
         """
         mech = self.mech
-        if not (np.all(np.isfinite(z)) and np.all(np.isfinite(zd)) and np.all(np.isfinite(guess))):
+        zl, zdl, gl = _floats(z), _floats(zd), _floats(guess)
+        if not (_all_finite(zl) and _all_finite(zdl) and _all_finite(gl)):
             # a diverged caller (non-finite state or guess): no position problem to solve,
             # and the kernels' math.sin would raise on an infinite angle
             q = np.asarray(guess, dtype=float)
@@ -91,8 +94,8 @@ class ReducedModel:
         K = fastpath.kernels(mech)
         if K is not None:
             try:
-                xs, ok, tr, J = fastpath.s_position(mech, K, _floats(z), _floats(guess), 30)
-                qd, zdd, qdd, R, rd = K.scalar.post(J, tr, xs, _floats(zd), K.time_values(t), None, True)
+                xs, ok, tr, J = fastpath.s_position(mech, K, zl, gl, 30)
+                qd, zdd, qdd, R, rd = K.scalar.post(J, tr, xs, zdl, K.time_values(t), None, True)
                 return FullState(np.array(xs), np.array(qd), np.array(qdd), np.array(zdd), np.array(R), np.array(rd),
                                  (xs, tr, J)), ok
             except fastpath.SCALAR_ERRORS:
@@ -354,6 +357,14 @@ class ReducedModel:
         """dqdd/dx (n, 2g) by central differences of the dynamics (sensors reading qdd)."""
         mech, g = self.mech, self.g
         x = np.concatenate([q[self.iz], qd[self.iz]])
+        K = fastpath.kernels(mech) if extra_Q is None else None
+        if K is not None:
+            try:
+                out = self._dqdd_dx_scalar(K, t, x.tolist(), q.tolist(), eps)
+                if out is not None:
+                    return out
+            except fastpath.SCALAR_ERRORS:
+                pass  # the generic loop below decides
         dqdd = np.zeros((mech.n, 2 * g))
         for k in range(2 * g):
             step = eps * max(1.0, abs(x[k]))
@@ -362,6 +373,40 @@ class ReducedModel:
             xm[k] -= step
             dqdd[:, k] = (self.qdd_of_x(t, xp, q, extra_Q) - self.qdd_of_x(t, xm, q, extra_Q)) / (2 * step)
         return dqdd
+
+    def _dqdd_dx_scalar(self, K, t, x, q, eps):
+        """:meth:`_dqdd_dx` on the scalar kernels (the same operations as its loop through
+        :meth:`qdd_of_x` and :meth:`solve_full`, without their arrays): the position
+        problem of a velocity perturbation is the unperturbed one (z unchanged, same
+        guess), solved once for all of them. None for a non-finite x or q (the generic
+        loop handles them)."""
+        if not (_all_finite(x) and _all_finite(q)):
+            return None
+        mech, g, S = self.mech, self.g, K.scalar
+        tv = K.time_values(t)
+        z, zd = x[:g], x[g:]
+        base = None
+        cols = []
+        for k in range(2 * g):
+            step = eps * max(1.0, abs(x[k]))
+            pair = []
+            for sgn in (1.0, -1.0):
+                xk = x[k] + step if sgn > 0 else x[k] - step
+                if k < g:
+                    zk = list(z)
+                    zk[k] = xk
+                    xs, _, tr, J = fastpath.s_position(mech, K, zk, q, 30)
+                    zdk = zd
+                else:
+                    if base is None:
+                        base = fastpath.s_position(mech, K, z, q, 30)
+                    xs, _, tr, J = base
+                    zdk = list(zd)
+                    zdk[k - g] = xk
+                pair.append(S.post(J, tr, xs, zdk, tv, None, True)[2])
+            h2 = 2 * step
+            cols.append([(a - b) / h2 for a, b in zip(pair[0], pair[1])])
+        return np.array(cols).T.copy()
 
     def sensor_terms(self, names, q, qd, qdd):
         """(h (d,), dh/dq, dh/dqd, dh/dqdd (d, n)) of the stacked named sensors (single state).
@@ -450,6 +495,11 @@ class ReducedModel:
         E = np.zeros((mech.n, len(columns)))
         E[list(columns), np.arange(len(columns))] = 1.0
         return np.linalg.solve(Mbar, R.T @ E)
+
+
+def _all_finite(values) -> bool:
+    """Whether every float of a list is finite."""
+    return all(map(math.isfinite, values))
 
 
 def _floats(x) -> list:

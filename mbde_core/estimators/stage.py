@@ -267,7 +267,7 @@ class EstimatorStage:
                 self.counters.unknown_sensor += 1
                 continue
             value = np.asarray(m.value, dtype=float)
-            if not (math.isfinite(m.stamp) and value.shape == (self.sensors[m.sensor].dim,) and np.all(np.isfinite(value))):
+            if not (math.isfinite(m.stamp) and value.shape == (self.sensors[m.sensor].dim,) and np.isfinite(value).all()):
                 self.counters.non_finite += 1
                 continue
             ready, refuted = self.guard.admit(Measurement(float(m.stamp), m.sensor, value), self._latest)
@@ -497,5 +497,5 @@ class EstimatorStage:
 
 def _finite(snap) -> bool:
     """Whether an estimate's z, zd and covariance are finite."""
-    ok = np.all(np.isfinite(snap.z)) and np.all(np.isfinite(snap.zd))
-    return bool(ok and (snap.cov is None or np.all(np.isfinite(snap.cov))))
+    ok = np.isfinite(snap.z).all() and np.isfinite(snap.zd).all()
+    return bool(ok and (snap.cov is None or np.isfinite(snap.cov).all()))

@@ -47,9 +47,9 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import deque
 
-import numpy as np
 
 from mbde_core.estimators.chi2 import chi2_ppf
 
@@ -135,6 +135,7 @@ class AdaptiveGate:
 
     def clear(self) -> None:
         self.hist = {name: deque() for name in self.base}
+        self.ordered = {name: [] for name in self.base}  # the d^2 of hist, sorted (median in O(1))
         self.since = {}  # sensor -> time of its first reading since clear()
         self.scale = {name: 1.0 for name in self.base}
         self.run = {name: 0 for name in self.base}  # consecutive readings over the gate
@@ -160,16 +161,25 @@ class AdaptiveGate:
             self.run[name] = self.run[name] + 1 if over else 0
             if self.window > 0:
                 hist.append((t, d2))
+                insort(self.ordered[name], d2)
                 touched.add(name)
                 self.since.setdefault(name, t)
         for name in touched:
-            hist = self.hist[name]
+            hist, ordered = self.hist[name], self.ordered[name]
             while hist and hist[0][0] < t - self.window - 1e-12:
-                hist.popleft()
+                del ordered[bisect_left(ordered, hist.popleft()[1])]
             if len(hist) >= GATE_MIN_READINGS and t - self.since[name] >= self.window - 1e-12:
-                med = float(np.median([d for _, d in hist]))
+                med = _median(ordered)
                 self.scale[name] = max(1.0, med / self.median[name]) if med < math.inf else math.inf
         return believed
+
+
+def _median(ordered: list) -> float:
+    """The median of sorted floats, as numpy.median: the middle one, or the mean (a + b) / 2
+    of the middle two (an insertion-sorted window instead of a partition per update)."""
+    n = len(ordered)
+    h = n // 2
+    return float(ordered[h]) if n % 2 else (ordered[h - 1] + ordered[h]) / 2.0
 
 
 class Reconvergence:

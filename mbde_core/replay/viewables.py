@@ -18,11 +18,11 @@ both bags, or `mbde render` them together).
 from __future__ import annotations
 
 from mbde_core.rosio.cdr_batch import Layout
-from mbde_core.rosio.cdr_writer import CdrWriter
 from mbde_core.rosio.stamps import sec_to_stamp
 from mbde_core.rosio.tf import TF_MESSAGE, TF_STATIC_TOPIC, TF_TOPIC, tf_message
 from mbde_core.viz.frames import MechanismFrames, yaw_quaternion
-from mbde_core.viz.markers import MARKER_ARRAY, MechanismDrawer, estimate_shapes, marker_array, marker_array_cdr
+from mbde_core.viz.marker_cdr import MarkerArrayTemplate
+from mbde_core.viz.markers import MARKER_ARRAY, MechanismDrawer, estimate_shapes, marker_array
 
 MODEL_MARKERS = "/mbde/model/markers"
 MARKER_PERIOD = 0.1  # s: 10 Hz of data time, as the live nodes' marker_rate
@@ -49,7 +49,7 @@ class EstimateView:
         self.topics = [(TF_TOPIC, TF_MESSAGE), (f"/mbde/{name}/markers", MARKER_ARRAY)]
         self._next_marker = None
         self._layout = None  # of the /tf messages (same frames at every estimate)
-        self._writer = CdrWriter(self.store)  # markers: CDR from plain values, no message objects
+        self._markers = MarkerArrayTemplate(self.store)  # markers: CDR from plain values or a template
 
     def encode(self, batch) -> list[list[tuple[int, bytes]]]:
         out = [[(2, data)] for data in self._tf(batch)]
@@ -58,7 +58,7 @@ class EstimateView:
             t = float(snap.stamp)
             if self._next_marker is None or t >= self._next_marker - 1e-9:
                 self._next_marker = t + MARKER_PERIOD
-                data = marker_array_cdr(self._writer, estimate_shapes(self.drawer, self.name, snap), self.frame, t)
+                data = self._markers.serialize(estimate_shapes(self.drawer, self.name, snap), self.frame, t)
                 out[k].append((3, data))
         return out
 

@@ -44,6 +44,7 @@ class CdrWriter:
     def __init__(self, store):
         self._defs = fielddefs(store)
         self._flat: dict[str, tuple[str, int, int] | None] = {}
+        self._plans: dict[str, list] = {}
 
     def serialize(self, typename: str, value: dict) -> bytes:
         buf = bytearray(_HEADER)
@@ -78,27 +79,43 @@ class CdrWriter:
         buf += struct.pack("<I", len(data))
         buf += data
 
+    def _plan(self, typename: str) -> list:
+        """The fields of ``typename`` as (name, kind, type or base, sequence, count, element
+        is a message), their node kinds resolved once per type."""
+        plan = self._plans.get(typename)
+        if plan is None:
+            plan = []
+            for name, (kind, desc) in self._defs[typename][1]:
+                kind = _kind(kind)
+                if kind == 2:
+                    plan.append((name, 2, desc, False, 0, True))
+                elif kind == 1:
+                    plan.append((name, 1, _base(desc), False, 0, False))
+                else:
+                    (sub_kind, sub), count = desc
+                    is_msg = _kind(sub_kind) == 2
+                    plan.append((name, kind, sub if is_msg else _base(sub), kind == 4, count, is_msg))
+            self._plans[typename] = plan
+        return plan
+
     def _message(self, buf: bytearray, typename: str, value: dict) -> None:
-        for name, (kind, desc) in self._defs[typename][1]:
-            kind = _kind(kind)
+        for name, kind, desc, sequence, count, is_msg in self._plan(typename):
             v = value.get(name) if value else None
             if kind == 2:
                 self._message(buf, desc, v or {})
             elif kind == 1:
-                self._primitive(buf, _base(desc), v)
+                self._primitive(buf, desc, v)
             else:
-                (sub_kind, sub), count = desc
-                sub_kind = _kind(sub_kind)
-                if kind == 4:
+                if sequence:
                     n = 0 if v is None else len(v)
                     self._align(buf, 4)
                     buf += struct.pack("<I", n)
                 else:
                     n = count
-                if sub_kind == 2:
-                    self._messages(buf, sub, v, n)
+                if is_msg:
+                    self._messages(buf, desc, v, n)
                 else:
-                    self._primitives(buf, _base(sub), v, n)
+                    self._primitives(buf, desc, v, n)
 
     def _primitive(self, buf: bytearray, base: str, v) -> None:
         if base in ("string", "wstring"):

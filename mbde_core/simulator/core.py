@@ -137,10 +137,29 @@ def truth_states(scenario: Scenario) -> Iterator[tuple]:
     if controller is not None:
         held.value = controller.update(tau, qd[tm.controller.coordinate])
     state = MBState(q, qd, _qdd(mech, tau, q, qd))
+    # between sampled steps the state may stay as lists (integrators with step_lists, no
+    # controller): the same values without arrays made and unmade at every step
+    chain = getattr(integrator, "step_lists", None) if controller is None else None
+    lists = None  # (q, qd, qdd lists, ok, aux) of the last step when chained
     for k in range(scenario.n_steps + 1):
         if k > 0:
             tau_prev, tau = tau, tau_of(k)
-            state = integrator.step(mech, tau_prev, state, h)
+            if chain is not None:
+                x = lists if lists is not None else (state.q.tolist(), state.qd.tolist(), state.qdd.tolist(),
+                                                      state.ok, state.aux)
+                lists = chain(mech, tau_prev, x[0], x[1], x[2], x[4], h)
+                if lists is None:  # not on the scalar kernels: the array step decides
+                    state = integrator.step(mech, tau_prev, MBState(np.array(x[0]), np.array(x[1]), np.array(x[2]),
+                                                                    x[3], x[4]), h)
+                elif not lists[3] or not math.isfinite(sum(lists[0])):
+                    state = MBState(np.array(lists[0]), np.array(lists[1]), np.array(lists[2]), lists[3], lists[4])
+                    lists = None
+                elif k % every:
+                    continue  # nothing is sampled at this step
+                else:
+                    state = MBState(np.array(lists[0]), np.array(lists[1]), np.array(lists[2]), lists[3], lists[4])
+            else:
+                state = integrator.step(mech, tau_prev, state, h)
             if not state.ok or not math.isfinite(sum(state.q.tolist())):
                 raise SimulationError(f"{scenario.file}: the {scenario.integrator} integrator failed at "
                                       f"t = {tau:.6g} s (step {k}); try a smaller 'step'")
