@@ -156,18 +156,18 @@ def load(mech):
 
 
 def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
-    """One RK4 step of N particles on numba: (q1, qd1, qdd1 (N, n) C-ordered, ok (N,),
+    """One RK4 step of N particles on numba: (q1, qd1, qdd1 (N, n) Fortran-ordered as the numpy path's, ok (N,),
     Context at q1 or None). qdd (N, n) or None (then computed at (q, qd)); extra (N, g)
     or None: acceleration added to zdd during the step (``RK4.step``'s extra_zdd)."""
     mod = load(mech)
     K = fastpath.kernels(mech)
     N, n, g = q.shape[0], K.n, K.g
-    f = lambda a, k: np.ascontiguousarray(a, dtype=float).reshape(-1, k)  # noqa: E731
+    f = fastpath.soa  # batch-last (k, N) C-contiguous: free for the (N, n) F-ordered results of a step
     Q, QD = f(q, n), f(qd, n)
-    QDD = np.zeros((1, n)) if qdd is None else f(qdd, n)
-    V = np.zeros((1, g)) if extra is None else f(extra, g)
+    QDD = np.zeros((n, 1)) if qdd is None else f(qdd, n)
+    V = np.zeros((g, 1)) if extra is None else f(extra, g)
     tv = [tuple(float(x) for x in K.time_values(s)) for s in (t, t + 0.5 * h, t + h)]
-    oq, oqd, oqdd = np.empty((N, n)), np.empty((N, n)), np.empty((N, n))
+    oq, oqd, oqdd = np.empty((n, N)), np.empty((n, N)), np.empty((n, N))
     ok, bad = np.empty(N, dtype=bool), np.empty(N, dtype=bool)
     otr, oj, orr = np.empty((mod.NT, N)), np.empty((mod.NJ, N)), np.empty((n * g, N))
     nb = numba()
@@ -180,8 +180,8 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
         from mbde_core.engine.integrators import MBState, get_integrator
 
         idx = np.nonzero(bad)[0]
-        st = get_integrator("rk4").step(mech, t, MBState(Q[idx], QD[idx], None if qdd is None else QDD[idx]), h,
-                                        extra_zdd=None if extra is None else V[idx])
-        oq[idx], oqd[idx], oqdd[idx], ok[idx] = st.q, st.qd, st.qdd, st.ok
+        st = get_integrator("rk4").step(mech, t, MBState(Q[:, idx].T, QD[:, idx].T, None if qdd is None else QDD[:, idx].T),
+                                        h, extra_zdd=None if extra is None else V[:, idx].T)
+        oq[:, idx], oqd[:, idx], oqdd[:, idx], ok[idx] = st.q.T, st.qd.T, st.qdd.T, st.ok
         ctx = None
-    return oq, oqd, oqdd, ok, ctx
+    return oq.T, oqd.T, oqdd.T, ok, ctx

@@ -18,7 +18,7 @@ design). The text is made of
   limited to the length scale, |Phi| <= 1e-14 max(1, L^2));
 - ``rk4_one``: :class:`mbde_core.engine.integrators.RK4`'s algorithm on one particle
   (the same predictors and stage order), and ``rk4_all``: the ``prange`` loop over
-  particles writing (N, n) outputs and the kernel context at the result (sin/cos, the
+  particles, batch-last (n, N) like the numpy path, writing the outputs and the kernel context at the result (sin/cos, the
   Jacobian entries, R, batch-last).
 
 A particle whose computation meets a non-finite value (exactly singular block, infinite
@@ -171,11 +171,12 @@ def rk4_one(q, qd, qdd, has_qdd, v, t0v, t1v, t2v, h):
 
 @njit(parallel=True, **OPTS)
 def rk4_all(Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, bad, otr, oj, orr):
-    """Every particle (rows of Q, QD, QDD, V) by rk4_one; outputs (N, n) and batch-last context."""
-    for p in prange(Q.shape[0]):
-        vp = row_g(V[p]) if has_v else ZERO_G
-        qddp = row_n(QDD[p]) if has_qdd else ZERO_N
-        q1, qd1, qdd1, okp, badp, tr1, J1, R1 = rk4_one(row_n(Q[p]), row_n(QD[p]), qddp, has_qdd, vp, t0v, t1v, t2v, h)
+    """Every particle (columns of the batch-last Q, QD, QDD (n, N), V (g, N)) by rk4_one;
+    outputs and the kernel context at the result, batch-last."""
+    for p in prange(Q.shape[1]):
+        vp = col_g(V, p) if has_v else ZERO_G
+        qddp = col_n(QDD, p) if has_qdd else ZERO_N
+        q1, qd1, qdd1, okp, badp, tr1, J1, R1 = rk4_one(col_n(Q, p), col_n(QD, p), qddp, has_qdd, vp, t0v, t1v, t2v, h)
         ok[p] = okp
         bad[p] = badp
         store(p, q1, qd1, qdd1, tr1, J1, R1, oq, oqd, oqdd, otr, oj, orr)
@@ -219,8 +220,8 @@ def _helpers(K, mech) -> str:
     J0 = S.jac(q0, tr0)
     nt, nj = len(tr0), len(J0)
     defs = {
-        "row_n(a)": _tup(f"a[{i}]" for i in range(n)),
-        "row_g(a)": _tup(f"a[{k}]" for k in range(g)),
+        "col_n(a, p)": _tup(f"a[{i}, p]" for i in range(n)),
+        "col_g(a, p)": _tup(f"a[{k}, p]" for k in range(g)),
         "zof(q)": _tup(f"q[{c}]" for c in iz),
         "setz(q, z)": _tup(f"z[{izk[i]}]" if i in izk else f"q[{i}]" for i in range(n)),
         "adddep(q, d)": _tup(f"q[{i}] + d[{depk[i]}]" if i in depk else f"q[{i}]" for i in range(n)),
@@ -240,7 +241,7 @@ def _helpers(K, mech) -> str:
         out += ["", "@njit(**OPTS)", f"def {sig}:", f"    return {expr}", ""]
     store = ["", "@njit(**OPTS)", "def store(p, q, qd, qdd, tr, J, R, oq, oqd, oqdd, otr, oj, orr):"]
     for i in range(n):
-        store.append(f"    oq[p, {i}] = q[{i}]; oqd[p, {i}] = qd[{i}]; oqdd[p, {i}] = qdd[{i}]")
+        store.append(f"    oq[{i}, p] = q[{i}]; oqd[{i}, p] = qd[{i}]; oqdd[{i}, p] = qdd[{i}]")
     store += [f"    otr[{k}, p] = tr[{k}]" for k in range(nt)]
     store += [f"    oj[{k}, p] = J[{k}]" for k in range(nj)]
     store += [f"    orr[{i * g + k}, p] = R[{i}][{k}]" for i in range(n) for k in range(g)]
