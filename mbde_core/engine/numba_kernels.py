@@ -71,14 +71,23 @@ def numba():
     global _NUMBA
     if _NUMBA is None:
         try:
-            if "NUMBA_THREADING_LAYER" not in os.environ:
-                os.environ["NUMBA_THREADING_LAYER"] = "workqueue"
             import numba as nb
 
+            if "NUMBA_THREADING_LAYER" not in os.environ:
+                nb.config.THREADING_LAYER = "workqueue"  # read at the first parallel launch
             _NUMBA = nb
         except ImportError:
             _NUMBA = False
     return _NUMBA or None
+
+
+def describe() -> str:
+    """One line for reports: whether numba is available and how the backend is chosen."""
+    nb = numba()
+    if nb is None:
+        return "PF backend: numpy (numba is not importable: pip install numba)"
+    return (f"PF backend: MBDE_PF_BACKEND={requested()} (numba {nb.__version__}, rk4 on numba from "
+            f"{os.environ.get('MBDE_PF_NUMBA_MIN', AUTO_MIN)} particles when auto)")
 
 
 def requested() -> str:
