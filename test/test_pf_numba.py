@@ -1,9 +1,10 @@
 """numba backend of the batched RK4 step (mbde_core.engine.numba_kernels).
 
-Compared with the numpy path (bit-identical with the default IEEE arithmetic; checked to 1e-9) (the engine's batched RK4 on the generated vector kernels)
+Compared with the numpy path (the engine's batched RK4 on the generated vector kernels)
 on a four-bar, a five-bar (2 DOF), a slider-crank, a mechanism with time-dependent loads
 and one with a dense (triad) block: chained steps with and without the model
-acceleration and the extra acceleration, to rounding (1e-9 in the quantities' units);
+acceleration and the extra acceleration, to rounding (1e-9 in the quantities' units;
+with the default IEEE arithmetic the results are in fact bit-identical on x86-64);
 the kernel context at the result; bit-identical results for any thread count and any
 subset of particles; the numpy fallback for non-finite particles; the backend choice;
 and a whole particle filter run on both backends. Skipped without numba. The first run
