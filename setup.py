@@ -55,6 +55,9 @@ setup(
         "rosbags>=0.10.10,<0.12",
         "matplotlib>=3.5",
         "tqdm>=4.60",
+        # the particle filter's RK4 propagation on all cores (mbde_core/engine/numba_kernels.py);
+        # without it the numpy path runs (same results)
+        "numba>=0.60",
     ],
     extras_require={
         # run replays and benchmarks on a Dask distributed cluster (--scheduler tcp://HOST:PORT)

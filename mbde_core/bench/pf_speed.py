@@ -9,7 +9,10 @@ and estimate in the calling thread). Per row: the median per-step process CPU ti
 threads) and wall time, particle-steps per CPU second and per wall second, the shares of
 the three parts in CPU time, and the bare batched RK4 step of the engine on the same
 particles and machine state (``engine``; the filter's step / the engine's step is a
-ratio that a busy machine inflates far less than either time). On a shared machine the
+ratio that a busy machine inflates far less than either time). ``backend``: what propagated
+the particles (:mod:`mbde_core.engine.numba_kernels`: rk4 runs on numba from 4096 particles
+when numba is importable, ``MBDE_PF_BACKEND`` forces numpy or numba; the warm-up steps
+absorb its one-off load or compilation). On a shared machine the
 wall figures are inflated by the other processes and the second thread may have no core
 to run on; the CPU figures measure the code. Target (issue 13, reported, not asserted):
 >= 2e6 particle-steps/s at 1e4 and at 1e5 particles, rk4, on an idle 2-core machine.
@@ -25,6 +28,7 @@ import time
 import numpy as np
 
 from mbde_core.bench.pf_runs import _TRUTHS, _configs, _merge, _model, run_pf
+from mbde_core.engine import numba_kernels
 
 SPEED_N = (100, 1000, 10000, 100000)
 SPEED_INTEGRATORS = ("rk4", "euler", "midpoint")
@@ -92,6 +96,7 @@ def speed_experiment(counts, seed: int = 0, threads=None, budget: float = 1.5):
                 share = T[:, :3].sum(axis=0) / T[:, :3].sum()
                 eng = _engine_step(mech, integ, est.q, est.qd, est.qdd, dt) if nt == counts_threads[0] else None
                 rows.append({"integrator": integ, "particles": int(N), "threads": int(est.propagator.threads),
+                             "backend": est.propagator.backend or "numpy",
                              "ms_per_step": cpu * 1e3, "wall_ms_per_step": wall * 1e3,
                              "particle_steps_per_s": N / cpu, "particle_steps_per_wall_s": N / wall, "steps": len(T),
                              "predict_share": share[0], "update_share": share[1], "estimate_share": share[2],
@@ -104,12 +109,13 @@ def speed_experiment(counts, seed: int = 0, threads=None, budget: float = 1.5):
 def speed_table(rows, rtf) -> str:
     lines = ["", "Speed: full filter step (predict + update of one gyro reading + estimate) tracking pf_sim; median per "
              "step of the process CPU time (all threads) and of the wall time; shares of the three parts (CPU); engine = "
-             "the bare batched step of the integrator on the same particles (CPU, best of 3)",
-             f"{'integrator':<11}{'N':>8}{'thr':>4}{'cpu ms':>9}{'ps/s (cpu)':>12}{'wall ms':>9}{'ps/s (wall)':>12}"
+             "the bare batched step of the integrator on the same particles (numpy path, CPU, best of 3); backend: what "
+             "propagated the particles (" + numba_kernels.describe() + ")",
+             f"{'integrator':<11}{'backend':>8}{'N':>8}{'thr':>4}{'cpu ms':>9}{'ps/s (cpu)':>12}{'wall ms':>9}{'ps/s (wall)':>12}"
              f"{'predict':>8}{'update':>7}{'estim.':>7}{'engine ms':>10}"]
     for r in rows:
         eng = "" if r["engine_ms_per_step"] is None else f"{r['engine_ms_per_step']:.3f}"
-        lines.append(f"{r['integrator']:<11}{r['particles']:>8}{r['threads']:>4}{r['ms_per_step']:>9.3f}"
+        lines.append(f"{r['integrator']:<11}{r.get('backend', 'numpy'):>8}{r['particles']:>8}{r['threads']:>4}{r['ms_per_step']:>9.3f}"
                      f"{r['particle_steps_per_s']:>12.3g}{r['wall_ms_per_step']:>9.3f}{r['particle_steps_per_wall_s']:>12.3g}"
                      f"{100 * r['predict_share']:>7.0f}%{100 * r['update_share']:>6.0f}%{100 * r['estimate_share']:>6.0f}%"
                      f"{eng:>10}")

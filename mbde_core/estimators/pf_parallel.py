@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from mbde_core.engine import fastpath
-from mbde_core.engine.integrators import MBState
+from mbde_core.engine import fastpath, numba_kernels
+from mbde_core.engine.integrators import RK4, MBState
 
 CHUNK_MIN = 2048
 CHUNK_MAX = 16384
@@ -110,6 +110,7 @@ class Propagator:
         self.chunk = CHUNK_MAX
         self.ctx = None  # a fastpath.Context (one chunk) or a ChunkContext, at the current q
         self.last = None  # the MBState of the last step (its caller can tell it came from here)
+        self.backend = None  # 'numba' or 'numpy': what ran the last step
 
     def drop(self) -> None:
         self.ctx = None
@@ -149,6 +150,12 @@ class Propagator:
     def step(self, t, q, qd, qdd, dt, extra=None) -> MBState:
         """All particles from t to t + dt; returns the MBState (its aux: the new context)."""
         N = q.shape[0]
+        if type(self.integrator) is RK4 and numba_kernels.backend(self.mech, N, "rk4") == "numba":
+            q1, qd1, qdd1, ok, ctx = numba_kernels.rk4_step(self.mech, t, q, qd, qdd, dt, extra, self.threads)
+            st = self.last = MBState(q1, qd1, qdd1, ok, ctx)
+            self.ctx, self.backend = ctx, "numba"
+            return st
+        self.backend = "numpy"
         self.chunk = self.chunk_fixed or chunk_size(N)
         if N <= self.chunk or fastpath.kernels(self.mech) is None:
             st = self.integrator.step(self.mech, t, MBState(q, qd, qdd, aux=self.context(N)), dt, extra_zdd=extra)

@@ -1,0 +1,196 @@
+"""numba backend of the batched RK4 step: one compiled loop over particles on every core.
+
+Why: the numpy path (:mod:`mbde_core.engine.fastpath`, ``vector`` kernels) runs a
+batched RK4 step as ~10^3 numpy operations on (N,) rows. Each is fast, but the Python
+glue between them holds the GIL, so a thread pool over particle chunks does not scale
+(:mod:`mbde_core.estimators.pf_parallel`), and at N = 1e5 the ~100 live temporaries fall
+out of the caches. Here the mechanism's ``scalar`` kernels (the same generated text,
+:mod:`mbde_core.model.codegen`) are compiled by numba together with the RK4 algorithm
+written for one particle (:mod:`mbde_core.engine.numba_source`), and a ``prange`` loop
+runs the particles on numba's threads without the GIL: every particle's state lives in
+registers (tuples of floats), nothing is allocated per particle.
+
+Mathematics (per particle, identical to :class:`mbde_core.engine.integrators.RK4`):
+x = [z, zd], zdd = f(z, zd, t) + v by the R-matrix method (R = [I; -Phi_q,d^-1 Phi_q,z]
+by block-triangular solves with Phi_q,d; Mbar = R^T M R, Qbar = R^T (Q - M R'zd),
+Mbar zdd = Qbar); four stages, each position problem Phi(q) = 0 solved by Newton from
+the same second/first-order predictors as the numpy path (|Phi| <= 1e-14 max(1, L^2),
+<= 30 iterations, steps limited to the length scale), qd = R zd. The operations are the
+``scalar`` kernels' in the same order; results agree with the numpy path to rounding
+(only sin/cos may differ by an ulp: libm vs numpy's SIMD loops) -- tested on a four-bar,
+a five-bar (2 DOF), a slider-crank and mechanisms with loads and dense blocks.
+
+Exceptions are not guessed at: a particle whose Newton step or result is not finite
+(exactly singular block, infinite input) is flagged and recomputed by the numpy path,
+which then applies its own rules (least-squares steps, failure flags).
+
+Determinism: each particle is computed alone, from its own inputs, so its result does
+not depend on the thread count or on how ``prange`` splits the loop (tested).
+
+Compilation: the module text is written to a cache directory (``MBDE_CACHE_DIR``, else
+``$XDG_CACHE_HOME/mbde``, else ``~/.cache/mbde``; subfolder ``numba``) under a name
+keyed by the SHA-256 of its text and numba's version, imported from there, and every
+function is ``@njit(cache=True)``: numba stores the machine code next to it, so only
+the first use of a mechanism on a machine compiles (~10-20 s for the four-bar on a busy
+2-core machine; later processes load it in ~0.5 s). Compiled modules are shared per
+process by text.
+
+Threads: ``threads`` (default :func:`mbde_core.estimators.pf_parallel.default_threads`:
+the CPU count or ``MBDE_PF_THREADS``) through ``numba.set_num_threads``. The threading
+layer is numba's ``workqueue`` (fork-safe: the benches fork worker processes; GNU
+OpenMP is not) unless ``NUMBA_THREADING_LAYER`` says otherwise; calls are serialised by
+a lock (that layer must not be entered from two threads at once).
+
+Selection (:func:`backend`): ``MBDE_PF_BACKEND`` = ``numpy`` | ``numba`` | ``auto``
+(default): numba when importable, the mechanism has kernels and no drivers, and N >=
+``MBDE_PF_NUMBA_MIN`` (default :data:`AUTO_MIN` particles; below that a first compile
+would cost more than it saves in a short run). ``numba`` forces it whenever possible.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+
+import numpy as np
+
+from mbde_core.engine import fastpath
+from mbde_core.engine.numba_source import module_source
+
+AUTO_MIN = 4096
+_LOCK = threading.Lock()
+_MODULES: dict[str, object] = {}
+_NUMBA = None  # the numba module, False if not importable, None before the first try
+
+
+def numba():
+    """The numba module, or None if it cannot be imported."""
+    global _NUMBA
+    if _NUMBA is None:
+        try:
+            import numba as nb
+
+            if "NUMBA_THREADING_LAYER" not in os.environ:
+                nb.config.THREADING_LAYER = "workqueue"  # read at the first parallel launch
+            _NUMBA = nb
+        except ImportError:
+            _NUMBA = False
+    return _NUMBA or None
+
+
+def describe() -> str:
+    """One line for reports: whether numba is available and how the backend is chosen."""
+    nb = numba()
+    if nb is None:
+        return "PF backend: numpy (numba is not importable: pip install numba)"
+    return (f"PF backend: MBDE_PF_BACKEND={requested()} (numba {nb.__version__}, rk4 on numba from "
+            f"{os.environ.get('MBDE_PF_NUMBA_MIN', AUTO_MIN)} particles when auto)")
+
+
+def requested() -> str:
+    """The backend asked for by MBDE_PF_BACKEND: numpy, numba or auto."""
+    val = os.environ.get("MBDE_PF_BACKEND", "auto").strip().lower() or "auto"
+    return val if val in ("numpy", "numba", "auto") else "auto"
+
+
+def supported(mech) -> bool:
+    """The mechanism can run on this backend (generated kernels, no drivers)."""
+    return fastpath.kernels(mech) is not None and not getattr(mech, "drivers", None)
+
+
+def backend(mech, N: int, integrator_name: str = "rk4") -> str:
+    """'numba' or 'numpy': the backend that runs a step of N particles (module docstring)."""
+    want = requested()
+    if want == "numpy" or integrator_name != "rk4" or not supported(mech) or numba() is None:
+        return "numpy"
+    if want == "auto":
+        try:
+            lo = int(os.environ.get("MBDE_PF_NUMBA_MIN", AUTO_MIN))
+        except ValueError:
+            lo = AUTO_MIN
+        if N < lo:
+            return "numpy"
+    return "numba" if load(mech) is not None else "numpy"
+
+
+def cache_dir() -> str:
+    base = os.environ.get("MBDE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mbde")
+    return os.path.join(base, "numba")
+
+
+def _write(folder: str, name: str, text: str) -> str:
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name + ".py")
+    if not os.path.exists(path):
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)  # atomic: concurrent processes write the same text
+    return path
+
+
+def load(mech):
+    """The compiled module of ``mech`` (a namespace with ``rk4_all``, ``NT``, ``NJ``), or None."""
+    K = fastpath.kernels(mech)
+    if K is None or numba() is None:
+        return None
+    mod = getattr(K, "_numba", None)
+    if mod is not None:
+        return mod or None
+    try:
+        text, nt, nj = module_source(mech, K)
+    except ValueError:
+        K._numba = False
+        return None
+    key = "mbde_nb_" + hashlib.sha256((text + numba().__version__).encode()).hexdigest()[:24]
+    with _LOCK:
+        mod = _MODULES.get(key)
+        if mod is None:
+            try:
+                path = _write(cache_dir(), key, text)
+            except OSError:
+                path = _write(os.path.join(tempfile.gettempdir(), f"mbde-{os.getuid()}", "numba"), key, text)
+            spec = importlib.util.spec_from_file_location(key, path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[key] = mod  # numba's disk cache re-imports the module by name
+            spec.loader.exec_module(mod)
+            mod.NT, mod.NJ = nt, nj
+            _MODULES[key] = mod
+    K._numba = mod
+    return mod
+
+
+def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
+    """One RK4 step of N particles on numba: (q1, qd1, qdd1 (N, n) Fortran-ordered as the numpy path's, ok (N,),
+    Context at q1 or None). qdd (N, n) or None (then computed at (q, qd)); extra (N, g)
+    or None: acceleration added to zdd during the step (``RK4.step``'s extra_zdd)."""
+    mod = load(mech)
+    K = fastpath.kernels(mech)
+    N, n, g = q.shape[0], K.n, K.g
+    f = fastpath.soa  # batch-last (k, N) C-contiguous: free for the (N, n) F-ordered results of a step
+    Q, QD = f(q, n), f(qd, n)
+    QDD = np.zeros((n, 1)) if qdd is None else f(qdd, n)
+    V = np.zeros((g, 1)) if extra is None else f(extra, g)
+    tv = [tuple(float(x) for x in K.time_values(s)) for s in (t, t + 0.5 * h, t + h)]
+    oq, oqd, oqdd = np.empty((n, N)), np.empty((n, N)), np.empty((n, N))
+    ok, bad = np.empty(N, dtype=bool), np.empty(N, dtype=bool)
+    otr, oj, orr = np.empty((mod.NT, N)), np.empty((mod.NJ, N)), np.empty((n * g, N))
+    nb = numba()
+    with _LOCK:
+        nb.set_num_threads(max(1, min(int(threads), nb.config.NUMBA_NUM_THREADS)))
+        mod.rk4_all(Q, QD, QDD, qdd is not None, V, extra is not None, tv[0], tv[1], tv[2], float(h),
+                    oq, oqd, oqdd, ok, bad, otr, oj, orr)
+    ctx = fastpath.Context(N, tuple(otr), tuple(oj), tuple(tuple(orr[i * g + k] for k in range(g)) for i in range(n)))
+    if bad.any():  # non-finite values met: the numpy path decides for those particles
+        from mbde_core.engine.integrators import MBState, get_integrator
+
+        idx = np.nonzero(bad)[0]
+        st = get_integrator("rk4").step(mech, t, MBState(Q[:, idx].T, QD[:, idx].T, None if qdd is None else QDD[:, idx].T),
+                                        h, extra_zdd=None if extra is None else V[:, idx].T)
+        oq[:, idx], oqd[:, idx], oqdd[:, idx], ok[idx] = st.q.T, st.qd.T, st.qdd.T, st.ok
+        ctx = None
+    return oq.T, oqd.T, oqdd.T, ok, ctx
