@@ -323,7 +323,7 @@ def test_replay_writes_particle_sets(tmp_path):
         topics = {t: (ty, n) for t, ty, n in r.topics()}
         assert topics["/mbde/pf/particles"][0] == "mbde_msgs/msg/ParticleSet"
         assert topics["/mbde/pf/particles"][1] >= 10
-        assert topics["/mbde/pf/state"][1] == 101
+        assert topics["/mbde/pf/state"][1] == 201  # step auto: 2.5 ms on pf_sim (noise_rule), 0.5 s
         last = None
         for _, _, msg in r.messages(["/mbde/pf/particles"]):
             last = cloud_from_particle_set(msg)
