@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import math
-import os
 import time as _time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -38,67 +37,15 @@ from types import SimpleNamespace
 import numpy as np
 
 from mbde_core.errors import ConfigError, DataError
-from mbde_core.live.diagnostics import (ERROR, OK, WARN, Status, Throttle, reading_problems,
-                                        stamp_anomaly_values)
+from mbde_core.live import estimator_status
+from mbde_core.live.diagnostics import Status, Throttle
+from mbde_core.live.estimator_options import EstimatorOptions, default_config_file, load_config  # noqa: F401 (re-exported)
+from mbde_core.live.estimator_status import Window
 from mbde_core.rosio.convert import particle_set_msg
 from mbde_core.rosio.sensor_io import estimate_messages, sensor_reading
 
 CLOCK_TOLERANCE = 2.0  # s: |clock - stamp| on arrival beyond this = different clocks
 OVERDUE_MARGIN = 0.05  # s: transport jitter tolerated before the clock drives predictions
-
-
-@dataclass
-class EstimatorOptions:
-    """Node parameters that shape the core (see :mod:`mbde_core.live.params`)."""
-
-    name: str
-    config: dict
-    seed: int = 0
-    frame_id: str = ""
-    publish_rate: float = 50.0
-    marker_rate: float = 10.0
-    particles_rate: float = 10.0
-    top_k: int = 30
-    reorder_window: float = 0.02
-    max_prediction: float = 0.5
-    backward_jump: float = 1.0
-    max_gap: float = 10.0
-    publish_tf: bool = True
-    tf_prefix: str = ""  # already resolved ('~' -> '<node name>/' is the node's business)
-
-    @classmethod
-    def from_params(cls, p: dict, config: dict, tf_prefix: str | None = None) -> "EstimatorOptions":
-        return cls(p["estimator"], config, p["seed"], p["frame_id"], p["publish_rate"], p["marker_rate"],
-                   p["particles_rate"], p["particles_top_k"], p["reorder_window"], p["max_prediction"],
-                   p["backward_jump"], p["max_gap"], p.get("publish_tf", True),
-                   p.get("tf_prefix", "") if tf_prefix is None else tf_prefix)
-
-
-def default_config_file(name: str) -> str | None:
-    """The shipped options of estimator ``name``: ``estimators/<name>.yaml`` if the package
-    has one, else ``estimators/default.yaml`` (None if neither exists)."""
-    from mbde_core.live.paths import config_dirs
-
-    for rel in (f"estimators/{name}.yaml", "estimators/default.yaml"):
-        for base in config_dirs():
-            path = os.path.join(base, rel)
-            if os.path.isfile(path):
-                return path
-    return None
-
-
-def load_config(name: str, config_file: str = "") -> dict:
-    """Validated options of estimator ``name`` from a config file ('' = the shipped one,
-    :func:`default_config_file`; options it does not set keep the estimator's defaults)."""
-    from mbde_core.estimators.config_schema import load_estimator_configs
-    from mbde_core.live.paths import resolve
-
-    path = resolve(config_file, "estimator config file") if config_file else default_config_file(name)
-    try:
-        return load_estimator_configs(path, [name])[name]
-    except ModuleNotFoundError as exc:
-        raise ConfigError(path or "<parameters>", "estimator",
-                          f"estimator {name!r} is not available in this installation ({exc})") from None
 
 
 @dataclass
@@ -120,24 +67,6 @@ class SensorStats:
     arrivals: list = field(default_factory=list)
 
 
-class _Window:
-    """Statistics of one diagnostics period."""
-
-    def __init__(self, now: float, counters: dict):
-        self.start = now
-        self.counters = dict(counters)
-        self.nis_sum = 0.0
-        self.nis_dof = 0
-        self.updates = 0
-        self.cost_sum = 0.0
-        self.cost_max = 0.0
-        self.steps = 0
-        self.t_first = None
-        self.t_last = None
-        self.lag_min = math.inf
-        self.resets = 0
-        self.errors = 0
-        self.frame_mismatch = 0
 
 
 class LiveEstimator:
@@ -221,7 +150,7 @@ class LiveEstimator:
         self._drawer = None
         self.stage = None
         self._new_stage()
-        self.window = _Window(wall(), self.counters.as_dict())
+        self.window = Window(wall(), self.counters.as_dict())
         self.lag = None  # clock - stamp on arrival (min over recent readings)
         self._recent: dict = {}  # NIS and step-time lines of the last period with steps
         self.clock_mismatch = False
@@ -453,128 +382,6 @@ class LiveEstimator:
         return [st for st in self.stats.values() if st.first_stamp is None]
 
     def status(self, name: str, now: float | None = None, extra_problems=()) -> Status:
-        """The diagnostic status of the last period (and start a new period).
-
-        name: status name (the node's); now: node clock [s]; extra_problems: [(level,
-        text)] from the node (e.g. waiting for a topic, /clock missing).
-        """
-        wall = self.wall()
-        w = self.window
-        span = max(wall - w.start, 1e-9)
-        c = self.counters.as_dict()
-        d = {k: c[k] - w.counters.get(k, 0) for k in ("out_of_order", "non_finite", "rejected_gate",
-                                                       "unknown_sensor", "resets", "gap_resets", "duplicates",
-                                                       "future", "reacquisitions")}
-        problems: list[tuple[int, str]] = list(extra_problems)
-        if self.suitability.warning:
-            problems.append((WARN, self.suitability.message))
-        values = [("estimator", self.opt.name), ("mechanism", self.mech.name),
-                  ("suitability", self.suitability.level),
-                  ("model", self.scenario.name), ("independent coordinates", ", ".join(self.mech.independent_names)),
-                  ("filter step [s]", self.step)]
-        t = self.time
-        values.append(("filter time [s]", "-" if t is None else f"{t:.3f}"))
-        if t is None:
-            state = "waiting for readings"
-        elif self.clock_mismatch:
-            state = "running on readings only (clock mismatch)"
-            problems.append((WARN, "clock mismatch: " + self.clock_hint()))
-        elif now is not None and self.newest_arrival is not None and now - self.newest_arrival > max(
-                self.opt.max_prediction, 2 * self.slowest_period):
-            state = "stale"
-            problems.append((WARN, f"stale: no reading for {now - self.newest_arrival:.2f} s"))
-        else:
-            state = "running"
-        values.append(("state", state))
-        rates = []
-        for st in self.stats.values():
-            n = sum(1 for a in st.arrivals if a >= w.start)
-            rate = n / span
-            rates.append(f"{st.name} {rate:.1f} Hz")
-            values += [(f"{st.name}: topic", st.topic), (f"{st.name}: rate [Hz]", f"{rate:.1f}"),
-                       (f"{st.name}: expected rate [Hz]", f"{st.expected_rate:.1f}"),
-                       (f"{st.name}: received", st.received), (f"{st.name}: malformed", st.malformed),
-                       (f"{st.name}: fused", c["per_sensor_fused"].get(st.name, 0)),
-                       (f"{st.name}: rejected by gate", c["per_sensor_rejected"].get(st.name, 0)),
-                       (f"{st.name}: frame mismatch", st.frame_mismatch)]
-            if st.malformed and st.last_error:
-                values.append((f"{st.name}: last malformed", st.last_error))
-            if st.frame_mismatch:
-                values.append((f"{st.name}: last frame", f"{st.last_frame!r} (expected {st.frame_id!r})"))
-            st.arrivals = [a for a in st.arrivals if a >= wall - 1e-9]
-        total_resets = sum(self.resets.values()) + c["resets"] + c["gap_resets"]
-        breakdown = dict(self.resets)
-        if c["resets"]:
-            breakdown["backward stamp"] = c["resets"]
-        if c["gap_resets"]:
-            breakdown["gap"] = c["gap_resets"]
-        values += [("readings received", c["received"]), ("readings fused", c["fused"]),
-                   ("late (out of order)", c["out_of_order"]), ("non-finite", c["non_finite"]),
-                   ("malformed", sum(st.malformed for st in self.stats.values())),
-                   ("rejected by gate", c["rejected_gate"]), ("unknown sensor", c["unknown_sensor"]),
-                   *stamp_anomaly_values(c),
-                   ("steps", c["steps"]), ("resets", total_resets),
-                   ("reset reasons", ", ".join(f"{k}: {v}" for k, v in sorted(breakdown.items())) or "-"),
-                   ("estimator errors", self.errors), ("non-finite estimates", self.non_finite_estimates)]
-        if self.last_error:
-            values.append(("last estimator error", self.last_error))
-        nis = None
-        if w.updates and w.nis_dof:
-            nis = w.nis_sum / w.updates
-            self._recent["nis"] = [("NIS (mean, last active period)", f"{nis:.3f}"),
-                                   ("NIS expected (dof per update)", f"{w.nis_dof / w.updates:.3g}")]
-        values += self._recent.get("nis", [])
-        cloud = self.latest_cloud
-        if cloud is None and self.latest is not None:
-            try:
-                cloud = self.est.particles()
-            except Exception:
-                cloud = None
-        if cloud is not None:
-            values += [("ESS", f"{cloud.ess:.1f}"), ("particles", len(cloud.weight)),
-                       ("ESS / N", f"{cloud.ess / max(len(cloud.weight), 1):.3f}"),
-                       ("unique particles", cloud.unique)]
-        if self.latest is not None and self.latest.estimate.branch_probabilities is not None:
-            probs = np.asarray(self.latest.estimate.branch_probabilities)
-            values.append(("branch probabilities", " ".join(f"{k}: {p:.3f}" for k, p in enumerate(probs))))
-            values.append(("branch", self.latest.estimate.branch))
-        if w.steps:
-            cost = [("step time mean [ms]", f"{1e3 * w.cost_sum / w.steps:.3f}"),
-                    ("step time max [ms]", f"{1e3 * w.cost_max:.3f}")]
-            data_span = (w.t_last - w.t_first) + self.step if w.t_first is not None else 0.0
-            if data_span > 0:
-                cost.append(("real-time factor (cost / data time)", f"{w.cost_sum / data_span:.3f}"))
-            self._recent["cost"] = cost
-        values += self._recent.get("cost", [])
-        if self.lag is not None:
-            lag = w.lag_min if math.isfinite(w.lag_min) else self.lag
-            values.append(("stamp lag [ms] (clock - stamp on arrival)", f"{1e3 * lag:.1f}"))
-            if math.isfinite(w.lag_min):
-                self.lag = w.lag_min  # follow slow drifts of the transport delay
-        for k, v in sorted(self.est.diagnostics().items()):
-            values.append((f"{self.opt.name}: {k}", v))
-        values += [(f"published {k}", self.published[k]) for k in self.KEYS]
-        problems += reading_problems(d)
-        if d["unknown_sensor"]:
-            problems.append((WARN, f"{d['unknown_sensor']} reading(s) of unknown sensors this period"))
-        if w.frame_mismatch:
-            problems.append((WARN, f"{w.frame_mismatch} reading(s) in another frame than the sensor's frame_id "
-                                   "this period"))
-        if w.resets or d["resets"] or d["gap_resets"]:
-            problems.append((WARN, "estimator reset this period"))
-        if w.errors:
-            problems.append((ERROR, f"{w.errors} estimator error(s) this period: {self.last_error}"))
-        level = max([OK] + [lv for lv, _ in problems])
-        if problems:
-            message = "; ".join(text for lv, text in problems if lv == level)
-        else:
-            parts = [state, ", ".join(rates)]
-            if nis is not None:
-                parts.append(f"NIS {nis:.2f}")
-            if cloud is not None:
-                parts.append(f"ESS {cloud.ess:.0f}/{len(cloud.weight)}")
-            if w.steps:
-                parts.append(f"step {1e3 * w.cost_sum / w.steps:.2f} ms")
-            message = ", ".join(parts)
-        self.window = _Window(wall, c)
-        return Status(level, name, message, hardware_id=self.mech.name, values=values)
+        """The diagnostic status of the last period (and start a new period); see
+        :func:`mbde_core.live.estimator_status.status`."""
+        return estimator_status.status(self, name, now, extra_problems)
