@@ -70,6 +70,13 @@ class ParticleUpdate:
             return ll
         return ll * max(beta, self.ANNEAL_START)
 
+    def _h_memo(self) -> dict:
+        """The sensors' ``h_many`` memo at the current q (emptied when q is replaced)."""
+        memo = self.__dict__.get("_h_memo_q")
+        if memo is None or memo[0] is not self.q:
+            memo = self._h_memo_q = (self.q, {})
+        return memo[1]
+
     def _readings(self, measurements, gates):
         """The cloud's predictions of each reading; gated readings are rejected (not in the
         first GATE_GRACE seconds after a uniform (re)initialisation: no estimate to protect)."""
@@ -94,7 +101,7 @@ class ParticleUpdate:
                 q = self.q + lag * self.qd + (0.5 * lag * lag) * qdd
                 pred = s.h(q, self.qd + lag * qdd, qdd)
             else:
-                pred = s.h(self.q, self.qd, qdd)  # (N, d)
+                pred = s.h_many(self.q, [(self.qd, qdd)], self._h_memo())[0]  # (N, d)
             R, W = self._noise(m.sensor)
             value = np.asarray(m.value, dtype=float)
             mean = wsum(w, pred)
@@ -107,7 +114,7 @@ class ParticleUpdate:
             if limit is not None and limit > 0:
                 Wg = kernel_whitening(R, C, n_eff)
                 eg = np.einsum("nd,kd->nk", r, Wg)
-                d2 = predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg)
+                d2 = predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg, w=w)
                 self._distances.append((m.sensor, d2))  # UpdateResult.distances: the stage's adaptive gate scale
                 if not d2 <= limit:
                     rejected.append(m.sensor)
@@ -146,7 +153,7 @@ class ParticleUpdate:
             if x.s.uses_qdd and qdd_full is None:
                 qdd_full = self._accelerations()
             G = prop.noise_jacobian(x.s, self.q, self.qd, qdd_full if x.s.uses_qdd else self.qdd, Rc, dt,
-                                    x.pred if x.at_state else None)
+                                    x.pred if x.at_state else None, self._h_memo())
             yws.append(np.einsum("nd,kd->nk", x.r, x.W))
             Gws.append(np.einsum("ij,njg->nig", x.W, G))
             extra.append(s2 * np.einsum("n,ndg,nkg->dk", w, G, G))

@@ -61,16 +61,19 @@ class Accelerometer(Sensor):
         f = self._point_accel(qdd) - self.mech.gravity
         return np.einsum("nkc,nc->nk", self._axes(q), f)
 
-    def h_many(self, q, pairs) -> list:
+    def h_many(self, q, pairs, memo: dict | None = None) -> list:
         """:meth:`Sensor.h_many` with the sensing axes (a function of q alone) computed once."""
         if type(self)._h is not Accelerometer._h:  # a subclass with its own reading model
-            return super().h_many(q, pairs)
-        E = None
+            return super().h_many(q, pairs, memo)
+        key = ("accelerometer axes", self.name)
+        E = None if memo is None else memo.get(key)
         out = []
         for qd, qdd in pairs:
             qb, _, qddb, _ = self._batch(q, qd, qdd)
             if E is None:
                 E = self._axes(qb)
+                if memo is not None:
+                    memo[key] = E
             out.append(np.einsum("nkc,nc->nk", E, self._point_accel(qddb) - self.mech.gravity))
         return out
 
