@@ -42,11 +42,15 @@ class Accelerometer(Sensor):
         self._rot_t = [rotation(a).T for a in self.axes]  # constant: built once, not per call
 
     def _point_accel(self, qdd):
-        x = np.concatenate([qdd, np.zeros((qdd.shape[0], 1))], axis=1)
+        cols = list(self._cols)
+        if max(cols) < qdd.shape[1]:  # no fixed point among them: read qdd directly (same values)
+            x = qdd
+        else:  # column n: fixed points (zero acceleration)
+            x = np.concatenate([qdd, np.zeros((qdd.shape[0], 1))], axis=1)
         if self.body >= 0:
-            basis = x[:, list(self._cols)]  # (N, 4) = [a_i, a_j]
+            basis = x[:, cols]  # (N, 4) = [a_i, a_j]
             return basis @ self._C.T
-        return x[:, list(self._cols)]
+        return x[:, cols]
 
     def _axes(self, q):
         """(N, dim, 2) unit sensing axes."""
