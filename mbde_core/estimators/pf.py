@@ -175,6 +175,7 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
         self.default_gate = float(cfg.get("gate", 0.0) or 0.0)  # when update() is given no gates
         self._last_dt = float(cfg.get("step", 0.005))
         self._kernel = None
+        self._acc_memo = None  # (arrays, qdd with noise) of _accelerations
         nt = cfg.get("threads")
         self.propagator = Propagator(self.integrator, mech, threads=None if nt is None else int(nt))
         self._alloc()
@@ -387,6 +388,15 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
                 self.counts["branch_jumps"] += int(idx.size)
 
     def _accelerations(self):
-        """qdd of every particle including its acceleration noise: R (f + v) + R'zd."""
+        """qdd of every particle including its acceleration noise: R (f + v) + R'zd.
+
+        Memoised on the identity of the particle arrays and the time (the readings and the
+        proposal of one update both need it; the arrays are replaced, never edited in place)."""
+        key = (self.q, self.qd, self.qdd, self.v, self.t)
+        memo = self._acc_memo
+        if memo is not None and all(a is b for a, b in zip(memo[0][:4], key[:4])) and memo[0][4] == key[4]:
+            return memo[1]
         zdd = self.qdd[:, self.iz] + self.v
-        return kinematics.acceleration(self.mech, self.q, self.qd, zdd, t=self.t)
+        out = kinematics.acceleration(self.mech, self.q, self.qd, zdd, t=self.t)
+        self._acc_memo = (key, out)
+        return out

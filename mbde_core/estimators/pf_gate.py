@@ -44,6 +44,8 @@ those of a cloud that is confidently wrong (README, Sensor faults).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 REFERENCES = 16
@@ -55,6 +57,10 @@ def kernel_whitening(R: np.ndarray, C: np.ndarray, n_eff: float) -> np.ndarray:
     d = R.shape[0]
     b2 = (4.0 / (max(n_eff, 1.0) * (d + 2))) ** (2.0 / (d + 4))
     Rg = R + b2 * 0.5 * (C + C.T)
+    if d == 1:  # the same number without two LAPACK calls (a gyroscope's gate, every step)
+        v = float(Rg[0, 0])
+        if v > 0.0:
+            return np.array([[1.0 / np.sqrt(v)]])
     return np.linalg.inv(np.linalg.cholesky(Rg))
 
 
@@ -66,8 +72,17 @@ def _logsumexp(x: np.ndarray, axis=None):
     return out.reshape(()) if axis is None else np.squeeze(out, axis=axis)
 
 
+def _lse(x: np.ndarray) -> float:
+    """log sum exp(x) of a 1-D array as a float (:func:`_logsumexp` without its array
+    bookkeeping: the gate's hot path)."""
+    m = float(x.max())
+    if not np.isfinite(m):
+        m = 0.0
+    return math.log(float(np.exp(x - m).sum())) + m
+
+
 def predictive_d2(ll: np.ndarray, logw: np.ndarray, pred: np.ndarray, residual, W: np.ndarray,
-                  limit: float | None = None) -> float:
+                  limit: float | None = None, w: np.ndarray | None = None) -> float:
     """d^2 of a reading (see the module docstring).
 
     ll: (N,) -d_i^2(o)/2 of the reading; logw: (N,) normalised log-weights; pred: (N, d)
@@ -75,19 +90,34 @@ def predictive_d2(ll: np.ndarray, logw: np.ndarray, pred: np.ndarray, residual, 
     broadcasting); W: (d, d) whitening, W^T W = Sigma_s^-1. With ``limit``, a reading whose
     upper bound -2 log sum_i w_i exp(-d_i^2/2) >= d^2 (the reference term is <= 0) is
     within it is answered with that bound (one pass over the particles). The reference
-    densities of the candidates are evaluated in one (K, N) array.
+    densities of the candidates are evaluated in one (K, N) array. w: the normalised
+    weights exp(logw) if the caller has them (equal to rounding; they only choose the
+    particle nearest the mean).
     """
-    with np.errstate(divide="ignore", under="ignore"):
-        top = float(_logsumexp(logw + ll))
+    with np.errstate(divide="ignore", under="ignore", over="ignore"):
+        top = _lse(logw + ll)
         if limit is not None and -2.0 * top <= limit:
             return -2.0 * top
         N = len(logw)
         k = min(REFERENCES, N)
         cand = np.argpartition(logw, N - k)[N - k :] if k < N else np.arange(N)
-        w = np.exp(logw - logw.max())
-        dm = residual(pred, ((w / w.sum()) @ pred)[None, :]) @ W.T
-        near = int(np.argmin(np.einsum("ij,ij->i", dm, dm)))
-        refs = np.append(cand, near)
-        e = residual(pred[refs][:, None, :], pred[None, :, :]) @ W.T  # (K, N, d)
-        ref = float(np.max(_logsumexp(logw[None, :] - 0.5 * np.einsum("knd,knd->kn", e, e), axis=1)))
+        if w is None:
+            w = np.exp(logw - logw.max())
+            w = w / w.sum()
+        refs = np.empty(k + 1, dtype=np.int64)
+        refs[:k] = cand
+        if pred.shape[1] == 1 and W.shape == (1, 1):  # scalar readings: the same products on (N,) rows
+            p, w0 = pred[:, 0], W[0, 0]
+            dm = residual(p, w @ p) * w0
+            refs[k] = int(np.argmin(dm * dm))
+            e = residual(p[refs][:, None], p[None, :]) * w0  # (K, N)
+            a = logw[None, :] - 0.5 * (e * e)
+        else:
+            dm = residual(pred, (w @ pred)[None, :]) @ W.T
+            refs[k] = int(np.argmin(np.einsum("ij,ij->i", dm, dm)))
+            e = residual(pred[refs][:, None, :], pred[None, :, :]) @ W.T  # (K, N, d)
+            a = logw[None, :] - 0.5 * np.einsum("knd,knd->kn", e, e)
+        m = a.max(axis=1, keepdims=True)
+        m[~np.isfinite(m)] = 0.0
+        ref = float(np.max(np.log(np.exp(a - m).sum(axis=1)) + m[:, 0]))
     return float(-2.0 * (top - ref))

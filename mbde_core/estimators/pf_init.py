@@ -85,7 +85,7 @@ class SignatureCodes:
                 kx, ky = self._xy(q, term[2])
                 d = term[3]
                 v = (kx - ax) * d[0] + (ky - ay) * d[1]
-            sg = np.sign(np.broadcast_to(v, (q.shape[0],)))
+            sg = np.sign(v if isinstance(v, np.ndarray) and v.shape == (q.shape[0],) else np.broadcast_to(v, (q.shape[0],)))
             part = (sg + 1.0) * wk
             code = part if code is None else code + part
             zero = (sg == 0) if zero is None else zero | (sg == 0)

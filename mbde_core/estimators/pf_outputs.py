@@ -66,23 +66,30 @@ class ParticleOutputs:
     def mean(self, w=None):
         """Weighted means (z, zd, zdd) (g,) each; circular mean for angle coordinates (footnote 6)."""
         w = self.weights() if w is None else w
-        z = self.z
-        zm = wsum(w, z)
-        if self.angular.any():
-            a = self.angular
-            s, c = self._sincos(z)
-            zm[a] = np.arctan2(wsum(w, s), wsum(w, c))
+        a = self.angular
+        if a.all():  # the circular mean only (no linear sum to overwrite)
+            s, c = self._sincos(None)
+            zm = np.arctan2(wsum(w, s), wsum(w, c))
+        else:
+            z = self.z
+            zm = wsum(w, z)
+            if a.any():
+                s, c = self._sincos(z)
+                zm[a] = np.arctan2(wsum(w, s), wsum(w, c))
         return zm, wsum(w, self.zd), wsum(w, self.zdd)
 
     def _sincos(self, z):
-        """sin, cos (N, k) of the angle columns of z: the integrator computed them at the
+        """sin, cos (N, k) of the angle columns of z (None: the particles' z): the integrator computed them at the
         current q (its kernel context, ``self._aux``) when it knows them, the same values."""
         a = self.angular
         aux = self._aux
         if aux is None or aux.N != self.N:
-            return np.sin(z[:, a]), np.cos(z[:, a])
+            za = (self.z if z is None else z)[:, a]
+            return np.sin(za), np.cos(za)
         rel = self.mech.rel_columns
         pairs = [aux.sincos(rel, c) for c in self.iz[a]]
+        if len(pairs) == 1:  # one angle: its (N,) rows as (N, 1) views, no stacking
+            return pairs[0][0][:, None], pairs[0][1][:, None]
         return np.stack([p[0] for p in pairs], axis=1), np.stack([p[1] for p in pairs], axis=1)
 
     def deviations(self, zm=None, w=None) -> np.ndarray:

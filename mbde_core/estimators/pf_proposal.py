@@ -102,21 +102,28 @@ def adapted_noise(sigma_a: float, yw: np.ndarray, Gw: np.ndarray, rng):
     return v, ll
 
 
-def noise_jacobian(sensor, q, qd, qdd, Rc, dt):
+def noise_jacobian(sensor, q, qd, qdd, Rc, dt, h0=None, memo=None):
     """G = dh/dv (N, d, g) of one sensor at the deterministic prediction (module docstring).
 
     Column k is the exact directional difference h(q, qd + dt R e_k, qdd + R e_k) - h(q, qd,
     qdd): every reading of mbde is linear in qd and in qdd at a fixed q (gyroscopes read
     angular rates, accelerometers point accelerations), so the difference is dh/dv e_k to
-    rounding -- g cheap evaluations of h instead of the (N, d, n) Jacobians."""
+    rounding -- g cheap evaluations of h instead of the (N, d, n) Jacobians, in one
+    ``sensor.h_many`` (an accelerometer's axes computed once). h0: h(q, qd, qdd) if the
+    caller has it (the readings' own prediction at the state), else computed; memo: the
+    caller's ``h_many`` memo at q."""
     uses_qd, uses_qdd = bool(getattr(sensor, "uses_qd", False)), bool(sensor.uses_qdd)
     N, d, g = q.shape[0], sensor.dim, Rc.shape[0]
-    G = np.zeros((N, d, g))
+    G = np.empty((N, d, g))
     if not (uses_qd or uses_qdd):
+        G.fill(0.0)
         return G
-    h0 = sensor.h(q, qd, qdd)
+    pairs = [(qd + dt * Rc[k] if uses_qd else qd, qdd + Rc[k] if uses_qdd else qdd) for k in range(g)]
+    hs = sensor.h_many(q, pairs if h0 is not None else [(qd, qdd)] + pairs, memo)
+    if h0 is None:
+        h0, hs = hs[0], hs[1:]
     for k in range(g):
-        G[:, :, k] = sensor.h(q, qd + dt * Rc[k] if uses_qd else qd, qdd + Rc[k] if uses_qdd else qdd) - h0
+        np.subtract(hs[k], h0, out=G[:, :, k])
     return G
 
 

@@ -33,10 +33,11 @@ from mbde_core.estimators.resampling import effective_sample_size
 class _Reading:
     """One accepted reading and the cloud's predictions of it."""
 
-    __slots__ = ("m", "s", "pred", "r", "R", "W", "C", "y")
+    __slots__ = ("m", "s", "pred", "r", "R", "W", "C", "y", "at_state")
 
-    def __init__(self, m, s, pred, r, R, W, C, y):
+    def __init__(self, m, s, pred, r, R, W, C, y, at_state=False):
         self.m, self.s, self.pred, self.r, self.R, self.W, self.C, self.y = m, s, pred, r, R, W, C, y
+        self.at_state = at_state  # pred = h(q, qd, qdd) at the particles' state (no lag)
 
 
 def _velocity_linear(s) -> bool:
@@ -69,6 +70,13 @@ class ParticleUpdate:
             return ll
         return ll * max(beta, self.ANNEAL_START)
 
+    def _h_memo(self) -> dict:
+        """The sensors' ``h_many`` memo at the current q (emptied when q is replaced)."""
+        memo = self.__dict__.get("_h_memo_q")
+        if memo is None or memo[0] is not self.q:
+            memo = self._h_memo_q = (self.q, {})
+        return memo[1]
+
     def _readings(self, measurements, gates):
         """The cloud's predictions of each reading; gated readings are rejected (not in the
         first GATE_GRACE seconds after a uniform (re)initialisation: no estimate to protect)."""
@@ -88,11 +96,12 @@ class ParticleUpdate:
                 qdd_full = self._accelerations()
             qdd = qdd_full if s.uses_qdd else self.qdd
             lag = float(m.stamp) - self.t
-            if abs(lag) > 1e-9 and not s.uses_qdd:  # a reading of the slot, not of its time
+            at_state = not (abs(lag) > 1e-9 and not s.uses_qdd)
+            if not at_state:  # a reading of the slot, not of its time
                 q = self.q + lag * self.qd + (0.5 * lag * lag) * qdd
                 pred = s.h(q, self.qd + lag * qdd, qdd)
             else:
-                pred = s.h(self.q, self.qd, qdd)  # (N, d)
+                pred = s.h_many(self.q, [(self.qd, qdd)], self._h_memo())[0]  # (N, d)
             R, W = self._noise(m.sensor)
             value = np.asarray(m.value, dtype=float)
             mean = wsum(w, pred)
@@ -105,12 +114,12 @@ class ParticleUpdate:
             if limit is not None and limit > 0:
                 Wg = kernel_whitening(R, C, n_eff)
                 eg = np.einsum("nd,kd->nk", r, Wg)
-                d2 = predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg)
+                d2 = predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg, w=w)
                 self._distances.append((m.sensor, d2))  # UpdateResult.distances: the stage's adaptive gate scale
                 if not d2 <= limit:
                     rejected.append(m.sensor)
                     continue
-            out.append(_Reading(m, s, pred, r, R, W, C, s.residual(value, mean)))
+            out.append(_Reading(m, s, pred, r, R, W, C, s.residual(value, mean), at_state))
         return out, rejected
 
     def log_likelihood(self, measurements, gates=None):
@@ -143,7 +152,8 @@ class ParticleUpdate:
         for x in rd:
             if x.s.uses_qdd and qdd_full is None:
                 qdd_full = self._accelerations()
-            G = prop.noise_jacobian(x.s, self.q, self.qd, qdd_full if x.s.uses_qdd else self.qdd, Rc, dt)
+            G = prop.noise_jacobian(x.s, self.q, self.qd, qdd_full if x.s.uses_qdd else self.qdd, Rc, dt,
+                                    x.pred if x.at_state else None, self._h_memo())
             yws.append(np.einsum("nd,kd->nk", x.r, x.W))
             Gws.append(np.einsum("ij,njg->nig", x.W, G))
             extra.append(s2 * np.einsum("n,ndg,nkg->dk", w, G, G))

@@ -39,26 +39,47 @@ class Accelerometer(Sensor):
         else:
             self._cols = (mech.px[point], mech.py[point])
         super().__init__(mech, name, **kw)
+        self._rot_t = [rotation(a).T for a in self.axes]  # constant: built once, not per call
 
     def _point_accel(self, qdd):
-        x = np.concatenate([qdd, np.zeros((qdd.shape[0], 1))], axis=1)
+        cols = list(self._cols)
+        if max(cols) < qdd.shape[1]:  # no fixed point among them: read qdd directly (same values)
+            x = qdd
+        else:  # column n: fixed points (zero acceleration)
+            x = np.concatenate([qdd, np.zeros((qdd.shape[0], 1))], axis=1)
         if self.body >= 0:
-            basis = x[:, list(self._cols)]  # (N, 4) = [a_i, a_j]
+            basis = x[:, cols]  # (N, 4) = [a_i, a_j]
             return basis @ self._C.T
-        return x[:, list(self._cols)]
+        return x[:, cols]
 
     def _axes(self, q):
         """(N, dim, 2) unit sensing axes."""
         if self.body >= 0:
             d, _ = basis_vector(self.mech, self.body, q)
             u = d / np.linalg.norm(d, axis=1, keepdims=True)
-            return np.stack([u @ rotation(a).T for a in self.axes], axis=1)
+            return np.stack([u @ rt for rt in self._rot_t], axis=1)
         e = np.array([[np.cos(a), np.sin(a)] for a in self.axes])
         return np.broadcast_to(e, (q.shape[0], self.dim, 2))
 
     def _h(self, q, qd, qdd):
         f = self._point_accel(qdd) - self.mech.gravity
         return np.einsum("nkc,nc->nk", self._axes(q), f)
+
+    def h_many(self, q, pairs, memo: dict | None = None) -> list:
+        """:meth:`Sensor.h_many` with the sensing axes (a function of q alone) computed once."""
+        if type(self)._h is not Accelerometer._h:  # a subclass with its own reading model
+            return super().h_many(q, pairs, memo)
+        key = ("accelerometer axes", self.name)
+        E = None if memo is None else memo.get(key)
+        out = []
+        for qd, qdd in pairs:
+            qb, _, qddb, _ = self._batch(q, qd, qdd)
+            if E is None:
+                E = self._axes(qb)
+                if memo is not None:
+                    memo[key] = E
+            out.append(np.einsum("nkc,nc->nk", E, self._point_accel(qddb) - self.mech.gravity))
+        return out
 
     def _jac(self, q, qd, qdd):
         N = q.shape[0]

@@ -132,6 +132,14 @@ class Sensor:
         out = self._h(qb, qdb, qddb)
         return out[0] if single else out
 
+    def h_many(self, q, pairs, memo: dict | None = None) -> list:
+        """[h(q, qd_k, qdd_k) for (qd_k, qdd_k) in pairs], each (N, d), for a batch q (N, n):
+        several readings at one configuration (the particle filter's noise Jacobian). The
+        same values as :meth:`h`; a sensor with a factor of q alone (an accelerometer's
+        axes) overrides it to compute that factor once, and keeps it in ``memo`` (a dict
+        the caller owns and empties whenever q changes) for the next call at that q."""
+        return [self.h(q, qd, qdd) for qd, qdd in pairs]
+
     def jacobians(self, q, qd=None, qdd=None):
         """(dh/dq, dh/dqd, dh/dqdd), each (d, n) or (N, d, n)."""
         qb, qdb, qddb, single = self._batch(q, qd, qdd)
