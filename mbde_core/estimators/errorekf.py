@@ -43,6 +43,7 @@ from mbde_core.engine import dynamics, fastpath, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.errors import ConfigError
+from mbde_core.estimators import errorekf_scalar
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.reduced import FullState, ReducedModel
@@ -242,6 +243,13 @@ class ErrorEKF(CovarianceInflation, Estimator):
         return self.full
 
     def update(self, measurements, gates=None):
+        if self._kernels is not None and errorekf_scalar.applies(self, measurements):
+            try:
+                res = errorekf_scalar.update(self, measurements, gates)
+            except fastpath.SCALAR_ERRORS:
+                res = None  # nothing changed: the generic update decides
+            if res is not None:
+                return res
         g, na = self.g, self.na
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]
