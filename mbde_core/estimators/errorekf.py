@@ -96,6 +96,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
         self._carry_qdd = config["integrator"] != "ali3p"
         self.linear = config.get("correction", "exact") == "linear"
         self._FQ_cache = {}
+        self._FQ_lists_cache = None
         # rk4 of one state straight on the scalar kernels (engine.rk4_single), if it applies
         K = fastpath.kernels(mech)
         self._kernels = K if (config["integrator"] == "rk4" and K is not None and not mech.drivers) else None
@@ -191,8 +192,11 @@ class ErrorEKF(CovarianceInflation, Estimator):
         F, Qd = self._F_and_Q(dt, q)
         extra = self._extra_zdd(q) if (self.acc or self.k) else None
         if self._kernels is not None and self._predict_scalar(dt, extra):
-            self.P = F @ self.P @ F.T + Qd
-            self.P = 0.5 * (self.P + self.P.T)
+            if self.dim == 2:  # F P F^T + Qd on floats (numpy's fixed costs dominate at 2 x 2)
+                self.P = np.array(errorekf_scalar.propagate2(self.P.tolist(), *self._FQ_lists(F, Qd)))
+            else:
+                self.P = F @ self.P @ F.T + Qd
+                self.P = 0.5 * (self.P + self.P.T)
             return
         qdd = self.state.qdd if self._carry_qdd else None
         new = self.integrator.step(self.mech, self.t, MBState(self.state.q, self.state.qd, qdd), dt, extra_zdd=extra)
@@ -205,6 +209,13 @@ class ErrorEKF(CovarianceInflation, Estimator):
             self.state = MBState(self.state.q, self.state.qd)  # its qdd belongs to the previous time
         self.P = F @ self.P @ F.T + Qd
         self.P = 0.5 * (self.P + self.P.T)
+
+    def _FQ_lists(self, F, Qd):
+        """(F, Qd) as lists (cached with the arrays: the same objects every step when constant)."""
+        c = self._FQ_lists_cache
+        if c is None or c[0] is not F or c[1] is not Qd:
+            c = self._FQ_lists_cache = (F, Qd, F.tolist(), Qd.tolist())
+        return c[2], c[3]
 
     def _predict_scalar(self, dt, extra) -> bool:
         """The simulation's rk4 step on the scalar kernels (:func:`rk4_single.rk4_step`,

@@ -81,8 +81,14 @@ def update(est, measurements, gates):
     yv = float(y[0])
     P = est.P.tolist()
     n = len(H)
-    PHt = [sum(p * x for p, x in zip(Pi, H)) for Pi in P]
-    s = sum(x * p for x, p in zip(H, PHt)) + r
+    if n == 2:
+        (p00, p01), (p10, p11) = P
+        h0, h1 = H
+        PHt = [p00 * h0 + p01 * h1, p10 * h0 + p11 * h1]
+        s = h0 * PHt[0] + h1 * PHt[1] + r
+    else:
+        PHt = [sum(p * x for p, x in zip(Pi, H)) for Pi in P]
+        s = sum(x * p for x, p in zip(H, PHt)) + r
     dist = []
     if gates and gates.get(name) is not None:
         d2 = yv**2 / s if s != 0.0 else np.inf
@@ -91,10 +97,7 @@ def update(est, measurements, gates):
             return UpdateResult([], [name], distances=dist)
     Kg = [p / s for p in PHt]
     dx = [k * yv for k in Kg]
-    A = [[(1.0 if i == j else 0.0) - Kg[i] * H[j] for j in range(n)] for i in range(n)]  # I - K H
-    AP = [[sum(A[i][k] * P[k][j] for k in range(n)) for j in range(n)] for i in range(n)]
-    C = [[sum(AP[i][k] * A[j][k] for k in range(n)) + Kg[i] * r * Kg[j] for j in range(n)] for i in range(n)]
-    est.P = np.array([[0.5 * (C[i][j] + C[j][i]) for j in range(n)] for i in range(n)])
+    est.P = np.array(joseph2(P, Kg, H, r) if n == 2 else joseph(P, Kg, H, r))
     if s > 0.0:
         e = y / math.sqrt(s)
         res = UpdateResult([name], [], float(e[0] * e[0]), 1, y, e, math.log(s))
@@ -106,6 +109,45 @@ def update(est, measurements, gates):
     except SCALAR_ERRORS:  # singular or non-finite: the generic correction decides
         est._correct(np.array(dx))
     return res
+
+
+def joseph(P, Kg, H, r):
+    """(I - K H) P (I - K H)^T + K r K^T, symmetrised (lists; as reduced.joseph_update)."""
+    n = len(H)
+    A = [[(1.0 if i == j else 0.0) - Kg[i] * H[j] for j in range(n)] for i in range(n)]  # I - K H
+    AP = [[sum(A[i][k] * P[k][j] for k in range(n)) for j in range(n)] for i in range(n)]
+    C = [[sum(AP[i][k] * A[j][k] for k in range(n)) + Kg[i] * r * Kg[j] for j in range(n)] for i in range(n)]
+    return [[0.5 * (C[i][j] + C[j][i]) for j in range(n)] for i in range(n)]
+
+
+def joseph2(P, Kg, H, r):
+    """:func:`joseph` of a 2 x 2 covariance, written out."""
+    (p00, p01), (p10, p11) = P
+    k0, k1 = Kg
+    h0, h1 = H
+    a00, a01, a10, a11 = 1.0 - k0 * h0, 0.0 - k0 * h1, 0.0 - k1 * h0, 1.0 - k1 * h1
+    b00, b01 = a00 * p00 + a01 * p10, a00 * p01 + a01 * p11
+    b10, b11 = a10 * p00 + a11 * p10, a10 * p01 + a11 * p11
+    kr0, kr1 = k0 * r, k1 * r
+    c00 = b00 * a00 + b01 * a01 + kr0 * k0
+    c01 = b00 * a10 + b01 * a11 + kr0 * k1
+    c10 = b10 * a00 + b11 * a01 + kr1 * k0
+    c11 = b10 * a10 + b11 * a11 + kr1 * k1
+    return [[0.5 * (c00 + c00), 0.5 * (c01 + c10)], [0.5 * (c10 + c01), 0.5 * (c11 + c11)]]
+
+
+def propagate2(P, F, Q):
+    """F P F^T + Q, symmetrised, of 2 x 2 lists (the errorEKF's covariance prediction)."""
+    (p00, p01), (p10, p11) = P
+    (f00, f01), (f10, f11) = F
+    (q00, q01), (q10, q11) = Q
+    a00, a01 = f00 * p00 + f01 * p10, f00 * p01 + f01 * p11
+    a10, a11 = f10 * p00 + f11 * p10, f10 * p01 + f11 * p11
+    c00 = a00 * f00 + a01 * f01 + q00
+    c01 = a00 * f10 + a01 * f11 + q01
+    c10 = a10 * f00 + a11 * f01 + q10
+    c11 = a10 * f10 + a11 * f11 + q11
+    return [[0.5 * (c00 + c00), 0.5 * (c01 + c10)], [0.5 * (c10 + c01), 0.5 * (c11 + c11)]]
 
 
 def correct(est, st: FullState, dx) -> None:
