@@ -41,7 +41,8 @@ def position(K, z, q, tol: float, max_step: float, max_iter: int = 30):
         if it and not fixed:
             tr = S.trig(q)
         ph, J = phijac(q, tr)
-        if it == max_iter or not maxabs(ph) > tol:
+        err = maxabs(ph)  # NaN stops too: it never converges (and ok is False)
+        if it == max_iter or not err > tol:
             break
         dq = newton_step(J, tr, ph)
         norm = maxabs(dq)
@@ -50,7 +51,7 @@ def position(K, z, q, tol: float, max_step: float, max_iter: int = 30):
             dq = [d * f for d in dq]
         for c, d in zip(dep, dq):
             q[c] += d
-    ok = maxabs(ph) <= 1e3 * tol and math.isfinite(sum(q))
+    ok = err <= 1e3 * tol and math.isfinite(sum(q))
     return q, ok, tr, J
 
 

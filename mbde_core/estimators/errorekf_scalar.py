@@ -48,10 +48,15 @@ def measurement_row(est, st: FullState, sensor):
     S = K.scalar
     xs, tr, J = st.ctx
     g = est.g
-    h, Hq, Hqd, _ = sensor.linearize(st.q, st.qd, None)
-    hq, hqd = Hq[0].tolist(), Hqd[0].tolist()
-    Rl = st.R.tolist()
     qd = st.qd.tolist()
+    lin = getattr(sensor, "linearize_floats", None)
+    if lin is not None:
+        h, hq, hqd = lin(xs, qd)
+        h = np.array([h])
+    else:
+        h, Hq, Hqd, _ = sensor.linearize(st.q, st.qd, None)
+        hq, hqd = Hq[0].tolist(), Hqd[0].tolist()
+    Rl = st.R.tolist()
     dep = K.dep
     row_z, row_zd = [], []
     for k in range(g):

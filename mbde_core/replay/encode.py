@@ -32,7 +32,9 @@ _OPTIONAL = ("cov", "branch_probabilities", "inputs", "input_cov")
 
 
 def _size(v) -> int:
-    return 0 if v is None else int(np.size(v))
+    if v is None:
+        return 0
+    return v.size if isinstance(v, np.ndarray) else int(np.size(v))
 
 
 class EstimateEncoder:

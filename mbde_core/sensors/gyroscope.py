@@ -37,24 +37,30 @@ class Gyroscope(Sensor):
         return Hq, Hqd, Hqdd
 
     def linearize(self, q, qd, qdd=None):
-        """(h (1,), dh/dq, dh/dqd, dh/dqdd (1, n)) at one state, on Python floats.
+        """(h (1,), dh/dq, dh/dqd, dh/dqdd (1, n)) at one state: :meth:`linearize_floats`
+        as arrays (the observers' hot path)."""
+        h, hq, hqd = self.linearize_floats(q.tolist(), qd.tolist())
+        return np.array([h]), np.array([hq]), np.array([hqd]), np.zeros((1, self.mech.n))
+
+    def linearize_floats(self, q, qd):
+        """(h, dh/dq (n,), dh/dqd (n,)) at one state given as lists of floats, on floats.
 
         The same w, dw/dd and dw/dd' as :meth:`h` and :meth:`jacobians` (geometry.
-        omega_and_gradients) without the batch machinery: the observers' hot path.
+        omega_and_gradients) without the batch machinery.
         """
         mech = self.mech
         n = mech.n
-        dx, dy, ddx, ddy = basis_values(mech, self.body, q.tolist(), qd.tolist())
+        dx, dy, ddx, ddy = basis_values(mech, self.body, q, qd)
         s = dx * dx + dy * dy
         c = dx * ddy - dy * ddx
         k2 = 2.0 * c / (s * s)
         gdx, gdy, gddx, gddy = ddy / s - k2 * dx, -ddx / s - k2 * dy, -dy / s, dx / s
         xi, yi, xj, yj = body_columns(mech, self.body)[3]
-        Hq, Hqd = np.zeros((1, n + 1)), np.zeros((1, n + 1))
+        Hq, Hqd = [0.0] * (n + 1), [0.0] * (n + 1)
         # scatter_d for one state on floats (column n collects fixed points, discarded)
         for H, gx, gy in ((Hq, gdx, gdy), (Hqd, gddx, gddy)):
-            H[0, xj] += gx
-            H[0, yj] += gy
-            H[0, xi] -= gx
-            H[0, yi] -= gy
-        return np.array([c / s]), Hq[:, :n], Hqd[:, :n], np.zeros((1, n))
+            H[xj] += gx
+            H[yj] += gy
+            H[xi] -= gx
+            H[yi] -= gy
+        return c / s, Hq[:n], Hqd[:n]
