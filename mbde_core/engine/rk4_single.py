@@ -75,6 +75,8 @@ def rk4_step(mech, K, t, q, qd, qdd, h, v=None, ctx=None):
     Returns (q1, qd1, qdd1, ok, (tr1, J1, R1, zdd1, rd1)): the state at t + h, its
     accelerations without v and the kernel values there.
     """
+    if K.g == 1:
+        return _rk4_step1(mech, K, t, q, qd, qdd, h, v, ctx)
     S = K.scalar
     iz = K.iz
     tv = K.time_values
@@ -120,4 +122,57 @@ def rk4_step(mech, K, t, q, qd, qdd, h, v=None, ctx=None):
     guess = [a + b for a, b in zip(q4, _rmul(R4, [a - b for a, b in zip(z1, z4)]))]
     q1, ok, tr1, J1 = position(K, z1, guess, tol, max_step)
     qd1, zdd1, qdd1, R1, rd1 = post(J1, tr1, q1, zd1, tv(t + h), None, True)
+    return q1, qd1, qdd1, ok and ok2 and ok3 and ok4, (tr1, J1, R1, zdd1, rd1)
+
+
+def _rk4_step1(mech, K, t, q, qd, qdd, h, v=None, ctx=None):
+    """:func:`rk4_step` of a one-dof mechanism: z, zd and their stages as floats instead
+    of one-element lists (the same operations in the same order)."""
+    S = K.scalar
+    c0 = K.iz[0]
+    tv = K.time_values
+    post = S.post
+    tol, max_step = phi_tol(mech), mech.length_scale
+    z0, zd0 = q[c0], qd[c0]
+    if ctx is None:
+        tr = S.trig(q)
+        J = S.jac(q, tr)
+        R = None
+    else:
+        tr, J, R = ctx
+    if qdd is None:
+        a1, _, _, rd = S.dynamics_t(J, tr, q, qd, tv(t), None)
+        a1 = a1[0]
+    else:
+        a1 = qdd[c0]
+        if R is None:
+            R = S.rmatrix(J, tr)
+        rd = [x - row[0] * a1 for x, row in zip(qdd, R)]  # qdd = R zdd + R'zd
+    if v is not None:
+        a1 = a1 + v[0]
+    hh = 0.5 * h
+    c2 = 0.125 * h * h
+    # stage 2: z0 + h/2 zd0 is on the path z0 + s zd0 (zdd = 0) through q0
+    z2, zd2 = z0 + hh * zd0, zd0 + hh * a1
+    q2, ok2, tr2, J2 = position(K, (z2,), [(x + hh * y) + c2 * r for x, y, r in zip(q, qd, rd)], tol, max_step)
+    _, zdd2, _, R2, _ = post(J2, tr2, q2, (zd2,), tv(t + hh), v, False)
+    zdd2 = zdd2[0]
+    # stage 3: z3 - z2 = O(h^2): first order from q2
+    z3, zd3 = z0 + hh * zd2, zd0 + hh * zdd2
+    d = z3 - z2
+    q3, ok3, tr3, J3 = position(K, (z3,), [x + row[0] * d for x, row in zip(q2, R2)], tol, max_step)
+    _, zdd3, _, R3, rd3 = post(J3, tr3, q3, (zd3,), tv(t + hh), v, False)
+    zdd3 = zdd3[0]
+    # stage 4: z4 - z3 = h/2 zd3 + O(h^3): second order from q3
+    z4, zd4 = z0 + h * zd3, zd0 + h * zdd3
+    d = z4 - z3
+    q4, ok4, tr4, J4 = position(K, (z4,), [(x + row[0] * d) + c2 * r for x, row, r in zip(q3, R3, rd3)], tol, max_step)
+    _, zdd4, _, R4, _ = post(J4, tr4, q4, (zd4,), tv(t + h), v, False)
+    # result: z1 - z4 = O(h^2): first order from q4
+    c = h / 6.0
+    z1 = z0 + c * (zd0 + 2.0 * zd2 + 2.0 * zd3 + zd4)
+    zd1 = zd0 + c * (a1 + 2.0 * zdd2 + 2.0 * zdd3 + zdd4[0])
+    d = z1 - z4
+    q1, ok, tr1, J1 = position(K, (z1,), [x + row[0] * d for x, row in zip(q4, R4)], tol, max_step)
+    qd1, zdd1, qdd1, R1, rd1 = post(J1, tr1, q1, (zd1,), tv(t + h), None, True)
     return q1, qd1, qdd1, ok and ok2 and ok3 and ok4, (tr1, J1, R1, zdd1, rd1)
