@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.sensors.base import Sensor
-from mbde_core.sensors.geometry import (basis_components, basis_values, basis_vector, body_columns, omega_and_gradients,
+from mbde_core.sensors.geometry import (basis_components, basis_vector, body_columns, omega_and_gradients,
                                         scatter_d)
 
 
@@ -48,14 +48,17 @@ class Gyroscope(Sensor):
         The same w, dw/dd and dw/dd' as :meth:`h` and :meth:`jacobians` (geometry.
         omega_and_gradients) without the batch machinery.
         """
-        mech = self.mech
-        n = mech.n
-        dx, dy, ddx, ddy = basis_values(mech, self.body, q, qd)
+        n = self.mech.n
+        (a, ca, b, cb, c_, cc, d, cd), (e, ce, f, cf, g, cg, k, ck), (xi, yi, xj, yj) = self._float_layout()
+        # basis_values: d = P_j - P_i (a column of q, or the fixed point), d' likewise from qd
+        dx = (q[a] if a >= 0 else ca) - (q[b] if b >= 0 else cb)
+        dy = (q[c_] if c_ >= 0 else cc) - (q[d] if d >= 0 else cd)
+        ddx = (qd[e] if e >= 0 else ce) - (qd[f] if f >= 0 else cf)
+        ddy = (qd[g] if g >= 0 else cg) - (qd[k] if k >= 0 else ck)
         s = dx * dx + dy * dy
         c = dx * ddy - dy * ddx
         k2 = 2.0 * c / (s * s)
         gdx, gdy, gddx, gddy = ddy / s - k2 * dx, -ddx / s - k2 * dy, -dy / s, dx / s
-        xi, yi, xj, yj = body_columns(mech, self.body)[3]
         Hq, Hqd = [0.0] * (n + 1), [0.0] * (n + 1)
         # scatter_d for one state on floats (column n collects fixed points, discarded)
         for H, gx, gy in ((Hq, gdx, gdy), (Hqd, gddx, gddy)):
@@ -64,3 +67,23 @@ class Gyroscope(Sensor):
             H[xi] -= gx
             H[yi] -= gy
         return c / s, Hq[:n], Hqd[:n]
+
+    def _float_layout(self):
+        """Where :meth:`linearize_floats` reads d and d' (computed once): for x_j, x_i,
+        y_j, y_i of the basis points, (column of q, 0.0) or (-1, the fixed value) and
+        (column of qd, 0.0) or (-1, 0.0); then the q columns (xi, yi, xj, yj)."""
+        lay = self.__dict__.get("_layout")
+        if lay is None:
+            mech = self.mech
+            i, j, _, cols = body_columns(mech, self.body)
+
+            def where(point, axis, fixed):
+                col = int((mech.px if axis == 0 else mech.py)[point])
+                if col < mech.n:
+                    return (col, 0.0)
+                return (-1, float(mech.fixed_xy[point][axis]) if fixed else 0.0)
+
+            lay = tuple(tuple(v for p, ax in ((j, 0), (i, 0), (j, 1), (i, 1)) for v in where(p, ax, fixed))
+                        for fixed in (True, False)) + (tuple(int(c) for c in cols),)
+            self._layout = lay
+        return lay
