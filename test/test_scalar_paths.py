@@ -98,9 +98,10 @@ def test_errorekf_scalar_update_equals_the_generic_update(mechanisms, value, gat
     np.testing.assert_allclose(est.state.q, other.state.q, rtol=0, atol=1e-13)
 
 
-def test_gyroscope_linearize_floats_matches_the_batched_model(mechanisms):
+@pytest.mark.parametrize("body", ["crank", "coupler", "rocker"])  # with and without a fixed point
+def test_gyroscope_linearize_floats_matches_the_batched_model(mechanisms, body):
     m = mechanisms["fourbar"]
-    s = load_sensors(parse_yaml(GYRO), m)["gyro"]
+    s = load_sensors(parse_yaml(GYRO.replace("coupler", body)), m)["gyro"]
     q, qd = _states(m, 3, seed=8)
     for k in range(3):
         h, hq, hqd = s.linearize_floats(q[k].tolist(), qd[k].tolist())

@@ -71,19 +71,21 @@ class Gyroscope(Sensor):
     def _float_layout(self):
         """Where :meth:`linearize_floats` reads d and d' (computed once): for x_j, x_i,
         y_j, y_i of the basis points, (column of q, 0.0) or (-1, the fixed value) and
-        (column of qd, 0.0) or (-1, 0.0); then the q columns (xi, yi, xj, yj)."""
-        lay = self.__dict__.get("_layout")
-        if lay is None:
-            mech = self.mech
-            i, j, _, cols = body_columns(mech, self.body)
+        (column of qd, 0.0) or (-1, 0.0); then the q columns (xi, yi, xj, yj). Kept with
+        the mechanism and its fixed points it was read from (recomputed if either is replaced)."""
+        mech = self.mech
+        cached = self.__dict__.get("_layout")
+        if cached is not None and cached[0] is mech and cached[1] is mech.fixed_xy:
+            return cached[2]
+        i, j, _, cols = body_columns(mech, self.body)
 
-            def where(point, axis, fixed):
-                col = int((mech.px if axis == 0 else mech.py)[point])
-                if col < mech.n:
-                    return (col, 0.0)
-                return (-1, float(mech.fixed_xy[point][axis]) if fixed else 0.0)
+        def where(point, axis, fixed):
+            col = int((mech.px if axis == 0 else mech.py)[point])
+            if col < mech.n:
+                return (col, 0.0)
+            return (-1, float(mech.fixed_xy[point][axis]) if fixed else 0.0)
 
-            lay = tuple(tuple(v for p, ax in ((j, 0), (i, 0), (j, 1), (i, 1)) for v in where(p, ax, fixed))
-                        for fixed in (True, False)) + (tuple(int(c) for c in cols),)
-            self._layout = lay
+        lay = tuple(tuple(v for p, ax in ((j, 0), (i, 0), (j, 1), (i, 1)) for v in where(p, ax, fixed))
+                    for fixed in (True, False)) + (tuple(int(c) for c in cols),)
+        self._layout = (mech, mech.fixed_xy, lay)
         return lay
