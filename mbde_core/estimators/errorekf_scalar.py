@@ -165,7 +165,11 @@ def correct(est, st: FullState, dx) -> None:
     dz = dx[:g]
     z = [xs[c] + d for c, d in zip(iz, dz)]
     zd = [qd[c] + d for c, d in zip(iz, dx[g:])]
-    guess = [x + sum(a * b for a, b in zip(row, dz)) for x, row in zip(xs, st.R.tolist())]
+    if g == 1:  # R dz of one column: one product per row (as numpy's R @ dz)
+        d = dz[0]
+        guess = [x + row[0] * d for x, row in zip(xs, st.R.tolist())]
+    else:
+        guess = [x + sum(a * b for a, b in zip(row, dz)) for x, row in zip(xs, st.R.tolist())]
     if not (math.isfinite(sum(z)) and math.isfinite(sum(zd)) and math.isfinite(sum(guess))):
         est.failures += 1
         return
