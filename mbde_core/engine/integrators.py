@@ -44,6 +44,7 @@ import numpy as np
 
 from mbde_core.engine import dynamics, fastpath, kinematics, variational
 from mbde_core.engine.linalg import solve
+from mbde_core.engine.rk4_single import rk4_step
 
 
 @dataclass
@@ -269,6 +270,18 @@ class RK4(_IndependentIntegrator):
     order = 4
 
     def step(self, mech, t, state: MBState, h, extra_zdd=None) -> MBState:
+        K = fastpath.kernels(mech)
+        if K is not None and not mech.drivers and np.ndim(state.q) == 1:
+            # one state: the same algorithm written on the scalar kernels (rk4_single)
+            vec = fastpath.Single.vec
+            try:
+                q1, qd1, qdd1, ok, _ = rk4_step(mech, K, t, vec(state.q), vec(state.qd),
+                                                None if state.qdd is None else vec(state.qdd), h,
+                                                None if extra_zdd is None else vec(extra_zdd))
+                return MBState(np.array(q1), np.array(qd1), np.array(qdd1), bool(ok))
+            except fastpath.SCALAR_ERRORS:
+                pass  # the generic code decides
+
         def rk4(B, iz, q, qd, qdd, v):
             z0, zd0 = B.take(q, iz), B.take(qd, iz)
             a1, rd = _start(B, t, iz, q, qd, qdd, v)

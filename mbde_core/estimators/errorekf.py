@@ -35,11 +35,15 @@ Sigma^P are cached per dt when they do not depend on the state.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from mbde_core.engine import dynamics, kinematics
+from mbde_core.engine import dynamics, fastpath, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
+from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.errors import ConfigError
+from mbde_core.estimators import errorekf_scalar
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.reduced import FullState, ReducedModel
@@ -92,6 +96,10 @@ class ErrorEKF(CovarianceInflation, Estimator):
         self._carry_qdd = config["integrator"] != "ali3p"
         self.linear = config.get("correction", "exact") == "linear"
         self._FQ_cache = {}
+        self._FQ_lists_cache = None
+        # rk4 of one state straight on the scalar kernels (engine.rk4_single), if it applies
+        K = fastpath.kernels(mech)
+        self._kernels = K if (config["integrator"] == "rk4" and K is not None and not mech.drivers) else None
         self.full: FullState | None = None  # R and the kernel context at the simulation state
 
     # -- helpers ------------------------------------------------------------------------------
@@ -183,6 +191,13 @@ class ErrorEKF(CovarianceInflation, Estimator):
         q = self.state.q
         F, Qd = self._F_and_Q(dt, q)
         extra = self._extra_zdd(q) if (self.acc or self.k) else None
+        if self._kernels is not None and self._predict_scalar(dt, extra):
+            if self.dim == 2:  # F P F^T + Qd on floats (numpy's fixed costs dominate at 2 x 2)
+                self.P = np.array(errorekf_scalar.propagate2(self.P.tolist(), *self._FQ_lists(F, Qd)))
+            else:
+                self.P = F @ self.P @ F.T + Qd
+                self.P = 0.5 * (self.P + self.P.T)
+            return
         qdd = self.state.qdd if self._carry_qdd else None
         new = self.integrator.step(self.mech, self.t, MBState(self.state.q, self.state.qd, qdd), dt, extra_zdd=extra)
         self.t += dt
@@ -195,6 +210,43 @@ class ErrorEKF(CovarianceInflation, Estimator):
         self.P = F @ self.P @ F.T + Qd
         self.P = 0.5 * (self.P + self.P.T)
 
+    def _FQ_lists(self, F, Qd):
+        """(F, Qd) as lists (cached with the arrays: the same objects every step when constant)."""
+        c = self._FQ_lists_cache
+        if c is None or c[0] is not F or c[1] is not Qd:
+            c = self._FQ_lists_cache = (F, Qd, F.tolist(), Qd.tolist())
+        return c[2], c[3]
+
+    def _predict_scalar(self, dt, extra) -> bool:
+        """The simulation's rk4 step on the scalar kernels (:func:`rk4_single.rk4_step`,
+        the same operations as ``RK4.step``), started from the kernel values of the last
+        FullState at the simulation state if there is one; the FullState at the result
+        (R and the kernel context: what the update needs) comes with it. False (nothing
+        changed) when a kernel meets an arithmetic exception: the generic step decides."""
+        state, st = self.state, self.full
+        if st is not None and st.ctx is not None and st.q is state.q:
+            xs, tr, J = st.ctx
+            ctx = (tr, J, None)
+        else:
+            xs, ctx = state.q.tolist(), None
+        try:
+            q1, qd1, qdd1, ok, (tr1, J1, R1, zdd1, rd1) = rk4_step(
+                self.mech, self._kernels, self.t, xs, state.qd.tolist(),
+                None if state.qdd is None else state.qdd.tolist(), dt, None if extra is None else extra.tolist(), ctx)
+        except fastpath.SCALAR_ERRORS:
+            return False
+        self.t += dt
+        if ok and math.isfinite(sum(q1)):
+            q = np.array(q1)
+            self.state = MBState(q, np.array(qd1), np.array(qdd1))
+            self.full = FullState(q, self.state.qd, self.state.qdd, np.array(zdd1), np.array(R1), np.array(rd1),
+                                  (q1, tr1, J1))
+        else:
+            self.failures += 1
+            self.state = MBState(state.q, state.qd)  # its qdd belongs to the previous time
+            self.full = None
+        return True
+
     def _full(self) -> FullState:
         """R and the kernel context at the simulation state (evaluated when first needed)."""
         if self.full is None:
@@ -202,6 +254,13 @@ class ErrorEKF(CovarianceInflation, Estimator):
         return self.full
 
     def update(self, measurements, gates=None):
+        if self._kernels is not None and errorekf_scalar.applies(self, measurements):
+            try:
+                res = errorekf_scalar.update(self, measurements, gates)
+            except fastpath.SCALAR_ERRORS:
+                res = None  # nothing changed: the generic update decides
+            if res is not None:
+                return res
         g, na = self.g, self.na
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]

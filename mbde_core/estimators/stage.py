@@ -496,6 +496,11 @@ class EstimatorStage:
 
 
 def _finite(snap) -> bool:
-    """Whether an estimate's z, zd and covariance are finite."""
-    ok = np.isfinite(snap.z).all() and np.isfinite(snap.zd).all()
-    return bool(ok and (snap.cov is None or np.isfinite(snap.cov).all()))
+    """Whether an estimate's z, zd and covariance are finite (small arrays as floats:
+    numpy's fixed cost per call exceeds the test itself)."""
+    cov = snap.cov
+    if cov is not None and np.size(cov) > 64:
+        return bool(np.isfinite(snap.z).all() and np.isfinite(snap.zd).all() and np.isfinite(cov).all())
+    isfinite = math.isfinite
+    return (all(map(isfinite, np.ravel(snap.z).tolist())) and all(map(isfinite, np.ravel(snap.zd).tolist()))
+            and (cov is None or all(map(isfinite, np.ravel(cov).tolist()))))

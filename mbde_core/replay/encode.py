@@ -29,10 +29,13 @@ from mbde_core.rosio.sensor_io import estimate_messages
 from mbde_core.rosio.stamps import NS_PER_S, sec_to_ns
 
 _OPTIONAL = ("cov", "branch_probabilities", "inputs", "input_cov")
+_KEY_FIELDS = ("q", "qd", "qdd", "z", "zd", "zdd") + _OPTIONAL
 
 
 def _size(v) -> int:
-    return 0 if v is None else int(np.size(v))
+    if v is None:
+        return 0
+    return v.size if isinstance(v, np.ndarray) else int(np.size(v))
 
 
 class EstimateEncoder:
@@ -45,8 +48,7 @@ class EstimateEncoder:
         self.layouts: dict[tuple, tuple[Layout, Layout, list]] = {}  # shape -> layouts, [(input, coordinate)]
 
     def _key(self, s) -> tuple:
-        return (tuple(_size(getattr(s, f)) for f in ("q", "qd", "qdd", "z", "zd", "zdd") + _OPTIONAL),
-                tuple(s.input_names))
+        return (tuple([_size(getattr(s, f)) for f in _KEY_FIELDS]), tuple(s.input_names))
 
     def _layouts(self, key, snap):
         if key not in self.layouts:

@@ -18,6 +18,55 @@ from mbde_core.rosio.typestore import build_typestore, get_typestore
 
 MAX_TRAILING_PADDING = 256  # surplus bytes accepted after a CDR message's last field
 
+# rosbags parses metadata.yaml and every topic's QoS profiles (YAML texts in it) with
+# ruamel.yaml's pure-Python loader on every open (~0.1-0.3 s for a bag of 8 topics): a
+# replay opens a bag in the parent, then again in every worker (forked: they inherit this
+# cache) and in the merger. The parsed document of each
+# metadata text is kept here (a bag rewritten in between has another text).
+_METADATA: dict[str, object] = {}
+
+
+class _CachingYAML:
+    """Stand-in for ``ruamel.yaml.YAML`` inside rosbags' reader and metadata modules:
+    ``load(text)`` gives the same document, parsed once per text (each load returns a
+    fresh deep copy); everything else (``dump``, options) is a real YAML object's."""
+
+    def __init__(self, *args, **kw):
+        self._args, self._kw = args, kw
+        self._real = None
+
+    def __getattr__(self, name):  # dump and the rest: a real ruamel YAML object
+        if name.startswith("__") or name in ("_args", "_kw", "_real"):
+            raise AttributeError(name)
+        if self._real is None:
+            from ruamel.yaml import YAML
+
+            self._real = YAML(*self._args, **self._kw)
+        return getattr(self._real, name)
+
+    def load(self, text):
+        import copy
+
+        if isinstance(text, str) and text in _METADATA:
+            return copy.deepcopy(_METADATA[text])
+        from ruamel.yaml import YAML
+
+        out = YAML(*self._args, **self._kw).load(text)
+        if isinstance(text, str):
+            _METADATA[text] = copy.deepcopy(out)
+        return out
+
+
+def _cache_metadata_parse() -> None:
+    """Route rosbags' metadata parses (metadata.yaml, then each topic's QoS profiles, a
+    YAML text of their own) through :class:`_CachingYAML`."""
+    import rosbags.rosbag2.metadata as metadata
+    import rosbags.rosbag2.reader as reader
+
+    for mod in (reader, metadata):
+        if getattr(mod, "YAML", None) is not None and mod.YAML is not _CachingYAML:
+            mod.YAML = _CachingYAML
+
 
 def deserialize(typestore, data, typename: str):
     """CDR bytes -> message, tolerating up to MAX_TRAILING_PADDING surplus trailing bytes.
@@ -87,6 +136,7 @@ class BagReader:
         self.skip_reasons: dict[str, str] = {}
         from rosbags.rosbag2 import Reader
 
+        _cache_metadata_parse()
         try:
             self._reader = Reader(self.path)
             self._reader.open()

