@@ -57,6 +57,9 @@ class ParticleUpdate:
     # 13's "converged within 1 s"), a reading it cannot yet explain is not an outlier (the
     # gate rejected 4-8 % of pf_rig's clean readings there and stalled the convergence)
     GATE_GRACE = 1.0
+    # ... the threshold is widened instead of dropped: x 25 in d^2 (4.9 -> 24 sigma), so a gross
+    # outlier (mbde bench faults: 100 sigma) is still rejected while the cloud converges
+    GRACE_WIDEN = 25.0
 
     def _temper(self, ll):
         """The annealed likelihood of the first ``uniform.anneal`` seconds after a uniform
@@ -79,13 +82,14 @@ class ParticleUpdate:
 
     def _readings(self, measurements, gates):
         """The cloud's predictions of each reading; gated readings are rejected (not in the
-        first GATE_GRACE seconds after a uniform (re)initialisation: no estimate to protect)."""
+        first GATE_GRACE seconds after a uniform (re)initialisation the threshold is GRACE_WIDEN
+        times wider: the cloud is still converging)."""
         if gates is None:  # not driven by a stage: the ``gate`` option
             gates = {}
             if self.default_gate > 0:
                 gates = {s.name: float(chi2_ppf(self.default_gate, s.dim)) for s in self.sensors}
         if self._uniform_from is not None and self.t - self._uniform_from < self.GATE_GRACE:
-            gates = {}
+            gates = {k: v * self.GRACE_WIDEN for k, v in gates.items()}
         w = self.weights()
         n_eff = 1.0 / float(np.einsum("n,n->", w, w))
         qdd_full = None
