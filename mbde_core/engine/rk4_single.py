@@ -21,38 +21,9 @@ propagate as in :func:`fastpath.s_position`: the caller falls back to the generi
 """
 from __future__ import annotations
 
-import math
+from mbde_core.engine.fastpath import s_position
 
-from mbde_core.engine.fastpath import maxabs, phi_tol
-
-
-def position(K, z, q, tol: float, max_step: float, max_iter: int = 30):
-    """:func:`fastpath.s_position` without drivers (same iteration, same tests): Newton-
-    Raphson for the dependent coordinates of one state. q: the guess (a list, updated in
-    place). Returns (q, ok, tr, J)."""
-    S = K.scalar
-    for k, c in enumerate(K.iz):
-        q[c] = float(z[k])
-    dep = K.dep
-    fixed = K.angles_fixed
-    tr = S.trig(q)
-    phijac, newton_step = S.phijac, S.newton_step
-    for it in range(max_iter + 1):
-        if it and not fixed:
-            tr = S.trig(q)
-        ph, J = phijac(q, tr)
-        err = maxabs(ph)  # NaN stops too: it never converges (and ok is False)
-        if it == max_iter or not err > tol:
-            break
-        dq = newton_step(J, tr, ph)
-        norm = maxabs(dq)
-        if norm > max_step:
-            f = max_step / norm
-            dq = [d * f for d in dq]
-        for c, d in zip(dep, dq):
-            q[c] += d
-    ok = err <= 1e3 * tol and math.isfinite(sum(q))
-    return q, ok, tr, J
+MAX_ITER = 30  # Newton iterations of each stage's position problem (as RK4's)
 
 
 def _rmul(R, dz):
@@ -81,7 +52,6 @@ def rk4_step(mech, K, t, q, qd, qdd, h, v=None, ctx=None):
     iz = K.iz
     tv = K.time_values
     post = S.post
-    tol, max_step = phi_tol(mech), mech.length_scale
     z0 = [q[i] for i in iz]
     zd0 = [qd[i] for i in iz]
     if ctx is None:
@@ -103,24 +73,24 @@ def rk4_step(mech, K, t, q, qd, qdd, h, v=None, ctx=None):
     hh = 0.5 * h
     # stage 2: z0 + h/2 zd0 is on the path z0 + s zd0 (zdd = 0) through q0
     z2, zd2 = _axpy(z0, hh, zd0), _axpy(zd0, hh, a1)
-    q2, ok2, tr2, J2 = position(K, z2, _axpy(_axpy(q, hh, qd), 0.125 * h * h, rd), tol, max_step)
+    q2, ok2, tr2, J2 = s_position(mech, K, z2, _axpy(_axpy(q, hh, qd), 0.125 * h * h, rd), MAX_ITER)
     _, zdd2, _, R2, _ = post(J2, tr2, q2, zd2, tv(t + hh), v, False)
     # stage 3: z3 - z2 = O(h^2): first order from q2
     z3, zd3 = _axpy(z0, hh, zd2), _axpy(zd0, hh, zdd2)
     guess = [a + b for a, b in zip(q2, _rmul(R2, [a - b for a, b in zip(z3, z2)]))]
-    q3, ok3, tr3, J3 = position(K, z3, guess, tol, max_step)
+    q3, ok3, tr3, J3 = s_position(mech, K, z3, guess, MAX_ITER)
     _, zdd3, _, R3, rd3 = post(J3, tr3, q3, zd3, tv(t + hh), v, False)
     # stage 4: z4 - z3 = h/2 zd3 + O(h^3): second order from q3
     z4, zd4 = _axpy(z0, h, zd3), _axpy(zd0, h, zdd3)
     guess = _axpy([a + b for a, b in zip(q3, _rmul(R3, [a - b for a, b in zip(z4, z3)]))], 0.125 * h * h, rd3)
-    q4, ok4, tr4, J4 = position(K, z4, guess, tol, max_step)
+    q4, ok4, tr4, J4 = s_position(mech, K, z4, guess, MAX_ITER)
     _, zdd4, _, R4, _ = post(J4, tr4, q4, zd4, tv(t + h), v, False)
     # result: z1 - z4 = O(h^2): first order from q4
     c = h / 6.0
     z1 = [x + c * (p + 2.0 * u + 2.0 * w + s) for x, p, u, w, s in zip(z0, zd0, zd2, zd3, zd4)]
     zd1 = [x + c * (p + 2.0 * u + 2.0 * w + s) for x, p, u, w, s in zip(zd0, a1, zdd2, zdd3, zdd4)]
     guess = [a + b for a, b in zip(q4, _rmul(R4, [a - b for a, b in zip(z1, z4)]))]
-    q1, ok, tr1, J1 = position(K, z1, guess, tol, max_step)
+    q1, ok, tr1, J1 = s_position(mech, K, z1, guess, MAX_ITER)
     qd1, zdd1, qdd1, R1, rd1 = post(J1, tr1, q1, zd1, tv(t + h), None, True)
     return q1, qd1, qdd1, ok and ok2 and ok3 and ok4, (tr1, J1, R1, zdd1, rd1)
 
@@ -132,7 +102,6 @@ def _rk4_step1(mech, K, t, q, qd, qdd, h, v=None, ctx=None):
     c0 = K.iz[0]
     tv = K.time_values
     post = S.post
-    tol, max_step = phi_tol(mech), mech.length_scale
     z0, zd0 = q[c0], qd[c0]
     if ctx is None:
         tr = S.trig(q)
@@ -154,25 +123,25 @@ def _rk4_step1(mech, K, t, q, qd, qdd, h, v=None, ctx=None):
     c2 = 0.125 * h * h
     # stage 2: z0 + h/2 zd0 is on the path z0 + s zd0 (zdd = 0) through q0
     z2, zd2 = z0 + hh * zd0, zd0 + hh * a1
-    q2, ok2, tr2, J2 = position(K, (z2,), [(x + hh * y) + c2 * r for x, y, r in zip(q, qd, rd)], tol, max_step)
+    q2, ok2, tr2, J2 = s_position(mech, K, (z2,), [(x + hh * y) + c2 * r for x, y, r in zip(q, qd, rd)], MAX_ITER)
     _, zdd2, _, R2, _ = post(J2, tr2, q2, (zd2,), tv(t + hh), v, False)
     zdd2 = zdd2[0]
     # stage 3: z3 - z2 = O(h^2): first order from q2
     z3, zd3 = z0 + hh * zd2, zd0 + hh * zdd2
     d = z3 - z2
-    q3, ok3, tr3, J3 = position(K, (z3,), [x + row[0] * d for x, row in zip(q2, R2)], tol, max_step)
+    q3, ok3, tr3, J3 = s_position(mech, K, (z3,), [x + row[0] * d for x, row in zip(q2, R2)], MAX_ITER)
     _, zdd3, _, R3, rd3 = post(J3, tr3, q3, (zd3,), tv(t + hh), v, False)
     zdd3 = zdd3[0]
     # stage 4: z4 - z3 = h/2 zd3 + O(h^3): second order from q3
     z4, zd4 = z0 + h * zd3, zd0 + h * zdd3
     d = z4 - z3
-    q4, ok4, tr4, J4 = position(K, (z4,), [(x + row[0] * d) + c2 * r for x, row, r in zip(q3, R3, rd3)], tol, max_step)
+    q4, ok4, tr4, J4 = s_position(mech, K, (z4,), [(x + row[0] * d) + c2 * r for x, row, r in zip(q3, R3, rd3)], MAX_ITER)
     _, zdd4, _, R4, _ = post(J4, tr4, q4, (zd4,), tv(t + h), v, False)
     # result: z1 - z4 = O(h^2): first order from q4
     c = h / 6.0
     z1 = z0 + c * (zd0 + 2.0 * zd2 + 2.0 * zd3 + zd4)
     zd1 = zd0 + c * (a1 + 2.0 * zdd2 + 2.0 * zdd3 + zdd4[0])
     d = z1 - z4
-    q1, ok, tr1, J1 = position(K, (z1,), [x + row[0] * d for x, row in zip(q4, R4)], tol, max_step)
+    q1, ok, tr1, J1 = s_position(mech, K, (z1,), [x + row[0] * d for x, row in zip(q4, R4)], MAX_ITER)
     qd1, zdd1, qdd1, R1, rd1 = post(J1, tr1, q1, (zd1,), tv(t + h), None, True)
     return q1, qd1, qdd1, ok and ok2 and ok3 and ok4, (tr1, J1, R1, zdd1, rd1)

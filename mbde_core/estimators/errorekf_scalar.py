@@ -18,7 +18,7 @@ kernels' context)::
 Update with s = H P H^T + r, K = P H^T / s, dx = K y, Joseph form
 P+ = (I - K H) P (I - K H)^T + K r K^T (symmetrised); the gate rejects the reading when
 y^2 / s exceeds the threshold. The correction solves the position problem at z + dz from
-q + R dz (:func:`mbde_core.engine.rk4_single.position`) and evaluates qd = R (zd + dzd)
+q + R dz (:func:`mbde_core.engine.fastpath.s_position`) and evaluates qd = R (zd + dzd)
 and the dynamics there (the generated ``post`` kernel).
 """
 from __future__ import annotations
@@ -27,9 +27,9 @@ import math
 
 import numpy as np
 
-from mbde_core.engine.fastpath import SCALAR_ERRORS, phi_tol
+from mbde_core.engine.fastpath import SCALAR_ERRORS, s_position
 from mbde_core.engine.integrators import MBState
-from mbde_core.engine.rk4_single import position
+from mbde_core.engine.rk4_single import MAX_ITER
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.reduced import FullState
 
@@ -174,7 +174,7 @@ def correct(est, st: FullState, dx) -> None:
         est.failures += 1
         return
     mech = est.mech
-    q, ok, tr, J = position(K, z, guess, phi_tol(mech), mech.length_scale)
+    q, ok, tr, J = s_position(mech, K, z, guess, MAX_ITER)
     if not ok:
         est.failures += 1
         return
