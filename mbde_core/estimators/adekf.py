@@ -54,7 +54,9 @@ import os
 import numpy as np
 
 from mbde_core.errors import ConfigError
+from mbde_core.estimators.adekf_bounds import StateBox
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, UpdateResult, sensor_variances
+from mbde_core.estimators.adekf_jumps import InputJumps
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
@@ -64,7 +66,7 @@ from mbde_core.types import MechanismSnapshot
 MAP_SOURCES = ("exact", "learned")
 
 
-class ADEKF(CovarianceInflation, Estimator):
+class ADEKF(InputJumps, CovarianceInflation, Estimator):
     name = "adekf"
     USES_COMMON = False
     DEFAULTS = {
@@ -131,6 +133,11 @@ class ADEKF(CovarianceInflation, Estimator):
         self.jump_nis = float(config.get("jump_nis", 0.0))
         self.jump_var = np.full(len(self.inputs), float(config.get("jump_sigma", 1.0)) ** 2)
         self.jumps = 0
+        self._alt = None             # the outlier hypothesis of a jump (adekf_jumps)
+        self.outliers_undone = 0     # suspect readings whose outlier hypothesis won
+        self._d2_hist = None         # recent squared distances (consistency, adekf_jumps)
+        self.box = StateBox(mech, self.inputs, self.model.nx, float(config.get("jump_sigma", 1.0)))
+        self.bounded = 0
         self.x = np.zeros(self.nx)
         self.P = np.eye(self.nx)
         self.q = mech.q0.copy()
@@ -200,12 +207,28 @@ class ADEKF(CovarianceInflation, Estimator):
         self._lin = None
         self.failures = 0
         self.jumps = 0
+        self.bounded = 0
+        self._alt = None
+        self.outliers_undone = 0
+        self._d2_hist = None
         jet = self.map.evaluate(self.x[:g], order=1, q_guess=self.q)
         if not bool(jet.ok[0]):
             raise ValueError("the initial state cannot be assembled")
         self.q = jet.q[0].copy()
 
     def predict(self, dt: float) -> None:
+        if self._alt is not None:  # the no-jump hypothesis takes the same steps
+            t = self.t
+            self._predict(dt)
+            t, self.t = self.t, t
+            self._swap()
+            self._predict(dt)
+            self._swap()
+            self.t = t
+        else:
+            self._predict(dt)
+
+    def _predict(self, dt: float) -> None:
         n = self.substeps
         if n == 1:
             return self._euler(dt, self.process_noise(dt))
@@ -229,20 +252,38 @@ class ADEKF(CovarianceInflation, Estimator):
         self.t += dt
         self._lin = None
         if np.all(np.isfinite(x)) and np.all(np.isfinite(P)):
-            self.x, self.P = x, 0.5 * (P + P.T)
+            self._keep(x, 0.5 * (P + P.T))
         else:  # keep the last finite state (counted), never propagate NaN
             self.failures += 1
-            self.P = self.P + Qd
+            self._keep(self.x, self.P + Qd)
+
+    def _keep(self, x: np.ndarray, P: np.ndarray) -> None:
+        """Take (x, P) as the state, kept in the plausible box (:mod:`adekf_bounds`)."""
+        x, P, moved = self.box.apply(x, P)
+        self.bounded += moved
+        self.x, self.P = x, P
+
+    def _innovation(self, names, dims, o, lin):
+        """(y, R): the innovation of the readings o at the linearisation lin, and R."""
+        y = np.concatenate([self.sensors[n].residual(o[k : k + d], lin.h[k : k + d])
+                            for n, k, d in zip(names, np.cumsum([0] + dims[:-1]), dims)])
+        R = np.diag(np.concatenate([np.full(self.sensors[n].dim, self._sigma[n]) if n in self._sigma
+                                    else np.diag(self.sensors[n].covariance()) for n in names]))
+        return y, R
+
+    def reacquire(self, inflation: float) -> None:
+        self._alt = None
+        super().reacquire(inflation)
 
     def update(self, measurements, gates=None):
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]
         o = np.concatenate([np.asarray(m.value, float) for m in measurements])
+        if self._alt is not None:
+            self._decide(names, dims, o, gates)
         lin = self.linearize(names)
-        y = np.concatenate([self.sensors[n].residual(o[k : k + d], lin.h[k : k + d])
-                            for n, k, d in zip(names, np.cumsum([0] + dims[:-1]), dims)])
-        R = np.diag(np.concatenate([np.full(self.sensors[n].dim, self._sigma[n]) if n in self._sigma
-                                    else np.diag(self.sensors[n].covariance()) for n in names]))
+        y, R = self._innovation(names, dims, o, lin)
+        before = (self.x, self.P, self.q, self._lin) if self._suspect(names, dims, y, lin.H, R, gates) else None
         if self.jump_nis > 0 and self.na:
             self._input_jump(y, lin.H, R)
         with np.errstate(all="ignore"):
@@ -251,47 +292,11 @@ class ADEKF(CovarianceInflation, Estimator):
             self.failures += 1
             return UpdateResult([], names)
         if res.accepted:
-            self.x = self.x + dx
-            self.P = P
+            self._keep(self.x + dx, P)
             self._lin = None
+            self._alt = before  # the outlier hypothesis of a suspect reading (adekf_jumps)
+            self._observe(res)
         return res
-
-    def _input_jump(self, y, H, R) -> None:
-        """Let the inputs jump when a reading says so (an extension of the paper's random walk).
-
-        z and zd are integrals and cannot jump within a step, so a sudden change of the
-        measured accelerations is a sudden change of the inputs (a saturating controller,
-        an impact). The random walk, tuned for the smooth part of the inputs, would push
-        such a mismatch into the angle and speed. With S0 = H P H^T + R and H_a the
-        inputs' columns of H, the least-squares jump that explains the innovation is
-        d = (H_a^T S0^-1 H_a)^-1 H_a^T S0^-1 y; its variance is taken as
-        V = diag(min(d^2, jump_sigma^2)). Test (a generalised likelihood ratio of "no jump"
-        against "jump", S1 = S0 + H_a V H_a^T): if y^T S0^-1 y > ``jump_nis`` and
-        y^T S1^-1 y + ln det S1 < y^T S0^-1 y + ln det S0, the inputs' variances are raised
-        to at least V before the update. Near a dead centre, where the sensors do not see
-        the inputs (H_a ~ 0), S1 ~ S0 and nothing jumps.
-        """
-        g2 = 2 * self.g
-        S0 = H @ self.P @ H.T + R
-        Ha = H[:, g2 : g2 + self.na]
-        try:
-            Si_y = np.linalg.solve(S0, y)
-            d0 = float(y @ Si_y)
-            if not d0 > self.jump_nis:
-                return
-            Si_Ha = np.linalg.solve(S0, Ha)
-            d = np.linalg.lstsq(Ha.T @ Si_Ha, Ha.T @ Si_y, rcond=None)[0]
-            V = np.minimum(d * d, self.jump_var)
-            S1 = S0 + (Ha * V) @ Ha.T
-            d1 = float(y @ np.linalg.solve(S1, y))
-            l0 = np.linalg.slogdet(S0)[1]
-            l1 = np.linalg.slogdet(S1)[1]
-        except np.linalg.LinAlgError:
-            return
-        if d1 + l1 < d0 + l0:
-            idx = np.arange(g2, g2 + self.na)
-            self.P[idx, idx] = np.maximum(self.P[idx, idx], V)
-            self.jumps += 1
 
     def estimate(self) -> MechanismSnapshot:
         g = self.g
@@ -308,4 +313,6 @@ class ADEKF(CovarianceInflation, Estimator):
         return snap
 
     def diagnostics(self) -> dict:
-        return {"assembly_failures": self.failures, "map": self.map.source, "input_jumps": self.jumps}
+        return {"assembly_failures": self.failures, "map": self.map.source, "input_jumps": self.jumps,
+                "jumps_undone": self.outliers_undone,
+                "bounded": self.bounded}

@@ -54,8 +54,8 @@ def gate_rows(names, dims, y, S, gates, distances=None):
         k += d
         if gates and n in gates and gates[n] is not None:
             if d == 1:
-                s = float(S[sl.start, sl.start])
-                d2 = float(y[sl.start]) ** 2 / s if s != 0.0 else np.inf
+                s, yv = float(S[sl.start, sl.start]), float(y[sl.start])
+                d2 = yv * yv / s if s != 0.0 else np.inf  # yv * yv: inf on overflow (** 2 raises)
             else:
                 Sn = S[sl, sl]
                 try:
