@@ -29,7 +29,8 @@ Robustness (each case counted in ``counters``, nothing crashes, see also
   ``LOOP_TOLERANCE`` of) the first stamp ever seen, the recording looped (``ros2 bag play
   --loop``, a restarted simulation): it restarts from the initial guess. Elsewhere the
   clock stepped while the mechanism moved on: the estimator keeps its state and
-  covariance at the new time (:meth:`Estimator.rebase`), and
+  covariance at the new time (:meth:`Estimator.rebase` to one step before the reading,
+  then one prediction step: the stream went on at its pace across the step), and
   restarts from the initial guess if its readings are then rejected until the
   re-acquisition rule fires (the motion restarted after all);
 - readings far in the future (stamped more than ``backward_jump`` s after the stream)
@@ -198,6 +199,7 @@ class EstimatorStage:
         self._in_flight: Measurement | None = None  # see _process
         self._last_stamp: dict[str, float] = {}
         self._after_jump = False  # restarted warm after a backward jump, not re-converged yet
+        self._seen_zd = None  # zd of the last estimate that fused readings (multi-start after a silence)
         self._unknown = False  # restarted after a divergence: re-acquire globally at the next reading
         self.guard.drop_all()
         if self.reacq is not None:
@@ -250,6 +252,7 @@ class EstimatorStage:
         self.pending = []
         self._last_stamp = {}
         self._bank = None
+        self._seen_zd = None
         self.est.reset(t, self.initial(t) if init is None else init)
         if self.reacq is not None:
             self.reacq.clear()
@@ -336,7 +339,7 @@ class EstimatorStage:
             else:
                 self._step_to(k_m)
                 if silence > LOST_CHECK_GAP:  # lost in the gap: anywhere (an open-loop covariance is optimistic)
-                    self._multistart(self.t0 + self.k * self.dt, anywhere_if_lost=True)
+                    self._multistart(self.t0 + self.k * self.dt, anywhere_if_lost=True, zd_hint=self._seen_zd)
             self._in_flight = None
         if self._unknown:
             self._multistart(self.t0 + self.k * self.dt)
@@ -358,8 +361,13 @@ class EstimatorStage:
             self._start(m.stamp)  # back to where the data started: a bag loop, the initial guess fits
             self._disturbed(m.stamp)
             return
-        self.t0, self.k, self.pending, self._last_stamp = m.stamp, 0, [], {}  # the same state at the new time
-        self._active.rebase(m.stamp)
+        # the same state at the new time, one step on: the stream went on at its pace while
+        # the clock stepped (fusing m into the state of the last old slot put it one step
+        # behind the motion: adekf_slider_crank's crank 0.05 rad and its torque off, lost)
+        self.t0, self.k, self.pending, self._last_stamp = m.stamp, 0, [], {}
+        self._active.rebase(m.stamp - self.dt)
+        self._active.predict(self.dt)
+        self.counters.steps += 1
         if self.reacq is not None:
             self.reacq.clear()
         self._disturbed(m.stamp)
@@ -444,11 +452,16 @@ class EstimatorStage:
     def _cap(self) -> float:
         return max(self.gates.values(), default=0.0)
 
-    def _multistart(self, t: float, unknown: bool = False, anywhere_if_lost: bool = False) -> None:
+    def _multistart(self, t: float, unknown: bool = False, anywhere_if_lost: bool = False, zd_hint=None) -> None:
         """Start a multi-start bank (:mod:`multistart`) if the estimate is lost (or its
         whereabouts ``unknown``) and the option is on. anywhere_if_lost: a lost estimate's
         candidates cover every state (after a gap predicted open loop, whose linearised
-        covariance understates how lost it is), not only its 3-sigma range."""
+        covariance understates how lost it is), not only its 3-sigma range. zd_hint: the
+        velocity last seen by the readings (before a silence); the candidates' velocities
+        are centred on it rather than on the open-loop prediction, which after a silence
+        of seconds says nothing (a driven crank predicted with its last torque estimate for
+        2 s turned from +49 to -400 rad/s, and the bank, centred there, locked the ADE-KF
+        onto the mirrored motion that a slider accelerometer cannot tell apart)."""
         unknown, self._unknown = unknown or self._unknown, False
         if self.bank_size < 2 or self._bank is not None:
             return
@@ -458,6 +471,8 @@ class EstimatorStage:
                 return
             if unknown or anywhere_if_lost:
                 snap.cov = np.diag(np.full(2 * len(snap.z), np.inf))
+                if zd_hint is not None and anywhere_if_lost and not unknown:
+                    snap.zd = np.array(zd_hint, dtype=float)
             starts = candidates(self.est, snap, self.bank_size, self.initial(t))
         except (ValueError, ArithmeticError, np.linalg.LinAlgError):
             return
@@ -488,6 +503,8 @@ class EstimatorStage:
             self._diverged(self.t0 + self.k * self.dt)
             est = self._active.estimate()
         est.stamp = self.t0 + self.k * self.dt  # exact grid time (no accumulated rounding)
+        if result is not None and result.accepted:
+            self._seen_zd = est.zd
         rec = StepRecord(est, result, cost)
         if self.keep:
             self.records.append(rec)
