@@ -34,6 +34,11 @@ the values tuned on the simulated slider-crank of paper 004 sec. 5):
   test lets the inputs jump when a reading can only be explained by an abrupt input
   change (a saturating speed controller); without it the random walk pushes such a
   change into the angle and speed, and the filter can lock onto the mirror motion;
+- outliers (always on, :mod:`adekf_jumps`): a reading over its gate in units of the filter's actual
+  innovations is fused, but the state before it is kept for one update; the next
+  readings decide (likelihood) whether it was a change of the inputs or an outlier;
+- a plausible-state box (always on, :mod:`adekf_bounds`): speeds, inputs and standard deviations
+  beyond 10 x the mechanism's scales are bounded, so a lost filter stays finite;
 - ``substeps``: several Euler steps per filter step; ``input_rates``: a second-order
   input model a' = b, b' = noise (the "more detailed augmented-state model" the paper
   suggests in sec. 5.2).
@@ -217,7 +222,7 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
         self.q = jet.q[0].copy()
 
     def predict(self, dt: float) -> None:
-        if self._alt is not None:  # the no-jump hypothesis takes the same steps
+        if self._alt is not None:  # the outlier hypothesis (adekf_jumps) takes the same steps
             t = self.t
             self._predict(dt)
             t, self.t = self.t, t
