@@ -63,9 +63,12 @@ class StateBox:
         self.limit[2 * g + na :] = INPUT_BOUND * s_a * float(np.max(w))
         self.cap = self.limit.copy()
         self.cap[:g] = np.where(angular, math.pi, SPEED_BOUND * ell)
+        self.cap2 = self.cap**2
 
     def apply(self, x: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
         """(x, P, whether anything was bounded) kept in the box (module doc)."""
+        if (np.abs(x) <= self.limit).all() and (np.diagonal(P) <= self.cap2).all():
+            return x, P, False  # inside (the common case)
         moved = False
         over = np.abs(x) > self.limit
         if over.any():
