@@ -361,9 +361,8 @@ class EstimatorStage:
             self._start(m.stamp)  # back to where the data started: a bag loop, the initial guess fits
             self._disturbed(m.stamp)
             return
-        # the same state at the new time, one step on: the stream went on at its pace while
-        # the clock stepped (fusing m into the state of the last old slot put it one step
-        # behind the motion: adekf_slider_crank's crank 0.05 rad and its torque off, lost)
+        # the same state at the new time, one step on (the stream went on at its pace; fused
+        # into the last old slot's state, m put the ADE-KF a step behind: lost)
         self.t0, self.k, self.pending, self._last_stamp = m.stamp, 0, [], {}
         self._active.rebase(m.stamp - self.dt)
         self._active.predict(self.dt)
@@ -457,11 +456,9 @@ class EstimatorStage:
         whereabouts ``unknown``) and the option is on. anywhere_if_lost: a lost estimate's
         candidates cover every state (after a gap predicted open loop, whose linearised
         covariance understates how lost it is), not only its 3-sigma range. zd_hint: the
-        velocity last seen by the readings (before a silence); the candidates' velocities
-        are centred on it rather than on the open-loop prediction, which after a silence
-        of seconds says nothing (a driven crank predicted with its last torque estimate for
-        2 s turned from +49 to -400 rad/s, and the bank, centred there, locked the ADE-KF
-        onto the mirrored motion that a slider accelerometer cannot tell apart)."""
+        velocity the readings last saw (before a silence), the centre of the candidates'
+        velocities instead of the open-loop prediction (a driven crank predicted for 2 s
+        with its last torque: +49 -> -400 rad/s, and the ADE-KF locked onto the mirror)."""
         unknown, self._unknown = unknown or self._unknown, False
         if self.bank_size < 2 or self._bank is not None:
             return
