@@ -56,7 +56,7 @@ def test_defaults_follow_the_mechanism():
     # fourbar_pf (0.125 m crank) accelerates ~20x faster than FourBars1 (2/8/5 m)
     assert out["pf_sim"].sigma_a > 15 * out["fourbar_gyro"].sigma_a
     assert 40 < out["pf_sim"].sigma_a < 50 and 2 < out["fourbar_gyro"].sigma_a < 3
-    assert out["fivebar_gyro"].N_track == 200 and out["fivebar_gyro"].N_init == 2 * pf_scale.CELLS**2
+    assert out["fivebar_gyro"].N_track == 2 * pf_scale.PARTICLES_PER_DOF == 600 and out["fivebar_gyro"].N_init == 2 * pf_scale.CELLS**2
     assert out["fivebar_encoder"].N_init == pf_scale.INIT_MIN  # encoders give z, zd cells 16^2 x 2 < 1000
     assert out["pf_sim"].anneal == 0.0 and out["fivebar_gyro"].anneal == pytest.approx(0.3)
     # accelerometer channels are widened as the Kalman observers' (the UKF's resolved sigmas)

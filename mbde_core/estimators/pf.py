@@ -108,6 +108,7 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
     SUPPORTS_DRIVERS = True  # every kinematic problem is solved at the filter's time
     USES_COMMON = False  # no Kalman plant noise / transition Jacobian
     LOCAL = False  # re-acquires globally by itself (uniform re-initialisation)
+    particles_per_dof = pf_scale.PARTICLES_PER_DOF  # `particles: null` (pf_scale)
     DEFAULTS = DEFAULTS
 
     @staticmethod
@@ -147,7 +148,7 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
         self.zd_lo, self.zd_hi = pf_scale.velocity_range(self.scales) if zdr is None else zdr
         self.zdd_range = ranges(uni["zdd"], g, "<config>", "pf.uniform.zdd")
         n_track = cfg.get("particles")
-        self.N_track = self.N = int(pf_scale.tracking_particles(g) if n_track is None else n_track)
+        self.N_track = self.N = int(pf_scale.tracking_particles(g, self.particles_per_dof) if n_track is None else n_track)
         n_init = uni.get("particles")
         if n_init is None:
             n_init = pf_scale.initial_particles(g, len(self.branches), list(sensors))

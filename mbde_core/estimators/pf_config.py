@@ -20,7 +20,7 @@ PROPOSALS = ("adapted", "prior")
 LOG_UNDERFLOW = -745.0  # log of the smallest positive double (4.9e-324)
 
 DEFAULTS = {
-    "particles": None,                # N while tracking; null: 100 per degree of freedom (pf_scale)
+    "particles": None,                # N while tracking; null: 300 per degree of freedom (pf_scale)
     "integrator": "rk4",              # rk4 | euler | trapezoidal | midpoint | symplectic_euler
     "acceleration_sigma": None,       # sigma_a on zdd [unit/s^2]; null: from the mechanism (pf_scale)
     "proposal": "adapted",            # adapted: the noise drawn given the readings | prior (paper 000)

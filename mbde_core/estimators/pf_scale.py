@@ -32,7 +32,12 @@ assembled configurations (every branch; :mod:`pf_init`):
   error term, 0.1 |g| (~1 m/s^2), the PF on fourbar_imu was 5-8x less accurate than with
   the gyroscope alone (steady-state RMSE 0.07-0.11 rad); with the rule's 6.4 / 11.8 m/s^2
   it is 0.008 rad, the UKF's.
-- ``particles`` (tracking) = ``PARTICLES_PER_DOF`` (100) x g.
+- ``particles`` (tracking) = ``PARTICLES_PER_DOF`` (300) x g (vipf: ``VIPF_PARTICLES_PER_DOF``,
+  100). Measured with ``mbde bench pf --only multidof`` (10 seeds, 13 scenarios of 1-2 DOF,
+  stop 23): 100 per DOF converged in 120 of 130 runs, 300 per DOF in 125 (the released rig
+  6/10 -> 9/10 and 7/10 -> 9/10, offset slider-crank 9/10 -> 10/10, five-bar with encoders
+  9/10 -> 10/10; median steady-state ratio to the UKF 1.29 -> 1.18 on fourbar_gyro) for
+  ~10-30 % more CPU (the uniform start's larger cloud dominates the short runs).
 - ``uniform.anneal`` = ``ANNEAL_PER_DOF`` (0.3 s) x (g - 1): the likelihood is tempered,
   ll x beta with beta rising linearly from 0.1 to 1 over that time after a uniform
   (re)initialisation (annealing, Neal 2001; Deutscher, Blake & Reid 2000), so that a
@@ -57,7 +62,8 @@ from mbde_core.engine import dynamics, kinematics
 ACCEL_FRACTION = 0.5
 VELOCITY_MARGIN = 1.25
 DEFAULT_SPEED = 20.0       # [unit/s] velocity bound without potential energy
-PARTICLES_PER_DOF = 100
+PARTICLES_PER_DOF = 300
+VIPF_PARTICLES_PER_DOF = 100  # the VI step costs more per particle; not re-measured at 300
 CELLS = 48                 # z cells per coordinate of a uniform start (~0.13 rad on the circle)
 VELOCITY_CELLS = 16        # zd cells per coordinate when no reading gives zd
 ANNEAL_PER_DOF = 0.3       # [s] of tempered likelihood per degree of freedom beyond the first
@@ -119,8 +125,8 @@ def velocity_range(scales: Scales):
     return -W, W
 
 
-def tracking_particles(g: int) -> int:
-    return PARTICLES_PER_DOF * int(g)
+def tracking_particles(g: int, per_dof: int = PARTICLES_PER_DOF) -> int:
+    return int(per_dof) * int(g)
 
 
 def sensor_covariance(sensor, mech) -> np.ndarray:

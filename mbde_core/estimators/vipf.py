@@ -86,6 +86,7 @@ class VIParticleFilter(ParticleFilter):
     """
 
     name = "vipf"
+    particles_per_dof = pf_scale.VIPF_PARTICLES_PER_DOF
     DEFAULTS = copy.deepcopy(ParticleFilter.DEFAULTS)
     DEFAULTS.update({
         "integrator": "midpoint",          # midpoint (paper 002 eq. 6) | symplectic_euler (eq. 5)
