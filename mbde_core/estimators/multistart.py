@@ -22,6 +22,20 @@ by itself; for the local observers the stage runs a bank of copies instead:
 - at the end the winner's state becomes the estimator's (the same object: the nodes and
   replay keep their reference).
 
+The bank also decides between hypotheses that are not a grid: after a backward time jump
+(:mod:`stage`) the track may go on (the clock stepped while the mechanism moved on) or
+start again (the recording looped). ``keep=True`` makes the estimator itself, with its
+state and covariance, member 0 of the bank, next to copies started at ``starts`` (there:
+the initial guess); the same score decides. The score is the log-likelihood of each
+hypothesis given the readings of the window (prediction-error decomposition),
+
+    -2 log p(y_1..y_n | H) = sum_k [ nu_k^T S_k^-1 nu_k + log det S_k ] + const,
+
+so the hypothesis whose one-step predictions explain the readings best wins, whatever
+its state: a track continued at the wrong time, or an initial guess at rest where the
+mechanism moves, both accumulate large normalised innovations (or gate rejections, cap
++ log det S each).
+
 Lost: some independent coordinate's standard deviation exceeds ``LOST_SIGMA`` (angles
 [rad]) or ``LOST_SIGMA`` x the mechanism's length scale (lengths).
 """
@@ -114,13 +128,14 @@ def _speed(mech) -> np.ndarray:
 class MultiStart:
     """The bank: an Estimator-like object the stage drives instead of ``est`` meanwhile."""
 
-    def __init__(self, est, t: float, starts: list, window: float, cap: float):
+    def __init__(self, est, t: float, starts: list, window: float, cap: float, keep: bool = False):
+        """keep: the estimator itself (its current state, at ``t``) is member 0 (module doc)."""
         self.est = est
         self.sensors = est.sensors
         self.t0 = float(t)
         self.window = float(window)
         self.cap = float(cap) if cap > 0 else DEFAULT_CAP
-        self.members = []
+        self.members = [est] if keep else []
         for init in starts:
             member = copy.copy(est)  # shared model and configuration; reset() gives it its own state
             try:
@@ -185,5 +200,6 @@ class MultiStart:
 
     def adopt(self) -> None:
         """The winner's state becomes the estimator's (same object for every holder)."""
-        if np.isfinite(self.scores[self.best]):
-            self.est.__dict__.update(self.members[self.best].__dict__)
+        winner = self.members[self.best]
+        if np.isfinite(self.scores[self.best]) and winner is not self.est:
+            self.est.__dict__.update(winner.__dict__)

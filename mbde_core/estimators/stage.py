@@ -354,7 +354,10 @@ class EstimatorStage:
         if self.pending:
             self._close_slot()
         self._in_flight = None
-        if self.first is not None and abs(m.stamp - self.first) <= LOOP_TOLERANCE:
+        loop = self.first is not None and abs(m.stamp - self.first) <= LOOP_TOLERANCE
+        if self._two_hypotheses(m.stamp):
+            return
+        if loop:
             self._start(m.stamp)  # back to where the data started: a bag loop, the initial guess fits
             self._disturbed(m.stamp)
             return
@@ -364,6 +367,42 @@ class EstimatorStage:
             self.reacq.clear()
         self._disturbed(m.stamp)
         self._after_jump = True
+
+    def _two_hypotheses(self, t: float) -> bool:
+        """After a backward jump to t, with the multi-start bank on (a local observer): let
+        the readings decide between the two explanations of the jump instead of guessing
+        from the stamps. H1, the clock stepped while the mechanism moved on: the track
+        goes on from its estimate, now at t (:meth:`Estimator.rebase`). H0, the motion
+        restarted with the clock (a bag loop, a restarted simulation): the initial guess.
+        A jump back to the first stamp is not proof of H0 (a clock stepping back by
+        exactly the elapsed time; a loop of a recording whose mechanism came to rest where
+        it started), nor is any other size proof of H1 (a node started mid-recording sees
+        a loop go further back). Both run side by side as a bank
+        (:class:`~mbde_core.estimators.multistart.MultiStart` with ``keep``) for
+        ``reacquire.window`` seconds; the one whose predictions explain the readings best
+        (the smallest sum of min(NIS, cap) + log det S) goes on. False if the bank is off."""
+        if self.bank_size < 2:
+            return False
+        bank_was = self._bank
+        if bank_was is not None:  # a bank was deciding already: its best candidate is the track
+            bank_was.adopt()
+            self._bank = None
+        self.t0, self.k, self.pending, self._last_stamp = t, 0, [], {}
+        try:
+            self.est.rebase(t)
+            bank = MultiStart(self.est, t, [self.initial(t)], self.bank_window, self._cap(), keep=True)
+        except (ValueError, ArithmeticError, np.linalg.LinAlgError):
+            return False
+        if len(bank) < 2:
+            return False
+        self._bank = bank
+        self.counters.multistarts += 1
+        if self.reacq is not None:
+            self.reacq.clear()
+        if self.gate_adapt is not None:
+            self.gate_adapt.clear()  # the scale of the distances at the old time
+        self._disturbed(t)
+        return True
 
     def _diverged(self, t: float) -> None:
         """The estimate or its covariance overflowed (a lost filter predicting through a
