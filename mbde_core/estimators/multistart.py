@@ -145,6 +145,7 @@ class MultiStart:
             self.members.append(member)
         self.scores = np.zeros(len(self.members))
         self.logdet = np.zeros(len(self.members))  # last log det S of each (for its rejected readings)
+        self.known = np.zeros(len(self.members), dtype=bool)  # whether it has one yet
         self.best = 0
 
     def __len__(self) -> int:
@@ -163,6 +164,12 @@ class MultiStart:
                     self.scores[k] = math.inf
 
     def update(self, measurements, gates=None) -> UpdateResult:
+        """Every member's update; scores (module doc). A rejected reading costs cap + the
+        member's last log det S; a member that has accepted nothing yet (no log det S of
+        its own) is charged the largest log det S of the members that accepted in this
+        update: a rejection never costs less than the worst acceptance (with 0 a track
+        whose first reading after a backward jump was rejected scored cap = 23.9 against
+        NIS + log det S ~ -7 of a wrong initial guess, which then led the first steps)."""
         results = [None] * len(self.members)
         for k, member in enumerate(self.members):
             if not math.isfinite(self.scores[k]):
@@ -177,8 +184,13 @@ class MultiStart:
                 ok = res.nis is not None and math.isfinite(res.nis) and res.logdet is not None and math.isfinite(res.logdet)
                 if ok:
                     self.logdet[k] = res.logdet
+                    self.known[k] = True
                 self.scores[k] += (min(res.nis, self.cap) if ok else self.cap) + self.logdet[k]
-            self.scores[k] += (self.cap + self.logdet[k]) * len(res.rejected)
+        seen = [r.logdet for r in results if r is not None and r.accepted and r.logdet is not None and math.isfinite(r.logdet)]
+        ref = max(seen) if seen else 0.0
+        for k, res in enumerate(results):
+            if res is not None and res.rejected:
+                self.scores[k] += (self.cap + (self.logdet[k] if self.known[k] else max(ref, self.logdet[k]))) * len(res.rejected)
         self.best = int(np.argmin(self.scores))
         best = results[self.best]
         return best if best is not None else UpdateResult([], [m.sensor for m in measurements])
