@@ -26,7 +26,10 @@ The bank also decides between hypotheses that are not a grid: after a backward t
 (:mod:`stage`) the track may go on (the clock stepped while the mechanism moved on) or
 start again (the recording looped). ``keep=True`` makes the estimator itself, with its
 state and covariance, member 0 of the bank, next to copies started at ``starts`` (there:
-the initial guess); the same score decides. The score is the log-likelihood of each
+the initial guess); the same score decides, the others starting at ``prior`` (-2 log of
+the prior odds: the stage gives the track the odds of one gate rejection, cap, so that
+the initial guess must explain the readings clearly better before it is emitted). The
+score is the log-likelihood of each
 hypothesis given the readings of the window (prediction-error decomposition),
 
     -2 log p(y_1..y_n | H) = sum_k [ nu_k^T S_k^-1 nu_k + log det S_k ] + const,
@@ -128,8 +131,11 @@ def _speed(mech) -> np.ndarray:
 class MultiStart:
     """The bank: an Estimator-like object the stage drives instead of ``est`` meanwhile."""
 
-    def __init__(self, est, t: float, starts: list, window: float, cap: float, keep: bool = False):
-        """keep: the estimator itself (its current state, at ``t``) is member 0 (module doc)."""
+    def __init__(self, est, t: float, starts: list, window: float, cap: float, keep: bool = False,
+                 prior: float = 0.0):
+        """keep: the estimator itself (its current state, at ``t``) is member 0 (module doc);
+        prior: -2 log of the prior odds of member 0 against each other member, the score the
+        others start with (with ``keep``)."""
         self.est = est
         self.sensors = est.sensors
         self.t0 = float(t)
@@ -144,6 +150,8 @@ class MultiStart:
                 continue
             self.members.append(member)
         self.scores = np.zeros(len(self.members))
+        if keep and prior:
+            self.scores[1:] = float(prior)
         self.logdet = np.zeros(len(self.members))  # last log det S of each (for its rejected readings)
         self.known = np.zeros(len(self.members), dtype=bool)  # whether it has one yet
         self.best = 0

@@ -25,13 +25,17 @@ Robustness (each case counted in ``counters``, nothing crashes, see also
 - backward time jumps (a reading older than the filter time by more than
   ``backward_jump`` s: a clock step or a bag loop), counted in ``resets`` with the jump's
   size (``backward_jump_last``, ``backward_jump_max`` [s]): the readings of the old time
-  are finished, then the estimator restarts at the new time. Back to (within
-  ``LOOP_TOLERANCE`` of) the first stamp ever seen, the recording looped (``ros2 bag play
-  --loop``, a restarted simulation): it restarts from the initial guess. Elsewhere the
-  clock stepped while the mechanism moved on: the estimator keeps its state and
-  covariance at the new time (:meth:`Estimator.rebase`), and
-  restarts from the initial guess if its readings are then rejected until the
-  re-acquisition rule fires (the motion restarted after all);
+  are finished, then the estimator restarts at the new time. Either the clock stepped
+  while the mechanism moved on (the track goes on: its state and covariance, predicted
+  to one sensor period after its last reading, at the new time, :meth:`Estimator.rebase`)
+  or the motion restarted with it (``ros2 bag play --loop``, a restarted simulation: the
+  initial guess). The stamps cannot tell (a clock stepping back by the elapsed time lands
+  on the first stamp, as a loop does; a node started mid-recording sees a loop go further
+  back), so with the multi-start bank on (the Kalman family) both run side by side for
+  ``reacquire.window`` and the readings decide (:meth:`EstimatorStage._two_hypotheses`).
+  Without it: back to (within ``LOOP_TOLERANCE`` of) the first stamp ever seen, the
+  initial guess; elsewhere the track goes on and restarts from the initial guess if its
+  readings are then rejected until the re-acquisition rule fires;
 - readings far in the future (stamped more than ``backward_jump`` s after the stream)
   wait for the next reading: one in the same new time confirms a forward jump (then
   handled as a gap), one in the old time makes it a ``future`` reading (skipped);
@@ -41,9 +45,11 @@ Robustness (each case counted in ``counters``, nothing crashes, see also
   every estimator's options) rejects outliers inside the estimator's update
   (``rejected_gate``), with a re-acquisition rule (``reacquisitions``): a run of mostly
   rejected readings of a sensor makes the estimator widen its uncertainty;
-- a local observer (Kalman family) that is lost after a gap, a long-gap restart or a
+- a local observer (Kalman family) that is lost after a long-gap restart or a
   re-acquisition (its covariance covers the circle) re-acquires globally with a
-  multi-start bank (:mod:`~mbde_core.estimators.multistart`, ``multistarts``);
+  multi-start bank (:mod:`~mbde_core.estimators.multistart`, ``multistarts``); after a
+  gap predicted through (longer than ``LOST_CHECK_GAP``) the open-loop prediction is one
+  member of such a bank, next to candidates over its 3-sigma range (every state if lost);
 - an estimate or covariance that is no longer finite (a lost filter predicted open loop
   until its numbers overflowed) is never emitted: the estimator restarts from the
   initial guess at the same time, as after a long gap (``diverged``);
@@ -63,7 +69,7 @@ import numpy as np
 from mbde_core.estimators.chi2 import chi2_ppf
 
 from mbde_core.estimators.base import InitialState, UpdateResult
-from mbde_core.estimators.multistart import MultiStart, candidates, is_lost
+from mbde_core.estimators.multistart import DEFAULT_CAP, MultiStart, candidates, is_lost
 from mbde_core.estimators.stage_guards import AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence
 from mbde_core.types import MechanismSnapshot, Measurement
 
@@ -398,7 +404,11 @@ class EstimatorStage:
         a loop go further back). Both run side by side as a bank
         (:class:`~mbde_core.estimators.multistart.MultiStart` with ``keep``) for
         ``reacquire.window`` seconds; the one whose predictions explain the readings best
-        (the smallest sum of min(NIS, cap) + log det S) goes on. False if the bank is off."""
+        (the smallest sum of min(NIS, cap) + log det S) goes on, the initial guess starting
+        one gate rejection (cap) behind: the track is emitted until the readings favour the
+        initial guess by a likelihood ratio of exp(cap / 2) (pf_rig_branch1: the initial
+        guess explained the first reading after the jump a little better and was emitted
+        for one step, 2.9 rad off). False if the bank is off."""
         if self.bank_size < 2:
             return False
         bank_was = self._bank
@@ -408,7 +418,8 @@ class EstimatorStage:
         self.t0, self.k, self.pending, self._last_stamp = t, 0, [], {}
         try:
             self.est.rebase(t)
-            bank = MultiStart(self.est, t, [self.initial(t)], self.bank_window, self._cap(), keep=True)
+            bank = MultiStart(self.est, t, [self.initial(t)], self.bank_window, self._cap(), keep=True,
+                              prior=self._cap() or DEFAULT_CAP)
         except (ValueError, ArithmeticError, np.linalg.LinAlgError):
             return False
         if len(bank) < 2:
