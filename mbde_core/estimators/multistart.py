@@ -27,9 +27,9 @@ The bank also decides between hypotheses that are not a grid: after a backward t
 start again (the recording looped). ``keep=True`` makes the estimator itself, with its
 state and covariance, member 0 of the bank, next to copies started at ``starts`` (there:
 the initial guess); the same score decides, the others starting at ``prior`` (-2 log of
-the prior odds: the stage gives the track the odds of one gate rejection, cap, so that
-the initial guess must explain the readings clearly better before it is emitted). The
-score is the log-likelihood of each
+the prior odds of member 0; negative: the others are favoured. The stage gives the
+hypothesis the stamps suggest the odds of one gate rejection, cap, so that the other
+must explain the readings clearly better before it is emitted). The score is the log-likelihood of each
 hypothesis given the readings of the window (prediction-error decomposition),
 
     -2 log p(y_1..y_n | H) = sum_k [ nu_k^T S_k^-1 nu_k + log det S_k ] + const,
@@ -135,7 +135,7 @@ class MultiStart:
                  prior: float = 0.0):
         """keep: the estimator itself (its current state, at ``t``) is member 0 (module doc);
         prior: -2 log of the prior odds of member 0 against each other member, the score the
-        others start with (with ``keep``)."""
+        others start with (with ``keep``; < 0 favours them)."""
         self.est = est
         self.sensors = est.sensors
         self.t0 = float(t)

@@ -365,7 +365,7 @@ class EstimatorStage:
         self._in_flight = None
         loop = self.first is not None and abs(m.stamp - self.first) <= LOOP_TOLERANCE
         self._carry_on(m)
-        if self._two_hypotheses(m.stamp):
+        if self._two_hypotheses(m.stamp, loop):
             return
         if loop:
             self._start(m.stamp)  # back to where the data started: a bag loop, the initial guess fits
@@ -392,7 +392,7 @@ class EstimatorStage:
         for _ in range(max(0, min(n, int(math.ceil(LOST_CHECK_GAP / self.dt))))):
             self._active.predict(self.dt)
 
-    def _two_hypotheses(self, t: float) -> bool:
+    def _two_hypotheses(self, t: float, loop: bool) -> bool:
         """After a backward jump to t, with the multi-start bank on (a local observer): let
         the readings decide between the two explanations of the jump instead of guessing
         from the stamps. H1, the clock stepped while the mechanism moved on: the track
@@ -404,11 +404,12 @@ class EstimatorStage:
         a loop go further back). Both run side by side as a bank
         (:class:`~mbde_core.estimators.multistart.MultiStart` with ``keep``) for
         ``reacquire.window`` seconds; the one whose predictions explain the readings best
-        (the smallest sum of min(NIS, cap) + log det S) goes on, the initial guess starting
-        one gate rejection (cap) behind: the track is emitted until the readings favour the
-        initial guess by a likelihood ratio of exp(cap / 2) (pf_rig_branch1: the initial
-        guess explained the first reading after the jump a little better and was emitted
-        for one step, 2.9 rad off). False if the bank is off."""
+        (the smallest sum of min(NIS, cap) + log det S) goes on. The stamps are evidence
+        nonetheless: the hypothesis they suggest (``loop``, back to the first stamp: H0;
+        else H1) starts one gate rejection (cap) ahead, i.e. is emitted until the readings
+        favour the other by a likelihood ratio of exp(cap / 2) (pf_rig_branch1 without
+        it: the initial guess explained the first reading after a mid-run jump a little
+        better and was emitted for one step, 2.9 rad off). False if the bank is off."""
         if self.bank_size < 2:
             return False
         bank_was = self._bank
@@ -419,7 +420,7 @@ class EstimatorStage:
         try:
             self.est.rebase(t)
             bank = MultiStart(self.est, t, [self.initial(t)], self.bank_window, self._cap(), keep=True,
-                              prior=self._cap() or DEFAULT_CAP)
+                              prior=(-1.0 if loop else 1.0) * (self._cap() or DEFAULT_CAP))
         except (ValueError, ArithmeticError, np.linalg.LinAlgError):
             return False
         if len(bank) < 2:
