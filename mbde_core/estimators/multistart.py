@@ -53,6 +53,7 @@ from mbde_core.estimators.base import InitialState, UpdateResult
 
 LOST_SIGMA = 0.5
 DEFAULT_CAP = 25.0
+ENERGY_MARGIN = 0.25  # of the range of V: the margin of the energy ceiling (energy_ceiling)
 
 
 def is_lost(est, snap) -> bool:
@@ -118,6 +119,47 @@ def candidates(est, snap, count: int, floor: InitialState) -> list[InitialState]
     return out
 
 
+def energy_ceiling(est, snap) -> float | None:
+    """The largest mechanical energy E = T + V the mechanism can have after a silence that
+    started at the estimate ``snap``, or None if the bound does not hold or is unknown.
+
+    A passive mechanism -- the model's known forces are gravity alone (no loads: no motor,
+    spring or scripted force) and no unknown force is expected (the default tuning's force
+    limits, :mod:`mechanism_scales`, are 0) -- cannot gain energy: friction, whether the
+    model knows it or not, only takes energy out (dE/dt = zd^T Q_nc <= 0). So after the
+    silence E <= E(snap) + margin, with margin = ``ENERGY_MARGIN`` x the range of V over
+    the swept configurations (the model's forces are trusted to the noise rule's 10 %:
+    paper 003's gravity error of 1 m/s^2 makes the model's V off by 10 % of its range, and
+    an estimate's own error). A candidate above it fits the readings by an impossible
+    motion: pf_rig_branch1 after a 2 s gap, the rig at rest at its stable equilibrium (the
+    rocker at a dead point, the gyro blind to the crank) and a candidate balanced at the
+    unstable one (the rocker's other dead point, 0.73 J higher, also blind) fit the
+    readings equally well (scores -433.4 and -434.7 over 0.3 s); the energy tells them
+    apart. None if ``snap`` is lost (its energy is unknown)."""
+    mech = est.mech
+    if getattr(mech, "loads", None) or snap is None or is_lost(est, snap):
+        return None
+    sc = _scales(mech)
+    if np.any(np.asarray(sc.a_f, float) > 0):
+        return None
+    V = mech.potential_energy(sc.configurations)
+    span = float(np.max(V) - np.min(V)) if np.size(V) else 0.0
+    try:
+        e0 = float(mech.energy(np.asarray(snap.q, float), np.asarray(snap.qd, float)))
+    except (ValueError, ArithmeticError):
+        return None
+    return e0 + ENERGY_MARGIN * span if math.isfinite(e0) and span > 0 else None
+
+
+def _scales(mech):
+    """The mechanism scales the default tuning used if cached on the model, else the
+    scales without force limits."""
+    from mbde_core.estimators.mechanism_scales import mechanism_scales
+
+    cached = list(mech.__dict__.get("_scales_cache", {}).values())
+    return cached[0] if cached else mechanism_scales(mech)
+
+
 def _speed(mech) -> np.ndarray:
     """The mechanism's characteristic speed v (g,) (:mod:`mechanism_scales`): the one the
     default tuning used if cached on the model, else the scales without force limits."""
@@ -132,10 +174,12 @@ class MultiStart:
     """The bank: an Estimator-like object the stage drives instead of ``est`` meanwhile."""
 
     def __init__(self, est, t: float, starts: list, window: float, cap: float, keep: bool = False,
-                 prior: float = 0.0):
+                 prior: float = 0.0, ceiling: float | None = None):
         """keep: the estimator itself (its current state, at ``t``) is member 0 (module doc);
         prior: -2 log of the prior odds of member 0 against each other member, the score the
-        others start with (with ``keep``; < 0 favours them)."""
+        others start with (with ``keep``; < 0 favours them); ceiling: the largest mechanical
+        energy [J] a member may have to be emitted or adopted (:func:`energy_ceiling`)."""
+        self.ceiling = ceiling
         self.est = est
         self.sensors = est.sensors
         self.t0 = float(t)
@@ -199,9 +243,27 @@ class MultiStart:
         for k, res in enumerate(results):
             if res is not None and res.rejected:
                 self.scores[k] += (self.cap + (self.logdet[k] if self.known[k] else max(ref, self.logdet[k]))) * len(res.rejected)
-        self.best = int(np.argmin(self.scores))
+        self.best = self._admissible_best()
         best = results[self.best]
         return best if best is not None else UpdateResult([], [m.sensor for m in measurements])
+
+    def _admissible_best(self) -> int:
+        """The best-scoring member whose energy is within the ceiling (the best if none is)."""
+        order = np.argsort(self.scores, kind="stable")
+        if self.ceiling is None:
+            return int(order[0])
+        mech = self.est.mech
+        for k in order:
+            if not math.isfinite(self.scores[k]):
+                break
+            snap = self.members[k].estimate()
+            try:
+                energy = float(mech.energy(np.asarray(snap.q, float), np.asarray(snap.qd, float)))
+            except (ValueError, ArithmeticError):
+                continue
+            if energy <= self.ceiling:
+                return int(k)
+        return int(order[0])
 
     def estimate(self):
         return self.members[self.best].estimate()

@@ -69,7 +69,7 @@ import numpy as np
 from mbde_core.estimators.chi2 import chi2_ppf
 
 from mbde_core.estimators.base import InitialState, UpdateResult
-from mbde_core.estimators.multistart import DEFAULT_CAP, MultiStart, candidates, is_lost
+from mbde_core.estimators.multistart import DEFAULT_CAP, MultiStart, candidates, energy_ceiling, is_lost
 from mbde_core.estimators.stage_guards import AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence
 from mbde_core.types import MechanismSnapshot, Measurement
 
@@ -341,9 +341,11 @@ class EstimatorStage:
                 self._multistart(m.stamp, unknown=True)  # where is it now? anywhere
                 k_m = 0
             else:
+                ceiling = self._ceiling() if silence > LOST_CHECK_GAP else None
                 self._step_to(k_m)
                 if silence > LOST_CHECK_GAP:  # lost in the gap: anywhere (an open-loop covariance is optimistic)
-                    self._multistart(self.t0 + self.k * self.dt, anywhere_if_lost=True, after_gap=True)
+                    self._multistart(self.t0 + self.k * self.dt, anywhere_if_lost=True, after_gap=True,
+                                     ceiling=ceiling)
             self._in_flight = None
         if self._unknown:
             self._multistart(self.t0 + self.k * self.dt)
@@ -513,8 +515,17 @@ class EstimatorStage:
     def _cap(self) -> float:
         return max(self.gates.values(), default=0.0)
 
+    def _ceiling(self) -> float | None:
+        """The energy ceiling after a silence starting now (:func:`multistart.energy_ceiling`)."""
+        if self.bank_size < 2 or self._bank is not None:
+            return None
+        try:
+            return energy_ceiling(self.est, self.est.estimate())
+        except (ValueError, ArithmeticError, np.linalg.LinAlgError, AttributeError):
+            return None
+
     def _multistart(self, t: float, unknown: bool = False, anywhere_if_lost: bool = False,
-                    after_gap: bool = False) -> None:
+                    after_gap: bool = False, ceiling: float | None = None) -> None:
         """Start a multi-start bank (:mod:`multistart`) if the estimate is lost (or its
         whereabouts ``unknown``) and the option is on. anywhere_if_lost: a lost estimate's
         candidates cover every state (after a gap predicted open loop, whose linearised
@@ -528,7 +539,9 @@ class EstimatorStage:
         then pull the filter only slowly (pf_rig_branch0 after a 2 s gap: the UKF's
         prediction 0.2 rad off with sigma 0.22 rad, still 0.12 rad off 0.4 s later). The
         candidates cover the prediction's 3-sigma range (every state if lost), the readings
-        of ``reacquire.window`` decide."""
+        of ``reacquire.window`` decide, among those whose mechanical energy is within
+        ``ceiling`` (a passive mechanism cannot gain energy in the gap,
+        :func:`~mbde_core.estimators.multistart.energy_ceiling`; None: no bound)."""
         unknown, self._unknown = unknown or self._unknown, False
         if self.bank_size < 2 or self._bank is not None:
             return
@@ -542,7 +555,7 @@ class EstimatorStage:
             starts = candidates(self.est, snap, self.bank_size, self.initial(t))
         except (ValueError, ArithmeticError, np.linalg.LinAlgError):
             return
-        bank = MultiStart(self.est, t, starts, self.bank_window, self._cap(), keep=after_gap)
+        bank = MultiStart(self.est, t, starts, self.bank_window, self._cap(), keep=after_gap, ceiling=ceiling)
         if len(bank) >= 2:
             self._bank = bank
             self.counters.multistarts += 1
