@@ -20,7 +20,12 @@ by itself; for the local observers the stage runs a bank of copies instead:
   a gate-rejected reading counting cap + its last log det S; the estimates emitted
   meanwhile are those of the best-scoring candidate;
 - at the end the winner's state becomes the estimator's (the same object: the nodes and
-  replay keep their reference).
+  replay keep their reference);
+- after a gap of a passive linkage (gravity its only known force, no force limits) the
+  candidates whose mechanical energy T + V exceeds what the mechanism had before the gap
+  (plus a margin) are not emitted nor adopted (:func:`energy_ceiling`): friction only
+  takes energy out, so a candidate that fits the readings by a motion above that energy
+  (balanced at an unstable equilibrium where the sensors are blind) is impossible.
 
 The bank also decides between hypotheses that are not a grid: after a backward time jump
 (:mod:`stage`) the track may go on (the clock stepped while the mechanism moved on) or
