@@ -187,7 +187,7 @@ def _feed(gate, d2s, dt=0.005, t0=0.0):
 def test_adaptive_gate_scale_is_the_inconsistency_of_the_filter():
     """Innovations N(0, c S): d^2 = c chi2(1); the scale estimates c (a consistent filter
     keeps 1), so the gate again rejects ~1e-6 of them; outliers in the window do not move it."""
-    from mbde_core.estimators.stage_guards import AdaptiveGate
+    from mbde_core.estimators.stage_guards import WARMUP_SCALE, AdaptiveGate
 
     rng = np.random.default_rng(0)
     for c in (1.0, 30.0):
@@ -199,7 +199,7 @@ def test_adaptive_gate_scale_is_the_inconsistency_of_the_filter():
         assert gate.thresholds()["s"] < 1e6  # the outliers are still out
     gate = AdaptiveGate({"s": 23.9}, {"s": 1}, 0.5, 0)
     _feed(gate, np.full(99, 1e4))  # 0.49 s of disagreement from the start: no history yet
-    assert gate.scale["s"] == 1.0
+    assert gate.scale["s"] == WARMUP_SCALE and gate.thresholds()["s"] == 23.9 * WARMUP_SCALE
     _feed(gate, np.full(2, 1e4), t0=0.495)
     assert gate.scale["s"] > 1e3
 
@@ -207,7 +207,7 @@ def test_adaptive_gate_scale_is_the_inconsistency_of_the_filter():
 def test_adaptive_gate_persist_believes_a_sensor_that_keeps_disagreeing():
     from mbde_core.estimators.stage_guards import AdaptiveGate
 
-    gate = AdaptiveGate({"s": 23.9}, {"s": 1}, 0.0, 2)
+    gate = AdaptiveGate({"s": 23.9}, {"s": 1}, 0.0, 2)  # no window: the fixed threshold from the start
     seen = []
     for d2 in (1.0, 100.0, 100.0, 100.0, 100.0, 1.0, 100.0):
         thr = gate.thresholds()["s"]

@@ -20,7 +20,29 @@ by itself; for the local observers the stage runs a bank of copies instead:
   a gate-rejected reading counting cap + its last log det S; the estimates emitted
   meanwhile are those of the best-scoring candidate;
 - at the end the winner's state becomes the estimator's (the same object: the nodes and
-  replay keep their reference).
+  replay keep their reference);
+- after a gap of a passive linkage (gravity its only known force, no force limits) the
+  candidates whose mechanical energy T + V exceeds what the mechanism had before the gap
+  (plus a margin) are not emitted nor adopted (:func:`energy_ceiling`): friction only
+  takes energy out, so a candidate that fits the readings by a motion above that energy
+  (balanced at an unstable equilibrium where the sensors are blind) is impossible.
+
+The bank also decides between hypotheses that are not a grid: after a backward time jump
+(:mod:`stage`) the track may go on (the clock stepped while the mechanism moved on) or
+start again (the recording looped). ``keep=True`` makes the estimator itself, with its
+state and covariance, member 0 of the bank, next to copies started at ``starts`` (there:
+the initial guess); the same score decides, the others starting at ``prior`` (-2 log of
+the prior odds of member 0; negative: the others are favoured. The stage gives the
+hypothesis the stamps suggest the odds of one gate rejection, cap, so that the other
+must explain the readings clearly better before it is emitted). The score is the log-likelihood of each
+hypothesis given the readings of the window (prediction-error decomposition),
+
+    -2 log p(y_1..y_n | H) = sum_k [ nu_k^T S_k^-1 nu_k + log det S_k ] + const,
+
+so the hypothesis whose one-step predictions explain the readings best wins, whatever
+its state: a track continued at the wrong time, or an initial guess at rest where the
+mechanism moves, both accumulate large normalised innovations (or gate rejections, cap
++ log det S each).
 
 Lost: some independent coordinate's standard deviation exceeds ``LOST_SIGMA`` (angles
 [rad]) or ``LOST_SIGMA`` x the mechanism's length scale (lengths).
@@ -36,6 +58,7 @@ from mbde_core.estimators.base import InitialState, UpdateResult
 
 LOST_SIGMA = 0.5
 DEFAULT_CAP = 25.0
+ENERGY_MARGIN = 0.25  # of the range of V: the margin of the energy ceiling (energy_ceiling)
 
 
 def is_lost(est, snap) -> bool:
@@ -101,6 +124,47 @@ def candidates(est, snap, count: int, floor: InitialState) -> list[InitialState]
     return out
 
 
+def energy_ceiling(est, snap) -> float | None:
+    """The largest mechanical energy E = T + V the mechanism can have after a silence that
+    started at the estimate ``snap``, or None if the bound does not hold or is unknown.
+
+    A passive mechanism -- the model's known forces are gravity alone (no loads: no motor,
+    spring or scripted force) and no unknown force is expected (the default tuning's force
+    limits, :mod:`mechanism_scales`, are 0) -- cannot gain energy: friction, whether the
+    model knows it or not, only takes energy out (dE/dt = zd^T Q_nc <= 0). So after the
+    silence E <= E(snap) + margin, with margin = ``ENERGY_MARGIN`` x the range of V over
+    the swept configurations (the model's forces are trusted to the noise rule's 10 %:
+    paper 003's gravity error of 1 m/s^2 makes the model's V off by 10 % of its range, and
+    an estimate's own error). A candidate above it fits the readings by an impossible
+    motion: pf_rig_branch1 after a 2 s gap, the rig at rest at its stable equilibrium (the
+    rocker at a dead point, the gyro blind to the crank) and a candidate balanced at the
+    unstable one (the rocker's other dead point, 0.73 J higher, also blind) fit the
+    readings equally well (scores -433.4 and -434.7 over 0.3 s); the energy tells them
+    apart. None if ``snap`` is lost (its energy is unknown)."""
+    mech = est.mech
+    if getattr(mech, "loads", None) or snap is None or is_lost(est, snap):
+        return None
+    sc = _scales(mech)
+    if np.any(np.asarray(sc.a_f, float) > 0):
+        return None
+    V = mech.potential_energy(sc.configurations)
+    span = float(np.max(V) - np.min(V)) if np.size(V) else 0.0
+    try:
+        e0 = float(mech.energy(np.asarray(snap.q, float), np.asarray(snap.qd, float)))
+    except (ValueError, ArithmeticError):
+        return None
+    return e0 + ENERGY_MARGIN * span if math.isfinite(e0) and span > 0 else None
+
+
+def _scales(mech):
+    """The mechanism scales the default tuning used if cached on the model, else the
+    scales without force limits."""
+    from mbde_core.estimators.mechanism_scales import mechanism_scales
+
+    cached = list(mech.__dict__.get("_scales_cache", {}).values())
+    return cached[0] if cached else mechanism_scales(mech)
+
+
 def _speed(mech) -> np.ndarray:
     """The mechanism's characteristic speed v (g,) (:mod:`mechanism_scales`): the one the
     default tuning used if cached on the model, else the scales without force limits."""
@@ -114,13 +178,19 @@ def _speed(mech) -> np.ndarray:
 class MultiStart:
     """The bank: an Estimator-like object the stage drives instead of ``est`` meanwhile."""
 
-    def __init__(self, est, t: float, starts: list, window: float, cap: float):
+    def __init__(self, est, t: float, starts: list, window: float, cap: float, keep: bool = False,
+                 prior: float = 0.0, ceiling: float | None = None):
+        """keep: the estimator itself (its current state, at ``t``) is member 0 (module doc);
+        prior: -2 log of the prior odds of member 0 against each other member, the score the
+        others start with (with ``keep``; < 0 favours them); ceiling: the largest mechanical
+        energy [J] a member may have to be emitted or adopted (:func:`energy_ceiling`)."""
+        self.ceiling = ceiling
         self.est = est
         self.sensors = est.sensors
         self.t0 = float(t)
         self.window = float(window)
         self.cap = float(cap) if cap > 0 else DEFAULT_CAP
-        self.members = []
+        self.members = [est] if keep else []
         for init in starts:
             member = copy.copy(est)  # shared model and configuration; reset() gives it its own state
             try:
@@ -129,7 +199,10 @@ class MultiStart:
                 continue
             self.members.append(member)
         self.scores = np.zeros(len(self.members))
+        if keep and prior:
+            self.scores[1:] = float(prior)
         self.logdet = np.zeros(len(self.members))  # last log det S of each (for its rejected readings)
+        self.known = np.zeros(len(self.members), dtype=bool)  # whether it has one yet
         self.best = 0
 
     def __len__(self) -> int:
@@ -148,6 +221,12 @@ class MultiStart:
                     self.scores[k] = math.inf
 
     def update(self, measurements, gates=None) -> UpdateResult:
+        """Every member's update; scores (module doc). A rejected reading costs cap + the
+        member's last log det S; a member that has accepted nothing yet (no log det S of
+        its own) is charged the largest log det S of the members that accepted in this
+        update: a rejection never costs less than the worst acceptance (with 0 a track
+        whose first reading after a backward jump was rejected scored cap = 23.9 against
+        NIS + log det S ~ -7 of a wrong initial guess, which then led the first steps)."""
         results = [None] * len(self.members)
         for k, member in enumerate(self.members):
             if not math.isfinite(self.scores[k]):
@@ -162,11 +241,34 @@ class MultiStart:
                 ok = res.nis is not None and math.isfinite(res.nis) and res.logdet is not None and math.isfinite(res.logdet)
                 if ok:
                     self.logdet[k] = res.logdet
+                    self.known[k] = True
                 self.scores[k] += (min(res.nis, self.cap) if ok else self.cap) + self.logdet[k]
-            self.scores[k] += (self.cap + self.logdet[k]) * len(res.rejected)
-        self.best = int(np.argmin(self.scores))
+        seen = [r.logdet for r in results if r is not None and r.accepted and r.logdet is not None and math.isfinite(r.logdet)]
+        ref = max(seen) if seen else 0.0
+        for k, res in enumerate(results):
+            if res is not None and res.rejected:
+                self.scores[k] += (self.cap + (self.logdet[k] if self.known[k] else max(ref, self.logdet[k]))) * len(res.rejected)
+        self.best = self._admissible_best()
         best = results[self.best]
         return best if best is not None else UpdateResult([], [m.sensor for m in measurements])
+
+    def _admissible_best(self) -> int:
+        """The best-scoring member whose energy is within the ceiling (the best if none is)."""
+        order = np.argsort(self.scores, kind="stable")
+        if self.ceiling is None:
+            return int(order[0])
+        mech = self.est.mech
+        for k in order:
+            if not math.isfinite(self.scores[k]):
+                break
+            snap = self.members[k].estimate()
+            try:
+                energy = float(mech.energy(np.asarray(snap.q, float), np.asarray(snap.qd, float)))
+            except (ValueError, ArithmeticError):
+                continue
+            if energy <= self.ceiling:
+                return int(k)
+        return int(order[0])
 
     def estimate(self):
         return self.members[self.best].estimate()
@@ -185,5 +287,6 @@ class MultiStart:
 
     def adopt(self) -> None:
         """The winner's state becomes the estimator's (same object for every holder)."""
-        if np.isfinite(self.scores[self.best]):
-            self.est.__dict__.update(self.members[self.best].__dict__)
+        winner = self.members[self.best]
+        if np.isfinite(self.scores[self.best]) and winner is not self.est:
+            self.est.__dict__.update(winner.__dict__)

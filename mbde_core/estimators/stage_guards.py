@@ -33,7 +33,15 @@
   the window (and at least ``GATE_MIN_READINGS``). The median turns after half a window
   of disagreement, later than the re-acquisition rule (``reacquire.time`` 0.2 s < 0.25 s),
   so a real jump of the state still widens the covariance. An outlier is judged in units of the filter's actual errors, not of its
-  claimed ones. A median needs half a window of large distances: it does not follow an
+  claimed ones. Until a sensor's scale is estimated (the first window after a start or
+  a reset: a filter converging from its initial guess, or a fast first swing whose
+  unmodelled forces the plant noise under-covers), nothing says the filter is
+  consistent, so the threshold is ``WARMUP_SCALE`` x chi2_p(d), not chi2_p(d): 2x the
+  distance in standard deviations (d^2 = 95.7 for p = 1 - 1e-6, d = 1; a 100-sigma
+  outlier of a filter with S <= 100 R still exceeds it). Measured on pf_rig_branch0
+  (``mbde bench faults``): the rig's first swing through the rocker's dead point at
+  31 rad/s (the gyro blind to the crank's speed, the friction unmodelled) gave 4 gyro
+  readings at d^2 = 25.6-30.5 > 23.9 in a row, 0.6 % of the clean readings rejected. A median needs half a window of large distances: it does not follow an
   inconsistency that lasts tens of milliseconds (a fast swing); ``gate_persist`` (off by
   default) then fuses a sensor's readings ungated after it disagreed that many times in a
   row, until one agrees again (counted as ``gate_believed``): the filter is believed to
@@ -57,6 +65,7 @@ CONVERGED_UPDATES = 10
 CONVERGED_NIS = 3.0   # mean NIS per dof over the run of updates (chi2(10)/10 95 %: 1.83)
 MAX_SUSPECTS = 64
 GATE_MIN_READINGS = 10  # readings in the window before the gate's scale is estimated
+WARMUP_SCALE = 4.0      # gate scale before a sensor's scale is estimated (module doc)
 
 
 class ForwardJumpGuard:
@@ -137,9 +146,9 @@ class AdaptiveGate:
         self.hist = {name: deque() for name in self.base}
         self.ordered = {name: [] for name in self.base}  # the d^2 of hist, sorted (median in O(1))
         self.since = {}  # sensor -> time of its first reading since clear()
-        self.scale = {name: 1.0 for name in self.base}
+        self.scale = {name: (WARMUP_SCALE if self.window > 0 else 1.0) for name in self.base}
         self.run = {name: 0 for name in self.base}  # consecutive readings over the gate
-        self._used = dict(self.base)
+        self._used = {n: g * self.scale[n] for n, g in self.base.items()}
 
     def thresholds(self) -> dict:
         """The thresholds of the next update (inf: the sensor is believed, not gated)."""
