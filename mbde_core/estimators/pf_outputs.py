@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.engine import kinematics
+from mbde_core.estimators import pf_numba
 from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.estimators.resampling import effective_sample_size
 from mbde_core.sensors.base import wrap_angle
@@ -91,6 +92,16 @@ class ParticleOutputs:
         if len(pairs) == 1:  # one angle: its (N,) rows as (N, 1) views, no stacking
             return pairs[0][0][:, None], pairs[0][1][:, None]
         return np.stack([p[0] for p in pairs], axis=1), np.stack([p[1] for p in pairs], axis=1)
+
+    def _sincos_all(self):
+        """sin, cos (N, g) of z at the angle columns (zeros at the others; see _sincos)."""
+        a = self.angular
+        if a.all():
+            return self._sincos(None)
+        s, c = np.zeros((self.N, self.g)), np.zeros((self.N, self.g))
+        if a.any():
+            s[:, a], c[:, a] = self._sincos(None)
+        return s, c
 
     def deviations(self, zm=None, w=None) -> np.ndarray:
         """(N, g) z - mean with angle deviations wrapped to [-pi, pi)."""
@@ -174,8 +185,14 @@ class ParticleOutputs:
     def estimate(self) -> MechanismSnapshot:
         mech = self.mech
         w = self.weights()
-        zm, zdm, zddm = self.mean(w)
-        P = self.covariance(w, (zm, zdm, zddm))
+        if pf_numba.enabled(self.N):  # the moments in two fused parallel passes (pf_numba)
+            sc = self._sincos_all()
+            (zm, zdm, zddm), P = pf_numba.moments(w, self.q, self.qd, self.qdd, self.v, sc[0], sc[1], self.iz,
+                                                  self.angular, self.propagator.threads)
+            P = P + self._kernel_covariance()
+        else:
+            zm, zdm, zddm = self.mean(w)
+            P = self.covariance(w, (zm, zdm, zddm))
         probs = self.branch_probabilities(w)
         best = int(np.argmax(probs))
         on = self.label == best
