@@ -143,19 +143,26 @@ def test_duplicate_stamps_one_fused_rest_counted(rig):
     assert np.array_equal(z_of(a), z_of(b))
 
 
-def test_backward_jump_restarts_from_the_estimate_counted_with_size(rig):
+def _jumped_back(rig, at: float, by: float):
+    """The rig's readings with the stamps from ``at`` on moved back by ``by`` seconds, fed
+    through a stage: (stage, z rows [t, z], index of the last step before the jump, error
+    of z against the truth at the true times)."""
     m, ss, ms, truth = rig
-    jump = [x if x.stamp < 1.0 else Measurement(x.stamp - 2.0, x.sensor, x.value) for x in ms]
+    jump = [x if x.stamp < at else Measurement(x.stamp - by, x.sensor, x.value) for x in ms]
     st = stage_for(m, ss)
     st.feed(jump)
     st.flush()
+    z = z_of(st)
+    back = int(np.flatnonzero(np.diff(z[:, 0]) < -0.5 * by)[0])
+    true_t = np.where(np.arange(len(z)) > back, z[:, 0] + by, z[:, 0])
+    return st, z, back, z[:, 1] - np.interp(true_t, truth[:, 0], truth[:, 1])
+
+
+def test_backward_jump_restarts_from_the_estimate_counted_with_size(rig):
+    st, z, back, err = _jumped_back(rig, 1.0, 2.0)
     c = st.counters
     assert c.resets == 1 and abs(c.backward_jump_last - 2.0) < 0.01 and c.backward_jump_max == c.backward_jump_last
-    z = z_of(st)
-    back = int(np.flatnonzero(np.diff(z[:, 0]) < -1.0)[0])
     assert abs(z[back + 1, 1] - z[back, 1]) < 0.05  # the track goes on from the last estimate
-    true_t = np.where(np.arange(len(z)) > back, z[:, 0] + 2.0, z[:, 0])
-    err = z[:, 1] - np.interp(true_t, truth[:, 0], truth[:, 1])
     assert np.max(np.abs(err[back + 1:])) < 0.1
     assert c.reacquisitions == 0 and c.reconvergence_last is not None and c.reconvergence_last < 0.2
 
@@ -179,18 +186,10 @@ def test_backward_jump_to_the_first_stamp_while_the_mechanism_moved_on(rig):
     """A clock that steps back by exactly the elapsed time lands on the first stamp, as a
     bag loop does; the readings, not the stamps, decide: the two-hypothesis bank keeps the
     track (the initial guess at rest no longer fits) instead of restarting at rest."""
-    m, ss, ms, truth = rig
-    jump = [x if x.stamp < 1.2 else Measurement(x.stamp - 1.2, x.sensor, x.value) for x in ms]
-    st = stage_for(m, ss)
-    st.feed(jump)
-    st.flush()
+    st, z, back, err = _jumped_back(rig, 1.2, 1.2)
     c = st.counters
     assert c.resets == 1 and c.multistarts == 1 and c.reacquisitions == 0 and c.rejected_gate == 0
-    z = z_of(st)
-    back = int(np.flatnonzero(np.diff(z[:, 0]) < -0.5)[0])
-    true_t = np.where(np.arange(len(z)) > back, z[:, 0] + 1.2, z[:, 0])
-    err = np.abs(z[:, 1] - np.interp(true_t, truth[:, 0], truth[:, 1]))
-    assert np.max(err[back + 1:]) < 0.05  # never the initial guess (0.3+ rad away by then)
+    assert np.max(np.abs(err[back + 1:])) < 0.05  # never the initial guess (0.3+ rad away by then)
 
 
 def test_gap_bank_keeps_the_prediction_as_a_hypothesis(rig):
