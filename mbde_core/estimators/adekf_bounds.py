@@ -39,9 +39,9 @@ INPUT_BOUND = 10.0   # x the input scale s_a
 def _scales(mech):
     """(v, m_z a, w, ell) (g,) of the model: the element-wise largest of the scales cached
     by the default tuning (with a scenario's motor), else those of the model alone."""
-    from mbde_core.estimators.mechanism_scales import mechanism_scales
+    from mbde_core.estimators.mechanism_scales import cached_scales
 
-    cached = list(mech.__dict__.get("_scales_cache", {}).values()) or [mechanism_scales(mech)]
+    cached = cached_scales(mech)
     v = np.max([np.asarray(s.v, float) for s in cached], axis=0)
     force = np.max([np.asarray(s.m_z * s.a, float) for s in cached], axis=0)
     w = np.max([np.asarray(s.w, float) for s in cached], axis=0)

@@ -116,3 +116,10 @@ def mechanism_scales(mech, force_limits=None, speed=None, t: float = 0.0) -> Mec
     out = MechanismScales(a_g, a_v, fl / m_z, v, m_z, ell, len(Q), Q)
     cache[key] = out
     return out
+
+
+def cached_scales(mech) -> list:
+    """The scales computed for ``mech`` so far (:func:`mechanism_scales` caches them on the
+    model per force limits and speed: the default tuning's, with a scenario's motor), in
+    the order computed; [the scales of the model alone] if none yet."""
+    return list(mech.__dict__.get("_scales_cache", {}).values()) or [mechanism_scales(mech)]

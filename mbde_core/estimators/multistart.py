@@ -159,20 +159,15 @@ def energy_ceiling(est, snap) -> float | None:
 def _scales(mech):
     """The mechanism scales the default tuning used if cached on the model, else the
     scales without force limits."""
-    from mbde_core.estimators.mechanism_scales import mechanism_scales
+    from mbde_core.estimators.mechanism_scales import cached_scales
 
-    cached = list(mech.__dict__.get("_scales_cache", {}).values())
-    return cached[0] if cached else mechanism_scales(mech)
+    return cached_scales(mech)[0]
 
 
 def _speed(mech) -> np.ndarray:
     """The mechanism's characteristic speed v (g,) (:mod:`mechanism_scales`): the one the
     default tuning used if cached on the model, else the scales without force limits."""
-    from mbde_core.estimators.mechanism_scales import mechanism_scales
-
-    cached = list(mech.__dict__.get("_scales_cache", {}).values())
-    sc = cached[0] if cached else mechanism_scales(mech)
-    return np.maximum(np.asarray(sc.v, dtype=float), 1e-6)
+    return np.maximum(np.asarray(_scales(mech).v, dtype=float), 1e-6)
 
 
 class MultiStart:
