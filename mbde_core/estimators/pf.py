@@ -253,6 +253,9 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
         self._unique = self.N
         self._fresh, self._pending = True, None
         self.propagator.drop()
+        held, self._held = getattr(self, "_held", None), None  # a new set cannot judge it (pf_hold)
+        if held is not None:
+            self._held_dropped = getattr(self, "_held_dropped", []) + held.names
         self.lost.restart(self.t)
         self.lock.restart(self.t)
 

@@ -12,6 +12,14 @@ For estimates emitted at stamps s_k (true times t_k from :meth:`Injected.true_ti
   every |e_k| stays within it; the recovery time is that time - t_r (inf: never). The
   RMSE after recovery is taken from there to the end, as is the clean RMSE it is
   compared with.
+- steady state: the same RMSE over the estimates at t >= t_0 + ``ACQUISITION`` (t_0: the
+  first ground-truth time), for the run and for the clean run, and their ratio
+  (``ratio_steady``). ``ACQUISITION`` = 1 s is the convergence window of a particle filter
+  started from the uniform prior (issue 13: converged within 1 s of data); over the whole
+  run, such a filter's RMSE is dominated by its first ~0.1-0.7 s at errors up to pi, a
+  random draw that any changed reading redraws (pf on pf_sim, clean, seeds 0-4: whole-run
+  RMSE 0.098-0.44 rad, after 1 s 0.0022-0.0028 rad), so the whole-run ratio measures that
+  draw, not the fault. The outlier target uses ``ratio_steady``; both are reported.
 """
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ from mbde_core.estimators.metrics import coordinate_errors, nees, truth_at
 
 RECOVERY_FACTOR = 3.0
 RECOVERY_FLOOR = 1e-3
+ACQUISITION = 1.0  # s: excluded from the steady-state RMSE (see the module docstring)
 
 
 def errors(records, injected, truth, angular):
@@ -75,6 +84,10 @@ def score(records, injected, truth, angular, clean) -> dict:
     t_c, e_c = clean
     out = {"rmse": rms(e), "clean_rmse": rms(e_c), **health}
     out["ratio"] = out["rmse"] / out["clean_rmse"] if out["clean_rmse"] > 0 else float("nan")
+    t_s = truth.t[0] + ACQUISITION
+    out["rmse_steady"], out["clean_rmse_steady"] = rms(e[t >= t_s]), rms(e_c[t_c >= t_s])
+    out["ratio_steady"] = (out["rmse_steady"] / out["clean_rmse_steady"] if out["clean_rmse_steady"] > 0
+                           else float("nan"))
     if injected.resume is not None and len(t):
         if injected.after_jump:  # only the estimates after the output's first jump back
             back = np.flatnonzero(np.diff(t) < -0.5)
