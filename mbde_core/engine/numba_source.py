@@ -32,6 +32,7 @@ import re
 from mbde_core.engine import fastpath
 
 NEEDED = ("trig", "phijac", "jac", "newton_step", "rmatrix", "dynamics_t", "post")
+OPTIONAL = ("jdot", "dsolve")  # the errorEKF's measurement row (hrow), when generated
 FAST_FLAGS = ("arcp", "contract")  # LLVM: x / y as x * (1 / y), fused multiply-add
 
 
@@ -166,7 +167,17 @@ def rk4_one(q, qd, qdd, has_qdd, v, t0v, t1v, t2v, h):
     qd1, zdd1, qdd1, R1, rd1 = post(J1, tr1, q1, zd1, t2v, None, True)
     ok = ok and ok2 and ok3 and ok4
     bad = bad or bad2 or bad3 or bad4 or not math.isfinite(qsum(qd1) + qsum(qdd1))
-    return q1, qd1, qdd1, ok, bad, tr1, J1, R1
+    return q1, qd1, qdd1, ok, bad, tr1, J1, R1, zdd1, rd1
+
+
+@njit(**OPTS)
+def correct_one(z, zd, guess, tv):
+    """The errorEKF's exact correction: position problem at z from guess, then
+    qd = R zd and the dynamics there (post): (q, ok, bad, tr, J, qd, zdd, qdd, R, rd)."""
+    q, ok, bad, tr, J = position(z, guess)
+    qd, zdd, qdd, R, rd = post(J, tr, q, zd, tv, None, True)
+    bad = bad or not math.isfinite(qsum(qd) + qsum(qdd))
+    return q, ok, bad, tr, J, qd, zdd, qdd, R, rd
 
 
 @njit(parallel=True, **OPTS)
@@ -176,7 +187,7 @@ def rk4_all(Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, 
     for p in prange(Q.shape[1]):
         vp = col_g(V, p) if has_v else ZERO_G
         qddp = col_n(QDD, p) if has_qdd else ZERO_N
-        q1, qd1, qdd1, okp, badp, tr1, J1, R1 = rk4_one(col_n(Q, p), col_n(QD, p), qddp, has_qdd, vp, t0v, t1v, t2v, h)
+        q1, qd1, qdd1, okp, badp, tr1, J1, R1, _zdd1, _rd1 = rk4_one(col_n(Q, p), col_n(QD, p), qddp, has_qdd, vp, t0v, t1v, t2v, h)
         ok[p] = okp
         bad[p] = badp
         store(p, q1, qd1, qdd1, tr1, J1, R1, oq, oqd, oqdd, otr, oj, orr)
@@ -260,5 +271,34 @@ def module_source(mech, K) -> tuple[str, int, int]:
                          max_iter=MAX_ITER, angles_fixed=bool(K.angles_fixed),
                          fastmath="{" + ", ".join(map(repr, fastmath_flags())) + "}" if fastmath_flags() else "False")
     helpers, nt, nj = _helpers(K, mech)
-    body = "".join("\n\n@njit(**OPTS)\n" + funcs[f] for f in NEEDED)
+    extra = [f for f in OPTIONAL if f in funcs]
+    body = "".join("\n\n@njit(**OPTS)\n" + funcs[f] for f in NEEDED + tuple(extra))
+    if len(extra) == len(OPTIONAL):
+        body += _hrow(K)
     return head + "\n" + helpers + body + ALGORITHM, nt, nj
+
+
+def _hrow(K) -> str:
+    """``hrow``: the errorEKF's measurement row of a one-channel sensor (the operations of
+    :func:`mbde_core.estimators.errorekf_scalar.measurement_row` in the same order)::
+
+        H = [h_q R + h_qd (dqd/dz),  h_qd R],  Phi_q,d (dqd/dz)_k,d = -D(R_k, qd),
+        D(u, v) = [(Phi_q)'(u + v) (u + v) - (Phi_q)'(u - v) (u - v)] / 4.
+    """
+    n, g, m = K.n, K.g, K.m
+    depk = {c: k for k, c in enumerate(K.dep)}
+    lines = ["", "", "@njit(**OPTS)", "def hrow(xs, qd, tr, J, R, hq, hqd):"]
+    rz, rzd = [], []
+    for k in range(g):
+        u = [f"R[{i}][{k}]" for i in range(n)]
+        lines.append(f"    u{k} = {_tup(u)}")
+        lines.append(f"    a{k} = jdot(xs, {_tup(f'u{k}[{i}] + qd[{i}]' for i in range(n))}, tr)")
+        lines.append(f"    b{k} = jdot(xs, {_tup(f'u{k}[{i}] - qd[{i}]' for i in range(n))}, tr)")
+        lines.append(f"    c{k} = dsolve(J, tr, {_tup(f'-(0.25 * (a{k}[{j}] - b{k}[{j}]))' for j in range(m))})")
+        dcol = [f"c{k}[{depk[i]}]" if i in depk else "0.0" for i in range(n)]
+        lines.append(f"    d{k} = {_tup(dcol)}")
+        rz.append("(" + " + ".join(f"hq[{i}] * u{k}[{i}]" for i in range(n)) + ") + ("
+                  + " + ".join(f"hqd[{i}] * d{k}[{i}]" for i in range(n)) + ")")
+        rzd.append(" + ".join(f"hqd[{i}] * u{k}[{i}]" for i in range(n)))
+    lines.append(f"    return {_tup(rz + rzd)}")
+    return "\n".join(lines) + "\n"

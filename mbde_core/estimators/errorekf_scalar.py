@@ -30,6 +30,7 @@ import numpy as np
 from mbde_core.engine.fastpath import SCALAR_ERRORS, s_position
 from mbde_core.engine.integrators import MBState
 from mbde_core.engine.rk4_single import MAX_ITER
+from mbde_core.estimators import errorekf_numba
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.reduced import FullState
 
@@ -56,6 +57,8 @@ def measurement_row(est, st: FullState, sensor):
     else:
         h, Hq, Hqd, _ = sensor.linearize(st.q, st.qd, None)
         hq, hqd = Hq[0].tolist(), Hqd[0].tolist()
+    if est._nb is not None:
+        return h, errorekf_numba.row(est._nb, st, qd, hq, hqd)
     Rl = st.R.tolist()
     dep = K.dep
     row_z, row_zd = [], []
@@ -173,6 +176,15 @@ def correct(est, st: FullState, dx) -> None:
     if not (math.isfinite(sum(z)) and math.isfinite(sum(zd)) and math.isfinite(sum(guess))):
         est.failures += 1
         return
+    if est._nb is not None:
+        new = errorekf_numba.correct(est, est._nb, z, zd, guess)
+        if new is False:
+            est.failures += 1
+            return
+        if new is not None:
+            est.state = MBState(new.q, new.qd, new.qdd)
+            est.full = new
+            return
     mech = est.mech
     q, ok, tr, J = s_position(mech, K, z, guess, MAX_ITER)
     if not ok:
