@@ -245,6 +245,9 @@ def _helpers(K, mech) -> str:
         "sub_n(x, y)": _tup(f"x[{i}] - y[{i}]" for i in range(n)),
         "sub_g(x, y)": _tup(f"x[{k}] - y[{k}]" for k in range(g)),
         "comb_g(x, a, p, u, v, w)": _tup(f"x[{k}] + a * (p[{k}] + 2.0 * u[{k}] + 2.0 * v[{k}] + w[{k}])" for k in range(g)),
+        "dzof(k, y)": _tup(f"k[{j}] * y" for j in range(g)),
+        "dzdof(k, y)": _tup(f"k[{g + j}] * y" for j in range(g)),
+        "gsum(x)": " + ".join(f"x[{k}]" for k in range(g)),
         "rmul(R, d)": _tup(" + ".join(f"R[{i}][{k}] * d[{k}]" for k in range(g)) for i in range(n)),
     }
     out = [f"ZERO_N = {_tup(['0.0'] * n)}", f"ZERO_G = {_tup(['0.0'] * g)}", ""]
@@ -274,8 +277,73 @@ def module_source(mech, K) -> tuple[str, int, int]:
     extra = [f for f in OPTIONAL if f in funcs]
     body = "".join("\n\n@njit(**OPTS)\n" + funcs[f] for f in NEEDED + tuple(extra))
     if len(extra) == len(OPTIONAL):
-        body += _hrow(K)
+        body += _hrow(K) + UPDATE
     return head + "\n" + helpers + body + ALGORITHM, nt, nj
+
+
+UPDATE = '''
+
+@njit(**OPTS)
+def update_one(xs, qd, tr, J, R, hq, hqd, yv, r, P, gate, tv):
+    """errorekf_scalar.update after the residual, in its order of operations: the row
+    (hrow), s = H P H^T + r, the gate, K = P H^T / s, the Joseph form and the exact
+    correction (correct_one). Returns (gated, d2, s, P+, code, corrected state) with
+    code 0: corrected, 1: non-finite z/zd/guess, 2: not assembled, 3: bad (recompute);
+    K is returned for that last case."""
+    H = hrow(xs, qd, tr, J, R, hq, hqd)
+    nx = len(H)
+    PHt = np.empty(nx)
+    for i in range(nx):
+        acc = P[i, 0] * H[0]
+        for j in range(1, nx):
+            acc += P[i, j] * H[j]
+        PHt[i] = acc
+    s = H[0] * PHt[0]
+    for j in range(1, nx):
+        s += H[j] * PHt[j]
+    s += r
+    d2 = yv * yv / s if s != 0.0 else math.inf
+    Pn = np.empty((nx, nx))
+    if not d2 <= gate:
+        return True, d2, s, Pn, PHt, 0, xs, tr, J, qd, ZERO_G, ZERO_N, R, ZERO_N
+    Kg = np.empty(nx)
+    for i in range(nx):
+        Kg[i] = PHt[i] / s
+    A = np.empty((nx, nx))
+    for i in range(nx):
+        for j in range(nx):
+            A[i, j] = (1.0 if i == j else 0.0) - Kg[i] * H[j]
+    AP = np.empty((nx, nx))
+    for i in range(nx):
+        for j in range(nx):
+            acc = A[i, 0] * P[0, j]
+            for k in range(1, nx):
+                acc += A[i, k] * P[k, j]
+            AP[i, j] = acc
+    C = np.empty((nx, nx))
+    for i in range(nx):
+        for j in range(nx):
+            acc = AP[i, 0] * A[j, 0]
+            for k in range(1, nx):
+                acc += AP[i, k] * A[j, k]
+            C[i, j] = acc + Kg[i] * r * Kg[j]
+    for i in range(nx):
+        for j in range(nx):
+            Pn[i, j] = 0.5 * (C[i, j] + C[j, i])
+    dz = dzof(Kg, yv)
+    dzd = dzdof(Kg, yv)
+    z = add_g(zof(xs), dz)
+    zd = add_g(zof(qd), dzd)
+    guess = add_n(xs, rmul(R, dz))
+    if not (math.isfinite(gsum(z)) and math.isfinite(gsum(zd)) and math.isfinite(qsum(guess))):
+        return False, d2, s, Pn, Kg, 1, xs, tr, J, qd, ZERO_G, ZERO_N, R, ZERO_N
+    q1, ok, bad, tr1, J1, qd1, zdd1, qdd1, R1, rd1 = correct_one(z, zd, guess, tv)
+    if bad:
+        return False, d2, s, Pn, Kg, 3, xs, tr, J, qd, ZERO_G, ZERO_N, R, ZERO_N
+    if not ok:
+        return False, d2, s, Pn, Kg, 2, xs, tr, J, qd, ZERO_G, ZERO_N, R, ZERO_N
+    return False, d2, s, Pn, Kg, 0, q1, tr1, J1, qd1, zdd1, qdd1, R1, rd1
+'''
 
 
 def _hrow(K) -> str:

@@ -43,7 +43,7 @@ from mbde_core.engine import numba_kernels
 from mbde_core.estimators.reduced import FullState
 
 AUTO_STEPS = 24000  # predictions before auto compiles (2 min at 200 Hz)
-FUNCS = ("rk4_one", "correct_one", "hrow")
+FUNCS = ("rk4_one", "update_one")
 
 
 def requested() -> str:
@@ -101,8 +101,12 @@ def predict(est, mod, dt, extra) -> bool:
     qdd = tuple(state.qdd.tolist()) if has else ZERO(K.n)
     v = tuple(extra.tolist()) if extra is not None else ZERO(K.g)
     t = est.t
-    tv = K.time_values
-    tv0, tv1, tv2 = (tuple(float(x) for x in tv(s)) for s in (t, t + 0.5 * dt, t + dt))
+    tv0 = K.time_values(t)
+    if tv0:  # time-dependent loads (otherwise the empty tuple at every time)
+        tv = K.time_values
+        tv0, tv1, tv2 = (tuple(float(x) for x in tv(s)) for s in (t, t + 0.5 * dt, t + dt))
+    else:
+        tv1 = tv2 = tv0
     q1, qd1, qdd1, ok, bad, tr1, J1, R1, zdd1, rd1 = mod.rk4_one(q, qd, qdd, has, v, tv0, tv1, tv2, float(dt))
     if bad:
         return False
@@ -133,6 +137,55 @@ def row(mod, st: FullState, qd: list, hq, hqd) -> list:
     xs, tr, J = st.ctx
     return list(mod.hrow(tuple(xs), tuple(qd), tuple(tr), tuple(J), tuple(map(tuple, st.R.tolist())),
                          tuple(hq), tuple(hqd)))
+
+
+def update(est, mod, st: FullState, name, value, gates):
+    """errorekf_scalar.update on update_one (the sensor's h, h_q, h_qd and the residual
+    in Python); None: the Python path decides (nothing changed)."""
+    from mbde_core.engine.integrators import MBState
+    from mbde_core.estimators.base import UpdateResult
+
+    sensor = est.sensors[name]
+    xs, tr, J = st.ctx
+    qd = st.qd.tolist()
+    h, hq, hqd = sensor.linearize_floats(xs, qd)
+    y = est.model.residual([name], np.asarray(value, float), np.array([h]))
+    r = float(est.model.noise_covariance([name], est._sigma)[0, 0])
+    yv = float(y[0])
+    gate = gates.get(name) if gates else None
+    K = est._kernels
+    tv = K.time_values(est.t)
+    if tv:
+        tv = tuple(float(x) for x in tv)
+    gated, d2, s, P, Kg, code, q, tr1, J1, qd1, zdd, qdd, R, rd = mod.update_one(
+        tuple(xs), tuple(qd), tuple(tr), tuple(J), tuple(map(tuple, st.R.tolist())), tuple(hq), tuple(hqd),
+        yv, r, np.ascontiguousarray(est.P, dtype=float), math.inf if gate is None else float(gate), tv)
+    dist = [] if gate is None else [(name, d2)]
+    if gated:
+        return UpdateResult([], [name], distances=dist)
+    est.P = P
+    if s > 0.0:
+        e = y / math.sqrt(s)
+        res = UpdateResult([name], [], float(e[0] * e[0]), 1, y, e, math.log(s))
+    else:
+        res = UpdateResult([name], [], float("nan"), 1, y, np.full_like(y, np.nan), float("nan"))
+    res.distances = dist
+    if code == 0:
+        new = FullState(np.array(q), np.array(qd1), np.array(qdd), np.array(zdd), np.array(R), np.array(rd), (q, tr1, J1))
+        est.state = MBState(new.q, new.qd, new.qdd)
+        est.full = new
+    elif code in (1, 2):
+        est.failures += 1
+    else:  # non-finite on the way: the Python correction decides
+        from mbde_core.engine.fastpath import SCALAR_ERRORS
+        from mbde_core.estimators import errorekf_scalar
+
+        dx = [k * yv for k in Kg.tolist()]
+        try:
+            errorekf_scalar.correct(est, st, dx, compiled=False)
+        except SCALAR_ERRORS:
+            est._correct(np.array(dx))
+    return res
 
 
 def correct(est, mod, z, zd, guess):
