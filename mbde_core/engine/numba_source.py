@@ -19,7 +19,12 @@ design). The text is made of
 - ``rk4_one``: :class:`mbde_core.engine.integrators.RK4`'s algorithm on one particle
   (the same predictors and stage order), and ``rk4_all``: the ``prange`` loop over
   particles, batch-last (n, N) like the numpy path, writing the outputs and the kernel context at the result (sin/cos, the
-  Jacobian entries, R, batch-last).
+  Jacobian entries, R, batch-last);
+- for the errorEKF of one state (:mod:`mbde_core.estimators.errorekf_numba`, which calls
+  ``rk4_one`` directly): ``correct_one`` (position problem + ``post``), and, when the
+  kernels have ``jdot`` and ``dsolve``, ``hrow`` (the measurement row of a one-channel
+  sensor) and ``update_one`` (row, gate, gain, Joseph form, correction in one call).
+  numba compiles a function at its first call only, so these cost the PF nothing.
 
 A particle whose computation meets a non-finite value (exactly singular block, infinite
 input) is flagged instead of guessed at: the caller recomputes it with the numpy code.

@@ -59,15 +59,13 @@ def _cached(mech) -> bool:
     from mbde_core.engine.numba_source import module_source
 
     K = fastpath.kernels(mech)
-    known = getattr(K, "_ekf_numba_cached", None)
-    if known:
-        return True
+    known = getattr(K, "_ekf_numba_cached", None)  # looked up once per process and mechanism
+    if known is not None:
+        return known
     try:
-        text = module_source(mech, K)[0]
-        import hashlib
-
-        key = "mbde_nb_" + hashlib.sha256((text + version("numba")).encode()).hexdigest()[:24]
+        key = numba_kernels.module_key(module_source(mech, K)[0], version("numba"))
     except (ValueError, PackageNotFoundError):
+        K._ekf_numba_cached = False
         return False
     folder = os.path.join(numba_kernels.cache_dir(), "__pycache__")
     found = all(glob.glob(os.path.join(folder, f"{key}.{f}-*.nbi")) for f in FUNCS)
