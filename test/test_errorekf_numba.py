@@ -66,7 +66,7 @@ def _errorekf(m, backend, monkeypatch):
     sensors = load_sensors(parse_yaml(GYRO), m)
     cfg = load_estimator_configs(None, ["errorekf"])["errorekf"]
     est = make_estimator("errorekf", m, sensors, cfg)
-    assert (est._nb is not None) == (backend == "numba")
+    assert (est._nb is not None) == (backend == "numba") or backend == "auto"
     est.reset(0.0, InitialState(z=m.q0[m.independent] + 0.05, zd=np.zeros(1), sigma_z=0.2, sigma_zd=0.5))
     return est
 
@@ -97,3 +97,21 @@ def test_backend_rule(mechanisms, monkeypatch):
     fastpath.kernels(m).__dict__.pop("_ekf_numba_cached", None)
     assert errorekf_numba.select(m) is None
     fastpath.kernels(m).__dict__.pop("_ekf_numba_cached", None)
+
+
+def test_auto_rule_compiles_in_the_background_after_a_long_run(mechanisms, monkeypatch):
+    m = mechanisms["fourbar"]
+    monkeypatch.setattr(errorekf_numba, "AUTO_STEPS", 3)
+    monkeypatch.setattr(errorekf_numba, "_cached", lambda mech: False)
+    b = _errorekf(m, "python", monkeypatch)
+    a = _errorekf(m, "auto", monkeypatch)  # the thread reads MBDE_EKF_BACKEND: auto
+    for k in range(40):
+        if k == 3:  # three predictions: the thread started at the third
+            a._nb_bg.thread.join()  # compiled (or loaded) by now: used from the next step
+            assert a._nb_bg.error is None and a._nb_bg.module is not None
+        for est in (a, b):
+            est.predict(0.005)
+            est.update([Measurement(est.t, "gyro", np.array([0.3]))], {"gyro": 9.0})
+    assert a._nb is not None and b._nb is None
+    np.testing.assert_allclose(a.state.q, b.state.q, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a.P, b.P, rtol=1e-10, atol=1e-18)

@@ -102,7 +102,8 @@ class ErrorEKF(CovarianceInflation, Estimator):
         self._kernels = K if (config["integrator"] == "rk4" and K is not None and not mech.drivers) else None
         # the same steps compiled with numba (errorekf_numba: when cached or after a long run)
         self._nb = errorekf_numba.select(mech) if self._kernels is not None else None
-        self._nb_wait = errorekf_numba.AUTO_STEPS if (self._kernels is not None and self._nb is None) else -1
+        self._nb_wait = errorekf_numba.AUTO_STEPS if (
+            self._kernels is not None and self._nb is None and errorekf_numba.requested() == "auto") else -1
         self.full: FullState | None = None  # R and the kernel context at the simulation state
 
     # -- helpers ------------------------------------------------------------------------------
@@ -194,10 +195,8 @@ class ErrorEKF(CovarianceInflation, Estimator):
         q = self.state.q
         F, Qd = self._F_and_Q(dt, q)
         extra = self._extra_zdd(q) if (self.acc or self.k) else None
-        if self._nb_wait > 0:
-            self._nb_wait -= 1
-            if self._nb_wait == 0:  # a long run: compile now (errorekf_numba's rule)
-                self._nb = errorekf_numba.select(self.mech, force_check=True)
+        if self._nb_wait >= 0:
+            self._auto_numba(dt)
         if self._kernels is not None and (
                 (self._nb is not None and errorekf_numba.predict(self, self._nb, dt, extra))
                 or self._predict_scalar(dt, extra)):
@@ -218,6 +217,18 @@ class ErrorEKF(CovarianceInflation, Estimator):
             self.state = MBState(self.state.q, self.state.qd)  # its qdd belongs to the previous time
         self.P = F @ self.P @ F.T + Qd
         self.P = 0.5 * (self.P + self.P.T)
+
+    def _auto_numba(self, dt):
+        """errorekf_numba's auto rule: after AUTO_STEPS predictions compile in the
+        background, then use the compiled path from the first step after it is ready."""
+        if self._nb_wait > 0:
+            self._nb_wait -= 1
+            if self._nb_wait == 0:
+                self._nb_bg = errorekf_numba.Background(self, dt)
+        elif self._nb_bg.module is not None:
+            self._nb, self._nb_bg, self._nb_wait = self._nb_bg.module, None, -1
+        elif not self._nb_bg.thread.is_alive():  # nothing compiled: Python only
+            self._nb_bg, self._nb_wait = None, -1
 
     def _FQ_lists(self, F, Qd):
         """(F, Qd) as lists (cached with the arrays: the same objects every step when constant)."""

@@ -26,16 +26,19 @@ five-bar (2 DOF) and a slider-crank). A computation that meets a non-finite valu
 When the compiled path is used (``MBDE_EKF_BACKEND`` = ``python`` | ``numba`` |
 ``auto``, default auto): numba importable, the mechanism has generated kernels and no
 drivers, and, in auto, either numba's disk cache already holds the compiled functions
-for this mechanism (a load costs ~0.5 s) or the estimator has run :data:`AUTO_STEPS`
-predictions in this process (a long run: the one-time compile, ~10-20 s on a busy
-2-core machine, is then repaid within ~2 min of 200 Hz data). Short runs (unit tests of
-many mechanisms) therefore never compile; ``numba`` compiles at construction.
+for this mechanism (a load costs ~0.5 s), or the estimator has run :data:`AUTO_STEPS`
+predictions in this process: a long run, which then compiles in a background thread
+(:class:`Background`; the one-time compile, ~10-20 s of CPU on a busy 2-core machine,
+is repaid within ~2 min of 200 Hz data) while it goes on in Python, and switches when
+the compiled functions are ready. Short runs (unit tests of many mechanisms) therefore
+never compile; ``numba`` compiles at construction (the unit tests of this path).
 """
 from __future__ import annotations
 
 import glob
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -87,6 +90,38 @@ def select(mech, force_check: bool = False):
     if mod is None or not hasattr(mod, "hrow"):
         return None
     return mod
+
+
+class Background:
+    """The compiled module of a long run, compiled in a daemon thread (the auto rule after
+    AUTO_STEPS): the estimator keeps stepping on the Python path meanwhile (a live node
+    does not stall) and switches when ``module`` is set (results are equal to rounding)."""
+
+    def __init__(self, est, dt: float):
+        self.module = self.error = None
+        K = est._kernels
+        n, g = K.n, K.g
+        q = tuple(est.state.q.tolist())
+        qd = tuple(est.state.qd.tolist())
+        tv = K.time_values(est.t)
+        tv = tuple(float(x) for x in tv) if tv else ()
+        self._args = (est.mech, q, qd, ZERO(n), ZERO(g), tv, float(dt), 2 * g)
+        self.thread = threading.Thread(target=self._run, name="mbde-errorekf-numba", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        mech, q, qd, zn, zg, tv, dt, nx = self._args
+        try:
+            mod = select(mech, force_check=True)
+            if mod is None:
+                return
+            # the argument types of predict() and update() (floats from the kernels)
+            q1, qd1, _, _, _, tr1, J1, R1, _, _ = mod.rk4_one(q, qd, zn, False, zg, tv, tv, tv, dt)
+            mod.update_one(q1, qd1, tr1, J1, R1, qd1, qd1, 0.0, 1.0, np.eye(nx), math.inf, tv)
+        except Exception as exc:  # noqa: BLE001 -- no compiled path then: the Python one goes on
+            self.error = exc
+            return
+        self.module = mod
 
 
 def predict(est, mod, dt, extra) -> bool:
