@@ -43,6 +43,8 @@ import threading
 import numpy as np
 
 from mbde_core.engine import numba_kernels
+from mbde_core.engine.integrators import MBState
+from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.reduced import FullState
 
 AUTO_STEPS = 24000  # predictions before auto compiles (2 min at 200 Hz)
@@ -175,14 +177,11 @@ def row(mod, st: FullState, qd: list, hq, hqd) -> list:
 def update(est, mod, st: FullState, name, value, gates):
     """errorekf_scalar.update on update_one (the sensor's h, h_q, h_qd and the residual
     in Python); None: the Python path decides (nothing changed)."""
-    from mbde_core.engine.integrators import MBState
-    from mbde_core.estimators.base import UpdateResult
-
     sensor = est.sensors[name]
     xs, tr, J = st.ctx
     qd = st.qd.tolist()
     h, hq, hqd = sensor.linearize_floats(xs, qd)
-    y = est.model.residual([name], np.asarray(value, float), np.array([h]))
+    y = sensor.residual(np.asarray(value, float), np.array([h]))  # ReducedModel.residual of one sensor
     r = float(est.model.noise_covariance([name], est._sigma)[0, 0])
     yv = float(y[0])
     gate = gates.get(name) if gates else None
