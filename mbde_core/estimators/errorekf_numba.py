@@ -16,7 +16,10 @@ generated scalar kernels under ``@njit``):
   with Phi_q,d (dqd/dz)_k,d = -D(R_k, qd) (errorekf_scalar's doc); the sensor's h, h_q,
   h_qd stay in Python (``linearize_floats``);
 - exact correction (paper 003 sec. 3.3 with the position problem): ``correct_one``,
-  Newton on Phi(q) = 0 at z + dz from q + R dz, then qd = R (zd + dzd) and the dynamics.
+  Newton on Phi(q) = 0 at z + dz from q + R dz, then qd = R (zd + dzd) and the dynamics;
+- one call per scalar reading, ``update_one`` (:func:`update`): the row, s = H P H^T + r,
+  the gate d^2 = y^2 / s, K = P H^T / s, dx = K y, the Joseph form
+  P+ = (I - K H) P (I - K H)^T + K r K^T (symmetrised) and the correction above.
 
 The operations are those of the Python path in the same order and without fast-math, so
 results agree with it to rounding (libm's sin/cos in both; tested for a four-bar, a
