@@ -135,6 +135,11 @@ def _write(folder: str, name: str, text: str) -> str:
     return path
 
 
+def module_key(text: str, numba_version: str) -> str:
+    """The module (and cache file) name of a module text for a numba version."""
+    return "mbde_nb_" + hashlib.sha256((text + numba_version).encode()).hexdigest()[:24]
+
+
 def load(mech):
     """The compiled module of ``mech`` (a namespace with ``rk4_all``, ``NT``, ``NJ``), or None."""
     K = fastpath.kernels(mech)
@@ -148,7 +153,7 @@ def load(mech):
     except ValueError:
         K._numba = False
         return None
-    key = "mbde_nb_" + hashlib.sha256((text + numba().__version__).encode()).hexdigest()[:24]
+    key = module_key(text, numba().__version__)
     with _LOCK:
         mod = _MODULES.get(key)
         if mod is None:

@@ -19,7 +19,12 @@ design). The text is made of
 - ``rk4_one``: :class:`mbde_core.engine.integrators.RK4`'s algorithm on one particle
   (the same predictors and stage order), and ``rk4_all``: the ``prange`` loop over
   particles, batch-last (n, N) like the numpy path, writing the outputs and the kernel context at the result (sin/cos, the
-  Jacobian entries, R, batch-last).
+  Jacobian entries, R, batch-last);
+- for the errorEKF of one state (:mod:`mbde_core.estimators.errorekf_numba`, which calls
+  ``rk4_one`` directly): ``correct_one`` (position problem + ``post``), and, when the
+  kernels have ``jdot`` and ``dsolve``, ``hrow`` (the measurement row of a one-channel
+  sensor) and ``update_one`` (row, gate, gain, Joseph form, correction in one call).
+  numba compiles a function at its first call only, so these cost the PF nothing.
 
 A particle whose computation meets a non-finite value (exactly singular block, infinite
 input) is flagged instead of guessed at: the caller recomputes it with the numpy code.
@@ -32,6 +37,7 @@ import re
 from mbde_core.engine import fastpath
 
 NEEDED = ("trig", "phijac", "jac", "newton_step", "rmatrix", "dynamics_t", "post")
+OPTIONAL = ("jdot", "dsolve")  # the errorEKF's measurement row (hrow), when generated
 FAST_FLAGS = ("arcp", "contract")  # LLVM: x / y as x * (1 / y), fused multiply-add
 
 
@@ -166,7 +172,17 @@ def rk4_one(q, qd, qdd, has_qdd, v, t0v, t1v, t2v, h):
     qd1, zdd1, qdd1, R1, rd1 = post(J1, tr1, q1, zd1, t2v, None, True)
     ok = ok and ok2 and ok3 and ok4
     bad = bad or bad2 or bad3 or bad4 or not math.isfinite(qsum(qd1) + qsum(qdd1))
-    return q1, qd1, qdd1, ok, bad, tr1, J1, R1
+    return q1, qd1, qdd1, ok, bad, tr1, J1, R1, zdd1, rd1
+
+
+@njit(**OPTS)
+def correct_one(z, zd, guess, tv):
+    """The errorEKF's exact correction: position problem at z from guess, then
+    qd = R zd and the dynamics there (post): (q, ok, bad, tr, J, qd, zdd, qdd, R, rd)."""
+    q, ok, bad, tr, J = position(z, guess)
+    qd, zdd, qdd, R, rd = post(J, tr, q, zd, tv, None, True)
+    bad = bad or not math.isfinite(qsum(qd) + qsum(qdd))
+    return q, ok, bad, tr, J, qd, zdd, qdd, R, rd
 
 
 @njit(parallel=True, **OPTS)
@@ -176,7 +192,7 @@ def rk4_all(Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, 
     for p in prange(Q.shape[1]):
         vp = col_g(V, p) if has_v else ZERO_G
         qddp = col_n(QDD, p) if has_qdd else ZERO_N
-        q1, qd1, qdd1, okp, badp, tr1, J1, R1 = rk4_one(col_n(Q, p), col_n(QD, p), qddp, has_qdd, vp, t0v, t1v, t2v, h)
+        q1, qd1, qdd1, okp, badp, tr1, J1, R1, _zdd1, _rd1 = rk4_one(col_n(Q, p), col_n(QD, p), qddp, has_qdd, vp, t0v, t1v, t2v, h)
         ok[p] = okp
         bad[p] = badp
         store(p, q1, qd1, qdd1, tr1, J1, R1, oq, oqd, oqdd, otr, oj, orr)
@@ -234,6 +250,9 @@ def _helpers(K, mech) -> str:
         "sub_n(x, y)": _tup(f"x[{i}] - y[{i}]" for i in range(n)),
         "sub_g(x, y)": _tup(f"x[{k}] - y[{k}]" for k in range(g)),
         "comb_g(x, a, p, u, v, w)": _tup(f"x[{k}] + a * (p[{k}] + 2.0 * u[{k}] + 2.0 * v[{k}] + w[{k}])" for k in range(g)),
+        "dzof(k, y)": _tup(f"k[{j}] * y" for j in range(g)),
+        "dzdof(k, y)": _tup(f"k[{g + j}] * y" for j in range(g)),
+        "gsum(x)": " + ".join(f"x[{k}]" for k in range(g)),
         "rmul(R, d)": _tup(" + ".join(f"R[{i}][{k}] * d[{k}]" for k in range(g)) for i in range(n)),
     }
     out = [f"ZERO_N = {_tup(['0.0'] * n)}", f"ZERO_G = {_tup(['0.0'] * g)}", ""]
@@ -260,5 +279,99 @@ def module_source(mech, K) -> tuple[str, int, int]:
                          max_iter=MAX_ITER, angles_fixed=bool(K.angles_fixed),
                          fastmath="{" + ", ".join(map(repr, fastmath_flags())) + "}" if fastmath_flags() else "False")
     helpers, nt, nj = _helpers(K, mech)
-    body = "".join("\n\n@njit(**OPTS)\n" + funcs[f] for f in NEEDED)
+    extra = [f for f in OPTIONAL if f in funcs]
+    body = "".join("\n\n@njit(**OPTS)\n" + funcs[f] for f in NEEDED + tuple(extra))
+    if len(extra) == len(OPTIONAL):
+        body += _hrow(K) + UPDATE
     return head + "\n" + helpers + body + ALGORITHM, nt, nj
+
+
+UPDATE = '''
+
+@njit(**OPTS)
+def update_one(xs, qd, tr, J, R, hq, hqd, yv, r, P, gate, tv):
+    """errorekf_scalar.update after the residual, in its order of operations: the row
+    (hrow), s = H P H^T + r, the gate, K = P H^T / s, the Joseph form and the exact
+    correction (correct_one). Returns (gated, d2, s, P+, code, corrected state) with
+    code 0: corrected, 1: non-finite z/zd/guess, 2: not assembled, 3: bad (recompute);
+    K is returned for that last case."""
+    H = hrow(xs, qd, tr, J, R, hq, hqd)
+    nx = len(H)
+    PHt = np.empty(nx)
+    for i in range(nx):
+        acc = P[i, 0] * H[0]
+        for j in range(1, nx):
+            acc += P[i, j] * H[j]
+        PHt[i] = acc
+    s = H[0] * PHt[0]
+    for j in range(1, nx):
+        s += H[j] * PHt[j]
+    s += r
+    d2 = yv * yv / s if s != 0.0 else math.inf
+    Pn = np.empty((nx, nx))
+    if not d2 <= gate:
+        return True, d2, s, Pn, PHt, 0, xs, tr, J, qd, ZERO_G, ZERO_N, R, ZERO_N
+    Kg = np.empty(nx)
+    for i in range(nx):
+        Kg[i] = PHt[i] / s
+    A = np.empty((nx, nx))
+    for i in range(nx):
+        for j in range(nx):
+            A[i, j] = (1.0 if i == j else 0.0) - Kg[i] * H[j]
+    AP = np.empty((nx, nx))
+    for i in range(nx):
+        for j in range(nx):
+            acc = A[i, 0] * P[0, j]
+            for k in range(1, nx):
+                acc += A[i, k] * P[k, j]
+            AP[i, j] = acc
+    C = np.empty((nx, nx))
+    for i in range(nx):
+        for j in range(nx):
+            acc = AP[i, 0] * A[j, 0]
+            for k in range(1, nx):
+                acc += AP[i, k] * A[j, k]
+            C[i, j] = acc + Kg[i] * r * Kg[j]
+    for i in range(nx):
+        for j in range(nx):
+            Pn[i, j] = 0.5 * (C[i, j] + C[j, i])
+    dz = dzof(Kg, yv)
+    dzd = dzdof(Kg, yv)
+    z = add_g(zof(xs), dz)
+    zd = add_g(zof(qd), dzd)
+    guess = add_n(xs, rmul(R, dz))
+    if not (math.isfinite(gsum(z)) and math.isfinite(gsum(zd)) and math.isfinite(qsum(guess))):
+        return False, d2, s, Pn, Kg, 1, xs, tr, J, qd, ZERO_G, ZERO_N, R, ZERO_N
+    q1, ok, bad, tr1, J1, qd1, zdd1, qdd1, R1, rd1 = correct_one(z, zd, guess, tv)
+    if bad:
+        return False, d2, s, Pn, Kg, 3, xs, tr, J, qd, ZERO_G, ZERO_N, R, ZERO_N
+    if not ok:
+        return False, d2, s, Pn, Kg, 2, xs, tr, J, qd, ZERO_G, ZERO_N, R, ZERO_N
+    return False, d2, s, Pn, Kg, 0, q1, tr1, J1, qd1, zdd1, qdd1, R1, rd1
+'''
+
+
+def _hrow(K) -> str:
+    """``hrow``: the errorEKF's measurement row of a one-channel sensor (the operations of
+    :func:`mbde_core.estimators.errorekf_scalar.measurement_row` in the same order)::
+
+        H = [h_q R + h_qd (dqd/dz),  h_qd R],  Phi_q,d (dqd/dz)_k,d = -D(R_k, qd),
+        D(u, v) = [(Phi_q)'(u + v) (u + v) - (Phi_q)'(u - v) (u - v)] / 4.
+    """
+    n, g, m = K.n, K.g, K.m
+    depk = {c: k for k, c in enumerate(K.dep)}
+    lines = ["", "", "@njit(**OPTS)", "def hrow(xs, qd, tr, J, R, hq, hqd):"]
+    rz, rzd = [], []
+    for k in range(g):
+        u = [f"R[{i}][{k}]" for i in range(n)]
+        lines.append(f"    u{k} = {_tup(u)}")
+        lines.append(f"    a{k} = jdot(xs, {_tup(f'u{k}[{i}] + qd[{i}]' for i in range(n))}, tr)")
+        lines.append(f"    b{k} = jdot(xs, {_tup(f'u{k}[{i}] - qd[{i}]' for i in range(n))}, tr)")
+        lines.append(f"    c{k} = dsolve(J, tr, {_tup(f'-(0.25 * (a{k}[{j}] - b{k}[{j}]))' for j in range(m))})")
+        dcol = [f"c{k}[{depk[i]}]" if i in depk else "0.0" for i in range(n)]
+        lines.append(f"    d{k} = {_tup(dcol)}")
+        rz.append("(" + " + ".join(f"hq[{i}] * u{k}[{i}]" for i in range(n)) + ") + ("
+                  + " + ".join(f"hqd[{i}] * d{k}[{i}]" for i in range(n)) + ")")
+        rzd.append(" + ".join(f"hqd[{i}] * u{k}[{i}]" for i in range(n)))
+    lines.append(f"    return {_tup(rz + rzd)}")
+    return "\n".join(lines) + "\n"

@@ -43,7 +43,7 @@ from mbde_core.engine import dynamics, fastpath, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.errors import ConfigError
-from mbde_core.estimators import errorekf_scalar
+from mbde_core.estimators import errorekf_numba, errorekf_scalar
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.reduced import FullState, ReducedModel
@@ -100,6 +100,10 @@ class ErrorEKF(CovarianceInflation, Estimator):
         # rk4 of one state straight on the scalar kernels (engine.rk4_single), if it applies
         K = fastpath.kernels(mech)
         self._kernels = K if (config["integrator"] == "rk4" and K is not None and not mech.drivers) else None
+        # the same steps compiled with numba (errorekf_numba: when cached or after a long run)
+        self._nb = errorekf_numba.select(mech) if self._kernels is not None else None
+        self._nb_wait = errorekf_numba.AUTO_STEPS if (
+            self._kernels is not None and self._nb is None and errorekf_numba.requested() == "auto") else -1
         self.full: FullState | None = None  # R and the kernel context at the simulation state
 
     # -- helpers ------------------------------------------------------------------------------
@@ -191,7 +195,11 @@ class ErrorEKF(CovarianceInflation, Estimator):
         q = self.state.q
         F, Qd = self._F_and_Q(dt, q)
         extra = self._extra_zdd(q) if (self.acc or self.k) else None
-        if self._kernels is not None and self._predict_scalar(dt, extra):
+        if self._nb_wait >= 0:
+            self._auto_numba(dt)
+        if self._kernels is not None and (
+                (self._nb is not None and errorekf_numba.predict(self, self._nb, dt, extra))
+                or self._predict_scalar(dt, extra)):
             if self.dim == 2:  # F P F^T + Qd on floats (numpy's fixed costs dominate at 2 x 2)
                 self.P = np.array(errorekf_scalar.propagate2(self.P.tolist(), *self._FQ_lists(F, Qd)))
             else:
@@ -209,6 +217,18 @@ class ErrorEKF(CovarianceInflation, Estimator):
             self.state = MBState(self.state.q, self.state.qd)  # its qdd belongs to the previous time
         self.P = F @ self.P @ F.T + Qd
         self.P = 0.5 * (self.P + self.P.T)
+
+    def _auto_numba(self, dt):
+        """errorekf_numba's auto rule: after AUTO_STEPS predictions compile in the
+        background, then use the compiled path from the first step after it is ready."""
+        if self._nb_wait > 0:
+            self._nb_wait -= 1
+            if self._nb_wait == 0:
+                self._nb_bg = errorekf_numba.Background(self, dt)
+        elif self._nb_bg.module is not None:
+            self._nb, self._nb_bg, self._nb_wait = self._nb_bg.module, None, -1
+        elif not self._nb_bg.thread.is_alive():  # nothing compiled: Python only
+            self._nb_bg, self._nb_wait = None, -1
 
     def _FQ_lists(self, F, Qd):
         """(F, Qd) as lists (cached with the arrays: the same objects every step when constant)."""

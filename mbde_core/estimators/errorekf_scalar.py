@@ -30,6 +30,7 @@ import numpy as np
 from mbde_core.engine.fastpath import SCALAR_ERRORS, s_position
 from mbde_core.engine.integrators import MBState
 from mbde_core.engine.rk4_single import MAX_ITER
+from mbde_core.estimators import errorekf_numba
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.reduced import FullState
 
@@ -56,6 +57,8 @@ def measurement_row(est, st: FullState, sensor):
     else:
         h, Hq, Hqd, _ = sensor.linearize(st.q, st.qd, None)
         hq, hqd = Hq[0].tolist(), Hqd[0].tolist()
+    if est._nb is not None:
+        return h, errorekf_numba.row(est._nb, st, qd, hq, hqd)
     Rl = st.R.tolist()
     dep = K.dep
     row_z, row_zd = [], []
@@ -80,6 +83,8 @@ def update(est, measurements, gates):
     st = est._full()
     if st.ctx is None:
         return None
+    if est._nb is not None and getattr(sensor, "linearize_floats", None) is not None:
+        return errorekf_numba.update(est, est._nb, st, name, m.value, gates)
     h, H = measurement_row(est, st, sensor)
     y = est.model.residual([name], np.asarray(m.value, float), h)
     r = float(est.model.noise_covariance([name], est._sigma)[0, 0])
@@ -155,8 +160,9 @@ def propagate2(P, F, Q):
     return [[0.5 * (c00 + c00), 0.5 * (c01 + c10)], [0.5 * (c10 + c01), 0.5 * (c11 + c11)]]
 
 
-def correct(est, st: FullState, dx) -> None:
-    """The exact correction (ErrorEKF._correct) from the FullState at the simulation state."""
+def correct(est, st: FullState, dx, compiled: bool = True) -> None:
+    """The exact correction (ErrorEKF._correct) from the FullState at the simulation state
+    (on the compiled correct_one when the estimator has it and ``compiled``)."""
     K = est._kernels
     g = est.g
     iz = K.iz
@@ -173,6 +179,15 @@ def correct(est, st: FullState, dx) -> None:
     if not (math.isfinite(sum(z)) and math.isfinite(sum(zd)) and math.isfinite(sum(guess))):
         est.failures += 1
         return
+    if compiled and est._nb is not None:
+        new = errorekf_numba.correct(est, est._nb, z, zd, guess)
+        if new is False:
+            est.failures += 1
+            return
+        if new is not None:
+            est.state = MBState(new.q, new.qd, new.qdd)
+            est.full = new
+            return
     mech = est.mech
     q, ok, tr, J = s_position(mech, K, z, guess, MAX_ITER)
     if not ok:

@@ -70,7 +70,8 @@ import numpy as np
 from mbde_core.estimators.base import InitialState, UpdateResult
 from mbde_core.estimators.chi2 import chi2_ppf
 from mbde_core.estimators.multistart import MultiStart
-from mbde_core.estimators.stage_guards import AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence
+from mbde_core.estimators.stage_guards import (AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence,
+                                               finite_snapshot)
 from mbde_core.estimators.stage_recovery import LOST_CHECK_GAP, StageRecovery
 from mbde_core.types import MechanismSnapshot, Measurement
 
@@ -275,7 +276,8 @@ class EstimatorStage(StageRecovery):
                 self.counters.unknown_sensor += 1
                 continue
             value = np.asarray(m.value, dtype=float)
-            if not (math.isfinite(m.stamp) and value.shape == (self.sensors[m.sensor].dim,) and np.isfinite(value).all()):
+            if not (math.isfinite(m.stamp) and value.shape == (self.sensors[m.sensor].dim,)
+                    and (math.isfinite(value[0]) if value.shape == (1,) else np.isfinite(value).all())):
                 self.counters.non_finite += 1
                 continue
             ready, refuted = self.guard.admit(Measurement(float(m.stamp), m.sensor, value), self._latest)
@@ -451,7 +453,7 @@ class EstimatorStage(StageRecovery):
         if not (self.keep or self.on_step):
             return
         est = self._active.estimate()
-        if not _finite(est):  # a lost filter predicted open loop until its numbers overflowed
+        if not finite_snapshot(est):  # a lost filter predicted open loop until its numbers overflowed
             self._diverged(self.t0 + self.k * self.dt)
             est = self._active.estimate()
         est.stamp = self.t0 + self.k * self.dt  # exact grid time (no accumulated rounding)
@@ -463,13 +465,3 @@ class EstimatorStage(StageRecovery):
         if self.on_step is not None:
             self.on_step(rec)
 
-
-def _finite(snap) -> bool:
-    """Whether an estimate's z, zd and covariance are finite (small arrays as floats:
-    numpy's fixed cost per call exceeds the test itself)."""
-    cov = snap.cov
-    if cov is not None and np.size(cov) > 64:
-        return bool(np.isfinite(snap.z).all() and np.isfinite(snap.zd).all() and np.isfinite(cov).all())
-    isfinite = math.isfinite
-    return (all(map(isfinite, np.ravel(snap.z).tolist())) and all(map(isfinite, np.ravel(snap.zd).tolist()))
-            and (cov is None or all(map(isfinite, np.ravel(cov).tolist()))))

@@ -58,6 +58,7 @@ import math
 from bisect import bisect_left, insort
 from collections import deque
 
+import numpy as np
 
 from mbde_core.estimators.chi2 import chi2_ppf
 
@@ -222,3 +223,19 @@ class Reconvergence:
         self.last = took
         self.max = max(self.max, took)
         return took
+
+
+def finite_snapshot(snap) -> bool:
+    """Whether an estimate's z, zd and covariance are finite (small arrays as floats:
+    numpy's fixed cost per call exceeds the test itself)."""
+    cov = snap.cov
+    if cov is not None and np.size(cov) > 64:
+        return bool(np.isfinite(snap.z).all() and np.isfinite(snap.zd).all() and np.isfinite(cov).all())
+    isfinite = math.isfinite
+    return (all(map(isfinite, _flat(snap.z))) and all(map(isfinite, _flat(snap.zd)))
+            and (cov is None or all(map(isfinite, _flat(cov)))))
+
+
+def _flat(x) -> list:
+    """np.ravel(x).tolist() (an array's own ravel: no numpy dispatch on the hot path)."""
+    return x.ravel().tolist() if isinstance(x, np.ndarray) else np.ravel(x).tolist()
