@@ -19,7 +19,8 @@ on any linkage of up to 3 DOF (measured: ``mbde bench pf --only multidof``):
    ``symplectic_euler`` of paper 002 sec. 3), on its own branch (the position problem
    starts from its own q); failed position problems are replaced by copies of surviving
    particles with their weights split (``propagation_failures``). Large sets run in
-   chunks on a thread pool (:mod:`pf_parallel`; bit-identical for any thread count).
+   chunks on a thread pool (:mod:`pf_parallel`; bit-identical for any thread count); rk4
+   runs on numba when compiled or worth compiling (``expect_steps``: numba_kernels.backend).
 2. line 5, ``update`` (:mod:`pf_update`): the noise of the step is drawn *given the
    readings* -- ``proposal: adapted`` (default; :mod:`pf_proposal`: the locally optimal
    proposal, Doucet, Godsill & Andrieu 2000 sec. II-D, Pitt & Shephard 1999's full
