@@ -145,11 +145,13 @@ def test_cached_sees_the_compiled_module_on_disk(mechs, monkeypatch, tmp_path):
     K = fastpath.kernels(m)
     assert nk.cached(m)
     monkeypatch.setattr(K, "_numba", None)  # as a fresh process: only the disk tells
-    monkeypatch.setattr(K, "_numba_on_disk", False, raising=False)
+    monkeypatch.setattr(K, "_numba_on_disk", None, raising=False)
     monkeypatch.setattr(nk, "_MODULES", {})
     assert nk.cached(m)
-    monkeypatch.setattr(K, "_numba_on_disk", False)
+    monkeypatch.setattr(K, "_numba_on_disk", None)
     monkeypatch.setattr(nk, "_folders", lambda: [str(tmp_path)])  # an empty cache
+    assert not nk.cached(m)
+    monkeypatch.setattr(nk, "_folders", lambda: 1 / 0)  # remembered: the disk is not looked at again
     assert not nk.cached(m)
 
 

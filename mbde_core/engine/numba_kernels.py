@@ -177,12 +177,20 @@ def _folders() -> list[str]:
 def cached(mech) -> bool:
     """Whether the compiled module of ``mech`` is loaded in this process or on disk (its
     source file and numba's index of ``rk4_all`` next to it), so that using it costs a
-    load, not a compile. Remembered per mechanism kernels once true."""
+    load, not a compile. The disk is looked at once per mechanism kernels and process
+    (the answer is remembered: a small set asks at every step)."""
     K = fastpath.kernels(mech)
     if K is None:
         return False
-    if getattr(K, "_numba", None) or getattr(K, "_numba_on_disk", False):
+    if getattr(K, "_numba", None):
         return True
+    known = getattr(K, "_numba_on_disk", None)
+    if known is None:
+        known = K._numba_on_disk = _on_disk(mech, K)
+    return known
+
+
+def _on_disk(mech, K) -> bool:
     ver = _version()
     if ver is None:
         return False
@@ -197,7 +205,6 @@ def cached(mech) -> bool:
         pyc = os.path.join(folder, "__pycache__")
         if os.path.exists(os.path.join(folder, key + ".py")) and os.path.isdir(pyc) and any(
                 f.startswith(key + ".rk4_all-") and f.endswith(".nbi") for f in os.listdir(pyc)):
-            K._numba_on_disk = True
             return True
     return False
 
