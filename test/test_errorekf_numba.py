@@ -94,9 +94,12 @@ def test_backend_rule(mechanisms, monkeypatch):
     assert errorekf_numba.select(m) is None
     monkeypatch.setenv("MBDE_EKF_BACKEND", "auto")
     monkeypatch.setenv("MBDE_CACHE_DIR", "/nonexistent-mbde-cache")  # nothing cached there
-    fastpath.kernels(m).__dict__.pop("_ekf_numba_cached", None)
+    K = fastpath.kernels(m)
+    monkeypatch.setattr(K, "_numba", None, raising=False)  # as a fresh process: only the disk tells
+    monkeypatch.setattr(K, "_numba_on_disk", None, raising=False)
+    monkeypatch.setattr(numba_kernels, "_MODULES", {})
+    monkeypatch.setattr(numba_kernels, "_folders", lambda: ["/nonexistent-mbde-cache"])
     assert errorekf_numba.select(m) is None
-    fastpath.kernels(m).__dict__.pop("_ekf_numba_cached", None)
 
 
 def test_auto_rule_compiles_in_the_background_after_a_long_run(mechanisms, monkeypatch):

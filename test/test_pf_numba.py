@@ -118,12 +118,57 @@ def test_backend_choice(mechs, monkeypatch):
     m = mechs["fourbar"]
     monkeypatch.setenv("MBDE_PF_BACKEND", "auto")
     monkeypatch.delenv("MBDE_PF_NUMBA_MIN", raising=False)
+    monkeypatch.setattr(nk, "cached", lambda mech: False)  # not compiled yet (small sets: next test)
     assert nk.backend(m, nk.AUTO_MIN) == "numba" and nk.backend(m, nk.AUTO_MIN - 1) == "numpy"
     assert nk.backend(m, 10**6, "euler") == "numpy"
     monkeypatch.setenv("MBDE_PF_BACKEND", "numba")
     assert nk.backend(m, 10) == "numba"
     monkeypatch.setenv("MBDE_PF_BACKEND", "numpy")
     assert nk.backend(m, 10**6) == "numpy"
+
+
+def test_backend_choice_for_small_sets(mechs, monkeypatch):
+    """Below AUTO_MIN particles: numba when its module is cached or the expected work pays a compile."""
+    m = mechs["fourbar"]
+    monkeypatch.setenv("MBDE_PF_BACKEND", "auto")
+    monkeypatch.delenv("MBDE_PF_NUMBA_MIN", raising=False)
+    monkeypatch.setattr(nk, "cached", lambda mech: False)
+    assert nk.backend(m, 300) == "numpy" and nk.backend(m, 300, work=nk.WORK_MIN - 1) == "numpy"
+    assert nk.backend(m, 300, work=nk.WORK_MIN) == "numba"
+    monkeypatch.setattr(nk, "cached", lambda mech: True)
+    assert nk.backend(m, 300) == "numba" and nk.backend(m, 300, "euler") == "numpy"
+
+
+def test_cached_sees_the_compiled_module_on_disk(mechs, monkeypatch, tmp_path):
+    m = mechs["fourbar"]
+    assert nk.load(m) is not None  # compiled into (or loaded from) the cache folder
+    K = fastpath.kernels(m)
+    assert nk.cached(m)
+    monkeypatch.setattr(K, "_numba", None)  # as a fresh process: only the disk tells
+    monkeypatch.setattr(K, "_numba_on_disk", None, raising=False)
+    monkeypatch.setattr(nk, "_MODULES", {})
+    assert nk.cached(m)
+    monkeypatch.setattr(K, "_numba_on_disk", None)
+    monkeypatch.setattr(nk, "_folders", lambda: [str(tmp_path)])  # an empty cache
+    assert not nk.cached(m)
+    monkeypatch.setattr(nk, "_folders", lambda: 1 / 0)  # remembered: the disk is not looked at again
+    assert not nk.cached(m)
+
+
+def test_expected_steps_reach_the_backend_choice(mechanisms, monkeypatch):
+    from mbde_core.estimators import make_estimator
+    from mbde_core.estimators.config_schema import defaults
+    from mbde_core.sensors.sensor_set import SensorSet
+
+    seen = []
+    monkeypatch.setattr(nk, "backend", lambda mech, N, name="rk4", work=0.0: seen.append(work) or "numpy")
+    m = mechanisms["fourbar"]
+    est = make_estimator("pf", m, SensorSet([]), dict(defaults("pf"), particles=10), rng=np.random.default_rng(0))
+    est.reset(0.0, None)
+    est.expect_steps(3)
+    for _ in range(4):
+        est.predict(0.005)
+    assert seen == [est.N * 3, est.N * 2, est.N * 1, 0]
 
 
 @pytest.mark.parametrize("name", ["fourbar", "fivebar"])

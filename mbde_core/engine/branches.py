@@ -104,6 +104,27 @@ class BranchTool:
         q = q[ok & self._angles_consistent(q)]
         return self._dedupe(q)
 
+    def solve_many(self, zs: np.ndarray) -> list[np.ndarray]:
+        """[solve_all(z) for z in zs (M, g)] in one batched position solve: the same random
+        starts drawn in the same order, and each state's Newton iterations stop when it
+        converges (independent of the batch), so the same configurations (M x fewer calls)."""
+        mech = self.mech
+        S, n = self.starts, mech.n
+        zs = np.asarray(zs, dtype=float).reshape(-1, mech.dof)
+        M = zs.shape[0]
+        lo, hi = self._box
+        nm = len(mech.moving_points)
+        guess = np.empty((M, S, n))
+        for i in range(M):
+            gi = guess[i]
+            gi[:, : 2 * nm] = self.rng.uniform(np.tile(lo, nm), np.tile(hi, nm), size=(S, 2 * nm))
+            gi[:, mech.rel_columns] = self.rng.uniform(-np.pi, np.pi, size=(S, mech.n_rel))
+            gi[0] = mech.q0
+        q, ok = kinematics.solve_position(mech, np.repeat(zs, S, axis=0), guess.reshape(M * S, n), max_iter=60, t=self.t)
+        good = (ok & self._angles_consistent(q)).reshape(M, S)
+        q = q.reshape(M, S, n)
+        return [self._dedupe(q[i][good[i]]) for i in range(M)]
+
     def _angles_consistent(self, q):
         """Reject solutions whose angle coordinate points opposite to its segment (theta + pi)."""
         mech = self.mech
@@ -198,6 +219,18 @@ class BranchTool:
         labels = self.label(sols)
         order = np.argsort(labels, kind="stable")
         return sols[order], labels[order]
+
+    def enumerate_many(self, zs: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """[enumerate(z) for z in zs (M, g)] with one batched solve (:meth:`solve_many`)."""
+        out = []
+        for sols in self.solve_many(zs):
+            if len(sols) == 0:
+                out.append((sols, np.zeros(0, dtype=np.int64)))
+                continue
+            labels = self.label(sols)
+            order = np.argsort(labels, kind="stable")
+            out.append((sols[order], labels[order]))
+        return out
 
     def count(self, z=None) -> int:
         """Number of assembly branches at z (default: the initial z)."""

@@ -42,9 +42,21 @@ OpenMP is not) unless ``NUMBA_THREADING_LAYER`` says otherwise; calls are serial
 a lock (that layer must not be entered from two threads at once).
 
 Selection (:func:`backend`): ``MBDE_PF_BACKEND`` = ``numpy`` | ``numba`` | ``auto``
-(default): numba when importable, the mechanism has kernels and no drivers, and N >=
-``MBDE_PF_NUMBA_MIN`` (default :data:`AUTO_MIN` particles; below that a first compile
-would cost more than it saves in a short run). ``numba`` forces it whenever possible.
+(default): numba when importable, the mechanism has kernels and no drivers, and one of
+
+- N >= ``MBDE_PF_NUMBA_MIN`` (default :data:`AUTO_MIN` particles);
+- the compiled module of the mechanism is already on disk (:func:`cached`: an earlier
+  process compiled it; loading it costs ~0.3 s, a step of 300 four-bar particles then
+  ~0.15 ms instead of ~1.2 ms on numpy);
+- the caller expects at least :data:`WORK_MIN` particle-steps (``work``: particles x
+  remaining steps; a replay knows its bag's length), enough for a first compile (5-20 s)
+  to pay: numpy costs ~4 us per particle-step, numba ~0.5 us.
+
+Otherwise (a short run of a small set on a mechanism never compiled here, e.g. the
+tests of many mechanisms) numpy runs and nothing is compiled. ``numba`` forces it
+whenever possible. Sets below ``SERIAL_MAX`` particles run on one numba thread (the
+parallel loop's start-up costs more than it saves there and the replay's worker
+processes already fill the cores).
 """
 from __future__ import annotations
 
@@ -61,6 +73,8 @@ from mbde_core.engine import fastpath
 from mbde_core.engine.numba_source import module_source
 
 AUTO_MIN = 4096
+WORK_MIN = 5_000_000  # particle-steps from which a first compile pays (auto)
+SERIAL_MAX = 2048  # smaller sets run on one numba thread
 _LOCK = threading.Lock()
 _MODULES: dict[str, object] = {}
 _NUMBA = None  # the numba module, False if not importable, None before the first try
@@ -101,19 +115,22 @@ def supported(mech) -> bool:
     return fastpath.kernels(mech) is not None and not getattr(mech, "drivers", None)
 
 
-def backend(mech, N: int, integrator_name: str = "rk4") -> str:
-    """'numba' or 'numpy': the backend that runs a step of N particles (module docstring)."""
+def backend(mech, N: int, integrator_name: str = "rk4", work: float = 0.0) -> str:
+    """'numba' or 'numpy': the backend that runs a step of N particles; work: the
+    particle-steps the caller expects to run (0: unknown; module docstring)."""
     want = requested()
     if want == "numpy" or integrator_name != "rk4":
         return "numpy"
-    if want == "auto":  # tested first: a small set never imports numba (~0.4 s of CPU)
+    if not supported(mech):
+        return "numpy"
+    if want == "auto":  # tested first: a small set never imports numba (~0.4 s of CPU) unless cached
         try:
             lo = int(os.environ.get("MBDE_PF_NUMBA_MIN", AUTO_MIN))
         except ValueError:
             lo = AUTO_MIN
-        if N < lo:
+        if N < lo and work < WORK_MIN and not cached(mech):
             return "numpy"
-    if not supported(mech) or numba() is None:
+    if numba() is None:
         return "numpy"
     return "numba" if load(mech) is not None else "numpy"
 
@@ -140,6 +157,62 @@ def module_key(text: str, numba_version: str) -> str:
     return "mbde_nb_" + hashlib.sha256((text + numba_version).encode()).hexdigest()[:24]
 
 
+def _version() -> str | None:
+    """numba's version without importing it (unless it is imported already)."""
+    if _NUMBA:
+        return _NUMBA.__version__
+    if _NUMBA is False:
+        return None
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("numba")
+    except (ImportError, PackageNotFoundError):
+        return None
+
+
+def _folders() -> list[str]:
+    return [cache_dir(), os.path.join(tempfile.gettempdir(), f"mbde-{os.getuid()}", "numba")]
+
+
+def cached(mech, funcs: tuple = ("rk4_all",)) -> bool:
+    """Whether the compiled module of ``mech`` is loaded in this process or on disk (its
+    source file and numba's index of each of ``funcs`` next to it), so that using it costs
+    a load, not a compile. The disk is looked at once per mechanism kernels, ``funcs`` and
+    process (the answer is remembered: a small set asks at every step)."""
+    K = fastpath.kernels(mech)
+    if K is None:
+        return False
+    if getattr(K, "_numba", None):
+        return True
+    memo = getattr(K, "_numba_on_disk", None)
+    if memo is None:
+        memo = K._numba_on_disk = {}
+    if funcs not in memo:
+        memo[funcs] = _on_disk(mech, K, funcs)
+    return memo[funcs]
+
+
+def _on_disk(mech, K, funcs) -> bool:
+    ver = _version()
+    if ver is None:
+        return False
+    try:
+        text = module_source(mech, K)[0]
+    except ValueError:
+        return False
+    key = module_key(text, ver)
+    if key in _MODULES:
+        return True
+    for folder in _folders():
+        pyc = os.path.join(folder, "__pycache__")
+        if os.path.exists(os.path.join(folder, key + ".py")) and os.path.isdir(pyc):
+            names = os.listdir(pyc)
+            if all(any(f.startswith(f"{key}.{fn}-") and f.endswith(".nbi") for f in names) for fn in funcs):
+                return True
+    return False
+
+
 def load(mech):
     """The compiled module of ``mech`` (a namespace with ``rk4_all``, ``NT``, ``NJ``), or None."""
     K = fastpath.kernels(mech)
@@ -160,7 +233,7 @@ def load(mech):
             try:
                 path = _write(cache_dir(), key, text)
             except OSError:
-                path = _write(os.path.join(tempfile.gettempdir(), f"mbde-{os.getuid()}", "numba"), key, text)
+                path = _write(_folders()[1], key, text)
             spec = importlib.util.spec_from_file_location(key, path)
             mod = importlib.util.module_from_spec(spec)
             sys.modules[key] = mod  # numba's disk cache re-imports the module by name
@@ -188,7 +261,7 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
     otr, oj, orr = np.empty((mod.NT, N)), np.empty((mod.NJ, N)), np.empty((n * g, N))
     nb = numba()
     with _LOCK:
-        nb.set_num_threads(max(1, min(int(threads), nb.config.NUMBA_NUM_THREADS)))
+        nb.set_num_threads(1 if N < SERIAL_MAX else max(1, min(int(threads), nb.config.NUMBA_NUM_THREADS)))
         mod.rk4_all(Q, QD, QDD, qdd is not None, V, extra is not None, tv[0], tv[1], tv[2], float(h),
                     oq, oqd, oqdd, ok, bad, otr, oj, orr)
     ctx = fastpath.Context(N, tuple(otr), tuple(oj), tuple(tuple(orr[i * g + k] for k in range(g)) for i in range(n)))

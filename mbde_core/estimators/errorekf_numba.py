@@ -38,7 +38,6 @@ never compile; ``numba`` compiles at construction (the unit tests of this path).
 """
 from __future__ import annotations
 
-import glob
 import math
 import os
 import threading
@@ -61,24 +60,7 @@ def requested() -> str:
 
 def _cached(mech) -> bool:
     """numba's disk cache holds FUNCS of this mechanism's module (without importing numba)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from mbde_core.engine import fastpath
-    from mbde_core.engine.numba_source import module_source
-
-    K = fastpath.kernels(mech)
-    known = getattr(K, "_ekf_numba_cached", None)  # looked up once per process and mechanism
-    if known is not None:
-        return known
-    try:
-        key = numba_kernels.module_key(module_source(mech, K)[0], version("numba"))
-    except (ValueError, PackageNotFoundError):
-        K._ekf_numba_cached = False
-        return False
-    folder = os.path.join(numba_kernels.cache_dir(), "__pycache__")
-    found = all(glob.glob(os.path.join(folder, f"{key}.{f}-*.nbi")) for f in FUNCS)
-    K._ekf_numba_cached = found
-    return found
+    return numba_kernels.cached(mech, tuple(FUNCS))
 
 
 def select(mech, force_check: bool = False):

@@ -19,7 +19,8 @@ on any linkage of up to 3 DOF (measured: ``mbde bench pf --only multidof``):
    ``symplectic_euler`` of paper 002 sec. 3), on its own branch (the position problem
    starts from its own q); failed position problems are replaced by copies of surviving
    particles with their weights split (``propagation_failures``). Large sets run in
-   chunks on a thread pool (:mod:`pf_parallel`; bit-identical for any thread count).
+   chunks on a thread pool (:mod:`pf_parallel`; bit-identical for any thread count); rk4
+   runs on numba when compiled or worth compiling (``expect_steps``: numba_kernels.backend).
 2. line 5, ``update`` (:mod:`pf_update`): the noise of the step is drawn *given the
    readings* -- ``proposal: adapted`` (default; :mod:`pf_proposal`: the locally optimal
    proposal, Doucet, Godsill & Andrieu 2000 sec. II-D, Pitt & Shephard 1999's full
@@ -180,6 +181,11 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
         nt = cfg.get("threads")
         self.propagator = Propagator(self.integrator, mech, threads=None if nt is None else int(nt))
         self._alloc()
+
+    def expect_steps(self, steps: int) -> None:
+        """The caller will run about ``steps`` more steps (a replay knows its bag's length):
+        the propagation backend may compile once if that pays (numba_kernels.backend)."""
+        self.propagator.steps_left = max(int(steps), 0)
 
     def _alloc(self):
         N, n, g = self.N, self.n, self.g
@@ -390,17 +396,3 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
                 self.label = self.label.copy()
                 self.label[idx] = new[new >= 0]
                 self.counts["branch_jumps"] += int(idx.size)
-
-    def _accelerations(self):
-        """qdd of every particle including its acceleration noise: R (f + v) + R'zd.
-
-        Memoised on the identity of the particle arrays and the time (the readings and the
-        proposal of one update both need it; the arrays are replaced, never edited in place)."""
-        key = (self.q, self.qd, self.qdd, self.v, self.t)
-        memo = self._acc_memo
-        if memo is not None and all(a is b for a, b in zip(memo[0][:4], key[:4])) and memo[0][4] == key[4]:
-            return memo[1]
-        zdd = self.qdd[:, self.iz] + self.v
-        out = kinematics.acceleration(self.mech, self.q, self.qd, zdd, t=self.t)
-        self._acc_memo = (key, out)
-        return out

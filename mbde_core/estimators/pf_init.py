@@ -127,8 +127,7 @@ class BranchAtlas:
         grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, self.g)
         self.z_nodes = grid
         found = []  # (node, q) of every enumerated assembly
-        for i, z in enumerate(grid):
-            qs, _ = self.tool.enumerate(z)
+        for i, (qs, _) in enumerate(self.tool.enumerate_many(grid)):  # one batched solve of every node
             found.extend((i, q) for q in qs)
         if not found:
             raise ValueError(f"{mech.name}: no assembly found anywhere in the z range [{self.lo}, {self.hi}]")

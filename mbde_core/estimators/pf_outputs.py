@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbde_core.engine import kinematics
+from mbde_core.engine import fastpath, kinematics
 from mbde_core.estimators import pf_numba
 from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.estimators.resampling import effective_sample_size
@@ -197,15 +197,35 @@ class ParticleOutputs:
         best = int(np.argmax(probs))
         on = self.label == best
         j = int(np.argmax(np.where(on, w, -1.0)))
-        q, ok = kinematics.solve_position(mech, zm, self.q[j], t=self.t)
+        q, ok, qd, qdd = self._assemble_mean(zm, zdm, zddm, self.q[j])
         if ok and np.all(np.isfinite(q)) and self.atlas.codes_of(q[None])[0] == self._label_codes[best]:
-            qd = kinematics.velocity(mech, q, zdm, t=self.t)
-            qdd = kinematics.acceleration(mech, q, qd, zddm, t=self.t)
+            if qd is None:
+                qd = kinematics.velocity(mech, q, zdm, t=self.t)
+                qdd = kinematics.acceleration(mech, q, qd, zddm, t=self.t)
         else:  # the mean does not assemble on that branch: the heaviest particle's state
             q, qd = self.q[j].copy(), self.qd[j].copy()
             qdd = kinematics.acceleration(mech, q, qd, self.zdd[j], t=self.t)
         return MechanismSnapshot(stamp=self.t, q=np.array(q), qd=np.array(qd), qdd=np.array(qdd),
                                  z=zm, zd=zdm, zdd=zddm, cov=P, branch=best, branch_probabilities=probs)
+
+    def _assemble_mean(self, zm, zdm, zddm, guess):
+        """(q, ok, qd, qdd) of the mean state assembled from ``guess``: on the scalar
+        kernels (one state: Newton as ``kinematics.solve_position`` of a small batch, then
+        qd = R zd, qdd = R zdd + R'zd) when the mechanism has them and no drivers, else q
+        by ``kinematics.solve_position`` and qd = qdd = None (the caller computes them)."""
+        mech = self.mech
+        K = fastpath.kernels(mech)
+        if K is not None and not getattr(mech, "drivers", None):
+            try:
+                x, ok, tr, J = fastpath.s_position(mech, K, zm.tolist(), guess.tolist(), 30)
+                if not ok:
+                    return np.array(x), False, None, None
+                qd = K.scalar.velocity(J, tr, zdm.tolist())
+                return np.array(x), True, np.array(qd), np.array(K.scalar.acceleration(J, tr, x, list(qd), zddm.tolist()))
+            except fastpath.SCALAR_ERRORS:
+                pass  # singular or non-finite: the generic code decides
+        q, ok = kinematics.solve_position(mech, zm, guess, t=self.t)
+        return q, ok, None, None
 
     def particles(self) -> ParticleCloud:
         w = self.weights()

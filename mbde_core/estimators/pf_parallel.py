@@ -111,6 +111,7 @@ class Propagator:
         self.ctx = None  # a fastpath.Context (one chunk) or a ChunkContext, at the current q
         self.last = None  # the MBState of the last step (its caller can tell it came from here)
         self.backend = None  # 'numba' or 'numpy': what ran the last step
+        self.steps_left = 0  # steps the caller still expects to run (0: unknown): numba_kernels.backend's work
 
     def drop(self) -> None:
         self.ctx = None
@@ -150,7 +151,9 @@ class Propagator:
     def step(self, t, q, qd, qdd, dt, extra=None) -> MBState:
         """All particles from t to t + dt; returns the MBState (its aux: the new context)."""
         N = q.shape[0]
-        if type(self.integrator) is RK4 and numba_kernels.backend(self.mech, N, "rk4") == "numba":
+        left = self.steps_left
+        self.steps_left = max(left - 1, 0)
+        if type(self.integrator) is RK4 and numba_kernels.backend(self.mech, N, "rk4", N * left) == "numba":
             q1, qd1, qdd1, ok, ctx = numba_kernels.rk4_step(self.mech, t, q, qd, qdd, dt, extra, self.threads)
             st = self.last = MBState(q1, qd1, qdd1, ok, ctx)
             self.ctx, self.backend = ctx, "numba"

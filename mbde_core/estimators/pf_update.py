@@ -79,6 +79,20 @@ class ParticleUpdate:
             return ll
         return ll * max(beta, self.ANNEAL_START)
 
+    def _accelerations(self):
+        """qdd of every particle including its acceleration noise: R (f + v) + R'zd.
+
+        Memoised on the identity of the particle arrays and the time (the readings and the
+        proposal of one update both need it; the arrays are replaced, never edited in place)."""
+        key = (self.q, self.qd, self.qdd, self.v, self.t)
+        memo = self._acc_memo
+        if memo is not None and all(a is b for a, b in zip(memo[0][:4], key[:4])) and memo[0][4] == key[4]:
+            return memo[1]
+        zdd = self.qdd[:, self.iz] + self.v
+        out = kinematics.acceleration(self.mech, self.q, self.qd, zdd, t=self.t)
+        self._acc_memo = (key, out)
+        return out
+
     def _h_memo(self) -> dict:
         """The sensors' ``h_many`` memo at the current q (emptied when q is replaced)."""
         memo = self.__dict__.get("_h_memo_q")

@@ -17,6 +17,18 @@ def _plt():
     return plt
 
 
+def _margins(fig, rows: int, cols: int, left: float = 0.9, right: float = 0.15, top: float = 0.36,
+             bottom: float = 0.59, hgap: float = 0.2, wgap: float = 0.95) -> None:
+    """Fixed margins and gaps in inches (about what ``tight_layout`` finds for these figures,
+    a little wider on the left for long tick labels), without the extra full draw it
+    costs (~45 % of rendering one figure)."""
+    W, H = fig.get_size_inches()
+    aw = (W - left - right - (cols - 1) * wgap) / cols
+    ah = (H - top - bottom - (rows - 1) * hgap) / rows
+    fig.subplots_adjust(left=left / W, right=1.0 - right / W, bottom=bottom / H, top=1.0 - top / H,
+                        wspace=wgap / aw, hspace=hgap / ah)
+
+
 def _reference_label(source) -> str:
     return "smoother (reference)" if getattr(source, "reference", None) is not None else "truth"
 
@@ -64,7 +76,7 @@ def plot_run(path: str, source, run, series: dict | None = None) -> str:
             ax.legend(loc="upper right", fontsize=8)
     for c in range(mech.dof):
         axes[-1, c].set_xlabel("t [s]")
-    fig.tight_layout()
+    _margins(fig, rows, mech.dof)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -114,7 +126,7 @@ def plot_branches(path: str, source, run) -> str | None:
     ax.set_ylabel("probability")
     ax.set_title(f"{run.name}: assembly-branch probabilities")
     ax.legend(loc="center right", fontsize=8)
-    fig.tight_layout()
+    _margins(fig, 1, 1)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
