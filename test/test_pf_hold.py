@@ -71,7 +71,10 @@ def _acquisition(inputs, ms, seed):
     z = np.array([r.estimate.z[0] for r in run.records])
     e = np.abs(np.angle(np.exp(1j * (z - np.interp(ts, tt.t, tt.z[:, 0])))))
     bad = np.flatnonzero(e > 0.1)
-    t_conv = ts[bad[-1] + 1] - tt.t[0] if bad.size else 0.0
+    if not bad.size:
+        t_conv = 0.0
+    else:
+        t_conv = ts[bad[-1] + 1] - tt.t[0] if bad[-1] + 1 < len(ts) else np.inf
     return t_conv, run.counters["rejected_gate"]
 
 

@@ -352,15 +352,18 @@ def format_summary(rows, names, faults) -> str:
 
 
 def _steady_rates(rs) -> str:
-    """Max false-rejection rate after the first second over the runs whose suitability is
-    ok, then over the weak ones (where the estimator cannot follow the state)."""
+    """False-rejection rate after the first second over the runs whose suitability is ok
+    (the largest of a run, and all their readings pooled), then the largest of the weak
+    ones (where the estimator cannot follow the state)."""
     def rate(r):
         n = int(r.get("gated_steady", 0) or 0)
         return int(r.get("rejected_steady", 0) or 0) / n if n else 0.0
 
-    ok = [rate(r) for r in rs if r.get("suitability") == "ok"]
+    ok = [r for r in rs if r.get("suitability") == "ok"]
     weak = [rate(r) for r in rs if r.get("suitability", "ok") != "ok"]
-    text = f"{100.0 * max(ok):.2f} % max" if ok else "-"
+    n = sum(int(r.get("gated_steady", 0) or 0) for r in ok)
+    pooled = sum(int(r.get("rejected_steady", 0) or 0) for r in ok) / n if n else 0.0
+    text = f"{100.0 * max(map(rate, ok)):.2f} % max, {100.0 * pooled:.3f} % all" if ok else "-"
     return text + (f" ({100.0 * max(weak):.2f} %)" if weak else "")
 
 

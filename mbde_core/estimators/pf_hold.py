@@ -43,12 +43,7 @@ import math
 
 import numpy as np
 
-
-def _lse(x: np.ndarray) -> float:
-    m = float(np.max(x)) if x.size else -math.inf
-    if not math.isfinite(m):
-        return -math.inf
-    return m + math.log(float(np.sum(np.exp(x - m))))
+from mbde_core.estimators.pf_gate import _lse
 
 
 class HeldReadings:
@@ -68,17 +63,19 @@ class HeldReadings:
             return False
         ll_next = np.where(np.isnan(ll_next), -np.inf, ll_next)
         a = logw + self.ll
-        with_ = _lse(a + ll_next) - _lse(a)
-        without = _lse(logw + ll_next)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            with_ = _lse(a + ll_next) - _lse(a)
+            without = _lse(logw + ll_next)
         if not without >= floor:
             return self.fallback
         return math.isfinite(with_) and with_ > without
 
 
-def plain_log_likelihood(readings) -> np.ndarray:
-    """sum over readings of -|W r_i|^2 / 2 per particle (the readings' r and W)."""
-    ll = 0.0
+def plain_log_likelihood(readings, n: int) -> np.ndarray:
+    """(n,) sum over readings of -|W r_i|^2 / 2 per particle (the readings' r and W;
+    zeros without readings): the likelihood of paper 000 eq. 10 without the proposal."""
+    ll = np.zeros(n)
     for x in readings:
         e = np.einsum("nd,kd->nk", x.r, x.W)
-        ll = ll - 0.5 * np.einsum("ij,ij->i", e, e)
-    return np.asarray(ll, dtype=float)
+        ll -= 0.5 * np.einsum("ij,ij->i", e, e)
+    return ll

@@ -158,10 +158,7 @@ class ParticleUpdate:
         with gating: (ll (N,), accepted names, rejected names, innovations, their S)."""
         self._distances = []
         rd, rejected = self._readings(measurements, gates)
-        ll = np.zeros(self.N)
-        for x in rd:
-            e = np.einsum("nd,kd->nk", x.r, x.W)
-            ll -= 0.5 * np.einsum("ij,ij->i", e, e)
+        ll = plain_log_likelihood(rd, self.N)
         return ll, [x.m.sensor for x in rd], rejected, [x.y for x in rd], [x.C + x.R for x in rd]
 
     def _adapted_weights(self, rd):
@@ -170,11 +167,7 @@ class ParticleUpdate:
         N, g = self.N, self.g
         dt = self._pending or 0.0
         if not (self.adapted and self.sigma_a > 0):
-            ll = np.zeros(N)
-            for x in rd:
-                e = np.einsum("nd,kd->nk", x.r, x.W)
-                ll -= 0.5 * np.einsum("ij,ij->i", e, e)
-            return ll, [np.zeros_like(x.R) for x in rd]
+            return plain_log_likelihood(rd, N), [np.zeros_like(x.R) for x in rd]
         Rc = prop.r_columns(self.mech, self.q, self._aux)
         qdd_full = None
         yws, Gws, extra = [], [], []
@@ -298,7 +291,7 @@ class ParticleUpdate:
         if held is not None:
             judge = rd + self._suspects
             floor = -0.5 * sum(gates.get(x.m.sensor, math.inf) for x in judge)
-            if judge and held.is_news(self.logw, plain_log_likelihood(judge), floor):
+            if judge and held.is_news(self.logw, plain_log_likelihood(judge, self.N), floor):
                 a = self.logw + held.ll
                 self.logw = a - (a.max() + math.log(float(np.sum(np.exp(a - a.max())))))
                 late = held.names
@@ -306,7 +299,7 @@ class ParticleUpdate:
             else:
                 rejected = rejected + held.names
         if self._suspects:
-            self._held = HeldReadings([x.m for x in self._suspects], plain_log_likelihood(self._suspects),
+            self._held = HeldReadings([x.m for x in self._suspects], plain_log_likelihood(self._suspects, self.N),
                                       self._suspect_fallback)
         return rd, late, rejected
 
