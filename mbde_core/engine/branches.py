@@ -213,24 +213,19 @@ class BranchTool:
 
     def enumerate(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(qs (K, n), labels (K,)) of every assembly at z, sorted by label."""
-        sols = self.solve_all(np.asarray(z, dtype=float))
+        return self._sorted(self.solve_all(np.asarray(z, dtype=float)))
+
+    def enumerate_many(self, zs: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """[enumerate(z) for z in zs (M, g)] with one batched solve (:meth:`solve_many`)."""
+        return [self._sorted(sols) for sols in self.solve_many(zs)]
+
+    def _sorted(self, sols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(solutions, labels) sorted by label (stable)."""
         if len(sols) == 0:
             return sols, np.zeros(0, dtype=np.int64)
         labels = self.label(sols)
         order = np.argsort(labels, kind="stable")
         return sols[order], labels[order]
-
-    def enumerate_many(self, zs: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        """[enumerate(z) for z in zs (M, g)] with one batched solve (:meth:`solve_many`)."""
-        out = []
-        for sols in self.solve_many(zs):
-            if len(sols) == 0:
-                out.append((sols, np.zeros(0, dtype=np.int64)))
-                continue
-            labels = self.label(sols)
-            order = np.argsort(labels, kind="stable")
-            out.append((sols[order], labels[order]))
-        return out
 
     def count(self, z=None) -> int:
         """Number of assembly branches at z (default: the initial z)."""
