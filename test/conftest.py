@@ -38,3 +38,19 @@ def mechanisms():
 
     names = ["fourbar", "fourbar_pf", "fivebar", "slider_crank", "pendulum"]
     return {n: load_mechanism(mech_path(n)) for n in names}
+
+
+COUPLER_GYRO = "- {name: gyro, type: gyroscope, body: coupler, rate: 200, noise: {sigma: 0.02}}"
+
+
+def random_states(m, N, seed):
+    """(q, qd) (N, n) of N assembled states near the mechanism's q0 (z +/- 0.1, zd +/- 2)."""
+    import numpy as np
+
+    from mbde_core.engine import kinematics
+
+    rng = np.random.default_rng(seed)
+    z = m.q0[m.independent] + rng.uniform(-0.1, 0.1, (N, m.dof))
+    q, ok = kinematics.solve_position(m, z, np.broadcast_to(m.q0, (N, m.n)))
+    assert ok.all()
+    return q, kinematics.velocity(m, q, rng.uniform(-2, 2, (N, m.dof)))

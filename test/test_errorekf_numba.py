@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import COUPLER_GYRO, random_states
 from mbde_core.config.yamlnode import parse_yaml
-from mbde_core.engine import dynamics, fastpath, kinematics, numba_kernels
+from mbde_core.engine import dynamics, fastpath, numba_kernels
 from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.estimators import errorekf_numba, make_estimator
 from mbde_core.estimators.base import InitialState
@@ -25,15 +26,7 @@ from mbde_core.types import Measurement
 
 pytest.importorskip("numba")
 
-GYRO = "- {name: gyro, type: gyroscope, body: coupler, rate: 200, noise: {sigma: 0.02}}"
-
-
-def _states(m, N, seed):
-    rng = np.random.default_rng(seed)
-    z = m.q0[m.independent] + rng.uniform(-0.1, 0.1, (N, m.dof))
-    q, ok = kinematics.solve_position(m, z, np.broadcast_to(m.q0, (N, m.n)))
-    assert ok.all()
-    return q, kinematics.velocity(m, q, rng.uniform(-2, 2, (N, m.dof)))
+GYRO = COUPLER_GYRO
 
 
 @pytest.mark.parametrize("name", ["fourbar", "fivebar", "slider_crank"])
@@ -42,7 +35,7 @@ def test_compiled_rk4_step_equals_rk4_single(mechanisms, name):
     K = fastpath.kernels(m)
     mod = numba_kernels.load(m)
     assert mod is not None
-    q, qd = _states(m, 6, seed=7)
+    q, qd = random_states(m, 6, seed=7)
     qdd = dynamics.forward(m, 0.3, q, qd)[1]
     v = np.random.default_rng(8).normal(size=(6, m.dof))
     h = 5e-3

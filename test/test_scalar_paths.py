@@ -15,33 +15,26 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mbde_core.engine import dynamics, fastpath, kinematics
+from mbde_core.engine import dynamics, fastpath
 from mbde_core.engine.integrators import MBState, RK4
 from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.estimators import errorekf_scalar, make_estimator
 from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.config_schema import load_estimator_configs
+from conftest import COUPLER_GYRO, random_states
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.sensors.config import load_sensors
 from mbde_core.types import Measurement
 
 
-GYRO = "- {name: gyro, type: gyroscope, body: coupler, rate: 200, noise: {sigma: 0.02}}"
-
-
-def _states(m, N, seed):
-    rng = np.random.default_rng(seed)
-    z = m.q0[m.independent] + rng.uniform(-0.1, 0.1, (N, m.dof))
-    q, ok = kinematics.solve_position(m, z, np.broadcast_to(m.q0, (N, m.n)))
-    assert ok.all()
-    return q, kinematics.velocity(m, q, rng.uniform(-2, 2, (N, m.dof)))
+GYRO = COUPLER_GYRO
 
 
 @pytest.mark.parametrize("name", ["fourbar", "fivebar", "slider_crank", "pendulum"])
 def test_rk4_single_is_the_shared_algorithm_bit_for_bit(mechanisms, name):
     m = mechanisms[name]
     K = fastpath.kernels(m)
-    q, qd = _states(m, 6, seed=4)
+    q, qd = random_states(m, 6, seed=4)
     qdd = dynamics.forward(m, 0.3, q, qd)[1]
     v = np.random.default_rng(5).normal(size=(6, m.dof))
     for k in range(6):
@@ -102,7 +95,7 @@ def test_errorekf_scalar_update_equals_the_generic_update(mechanisms, value, gat
 def test_gyroscope_linearize_floats_matches_the_batched_model(mechanisms, body):
     m = mechanisms["fourbar"]
     s = load_sensors(parse_yaml(GYRO.replace("coupler", body)), m)["gyro"]
-    q, qd = _states(m, 3, seed=8)
+    q, qd = random_states(m, 3, seed=8)
     for k in range(3):
         h, hq, hqd = s.linearize_floats(q[k].tolist(), qd[k].tolist())
         Hq, Hqd, _ = s.jacobians(q[k][None], qd[k][None], None)

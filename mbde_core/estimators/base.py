@@ -9,6 +9,7 @@ drives this interface both in ``mbde replay`` and in the live ROS node.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +50,18 @@ class UpdateResult:
     normalized_innovation: np.ndarray | None = None
     logdet: float | None = None
     distances: list = field(default_factory=list)
+
+
+def accepted_result(name, y, s: float, dist) -> UpdateResult:
+    """The UpdateResult of one fused scalar reading: innovation y (1,), its variance s
+    (NIS y^2/s, normalised innovation y/sqrt(s), log s; NaN if s <= 0), gate distances."""
+    if s > 0.0:
+        e = y / math.sqrt(s)
+        res = UpdateResult([name], [], float(e[0] * e[0]), 1, y, e, math.log(s))
+    else:
+        res = UpdateResult([name], [], float("nan"), 1, y, np.full_like(y, np.nan), float("nan"))
+    res.distances = dist
+    return res
 
 
 def sensor_variances(config: dict) -> dict:

@@ -46,7 +46,7 @@ import numpy as np
 
 from mbde_core.engine import numba_kernels
 from mbde_core.engine.integrators import MBState
-from mbde_core.estimators.base import UpdateResult
+from mbde_core.estimators.base import UpdateResult, accepted_result
 from mbde_core.estimators.reduced import FullState
 
 AUTO_STEPS = 24000  # predictions before auto compiles (2 min at 200 Hz)
@@ -181,12 +181,7 @@ def update(est, mod, st: FullState, name, value, gates):
     if gated:
         return UpdateResult([], [name], distances=dist)
     est.P = P
-    if s > 0.0:
-        e = y / math.sqrt(s)
-        res = UpdateResult([name], [], float(e[0] * e[0]), 1, y, e, math.log(s))
-    else:
-        res = UpdateResult([name], [], float("nan"), 1, y, np.full_like(y, np.nan), float("nan"))
-    res.distances = dist
+    res = accepted_result(name, y, s, dist)
     if code == 0:
         new = FullState(np.array(q), np.array(qd1), np.array(qdd), np.array(zdd), np.array(R), np.array(rd), (q, tr1, J1))
         est.state = MBState(new.q, new.qd, new.qdd)

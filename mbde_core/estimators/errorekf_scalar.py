@@ -31,7 +31,7 @@ from mbde_core.engine.fastpath import SCALAR_ERRORS, s_position
 from mbde_core.engine.integrators import MBState
 from mbde_core.engine.rk4_single import MAX_ITER
 from mbde_core.estimators import errorekf_numba
-from mbde_core.estimators.base import UpdateResult
+from mbde_core.estimators.base import UpdateResult, accepted_result
 from mbde_core.estimators.reduced import FullState
 
 
@@ -108,12 +108,7 @@ def update(est, measurements, gates):
     Kg = [p / s for p in PHt]
     dx = [k * yv for k in Kg]
     est.P = np.array(joseph2(P, Kg, H, r) if n == 2 else joseph(P, Kg, H, r))
-    if s > 0.0:
-        e = y / math.sqrt(s)
-        res = UpdateResult([name], [], float(e[0] * e[0]), 1, y, e, math.log(s))
-    else:
-        res = UpdateResult([name], [], float("nan"), 1, y, np.full_like(y, np.nan), float("nan"))
-    res.distances = dist
+    res = accepted_result(name, y, s, dist)
     try:
         correct(est, st, dx)
     except SCALAR_ERRORS:  # singular or non-finite: the generic correction decides
