@@ -28,9 +28,12 @@ def test_isolated_outlier_is_dropped_and_news_is_fused():
     z, logw = _cloud()
     truth, outlier = 0.3, -2.0
     # an outlier: explained by particles that the next reading contradicts
-    assert not _held(_ll(z, outlier)).is_news(logw, _ll(z, truth), floor=-50.0)
-    # news: the next reading agrees with the held one
-    assert _held(_ll(z, truth)).is_news(logw, _ll(z, truth + 0.01), floor=-50.0)
+    assert not _held(_ll(z, outlier), fallback=True).is_news(logw, _ll(z, truth), floor=-50.0)
+    # news: the next reading agrees with the held one (within the widened gate)
+    assert _held(_ll(z, truth), fallback=True).is_news(logw, _ll(z, truth + 0.01), floor=-50.0)
+    # beyond the widened gate (fallback False: a 100-sigma reading) it is an outlier whatever
+    # the next reading says
+    assert not _held(_ll(z, truth), fallback=False).is_news(logw, _ll(z, truth + 0.01), floor=-50.0)
 
 
 def test_a_cloud_off_the_motion_falls_back_to_the_widened_gate():

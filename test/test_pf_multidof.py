@@ -151,3 +151,38 @@ def test_threads_and_chunks_give_bit_identical_results():
     for other in out[1:]:
         for a, b in zip(out[0], other):
             assert np.array_equal(a, b)
+
+
+def test_lock_injection_keeps_the_clouds_positions_with_velocities_from_the_readings():
+    """The lock's local copies (pf_update._local_copies): a cloud at the true crank angle
+    whose velocity is 3 rad/s off gets a copy of each particle at the same position and
+    branch, its velocity from the gyroscope given that position (its own velocity widened
+    by sigma_a x lock_time as the prior); the groups (old cloud, copies, fresh uniform
+    particles) are weighted by share x evidence of the readings, so the copies, which
+    explain the gyroscope, outweigh the old cloud, which does not."""
+    sc = load_scenario(os.path.join(SCEN, "fourbar_gyro.yaml"))
+    truth = TruthRecord(sc, 0.5)
+    k = 60
+    meas = [m for m in truth.measurements(sc.sensors, 0.005, seed=3) if abs(m.stamp - truth.t[k]) < 1e-9]
+    assert meas
+    cfg = defaults("pf")
+    cfg["init"] = "gaussian"
+    est = make_estimator("pf", sc.estimator_mechanism(), sc.estimator_sensors(), cfg, rng=np.random.default_rng(4))
+    est.reset(float(truth.t[k]), InitialState(truth.z[k], truth.zd[k] + 3.0, np.full(1, 0.005), np.full(1, 0.05),
+                                              None, 0))
+    prior = est.logw.copy()
+    est.update(meas, gates={})  # as the lock's update would (its evidence of the readings: _normalise)
+    n_old, q_old, label_old, zd_old = est.N, est.q.copy(), est.label.copy(), est.qd[:, est.iz][:, 0].copy()
+    est._inject(meas, prior)
+    assert est.N == 2 * n_old + max(est.N_init // 2, 1)
+    local = slice(n_old, 2 * n_old)
+    np.testing.assert_array_equal(est.q[local], q_old)
+    np.testing.assert_array_equal(est.label[local], label_old)
+    np.testing.assert_array_equal(est.qd[:n_old][:, est.iz][:, 0], zd_old)  # the old cloud is kept as it was
+    w = np.exp(est.logw)
+    assert w.sum() == pytest.approx(1.0, abs=1e-12)
+    assert w[local].sum() > 10 * w[:n_old].sum()
+    zd_local = est.qd[local][:, est.iz][:, 0]
+    # a tenth of the old error (the positions spread 0.005 rad; gyroscope noise over its sensitivity)
+    assert np.average(np.abs(zd_local - truth.zd[k, 0]), weights=w[local]) < 0.3
+    assert np.abs(zd_old - truth.zd[k, 0]).min() > 2.0

@@ -131,6 +131,14 @@ class Estimator:
         time t. Subclasses drop what they cached at the old time."""
         self.t = float(t)
 
+    def add_restart_hypotheses(self, reason: str, ceiling: float | None = None) -> bool:
+        """Carry the restart from the initial guess as extra hypotheses of this estimate
+        after a disturbance (``jump``: the clock jumped back to the first stamp;
+        ``silence``: no reading for a while) instead of the stage choosing one. True if
+        done (the particle filter); False: the stage decides as it does for the Kalman
+        observers."""
+        return False
+
     def reacquire(self, inflation: float) -> None:
         """Widen the uncertainty after the stage's gate rejected every reading for a while
         (its re-acquisition rule), so that the next readings can be fused. Default: restart

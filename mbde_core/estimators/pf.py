@@ -56,7 +56,8 @@ Recovery (:mod:`pf_lock`): *lost* (every likelihood underflowing or ESS < 5 % N 
 of ``recovery.time``): re-initialisation from the uniform prior; *locked* (the NIS of the
 weighted mean prediction, per degree of freedom, above ``recovery.lock_nis`` over
 ``recovery.lock_time``): fresh uniform particles proposed from the readings are
-injected with ``recovery.inject`` of the weight, and the readings decide (cf. Augmented
+injected with ``recovery.inject`` of the weight, with velocity readings also a copy of
+the cloud with its velocities re-drawn from them, and the readings decide (cf. Augmented
 MCL, Thrun, Burgard & Fox 2005). Branch check (``branch_check``): a particle whose
 position problem converged on another assembly (near singular configurations) is
 relabelled (``branch_jumps``). Gating (``gate``, 0 = off; :mod:`pf_gate`); stage
@@ -160,7 +161,8 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
         self._sensor_noise = {}
         self.counts = {"resamples": 0, "updates": 0, "recoveries": 0, "propagation_failures": 0, "branch_jumps": 0,
                        "locks": 0, "regularised": 0}
-        self.recovery_reasons = {"likelihood": 0, "ess": 0, "propagation": 0, "gate": 0, "lock": 0}
+        self.recovery_reasons = {"likelihood": 0, "ess": 0, "propagation": 0, "gate": 0, "lock": 0, "jump": 0,
+                                 "silence": 0}
         self._ess_sum = 0.0
         self.ess_threshold = float(cfg["resampling"]["ess_threshold"])
         self.scheme = cfg["resampling"]["scheme"]
@@ -200,6 +202,7 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
         self._propose = False
         self._anneal_from = None  # time of the last uniform (re)initialisation while annealing
         self._uniform_from = None  # time of the last uniform (re)initialisation
+        self._inject_next = None   # (reason, share): fresh hypotheses at the next update (add_restart_hypotheses)
         self._pending = None    # dt of the last prediction whose noise is not drawn yet (adapted)
         self._fresh = True      # qdd is the model's at (q, qd)
         self._vel_readings = []  # velocity-linear readings of the last update (regularisation)
@@ -318,6 +321,47 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
         super().rebase(t)
         self.lost.shift(shift)
         self.lock.shift(shift)
+        if self._uniform_from is not None:  # the gate's grace and the annealing keep their age
+            self._uniform_from += shift
+        if self._anneal_from is not None:
+            self._anneal_from += shift
+
+    # the share of the weight of the fresh hypotheses (add_restart_hypotheses): after a jump
+    # back to the first stamp the stamps alone cannot tell a restarted motion (a bag loop)
+    # from a clock that stepped back while the mechanism moved on, equal prior odds; after a
+    # silence the open-loop cloud is one hypothesis among all, the lock's defensive share
+    RESTART_SHARES = {"jump": 0.5}
+
+    def add_restart_hypotheses(self, reason: str, ceiling: float | None = None) -> bool:
+        """The stage's two explanations of a disturbance in one cloud (a particle filter
+        carries several hypotheses): ``jump`` (the clock jumped back to the first stamp)
+        or ``silence`` (no reading for longer than the stage's lost check). The cloud goes
+        on (rebased by the stage) and at the next update fresh particles from the uniform
+        prior, proposed from the readings (and, with velocity readings, copies of the
+        cloud with velocities from them: pf_update._inject), join it with
+        RESTART_SHARES[reason] (default ``recovery.inject``) of the weight; the readings
+        decide. ceiling: the largest mechanical energy the mechanism can have now (a passive
+        mechanism after a silence, :func:`multistart.energy_ceiling`); every hypothesis
+        above it is dropped. False (the stage restarts from the initial guess instead)
+        unless the initial guess is the uniform prior. Counted in ``recovery_reasons``."""
+        if self.config["init"] != "uniform":
+            return False
+        self._inject_next = (reason, float(self.RESTART_SHARES.get(reason, self.inject)), ceiling)
+        return True
+
+    def _cap_energy(self, ceiling: float) -> None:
+        """Drop the particles whose mechanical energy exceeds ``ceiling`` (unless all do).
+
+        After a silence a passive mechanism has lost energy to friction, known or not: the
+        readings of a rocker gyroscope cannot tell the rig resting at its stable
+        equilibrium from a state near the unstable one (both with the rocker at a dead
+        point, pf_rig_branch1 after a 2 s gap), its energy can (multistart.energy_ceiling)."""
+        E = self.mech.energy(self.q, self.qd)
+        keep = np.isfinite(E) & (E <= ceiling)
+        if keep.any() and not keep.all():
+            lw = np.where(keep, self.logw, -np.inf)
+            top = lw.max()
+            self.logw = lw - (top + math.log(float(np.sum(np.exp(lw - top)))))
 
     def reacquire(self, inflation: float) -> None:
         """The stage's gate rejected every reading for a while: re-initialise (uniform prior)."""

@@ -127,14 +127,19 @@ def noise_jacobian(sensor, q, qd, qdd, Rc, dt, h0=None, memo=None):
     return G
 
 
-def velocity_proposal(mech, sensors, noise, q, zd_lo, zd_hi, t, rng, measurements):
+def velocity_proposal(mech, sensors, noise, q, zd_lo, zd_hi, t, rng, measurements, prior=None):
     """(zd (N, g), log p(o | z, B) (N,)) for readings linear in qd (module docstring).
 
     noise(name) -> (Sigma_s, W). Draws outside [zd_lo, zd_hi] or with a non-finite
-    reading model get log-weight -inf and a prior velocity (harmless until resampled)."""
+    reading model get log-weight -inf and a prior velocity (harmless until resampled).
+    prior: (mean (N, g), variance (g,)) of a Gaussian prior of zd per particle instead of
+    the moments of the uniform [zd_lo, zd_hi] (a lock's copies of the cloud, pf_update)."""
     N, g = q.shape[0], mech.dof
-    m0 = 0.5 * (zd_lo + zd_hi)
-    var = np.maximum((zd_hi - zd_lo) ** 2 / 12.0, 1e-300)
+    if prior is None:
+        m0 = 0.5 * (zd_lo + zd_hi)
+        var = np.maximum((zd_hi - zd_lo) ** 2 / 12.0, 1e-300)
+    else:
+        m0, var = np.asarray(prior[0], dtype=float), np.maximum(np.asarray(prior[1], dtype=float), 1e-300)
     R = kinematics.r_matrix(mech, q)  # (N, n, g)
     qd0 = kinematics.velocity(mech, q, np.broadcast_to(m0, (N, g)), t=t)
     ys, Hs, Ss = [], [], []

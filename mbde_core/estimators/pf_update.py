@@ -34,11 +34,12 @@ from mbde_core.estimators.resampling import effective_sample_size
 class _Reading:
     """One accepted reading and the cloud's predictions of it."""
 
-    __slots__ = ("m", "s", "pred", "r", "R", "W", "C", "y", "at_state")
+    __slots__ = ("m", "s", "pred", "r", "R", "W", "C", "y", "at_state", "G")
 
-    def __init__(self, m, s, pred, r, R, W, C, y, at_state=False):
+    def __init__(self, m, s, pred, r, R, W, C, y, at_state=False, G=None):
         self.m, self.s, self.pred, self.r, self.R, self.W, self.C, self.y = m, s, pred, r, R, W, C, y
         self.at_state = at_state  # pred = h(q, qd, qdd) at the particles' state (no lag)
+        self.G = G  # (N, d, g) dh/dv of the step's noise if the gate computed it (pf_proposal.noise_jacobian)
 
 
 def _velocity_linear(s) -> bool:
@@ -66,6 +67,9 @@ class ParticleUpdate:
     # pf_rig_branch0/1 with mbde bench faults' outliers, seeds 0-11: acquisitions longer than
     # 1 s 15 -> 9 of 72 runs, pf_sim 3 -> 0)
     HOLD = True
+    # a lock also injects copies of the cloud with velocities from the readings (_local_copies;
+    # mbde bench pf --only multidof, 20 seeds: pf_rig_branch0 17/20 -> 20/20 converged)
+    LOCAL_COPIES = True
 
     def _temper(self, ll):
         """The annealed likelihood of the first ``uniform.anneal`` seconds after a uniform
@@ -138,19 +142,27 @@ class ParticleUpdate:
             C = np.einsum("n,ni,nj->ij", w, dev, dev)
             r = s.residual(value[None, :], pred)
             limit = gates.get(m.sensor)
+            G = None
             if limit is not None and limit > 0:
-                Wg = kernel_whitening(R, C, n_eff)
+                # the step's acceleration noise widens each particle's prediction too: with the
+                # adapted proposal p(o | x_i) = N(h_i, R + sigma_a^2 G_i G_i^T) (pf_proposal),
+                # its weighted mean in the kernel (without it pf_rig_branch1 rejected 6 correct
+                # gyroscope readings in a row at 20 rad/s, near a dead point where G changes
+                # 300-fold in 10 ms, and drifted off)
+                G = self._noise_jacobian(s, qdd_full if s.uses_qdd else self.qdd, pred if at_state else None)
+                Rn = R if G is None else R + self.sigma_a ** 2 * np.einsum("n,ndg,nkg->dk", w, G, G)
+                Wg = kernel_whitening(Rn, C, n_eff)
                 eg = np.einsum("nd,kd->nk", r, Wg)
                 d2 = predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), self.logw, pred, s.residual, Wg, w=w)
                 self._distances.append((m.sensor, d2))  # UpdateResult.distances: the stage's adaptive gate scale
                 if not d2 <= limit:
                     if hold and suspects is not None:  # judged at the next update (pf_hold)
-                        suspects.append(_Reading(m, s, pred, r, R, W, C, s.residual(value, mean), at_state))
+                        suspects.append(_Reading(m, s, pred, r, R, W, C, s.residual(value, mean), at_state, G))
                         self._suspect_fallback &= d2 <= limit * self.GRACE_WIDEN
                     else:
                         rejected.append(m.sensor)
                     continue
-            out.append(_Reading(m, s, pred, r, R, W, C, s.residual(value, mean), at_state))
+            out.append(_Reading(m, s, pred, r, R, W, C, s.residual(value, mean), at_state, G))
         return out, rejected
 
     def log_likelihood(self, measurements, gates=None):
@@ -161,6 +173,22 @@ class ParticleUpdate:
         ll = plain_log_likelihood(rd, self.N)
         return ll, [x.m.sensor for x in rd], rejected, [x.y for x in rd], [x.C + x.R for x in rd]
 
+    def _noise_jacobian(self, s, qdd, h0):
+        """G (N, d, g) of sensor s for the step's pending noise (pf_proposal.noise_jacobian),
+        or None when the proposal draws no noise now. The columns R of the current particle
+        arrays are memoised with them."""
+        dt = self._pending or 0.0
+        if not (self.adapted and self.sigma_a > 0):
+            return None
+        return prop.noise_jacobian(s, self.q, self.qd, qdd, self._r_columns(), dt, h0, self._h_memo())
+
+    def _r_columns(self):
+        """prop.r_columns at the current particles (memoised on the identity of q)."""
+        memo = self.__dict__.get("_rc_memo")
+        if memo is None or memo[0] is not self.q:
+            memo = self._rc_memo = (self.q, prop.r_columns(self.mech, self.q, self._aux))
+        return memo[1]
+
     def _adapted_weights(self, rd):
         """log-evidence (N,) of the readings, drawing the step's noise (pf_proposal), and the
         noise term of each reading's predictive covariance."""
@@ -168,7 +196,6 @@ class ParticleUpdate:
         dt = self._pending or 0.0
         if not (self.adapted and self.sigma_a > 0):
             return plain_log_likelihood(rd, N), [np.zeros_like(x.R) for x in rd]
-        Rc = prop.r_columns(self.mech, self.q, self._aux)
         qdd_full = None
         yws, Gws, extra = [], [], []
         w = self.weights()
@@ -176,8 +203,9 @@ class ParticleUpdate:
         for x in rd:
             if x.s.uses_qdd and qdd_full is None:
                 qdd_full = self._accelerations()
-            G = prop.noise_jacobian(x.s, self.q, self.qd, qdd_full if x.s.uses_qdd else self.qdd, Rc, dt,
-                                    x.pred if x.at_state else None, self._h_memo())
+            G = x.G
+            if G is None:
+                G = self._noise_jacobian(x.s, qdd_full if x.s.uses_qdd else self.qdd, x.pred if x.at_state else None)
             yws.append(np.einsum("nd,kd->nk", x.r, x.W))
             Gws.append(np.einsum("ij,njg->nig", x.W, G))
             extra.append(s2 * np.einsum("n,ndg,nkg->dk", w, G, G))
@@ -194,19 +222,22 @@ class ParticleUpdate:
         if wild.any():
             v[wild] = self.sigma_a * self.rng.standard_normal((int(wild.sum()), g))
         if dt > 0:
-            self._impulse(v, dt, Rc)
+            self._impulse(v, dt, self._r_columns())
         else:
             self.v, self._pending = v, None
         return ll, extra
 
-    def _fresh_weights(self, rd):
+    def _fresh_weights(self, rd, keep_z=False, zd_prior=None):
         """Weights (N,) of a freshly drawn uniform set at its first readings: position and
-        velocity proposals (pf_proposal), then the other readings' evidence."""
+        velocity proposals (pf_proposal), then the other readings' evidence. keep_z: no
+        position proposal (the set's positions are the old cloud's, see _inject); zd_prior:
+        the velocity proposal's Gaussian prior (mean (N, g), variance (g,)) instead of the
+        uniform range's."""
         uni = self.config["uniform"]
         ll = np.zeros(self.N)
         used = set()
         pos = [x for x in rd if _position_only(x.s)]
-        if pos and uni.get("position_proposal", True):
+        if pos and uni.get("position_proposal", True) and not keep_z:
             sigma0 = np.maximum((self.z_hi - self.z_lo) / math.sqrt(12.0), 1e-9)  # the prior's own spread
             q, lp = prop.position_proposal(self.mech, self.sensors, self._noise, self.atlas, self.q, self.label,
                                            sigma0, self.t, self.rng, [x.m for x in pos])
@@ -217,7 +248,7 @@ class ParticleUpdate:
         vel = [x for x in rd if _velocity_linear(x.s)]
         if vel and uni.get("velocity_proposal", True):
             zd, lv = prop.velocity_proposal(self.mech, self.sensors, self._noise, self.q, self.zd_lo, self.zd_hi,
-                                            self.t, self.rng, [x.m for x in vel])
+                                            self.t, self.rng, [x.m for x in vel], prior=zd_prior)
             self.qd = kinematics.velocity(self.mech, self.q, zd, t=self.t)
             ll += lv
             used |= {x.m.sensor for x in vel}
@@ -262,6 +293,7 @@ class ParticleUpdate:
             nis, e, logdet = None, None, None
         result = UpdateResult(accepted, rejected, nis, int(y.size), y, e, logdet, distances=self._distances)
         underflow = not ll.max() >= self.ll_floor
+        prior_logw = self.logw
         ess, w = self._normalise(self._temper(ll))
         collapse = ess is None or ess < self.collapse_fraction * self.N
         if self.recovery and self.lost(self.t, underflow or collapse):
@@ -272,8 +304,22 @@ class ParticleUpdate:
             if ll.max() >= self.ll_floor:  # else the new uniform set stays unweighted
                 self._normalise(ll)
             return result
-        if self.lock(self.t, nis, int(y.size)):
-            self._inject([x.m for x in rd])
+        if self._inject_next is not None and self._injection_due(measurements):  # the stage's disturbance
+            reason, share, ceiling = self._inject_next  # (add_restart_hypotheses)
+            self._inject_next = None
+            # every reading of the slot proposes the fresh hypotheses and judges the groups,
+            # also those the gate rejected against the old cloud (a restarted motion's encoder)
+            off = [m for m in measurements if m.sensor in rejected]
+            if off:
+                self._log_evidence += _lse(self.logw + plain_log_likelihood(self._readings(off, {})[0], self.N))
+            self._inject(list(measurements), prior_logw, share, reason)
+            if ceiling is not None:
+                self._cap_energy(ceiling)
+            self._uniform_from = self.t  # the gate's grace, as after a uniform start: the fresh hypotheses converge
+            w = self.weights()
+            ess = effective_sample_size(w)
+        elif self.lock(self.t, nis, int(y.size)):
+            self._inject([x.m for x in rd], prior_logw)
             w = self.weights()
             ess = effective_sample_size(w)
         if ess is not None and ess < self.ess_threshold * self.N and self._held is None:
@@ -309,10 +355,12 @@ class ParticleUpdate:
         logw = self.logw + ll
         top = logw.max()
         if not np.isfinite(top):
+            self._log_evidence = -math.inf
             return None, None
         e = np.exp(logw - top)
         total = float(np.sum(e))
-        self.logw = logw - (top + math.log(total))
+        self._log_evidence = top + math.log(total)  # log p(readings | cloud) (weights summed to 1)
+        self.logw = logw - self._log_evidence
         w = e / total
         self._w = w
         ess = effective_sample_size(w)
@@ -320,30 +368,105 @@ class ParticleUpdate:
         self._ess_sum += ess
         return ess, w
 
-    def _inject(self, measurements):
-        """The lock's remedy (pf_lock): add fresh uniform particles proposed from the
-        readings with ``recovery.inject`` of the total weight."""
-        self.counts["locks"] += 1
-        self.recovery_reasons["lock"] += 1
-        old = (self.q, self.qd, self.qdd, self.v, self.label, self.logw, self._fresh)
-        M = max(self.N_init // 2, 1)
+    INJECT_WAIT = 0.05  # [s] a restart's fresh hypotheses wait this long at most for a position reading
+
+    def _injection_due(self, measurements) -> bool:
+        """A disturbance's fresh hypotheses are drawn at the first update that has a position
+        reading when the sensors have one (the position proposal places them; drawn at a
+        coupler gyroscope's reading alone, 500 of them spread over both branches and the
+        circle left a handful near the truth: test_faults' loop, 0.3 s at 0.06-0.09 rad),
+        or after INJECT_WAIT."""
+        if not any(_position_only(s) for s in self.sensors):
+            return True
+        since = self.__dict__.setdefault("_inject_since", self.t)
+        if any(_position_only(self.sensors[m.sensor]) for m in measurements) or self.t - since >= self.INJECT_WAIT:
+            del self._inject_since
+            return True
+        return False
+
+    def _inject(self, measurements, prior_logw=None, share=None, reason="lock"):
+        """The lock's remedy (pf_lock), and the stage's disturbances (add_restart_hypotheses):
+        add fresh uniform particles proposed from the readings and, when velocity readings
+        exist, copies of the cloud whose velocities are re-proposed from the readings
+        (_local_copies). The groups' prior shares are ``share`` (default
+        ``recovery.inject``) for the fresh particles and the rest, halved between them,
+        for the old cloud and its copies; each share is multiplied by its group's evidence
+        of this update's readings (a mixture proposal: a copy of a cloud on the wrong
+        assembly branch cannot explain a coupler gyroscope whatever its velocity, e^-25
+        against e^-1 for the fresh particles on the right one), then the next readings
+        decide."""
+        if reason == "lock":
+            self.counts["locks"] += 1
+        self.recovery_reasons[reason] += 1
+        old = (self.q, self.qd, self.qdd, self.v, self.label, self.logw)
         lost = (list(self.lost.hist), self.lost.since)  # the injection does not restart the lost test
+        a = self.inject if share is None else float(share)
+        ev_old = getattr(self, "_log_evidence", 0.0)  # of this update's readings (_normalise)
+        local = self._local_copies(old, measurements, prior_logw)
+        rest = (1.0 - a) * (0.5 if local is not None else 1.0)
+        groups = [(old[:5], old[5], rest, ev_old)]  # (arrays, log-weights within, prior share, log-evidence)
+        if local is not None:
+            groups.append((local[0], local[1], rest, local[2]))
+        M = max(self.N_init // 2, 1)
         self._set(*self._draw_uniform(M))
-        self.lost.hist.extend(lost[0])
-        self.lost.since = lost[1]
         rd, _ = self._readings(measurements, {})
         ll = self._fresh_weights(rd)
-        top = ll.max()
-        a = self.inject
-        if not np.isfinite(top):
-            lw_new = np.full(M, -np.inf)
-        else:
-            lw_new = ll - (top + math.log(np.sum(np.exp(ll - top)))) + math.log(a)
-        new = (self.q, self.qd, self.qdd, self.v, self.label)
-        self.q, self.qd, self.qdd, self.v, self.label = (np.concatenate([o, n]) for o, n in zip(old[:5], new))
+        groups.append(((self.q, self.qd, self.qdd, self.v, self.label), _share(ll, 1.0), a, _lse(ll) - math.log(M)))
+        lg = np.array([math.log(g[2]) + g[3] if g[2] > 0 else -math.inf for g in groups])
+        if not np.isfinite(lg).any():  # no group explains the readings: the prior shares
+            lg = np.array([math.log(g[2]) if g[2] > 0 else -math.inf for g in groups])
+        lg = lg - _lse(lg)
+        self.q, self.qd, self.qdd, self.v, self.label = (np.concatenate(x) for x in zip(*(g[0] for g in groups)))
         self.N = self.q.shape[0]
-        self.logw = np.concatenate([old[5] + math.log(1.0 - a) if a < 1 else np.full(len(old[5]), -np.inf), lw_new])
+        self.logw = np.concatenate([g[1] + x for g, x in zip(groups, lg)])
         self._fresh = False  # the old particles' qdd may be stale: recompute at the next step
         self._unique = self.N
         self.propagator.drop()
+        self.lost.hist.extend(lost[0])
+        self.lost.since = lost[1]
         self.lock.restart(self.t)
+
+    def _local_copies(self, old, measurements, prior_logw):
+        """A copy of each particle of the locked cloud keeping its position and branch, its
+        velocity drawn from the velocity readings given that position (the proposal of a
+        uniform start, pf_proposal.velocity_proposal), weighted by its weight before this
+        update times the readings' evidence: ((q, qd, qdd, v, label), log-weights summing
+        to 1, log-evidence of the readings), or None without velocity readings or when no copy explains them. The
+        velocity's prior is the particle's own, widened by sigma_a x ``lock_time`` (the
+        drift an unmodelled acceleration of one sigma_a causes over the lock's window): a
+        reading blind to some velocity (a coupler gyroscope near a dead point) leaves it
+        where it was instead of anywhere in the uniform range (the velocities of the test
+        rig of test_faults scattered over +/- 10 rad/s, the mean with them).
+
+        A cloud that tracks the position but whose velocity drifted from the truth (an
+        unmodelled friction while a gyroscope was insensitive, near a dead point of the
+        linkage: pf_rig) explains the returning readings badly and locks; fresh uniform
+        particles alone then replace it with whatever far hypothesis fits a few readings
+        (the other assembly branch on pf_rig), losing the track's history."""
+        if prior_logw is None or not self.LOCAL_COPIES or not any(_velocity_linear(self.sensors[m.sensor]) for m in measurements):
+            return None
+        zd = old[1][:, self.iz]
+        self._set(old[0], zd, old[4])
+        rd, _ = self._readings(measurements, {})
+        s = self.sigma_a * self.lock.slow.T  # the velocity an unmodelled acceleration of sigma_a adds over the lock's window
+        ll = self._fresh_weights(rd, keep_z=True, zd_prior=(zd, np.full(self.g, s * s)) if s > 0 else None)
+        lw = _share(prior_logw + ll, 1.0)
+        if not np.isfinite(lw).any():
+            return None
+        return (self.q, self.qd, self.qdd, self.v, self.label), lw, _lse(prior_logw + ll)
+
+
+def _lse(x) -> float:
+    """log sum exp(x) (-inf when no entry is finite)."""
+    top = float(np.max(x)) if len(x) else -math.inf
+    if not math.isfinite(top):
+        return top if top == math.inf else -math.inf
+    return top + math.log(float(np.sum(np.exp(x - top))))
+
+
+def _share(ll, a):
+    """log-weights proportional to exp(ll) summing to a (all -inf when none is finite)."""
+    top = ll.max()
+    if not np.isfinite(top):
+        return np.full(ll.shape, -np.inf)
+    return ll - (top + math.log(np.sum(np.exp(ll - top)))) + math.log(a)

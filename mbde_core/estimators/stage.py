@@ -347,6 +347,7 @@ class EstimatorStage(StageRecovery):
                 ceiling = self._ceiling() if silence > LOST_CHECK_GAP else None
                 self._step_to(k_m)
                 if silence > LOST_CHECK_GAP:  # lost in the gap: anywhere (an open-loop covariance is optimistic)
+                    self._active.add_restart_hypotheses("silence", ceiling)  # a particle filter: in its cloud
                     self._multistart(self.t0 + self.k * self.dt, anywhere_if_lost=True, after_gap=True,
                                      ceiling=ceiling, zd_hint=self._seen_zd)
             self._in_flight = None

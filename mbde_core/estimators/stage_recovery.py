@@ -37,10 +37,12 @@ class StageRecovery:
         self._carry_on(m)
         if self._two_hypotheses(m.stamp, loop):
             return
-        if loop:
+        if loop and not self._active.add_restart_hypotheses("jump"):
             self._start(m.stamp)  # back to where the data started: a bag loop, the initial guess fits
             self._disturbed(m.stamp)
             return
+        # (a particle filter carries both explanations of a loop in its cloud: it goes on
+        # below, and the initial guess's hypotheses join it at the next update)
         # the same state at the new time: _carry_on predicted it to one sensor period after its
         # last reading (fused into the last old slot's state, m put the ADE-KF a step behind)
         self.t0, self.k, self.pending, self._last_stamp = m.stamp, 0, [], {}
@@ -107,8 +109,9 @@ class StageRecovery:
         return True
 
     def _ceiling(self) -> float | None:
-        """The energy ceiling after a silence starting now (:func:`multistart.energy_ceiling`)."""
-        if self.bank_size < 2 or self._bank is not None:
+        """The energy ceiling after a silence starting now (:func:`multistart.energy_ceiling`)
+        for the multi-start bank or an estimator carrying its own hypotheses (the PF)."""
+        if self._bank is not None:
             return None
         try:
             return energy_ceiling(self.est, self.est.estimate())
