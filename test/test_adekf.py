@@ -205,6 +205,26 @@ def test_transition_and_measurement_jacobians(source, rates, learned_slider):
     assert np.max(np.abs(H_fd - lin.H)) < 1e-7 * np.max(np.abs(lin.H))
 
 
+@pytest.mark.parametrize("rates", [False, True])
+def test_one_dof_float_path_equals_the_numpy_path(mechanisms, rates):
+    from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
+    from mbde_core.minimal.exact import ExactMap
+
+    mech = mechanisms["fourbar"]  # no loads: augmented_g1 applies (not with a torque input)
+    ss = load_sensors(parse_yaml("\n".join(SENSORS.replace("rod", "coupler").splitlines()[2:])), mech)
+    inputs = parse_inputs(mech, [{"coordinate": mech.coordinate_names[mech.independent[0]]}, {"force": "P2", "direction": [1, 1]}])
+    model = AugmentedModel(mech, ss, ExactMap(mech), inputs, input_rates=rates)
+    assert model._g1
+    x = np.array([0.7, 3.5, 0.3, -0.2] + ([4.0, -3.0] if rates else []))
+    jet = model.jet(x[:1])
+    a, b = model.evaluate(0.3, x, jet, ss.names), model.evaluate(0.3, x, jet, ss.names, jacobians=False)
+    model._g1 = False
+    c, d = model.evaluate(0.3, x, jet, ss.names), model.evaluate(0.3, x, jet, ss.names, jacobians=False)
+    for u, v in ((a, c), (b, d)):
+        for f in ("q", "qd", "qdd", "zdd", "S", "h") + (("A", "H") if u is a else ()):
+            np.testing.assert_allclose(getattr(u, f), getattr(v, f), rtol=1e-12, atol=1e-12)
+
+
 # ------------------------------------------------------------------------------------------
 # observability
 # ------------------------------------------------------------------------------------------

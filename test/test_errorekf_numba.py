@@ -111,3 +111,14 @@ def test_auto_rule_compiles_in_the_background_after_a_long_run(mechanisms, monke
     assert a._nb is not None and b._nb is None
     np.testing.assert_allclose(a.state.q, b.state.q, rtol=0, atol=1e-12)
     np.testing.assert_allclose(a.P, b.P, rtol=1e-10, atol=1e-18)
+
+
+def test_auto_rule_keeps_a_short_run_on_the_python_path(mechanisms, monkeypatch):
+    m = mechanisms["fourbar"]
+    monkeypatch.setattr(errorekf_numba, "_cached", lambda mech: True)  # a load would be cheap, yet not paid
+    est = _errorekf(m, "auto", monkeypatch)
+    assert est._nb is None  # decided at expect_steps or the first step, not at construction
+    est.expect_steps(errorekf_numba.LOAD_STEPS - 1)
+    assert est._nb is None and est._nb_wait == errorekf_numba.AUTO_STEPS
+    est.predict(0.005)
+    assert est._nb is None

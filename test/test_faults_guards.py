@@ -260,3 +260,19 @@ def test_adaptive_gate_keeps_an_overconfident_filter_corrected():
     assert fixed_rate > 0.1 and fixed.rejected_gate > 100
     assert rate < 1e-3 and 10.0 < adaptive.gate_scale_max < 400.0
     assert e_adaptive < 1.2 * e_off + 1e-3
+
+
+def test_two_channel_gate_distance_equals_the_solve():
+    from mbde_core.estimators.kalman import gate_rows
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        A = rng.normal(size=(3, 3))
+        S = A @ A.T + np.diag([0.5, 0.1, 2.0])
+        y = rng.normal(size=3)
+        dist = []
+        gate_rows(["gyro", "acc"], [1, 2], y, S, {"gyro": 1e9, "acc": 1e9}, dist)
+        assert np.isclose(dist[1][1], y[1:] @ np.linalg.solve(S[1:, 1:], y[1:]), rtol=1e-12, atol=0)
+    dist = []
+    gate_rows(["acc"], [2], np.ones(2), np.ones((2, 2)), {"acc": 9.0}, dist)  # singular block: rejected
+    assert dist == [("acc", np.inf)]

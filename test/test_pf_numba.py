@@ -88,8 +88,9 @@ def test_steps_match_numpy_path(mechs, name):
 
 def test_threads_and_subsets_give_bit_identical_results(mechs):
     m = mechs["fivebar"]
-    q, qd = states(m, 2001, 3)
-    extra = np.random.default_rng(4).normal(0.0, 1.0, (2001, m.dof))
+    N = nk.SERIAL_MAX + 53  # threads=2: the prange loop; threads=1 and the subset: the serial loop
+    q, qd = states(m, N, 3)
+    extra = np.random.default_rng(4).normal(0.0, 1.0, (N, m.dof))
     outs = [nk.rk4_step(m, 0.0, q, qd, None, 0.005, extra, threads=t) for t in (1, 2)]
     for x, y in zip(outs[0][:4], outs[1][:4]):
         assert np.array_equal(x, y)

@@ -56,7 +56,9 @@ Otherwise (a short run of a small set on a mechanism never compiled here, e.g. t
 tests of many mechanisms) numpy runs and nothing is compiled. ``numba`` forces it
 whenever possible. Sets below ``SERIAL_MAX`` particles run on one numba thread (the
 parallel loop's start-up costs more than it saves there and the replay's worker
-processes already fill the cores).
+processes already fill the cores): ``rk4_all``'s plain loop in the calling thread, so a
+step hands nothing over to a numba thread (on a busy machine that thread waited for a
+time slice at every step: replay's pf worker 13.7 s wall for 5.4 s of CPU).
 """
 from __future__ import annotations
 
@@ -260,10 +262,12 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
     ok, bad = np.empty(N, dtype=bool), np.empty(N, dtype=bool)
     otr, oj, orr = np.empty((mod.NT, N)), np.empty((mod.NJ, N)), np.empty((n * g, N))
     nb = numba()
+    serial = N < SERIAL_MAX or int(threads) <= 1
     with _LOCK:
-        nb.set_num_threads(1 if N < SERIAL_MAX else max(1, min(int(threads), nb.config.NUMBA_NUM_THREADS)))
+        if not serial:
+            nb.set_num_threads(max(1, min(int(threads), nb.config.NUMBA_NUM_THREADS)))
         mod.rk4_all(Q, QD, QDD, qdd is not None, V, extra is not None, tv[0], tv[1], tv[2], float(h),
-                    oq, oqd, oqdd, ok, bad, otr, oj, orr)
+                    oq, oqd, oqdd, ok, bad, otr, oj, orr, serial)
     ctx = fastpath.Context(N, tuple(otr), tuple(oj), tuple(tuple(orr[i * g + k] for k in range(g)) for i in range(n)))
     if bad.any():  # non-finite values met: the numpy path decides for those particles
         from mbde_core.engine.integrators import MBState, get_integrator

@@ -18,7 +18,8 @@ design). The text is made of
   limited to the length scale, |Phi| <= 1e-14 max(1, L^2));
 - ``rk4_one``: :class:`mbde_core.engine.integrators.RK4`'s algorithm on one particle
   (the same predictors and stage order), and ``rk4_all``: the ``prange`` loop over
-  particles, batch-last (n, N) like the numpy path, writing the outputs and the kernel context at the result (sin/cos, the
+  particles (or, ``serial``, a plain loop in the calling thread), batch-last (n, N) like
+  the numpy path, writing the outputs and the kernel context at the result (sin/cos, the
   Jacobian entries, R, batch-last);
 - for the errorEKF of one state (:mod:`mbde_core.estimators.errorekf_numba`, which calls
   ``rk4_one`` directly): ``correct_one`` (position problem + ``post``), and, when the
@@ -185,17 +186,28 @@ def correct_one(z, zd, guess, tv):
     return q, ok, bad, tr, J, qd, zdd, qdd, R, rd
 
 
+@njit(**OPTS)
+def rk4_particle(p, Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, bad, otr, oj, orr):
+    """Particle p (column p of the batch-last Q, QD, QDD (n, N), V (g, N)) by rk4_one;
+    its outputs and kernel context at the result into column p of the outputs."""
+    vp = col_g(V, p) if has_v else ZERO_G
+    qddp = col_n(QDD, p) if has_qdd else ZERO_N
+    q1, qd1, qdd1, okp, badp, tr1, J1, R1, _zdd1, _rd1 = rk4_one(col_n(Q, p), col_n(QD, p), qddp, has_qdd, vp, t0v, t1v, t2v, h)
+    ok[p] = okp
+    bad[p] = badp
+    store(p, q1, qd1, qdd1, tr1, J1, R1, oq, oqd, oqdd, otr, oj, orr)
+
+
 @njit(parallel=True, **OPTS)
-def rk4_all(Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, bad, otr, oj, orr):
-    """Every particle (columns of the batch-last Q, QD, QDD (n, N), V (g, N)) by rk4_one;
-    outputs and the kernel context at the result, batch-last."""
-    for p in prange(Q.shape[1]):
-        vp = col_g(V, p) if has_v else ZERO_G
-        qddp = col_n(QDD, p) if has_qdd else ZERO_N
-        q1, qd1, qdd1, okp, badp, tr1, J1, R1, _zdd1, _rd1 = rk4_one(col_n(Q, p), col_n(QD, p), qddp, has_qdd, vp, t0v, t1v, t2v, h)
-        ok[p] = okp
-        bad[p] = badp
-        store(p, q1, qd1, qdd1, tr1, J1, R1, oq, oqd, oqdd, otr, oj, orr)
+def rk4_all(Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, bad, otr, oj, orr, serial):
+    """Every particle by rk4_particle: on numba's threads (prange), or with ``serial`` in
+    a plain loop in the calling thread (a small set: no thread launch, no hand-over)."""
+    if serial:
+        for p in range(Q.shape[1]):
+            rk4_particle(p, Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, bad, otr, oj, orr)
+    else:
+        for p in prange(Q.shape[1]):
+            rk4_particle(p, Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, bad, otr, oj, orr)
 '''
 
 

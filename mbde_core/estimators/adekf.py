@@ -269,11 +269,18 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
         self.x, self.P = x, P
 
     def _innovation(self, names, dims, o, lin):
-        """(y, R): the innovation of the readings o at the linearisation lin, and R."""
+        """(y, R): the innovation of the readings o at the linearisation lin, and R (read-only,
+        built once per list of sensors: it depends on nothing else)."""
+        key = tuple(names)
+        memo = self.__dict__.setdefault("_R_memo", {})
+        if key not in memo:
+            R = np.diag(np.concatenate([np.full(self.sensors[n].dim, self._sigma[n]) if n in self._sigma
+                                        else np.diag(self.sensors[n].covariance()) for n in names]))
+            R.setflags(write=False)
+            memo[key] = (R, np.cumsum([0] + dims[:-1]).tolist())
+        R, starts = memo[key]
         y = np.concatenate([self.sensors[n].residual(o[k : k + d], lin.h[k : k + d])
-                            for n, k, d in zip(names, np.cumsum([0] + dims[:-1]), dims)])
-        R = np.diag(np.concatenate([np.full(self.sensors[n].dim, self._sigma[n]) if n in self._sigma
-                                    else np.diag(self.sensors[n].covariance()) for n in names]))
+                            for n, k, d in zip(names, starts, dims)])
         return y, R
 
     def reacquire(self, inflation: float) -> None:

@@ -100,11 +100,24 @@ class ErrorEKF(CovarianceInflation, Estimator):
         # rk4 of one state straight on the scalar kernels (engine.rk4_single), if it applies
         K = fastpath.kernels(mech)
         self._kernels = K if (config["integrator"] == "rk4" and K is not None and not mech.drivers) else None
-        # the same steps compiled with numba (errorekf_numba: when cached or after a long run)
-        self._nb = errorekf_numba.select(mech) if self._kernels is not None else None
-        self._nb_wait = errorekf_numba.AUTO_STEPS if (
-            self._kernels is not None and self._nb is None and errorekf_numba.requested() == "auto") else -1
+        # the same steps compiled with numba (errorekf_numba: when cached and the run is long
+        # enough, or after a long run); in auto decided at expect_steps or the first step
+        self._nb, self._nb_wait, self._nb_open = None, -1, self._kernels is not None
+        if self._nb_open and errorekf_numba.requested() != "auto":
+            self._decide_backend()
         self.full: FullState | None = None  # R and the kernel context at the simulation state
+
+    def expect_steps(self, steps: int) -> None:
+        """The caller will run about ``steps`` steps (a replay knows its bag's length): a short
+        run stays on the Python path even if the compiled one is cached (errorekf_numba.select)."""
+        if self._nb_open:
+            self._decide_backend(steps)
+
+    def _decide_backend(self, steps: int | None = None) -> None:
+        """The compiled path or the Python one (errorekf_numba's rules), once."""
+        self._nb_open = False
+        self._nb = errorekf_numba.select(self.mech, steps=steps)
+        self._nb_wait = errorekf_numba.AUTO_STEPS if (self._nb is None and errorekf_numba.requested() == "auto") else -1
 
     # -- helpers ------------------------------------------------------------------------------
     def _extra_zdd(self, q):
@@ -192,6 +205,8 @@ class ErrorEKF(CovarianceInflation, Estimator):
         return F, Qd
 
     def predict(self, dt: float) -> None:
+        if self._nb_open:
+            self._decide_backend()
         q = self.state.q
         F, Qd = self._F_and_Q(dt, q)
         extra = self._extra_zdd(q) if (self.acc or self.k) else None
@@ -274,6 +289,8 @@ class ErrorEKF(CovarianceInflation, Estimator):
         return self.full
 
     def update(self, measurements, gates=None):
+        if self._nb_open:
+            self._decide_backend()
         if self._kernels is not None and errorekf_scalar.applies(self, measurements):
             try:
                 res = errorekf_scalar.update(self, measurements, gates)

@@ -29,8 +29,9 @@ five-bar (2 DOF) and a slider-crank). A computation that meets a non-finite valu
 When the compiled path is used (``MBDE_EKF_BACKEND`` = ``python`` | ``numba`` |
 ``auto``, default auto): numba importable, the mechanism has generated kernels and no
 drivers, and, in auto, either numba's disk cache already holds the compiled functions
-for this mechanism (a load costs ~0.5 s), or the estimator has run :data:`AUTO_STEPS`
-predictions in this process: a long run, which then compiles in a background thread
+for this mechanism (a load costs ~0.5 s) and the run is not known to be short (the
+caller's ``expect_steps``: at least :data:`LOAD_STEPS` steps), or the estimator has run
+:data:`AUTO_STEPS` predictions in this process: a long run, which then compiles in a background thread
 (:class:`Background`; the one-time compile, ~10-20 s of CPU on a busy 2-core machine,
 is repaid within ~2 min of 200 Hz data) while it goes on in Python, and switches when
 the compiled functions are ready. Short runs (unit tests of many mechanisms) therefore
@@ -50,6 +51,10 @@ from mbde_core.estimators.base import UpdateResult, accepted_result
 from mbde_core.estimators.reduced import FullState
 
 AUTO_STEPS = 24000  # predictions before auto compiles (2 min at 200 Hz)
+# steps from which loading the cached compiled path pays in auto: importing numba and
+# loading the functions cost ~0.6 s of CPU in a fresh process, the compiled step saves
+# ~0.1 ms (10 s fourbar_imu bag, 2000 steps: worker CPU 2.0 s compiled, 1.4 s Python)
+LOAD_STEPS = 6000
 FUNCS = ("rk4_one", "update_one")
 
 
@@ -63,13 +68,14 @@ def _cached(mech) -> bool:
     return numba_kernels.cached(mech, tuple(FUNCS))
 
 
-def select(mech, force_check: bool = False):
+def select(mech, force_check: bool = False, steps: int | None = None):
     """The compiled module for the errorEKF of ``mech``, or None (module docstring's rule).
-    force_check: the auto rule's step count was reached (compile if needed)."""
+    force_check: the auto rule's step count was reached (compile if needed); steps: the
+    steps the run expects (None: unknown)."""
     want = requested()
     if want == "python" or not numba_kernels.supported(mech):
         return None
-    if want == "auto" and not force_check and not _cached(mech):
+    if want == "auto" and not force_check and (not _cached(mech) or (steps is not None and steps < LOAD_STEPS)):
         return None
     if numba_kernels.numba() is None:
         return None

@@ -56,6 +56,8 @@ def gate_rows(names, dims, y, S, gates, distances=None):
             if d == 1:
                 s, yv = float(S[sl.start, sl.start]), float(y[sl.start])
                 d2 = yv * yv / s if s != 0.0 else np.inf  # yv * yv: inf on overflow (** 2 raises)
+            elif d == 2:  # y^T S^-1 y with the adjugate of the 2 x 2 block (no LAPACK call)
+                d2 = _d2_2x2(S, sl.start, y)
             else:
                 Sn = S[sl, sl]
                 try:
@@ -70,6 +72,18 @@ def gate_rows(names, dims, y, S, gates, distances=None):
         accepted.append(n)
         rows.extend(range(sl.start, sl.stop))
     return accepted, rejected, np.array(rows, dtype=np.intp)
+
+
+def _d2_2x2(S, k: int, y) -> float:
+    """y_s^T S_s^-1 y_s of the 2 x 2 block S[k:k+2, k:k+2] (an accelerometer's two axes, every
+    step of the observers) on floats: (a11 y0^2 - (a01 + a10) y0 y1 + a00 y1^2) / det, equal to
+    numpy.linalg.solve's to rounding; inf when the block is singular, as there."""
+    (a00, a01), (a10, a11) = S[k : k + 2, k : k + 2].tolist()
+    y0, y1 = y[k : k + 2].tolist()
+    det = a00 * a11 - a01 * a10
+    if det == 0.0 or not math.isfinite(det):
+        return np.inf
+    return (a11 * y0 * y0 - (a01 + a10) * y0 * y1 + a00 * y1 * y1) / det
 
 
 def gate(names, dims, y, S, gates, distances=None):

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbde_core.errors import ConfigError
+from mbde_core.minimal import augmented_g1
 
 
 @dataclass
@@ -165,6 +166,10 @@ class AugmentedModel:
                 i, j, L = mech.body_basis[spec.body]
                 self._torques.append((k, i, j, mech.px[i], mech.py[i], mech.px[j], mech.py[j], L * L))
         self._S0 = S
+        self._g1 = augmented_g1.applies(self)  # the dynamics on floats (augmented_g1)
+        if self._g1:
+            self._M_rows, self._S_rows, self._S_cols = mech.M.tolist(), S[:n].tolist(), S[:n].T.tolist()
+            self._Q_rows = mech.forces(0.0, mech.q0, mech.qd0).tolist()  # constant without loads
 
     # -- input projection (eq. 52, App. A) ------------------------------------------------------
     def input_matrix(self, q: np.ndarray) -> np.ndarray:
@@ -206,7 +211,13 @@ class AugmentedModel:
         """Dynamics (and Jacobians, and the named sensors' h, H) at x with the map's jet at x[:g]."""
         mech, g, na = self.mech, self.g, self.na
         x = np.asarray(x, dtype=float)
-        na = self.na
+        if self._g1:
+            q, qd, qdd, zdd, S, extra = augmented_g1.dynamics(self, t, x, jet, jacobians)
+            lin = Linearization(q, qd, qdd, zdd, S)
+            if extra is None:
+                return self._readings(lin, names, None)
+            dzdd, J, H2zd, H2zdd, H3zz = extra
+            return self._readings(self._with_A(lin, dzdd), names, (J, H2zd, H2zdd, H3zz, dzdd))
         zd, a = x[g : 2 * g], x[2 * g : 2 * g + na]
         q, J = jet.q[0], jet.J[0]
         H2 = jet.H2[0]
@@ -223,9 +234,7 @@ class AugmentedModel:
         qdd = J @ zdd + c
         lin = Linearization(q, qd, qdd, zdd, S)
         if not jacobians:
-            if names:
-                lin.h = np.concatenate([self.sensors[nm].h(q, qd, qdd) for nm in names])
-            return lin
+            return self._readings(lin, names, None)
         H3 = jet.H3[0]
         rho = fn - MJ @ zdd
         H2zdd = H2 @ zdd                                # column k = H2_k zdd
@@ -242,34 +251,51 @@ class AugmentedModel:
         rhs = np.concatenate([np.tensordot(rho, H2, axes=(0, 0)) + J.T @ (dfn_dz - M @ H2zdd),
                               J.T @ dfn_dzd, J.T @ S], axis=1)
         dzdd = Mm_inv @ rhs                             # (g, nx): [dzdd/dz, dzdd/dzd, dzdd/da]
+        return self._readings(self._with_A(lin, dzdd), names, (J, H2zd, H2zdd, H3zz, dzdd))
+
+    def _with_A(self, lin: Linearization, dzdd) -> Linearization:
+        """lin with A = F* from dzdd (g, 2g + na) = [dzdd/dz, dzdd/dzd, dzdd/da]."""
+        g, na = self.g, self.na
         A = np.zeros((self.nx, self.nx))
         A[:g, g : 2 * g] = np.eye(g)
         A[g : 2 * g, : 2 * g + na] = dzdd
         if self.input_rates:                            # a' = b (the input rates), b' = noise
             A[2 * g : 2 * g + na, 2 * g + na :] = np.eye(na)
         lin.A = A
-        if names:
-            nx = self.nx
-            dq = np.zeros((mech.n, nx))
-            dq[:, :g] = J
-            dqd = np.zeros((mech.n, nx))
-            dqd[:, :g] = H2zd
-            dqd[:, g : 2 * g] = J
-            dqdd = np.zeros((mech.n, nx))
-            dqdd[:, : 2 * g + na] = J @ dzdd
-            dqdd[:, :g] += H2zdd + H3zz
-            dqdd[:, g : 2 * g] += 2.0 * H2zd
-            hs, Hs = [], []
-            for nm in names:
-                s = self.sensors[nm]
-                fused = getattr(s, "linearize", None)  # one-state float path of the sensor
-                if fused is not None:
-                    hk, Hq, Hqd, Hqdd = fused(q, qd, qdd)
-                else:
-                    hk = s.h(q, qd, qdd)
-                    Hq, Hqd, Hqdd = s.jacobians(q, qd, qdd)
-                hs.append(hk)
-                Hs.append(Hq @ dq + Hqd @ dqd + Hqdd @ dqdd)
-            lin.h = np.concatenate(hs)
-            lin.H = np.concatenate(Hs, axis=0)
+        return lin
+
+    def _readings(self, lin: Linearization, names, terms) -> Linearization:
+        """lin with h (and H by the chain rule, eqs. 47-49, from terms = (J, H2 zd, H2 zdd,
+        H3[zd, zd], dzdd) when given) of the named sensors."""
+        if not names:
+            return lin
+        mech, g, na = self.mech, self.g, self.na
+        q, qd, qdd = lin.q, lin.qd, lin.qdd
+        if terms is None:
+            lin.h = np.concatenate([self.sensors[nm].h(q, qd, qdd) for nm in names])
+            return lin
+        J, H2zd, H2zdd, H3zz, dzdd = terms
+        nx = self.nx
+        dq = np.zeros((mech.n, nx))
+        dq[:, :g] = J
+        dqd = np.zeros((mech.n, nx))
+        dqd[:, :g] = H2zd
+        dqd[:, g : 2 * g] = J
+        dqdd = np.zeros((mech.n, nx))
+        dqdd[:, : 2 * g + na] = J @ dzdd
+        dqdd[:, :g] += H2zdd + H3zz
+        dqdd[:, g : 2 * g] += 2.0 * H2zd
+        hs, Hs = [], []
+        for nm in names:
+            s = self.sensors[nm]
+            fused = getattr(s, "linearize", None)  # one-state float path of the sensor
+            if fused is not None:
+                hk, Hq, Hqd, Hqdd = fused(q, qd, qdd)
+            else:
+                hk = s.h(q, qd, qdd)
+                Hq, Hqd, Hqdd = s.jacobians(q, qd, qdd)
+            hs.append(hk)
+            Hs.append(Hq @ dq + Hqd @ dqd + Hqdd @ dqdd)
+        lin.h = np.concatenate(hs)
+        lin.H = np.concatenate(Hs, axis=0)
         return lin

@@ -28,6 +28,7 @@ has a truncation error ~h^4 (~1e-12 relative) for the relative-angle constraints
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -202,8 +203,9 @@ class ExactMap:
                         H3[(slice(None),) + perm] = col
         except fastpath.SCALAR_ERRORS:
             return None
-        q = np.array(x)
-        if not np.all(np.isfinite(q)):
+        if not all(map(math.isfinite, x)):
             return None
-        self._last = q.copy()
-        return self._jet(q, np.array(Rrows).reshape(n, g), H2, H3, np.array([True]))
+        q = np.array([x])  # the batch of one of _jet, built directly
+        self._last = np.array(x)
+        return MapJet(q, np.array([Rrows]).reshape(1, n, g), None if H2 is None else H2[None],
+                      None if H3 is None else H3[None], np.array([True]))

@@ -159,6 +159,9 @@ class RunOutput:
         self.seen = 0
 
     def particles(self, est, rec) -> None:
+        if self.every is not None and (self.part is None or self.k % self.every):  # not kept: not built
+            self.k += 1
+            return
         cloud = est.particles()
         if cloud is not None:
             if self.every is None:

@@ -162,7 +162,7 @@ class Sensor:
         q = np.asarray(q, dtype=float)
         single = q.ndim == 1
         qb = q[None] if single else q
-        z = np.zeros_like(qb)
+        z = np.zeros_like(qb) if qd is None or qdd is None else None
         qdb = z if qd is None else np.asarray(qd, dtype=float).reshape(qb.shape)
         qddb = z if qdd is None else np.asarray(qdd, dtype=float).reshape(qb.shape)
         return qb, qdb, qddb, single
