@@ -57,8 +57,10 @@ of ``recovery.time``): re-initialisation from the uniform prior; *locked* (the N
 weighted mean prediction, per degree of freedom, above ``recovery.lock_nis`` over
 ``recovery.lock_time``): fresh uniform particles proposed from the readings are
 injected with ``recovery.inject`` of the weight, with velocity readings also a copy of
-the cloud with its velocities re-drawn from them, and the readings decide (cf. Augmented
-MCL, Thrun, Burgard & Fox 2005). Branch check (``branch_check``): a particle whose
+the cloud with its velocities re-drawn from them, each group weighted by its evidence, and
+the readings decide (:mod:`pf_inject`; cf. Augmented MCL, Thrun, Burgard & Fox 2005). The
+stage's disturbances (a jump back to the first stamp, a silence) inject the same way
+(:meth:`add_restart_hypotheses`) instead of restarting the cloud. Branch check (``branch_check``): a particle whose
 position problem converged on another assembly (near singular configurations) is
 relabelled (``branch_jumps``). Gating (``gate``, 0 = off; :mod:`pf_gate`); stage
 re-acquisition (:meth:`reacquire`): uniform re-initialisation (reason ``gate``).
@@ -92,12 +94,13 @@ from mbde_core.estimators.pf_lock import LockDetector, LostDetector
 from mbde_core.estimators.pf_outputs import ParticleOutputs
 from mbde_core.estimators.pf_parallel import Propagator
 from mbde_core.estimators.pf_resample import ParticleResampling
+from mbde_core.estimators.pf_inject import ParticleInjection
 from mbde_core.estimators.pf_update import ParticleUpdate
 
 __all__ = ["ParticleFilter", "check_config", "DEFAULTS", "LOG_UNDERFLOW"]
 
 
-class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estimator):
+class ParticleFilter(ParticleInjection, ParticleUpdate, ParticleResampling, ParticleOutputs, Estimator):
     """Particle filter over (z, zd, zdd, B) (see the module docstring).
 
     Parameters: mech (the filter's model), sensors (SensorSet), config (options, see
@@ -325,43 +328,6 @@ class ParticleFilter(ParticleUpdate, ParticleResampling, ParticleOutputs, Estima
             self._uniform_from += shift
         if self._anneal_from is not None:
             self._anneal_from += shift
-
-    # the share of the weight of the fresh hypotheses (add_restart_hypotheses): after a jump
-    # back to the first stamp the stamps alone cannot tell a restarted motion (a bag loop)
-    # from a clock that stepped back while the mechanism moved on, equal prior odds; after a
-    # silence the open-loop cloud is one hypothesis among all, the lock's defensive share
-    RESTART_SHARES = {"jump": 0.5}
-
-    def add_restart_hypotheses(self, reason: str, ceiling: float | None = None) -> bool:
-        """The stage's two explanations of a disturbance in one cloud (a particle filter
-        carries several hypotheses): ``jump`` (the clock jumped back to the first stamp)
-        or ``silence`` (no reading for longer than the stage's lost check). The cloud goes
-        on (rebased by the stage) and at the next update fresh particles from the uniform
-        prior, proposed from the readings (and, with velocity readings, copies of the
-        cloud with velocities from them: pf_update._inject), join it with
-        RESTART_SHARES[reason] (default ``recovery.inject``) of the weight; the readings
-        decide. ceiling: the largest mechanical energy the mechanism can have now (a passive
-        mechanism after a silence, :func:`multistart.energy_ceiling`); every hypothesis
-        above it is dropped. False (the stage restarts from the initial guess instead)
-        unless the initial guess is the uniform prior. Counted in ``recovery_reasons``."""
-        if self.config["init"] != "uniform":
-            return False
-        self._inject_next = (reason, float(self.RESTART_SHARES.get(reason, self.inject)), ceiling)
-        return True
-
-    def _cap_energy(self, ceiling: float) -> None:
-        """Drop the particles whose mechanical energy exceeds ``ceiling`` (unless all do).
-
-        After a silence a passive mechanism has lost energy to friction, known or not: the
-        readings of a rocker gyroscope cannot tell the rig resting at its stable
-        equilibrium from a state near the unstable one (both with the rocker at a dead
-        point, pf_rig_branch1 after a 2 s gap), its energy can (multistart.energy_ceiling)."""
-        E = self.mech.energy(self.q, self.qd)
-        keep = np.isfinite(E) & (E <= ceiling)
-        if keep.any() and not keep.all():
-            lw = np.where(keep, self.logw, -np.inf)
-            top = lw.max()
-            self.logw = lw - (top + math.log(float(np.sum(np.exp(lw - top)))))
 
     def reacquire(self, inflation: float) -> None:
         """The stage's gate rejected every reading for a while: re-initialise (uniform prior)."""

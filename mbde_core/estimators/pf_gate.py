@@ -74,11 +74,12 @@ def _logsumexp(x: np.ndarray, axis=None):
 
 def _lse(x: np.ndarray) -> float:
     """log sum exp(x) of a 1-D array as a float (:func:`_logsumexp` without its array
-    bookkeeping: the gate's hot path)."""
+    bookkeeping: the gate's hot path); -inf when every entry is -inf."""
     m = float(x.max())
     if not np.isfinite(m):
         m = 0.0
-    return math.log(float(np.exp(x - m).sum())) + m
+    total = float(np.exp(x - m).sum())
+    return math.log(total) + m if total > 0.0 else -math.inf
 
 
 def _whitened_sq(residual, pred: np.ndarray, refs: np.ndarray, W: np.ndarray) -> np.ndarray:

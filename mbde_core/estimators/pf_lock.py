@@ -27,14 +27,9 @@ of the total weight (a defensive mixture, cf. the random-particle injection of
 Augmented MCL, Thrun, Burgard & Fox 2005 sec. 8.3.5): the next readings decide between
 the old cloud and the new hypotheses (a fraction of 0.1 is ln 9 = 2.2 nats of prior
 odds, little against the evidence of a few readings), and the enlarged set shrinks
-back by KLD-sampling. With velocity readings (gyroscopes) the rest of the weight is
-shared half and half between the old cloud and a copy of it whose velocities are drawn
-from the readings given each particle's position (the velocity proposal of a uniform
-start): a cloud that kept the position but whose velocity drifted (unmodelled friction
-while a rocker gyroscope was insensitive near a dead point, pf_rig) is corrected in place
-instead of being outvoted by fresh particles that fit a few readings on the other
-assembly branch (``mbde bench pf --only multidof``, 20 seeds: pf_rig_branch0 converged
-17/20 -> 20/20, median t_c 0.58 -> 0.17 s).
+back by KLD-sampling. With velocity readings (gyroscopes) a copy of the cloud with its
+velocities re-drawn from the readings joins too, and each group's share is weighted by its
+evidence of the readings (:mod:`pf_inject`).
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ a filter step: each reading's prediction by the cloud (with the likelihood gate 
 the adapted proposal, or the readings-based proposals of a fresh uniform set), the
 tempered weights of the annealing after a uniform start, normalisation in log space
 (log-sum-exp), the ESS, the NIS of the weighted mean prediction, then the tests of
-:mod:`pf_lock` (lost: re-initialise; locked: inject fresh particles) and the selective
-resampling (:mod:`pf_resample`).
+:mod:`pf_lock` (lost: re-initialise; locked: inject fresh hypotheses, :mod:`pf_inject`,
+as after the stage's disturbances) and the selective resampling (:mod:`pf_resample`).
 
 Readings are predicted at their own stamps: a reading of the slot [t - dt/2, t + dt/2)
 (the stage fuses a 1 kHz encoder's five readings in one 5 ms update) is compared with
@@ -25,7 +25,7 @@ from mbde_core.engine import kinematics
 from mbde_core.estimators import pf_proposal as prop
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.chi2 import chi2_ppf
-from mbde_core.estimators.pf_gate import kernel_whitening, predictive_d2
+from mbde_core.estimators.pf_gate import _lse, kernel_whitening, predictive_d2
 from mbde_core.estimators.pf_hold import HeldReadings, plain_log_likelihood
 from mbde_core.estimators.pf_outputs import wsum
 from mbde_core.estimators.resampling import effective_sample_size
@@ -67,9 +67,6 @@ class ParticleUpdate:
     # pf_rig_branch0/1 with mbde bench faults' outliers, seeds 0-11: acquisitions longer than
     # 1 s 15 -> 9 of 72 runs, pf_sim 3 -> 0)
     HOLD = True
-    # a lock also injects copies of the cloud with velocities from the readings (_local_copies;
-    # mbde bench pf --only multidof, 20 seeds: pf_rig_branch0 17/20 -> 20/20 converged)
-    LOCAL_COPIES = True
 
     def _temper(self, ll):
         """The annealed likelihood of the first ``uniform.anneal`` seconds after a uniform
@@ -367,106 +364,3 @@ class ParticleUpdate:
         self.ess_before = ess
         self._ess_sum += ess
         return ess, w
-
-    INJECT_WAIT = 0.05  # [s] a restart's fresh hypotheses wait this long at most for a position reading
-
-    def _injection_due(self, measurements) -> bool:
-        """A disturbance's fresh hypotheses are drawn at the first update that has a position
-        reading when the sensors have one (the position proposal places them; drawn at a
-        coupler gyroscope's reading alone, 500 of them spread over both branches and the
-        circle left a handful near the truth: test_faults' loop, 0.3 s at 0.06-0.09 rad),
-        or after INJECT_WAIT."""
-        if not any(_position_only(s) for s in self.sensors):
-            return True
-        since = self.__dict__.setdefault("_inject_since", self.t)
-        if any(_position_only(self.sensors[m.sensor]) for m in measurements) or self.t - since >= self.INJECT_WAIT:
-            del self._inject_since
-            return True
-        return False
-
-    def _inject(self, measurements, prior_logw=None, share=None, reason="lock"):
-        """The lock's remedy (pf_lock), and the stage's disturbances (add_restart_hypotheses):
-        add fresh uniform particles proposed from the readings and, when velocity readings
-        exist, copies of the cloud whose velocities are re-proposed from the readings
-        (_local_copies). The groups' prior shares are ``share`` (default
-        ``recovery.inject``) for the fresh particles and the rest, halved between them,
-        for the old cloud and its copies; each share is multiplied by its group's evidence
-        of this update's readings (a mixture proposal: a copy of a cloud on the wrong
-        assembly branch cannot explain a coupler gyroscope whatever its velocity, e^-25
-        against e^-1 for the fresh particles on the right one), then the next readings
-        decide."""
-        if reason == "lock":
-            self.counts["locks"] += 1
-        self.recovery_reasons[reason] += 1
-        old = (self.q, self.qd, self.qdd, self.v, self.label, self.logw)
-        lost = (list(self.lost.hist), self.lost.since)  # the injection does not restart the lost test
-        a = self.inject if share is None else float(share)
-        ev_old = getattr(self, "_log_evidence", 0.0)  # of this update's readings (_normalise)
-        local = self._local_copies(old, measurements, prior_logw)
-        rest = (1.0 - a) * (0.5 if local is not None else 1.0)
-        groups = [(old[:5], old[5], rest, ev_old)]  # (arrays, log-weights within, prior share, log-evidence)
-        if local is not None:
-            groups.append((local[0], local[1], rest, local[2]))
-        M = max(self.N_init // 2, 1)
-        self._set(*self._draw_uniform(M))
-        rd, _ = self._readings(measurements, {})
-        ll = self._fresh_weights(rd)
-        groups.append(((self.q, self.qd, self.qdd, self.v, self.label), _share(ll, 1.0), a, _lse(ll) - math.log(M)))
-        lg = np.array([math.log(g[2]) + g[3] if g[2] > 0 else -math.inf for g in groups])
-        if not np.isfinite(lg).any():  # no group explains the readings: the prior shares
-            lg = np.array([math.log(g[2]) if g[2] > 0 else -math.inf for g in groups])
-        lg = lg - _lse(lg)
-        self.q, self.qd, self.qdd, self.v, self.label = (np.concatenate(x) for x in zip(*(g[0] for g in groups)))
-        self.N = self.q.shape[0]
-        self.logw = np.concatenate([g[1] + x for g, x in zip(groups, lg)])
-        self._fresh = False  # the old particles' qdd may be stale: recompute at the next step
-        self._unique = self.N
-        self.propagator.drop()
-        self.lost.hist.extend(lost[0])
-        self.lost.since = lost[1]
-        self.lock.restart(self.t)
-
-    def _local_copies(self, old, measurements, prior_logw):
-        """A copy of each particle of the locked cloud keeping its position and branch, its
-        velocity drawn from the velocity readings given that position (the proposal of a
-        uniform start, pf_proposal.velocity_proposal), weighted by its weight before this
-        update times the readings' evidence: ((q, qd, qdd, v, label), log-weights summing
-        to 1, log-evidence of the readings), or None without velocity readings or when no copy explains them. The
-        velocity's prior is the particle's own, widened by sigma_a x ``lock_time`` (the
-        drift an unmodelled acceleration of one sigma_a causes over the lock's window): a
-        reading blind to some velocity (a coupler gyroscope near a dead point) leaves it
-        where it was instead of anywhere in the uniform range (the velocities of the test
-        rig of test_faults scattered over +/- 10 rad/s, the mean with them).
-
-        A cloud that tracks the position but whose velocity drifted from the truth (an
-        unmodelled friction while a gyroscope was insensitive, near a dead point of the
-        linkage: pf_rig) explains the returning readings badly and locks; fresh uniform
-        particles alone then replace it with whatever far hypothesis fits a few readings
-        (the other assembly branch on pf_rig), losing the track's history."""
-        if prior_logw is None or not self.LOCAL_COPIES or not any(_velocity_linear(self.sensors[m.sensor]) for m in measurements):
-            return None
-        zd = old[1][:, self.iz]
-        self._set(old[0], zd, old[4])
-        rd, _ = self._readings(measurements, {})
-        s = self.sigma_a * self.lock.slow.T  # the velocity an unmodelled acceleration of sigma_a adds over the lock's window
-        ll = self._fresh_weights(rd, keep_z=True, zd_prior=(zd, np.full(self.g, s * s)) if s > 0 else None)
-        lw = _share(prior_logw + ll, 1.0)
-        if not np.isfinite(lw).any():
-            return None
-        return (self.q, self.qd, self.qdd, self.v, self.label), lw, _lse(prior_logw + ll)
-
-
-def _lse(x) -> float:
-    """log sum exp(x) (-inf when no entry is finite)."""
-    top = float(np.max(x)) if len(x) else -math.inf
-    if not math.isfinite(top):
-        return top if top == math.inf else -math.inf
-    return top + math.log(float(np.sum(np.exp(x - top))))
-
-
-def _share(ll, a):
-    """log-weights proportional to exp(ll) summing to a (all -inf when none is finite)."""
-    top = ll.max()
-    if not np.isfinite(top):
-        return np.full(ll.shape, -np.inf)
-    return ll - (top + math.log(np.sum(np.exp(ll - top)))) + math.log(a)
