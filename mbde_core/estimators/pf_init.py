@@ -196,9 +196,10 @@ class BranchAtlas:
         return np.where(labels >= 0, lut[np.clip(labels, 0, None)], -1)
 
     def node(self, z: np.ndarray) -> np.ndarray:
-        """(N,) flat index of the grid node nearest to z (N, g)."""
+        """(N,) flat index of the grid node nearest to z (N, g); a non-finite z maps to the
+        first node (its particle is dropped by the caller's finiteness checks)."""
         u = (np.asarray(z, dtype=float) - self.lo) / self.step
-        k = np.rint(u).astype(np.int64)
+        k = np.rint(np.where(np.isfinite(u), u, 0.0)).astype(np.int64)
         k = np.where(self.periodic, k % self.m, np.clip(k, 0, self.m - 1))
         return np.ravel_multi_index(tuple(k.T), tuple(self.m))
 
