@@ -67,7 +67,7 @@ class ParticleInjection:
         unless the initial guess is the uniform prior. Counted in ``recovery_reasons``."""
         if self.config["init"] != "uniform":
             return False
-        self._inject_next = (reason, float(self.RESTART_SHARES.get(reason, self.inject)), ceiling)
+        self._inject_next = (reason, float(self.RESTART_SHARES.get(reason, self.inject)), ceiling, self.t)
         return True
 
     def _cap_energy(self, ceiling: float) -> None:
@@ -90,11 +90,8 @@ class ParticleInjection:
         or after INJECT_WAIT."""
         if not any(_position_only(s) for s in self.sensors):
             return True
-        since = self.__dict__.setdefault("_inject_since", self.t)
-        if any(_position_only(self.sensors[m.sensor]) for m in measurements) or self.t - since >= self.INJECT_WAIT:
-            del self._inject_since
-            return True
-        return False
+        asked = self._inject_next[3]  # the time of the request (add_restart_hypotheses)
+        return any(_position_only(self.sensors[m.sensor]) for m in measurements) or self.t - asked >= self.INJECT_WAIT
 
     def _inject(self, measurements, prior_logw=None, share=None, reason="lock"):
         """The lock's remedy (pf_lock), and the stage's disturbances (add_restart_hypotheses):
@@ -170,7 +167,7 @@ class ParticleInjection:
 
 def _share(ll, a):
     """log-weights proportional to exp(ll) summing to a (all -inf when none is finite)."""
-    top = ll.max()
-    if not np.isfinite(top):
+    total = _lse(ll)
+    if not math.isfinite(total):
         return np.full(ll.shape, -np.inf)
-    return ll - (top + math.log(np.sum(np.exp(ll - top)))) + math.log(a)
+    return ll - total + math.log(a)

@@ -302,7 +302,7 @@ class ParticleUpdate:
                 self._normalise(ll)
             return result
         if self._inject_next is not None and self._injection_due(measurements):  # the stage's disturbance
-            reason, share, ceiling = self._inject_next  # (add_restart_hypotheses)
+            reason, share, ceiling, _ = self._inject_next  # (add_restart_hypotheses)
             self._inject_next = None
             # every reading of the slot proposes the fresh hypotheses and judges the groups,
             # also those the gate rejected against the old cloud (a restarted motion's encoder)
