@@ -63,7 +63,13 @@ stage's disturbances (a jump back to the first stamp, a silence) inject the same
 (:meth:`add_restart_hypotheses`) instead of restarting the cloud. Branch check (``branch_check``): a particle whose
 position problem converged on another assembly (near singular configurations) is
 relabelled (``branch_jumps``). Gating (``gate``, 0 = off; :mod:`pf_gate`); stage
-re-acquisition (:meth:`reacquire`): uniform re-initialisation (reason ``gate``).
+re-acquisition (:meth:`reacquire`): uniform re-initialisation (reason ``gate``). In the
+first second after a uniform start or an injection (:mod:`pf_update`'s grace) a reading
+over the gate waits for the next one to tell outlier from news (:mod:`pf_hold`), and the
+readings the noise proposal moves to (gyroscopes, accelerometers) are fused with a robust
+likelihood, a mixture with a flat outlier component (``pf_hold.robust``; cf. the beam
+model's p_rand, Thrun, Burgard & Fox 2005 sec. 6.3): a wide cloud predicts an outlier
+within its gate, and the particles that happen to explain it must not take the weight.
 
 Outputs (:mod:`pf_outputs`): weighted mean (eq. 19, circular for angles), covariance of
 [z, zd] (PSD by construction), branch probabilities (eq. 20), ``interval(p)``,

@@ -55,11 +55,13 @@ from mbde_core.estimators.pf_gate import _lse
 class HeldReadings:
     """Readings held out of one update and their per-particle log-likelihood."""
 
-    def __init__(self, measurements: list, ll: np.ndarray, fallback: bool):
+    def __init__(self, measurements: list, ll: np.ndarray, fallback: bool, fuse_ll: np.ndarray | None = None):
         self.measurements = list(measurements)
         self.names = [m.sensor for m in self.measurements]
-        self.ll = np.where(np.isnan(ll), -np.inf, ll)
+        self.ll = np.where(np.isnan(ll), -np.inf, ll)  # judged with the plain likelihood
         self.fallback = bool(fallback)
+        # fused, if news, with this one (the update's robust likelihood, pf_update)
+        self.fuse_ll = self.ll if fuse_ll is None else np.where(np.isnan(fuse_ll), -np.inf, fuse_ll)
 
     def is_news(self, logw: np.ndarray, ll_next: np.ndarray, floor: float) -> bool:
         """The Bayes factor of the module docstring: True if the held readings are to be
@@ -75,6 +77,19 @@ class HeldReadings:
         if not without >= floor:
             return self.fallback
         return self.fallback and math.isfinite(with_) and with_ > without
+
+
+def robust(ll: np.ndarray, k: float) -> np.ndarray:
+    """log(e^ll_i + e^(max ll - k)): the log-likelihood (N,) of readings that are correct or,
+    with a small prior probability, outliers, with the outliers' density e^-k of the best
+    particle's (a mixture with a flat outlier component, as robust filters use). A particle
+    that misses the readings loses e^k at most, so one outlier cannot hand the cloud to the
+    few particles that happen to explain it, while a run of correct readings still
+    multiplies their e^k."""
+    top = np.max(ll) if ll.size else -np.inf
+    if not np.isfinite(top):
+        return ll
+    return np.logaddexp(ll, top - k)
 
 
 def plain_log_likelihood(readings, n: int) -> np.ndarray:
