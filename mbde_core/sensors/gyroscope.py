@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.sensors.base import Sensor
-from mbde_core.sensors.geometry import (basis_components, basis_values, basis_vector, body_columns,
-                                        omega_and_gradients, scatter_d)
+from mbde_core.sensors.geometry import (basis_components, basis_vector, body_columns, omega_and_gradients,
+                                        scatter_d)
 
 
 class Gyroscope(Sensor):
@@ -26,25 +26,6 @@ class Gyroscope(Sensor):
     def _h(self, q, qd, qdd):
         dx, dy, ddx, ddy = basis_components(self.mech, self.body, q, qd)
         return ((dx * ddy - dy * ddx) / (dx * dx + dy * dy))[:, None]
-
-    def linearize(self, q, qd, qdd):
-        """(h (1,), dh/dq, dh/dqd, dh/dqdd (1, n)) at one state, on Python floats.
-
-        The formulas of :meth:`h` and :meth:`jacobians` (``omega_and_gradients``: with
-        s = |d|^2 and c = d x d', dw/dd = (d'_y / s - 2 c d_x / s^2, -d'_x / s - 2 c d_y / s^2),
-        dw/dd' = (-d_y, d_x) / s, scattered on the basis points' columns) without the batch
-        machinery: the observers' hot path (their sensor Jacobians at every update)."""
-        mech = self.mech
-        n = mech.n
-        dx, dy, ddx, ddy = basis_values(mech, self.body, q.tolist(), qd.tolist())
-        s = dx ** 2 + dy ** 2
-        c = dx * ddy - dy * ddx
-        gd = (ddy / s - 2.0 * c * dx / s**2, -ddx / s - 2.0 * c * dy / s**2)
-        gdd = (-dy / s, dx / s)
-        Hq, Hqd = np.zeros((1, n + 1)), np.zeros((1, n + 1))
-        for H, (gx, gy) in ((Hq, gd), (Hqd, gdd)):
-            scatter_d(H[None], 0, body_columns(mech, self.body)[3], gx, gy)
-        return np.array([(dx * ddy - dy * ddx) / (dx * dx + dy * dy)]), Hq[:, :n], Hqd[:, :n], np.zeros((1, n))
 
     def _jac(self, q, qd, qdd):
         Hq, Hqd, Hqdd = self._zeros(q.shape[0])
