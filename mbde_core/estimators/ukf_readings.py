@@ -33,8 +33,12 @@ class SigmaReadings:
         self.mech = mech
         self.sensors = sensors
         self._plans = {}
+        self._fixed = mech.fixed_xy
 
     def __call__(self, names, q, qd, qdd) -> np.ndarray:
+        if self._fixed is not self.mech.fixed_xy:  # the plans read the fixed points' positions
+            self._plans.clear()
+            self._fixed = self.mech.fixed_xy
         if q.shape[0] > SMALL_BATCH:
             return self._batched(names, q, qd, qdd)
         plans = [self._plan(n) for n in names]

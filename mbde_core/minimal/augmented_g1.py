@@ -22,6 +22,9 @@ from operator import mul
 
 import numpy as np
 
+from mbde_core.sensors.accelerometer import Accelerometer
+from mbde_core.sensors.gyroscope import Gyroscope
+
 
 def applies(model) -> bool:
     return model.g == 1 and not model.mech.loads and not model._torques
@@ -74,27 +77,41 @@ def readings(model, lin, names, terms):
     columns: dq/dx = [J, 0, 0], dqd/dx = [H2zd, J, 0] and
     dqdd/dx = [J dz_0 + (H2zdd + H3zz), J dz_1 + 2 H2zd, J dz_a], so each row of H is a
     few dot products of the sensor's (dh/dq, dh/dqd, dh/dqdd) rows with these columns
-    (the numpy path's matrix products, summed in another order: equal to rounding)."""
+    (the numpy path's matrix products, summed in another order: equal to rounding), the
+    terms of a Jacobian that is zero (a gyroscope's dh/dqdd, an accelerometer's dh/dqd)
+    left out. Gyroscopes and accelerometers give their rows on floats (``linearize_floats``)."""
     dz, J, H2zd, H2zdd, H3zz = terms
     nx, ndz = model.nx, len(dz)
     cols_qdd = [[j * dz[0] + (a + b) for j, a, b in zip(J, H2zdd, H3zz)],
                 [j * dz[1] + 2.0 * h for j, h in zip(J, H2zd)]] + [[j * d for j in J] for d in dz[2:]]
     q, qd, qdd = lin.q, lin.qd, lin.qdd
+    ql, qdl, qddl = q.tolist(), qd.tolist(), qdd.tolist()
+    pad = [0.0] * (nx - ndz)
     hs, Hs = [], []
     for nm in names:
         s = model.sensors[nm]
+        if type(s) is Gyroscope:  # dh/dqdd = 0
+            hk, rq, rqd = s.linearize_floats(ql, qdl)
+            hs.append(hk)
+            Hs.append([_dot(rq, J) + _dot(rqd, H2zd), _dot(rqd, J)] + [0.0] * (ndz - 2) + pad)
+            continue
+        if type(s) is Accelerometer:  # dh/dqd = 0
+            hk, Hq, Hqdd = s.linearize_floats(ql, qddl)
+            hs += hk
+            for rq, rqdd in zip(Hq, Hqdd):
+                Hs.append([_dot(rq, J) + _dot(rqdd, cols_qdd[0])] + [_dot(rqdd, c) for c in cols_qdd[1:]] + pad)
+            continue
         fused = getattr(s, "linearize", None)  # one-state float path of the sensor
         if fused is not None:
             hk, Hq, Hqd, Hqdd = fused(q, qd, qdd)
         else:
             hk = s.h(q, qd, qdd)
             Hq, Hqd, Hqdd = s.jacobians(q, qd, qdd)
-        hs.append(hk)
+        hs += np.atleast_1d(hk).tolist()
         for rq, rqd, rqdd in zip(Hq.tolist(), Hqd.tolist(), Hqdd.tolist()):
-            row = [_dot(rq, J) + _dot(rqd, H2zd) + _dot(rqdd, cols_qdd[0]),
-                   _dot(rqd, J) + _dot(rqdd, cols_qdd[1])] + [_dot(rqdd, c) for c in cols_qdd[2:]]
-            Hs.append(row + [0.0] * (nx - ndz))
-    lin.h = np.concatenate(hs)
+            Hs.append([_dot(rq, J) + _dot(rqd, H2zd) + _dot(rqdd, cols_qdd[0]),
+                       _dot(rqd, J) + _dot(rqdd, cols_qdd[1])] + [_dot(rqdd, c) for c in cols_qdd[2:]] + pad)
+    lin.h = np.array(hs, dtype=float)
     lin.H = np.array(Hs, dtype=float).reshape(len(Hs), nx)
     return lin
 
