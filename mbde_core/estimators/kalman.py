@@ -107,7 +107,7 @@ def innovation_stats(y, S):
             return float(e[0] * e[0]), e, math.log(s)
         return float("nan"), np.full_like(y, np.nan), float("nan")
     if S.shape[0] <= 4:  # the observers' 2-4 channels (a gyroscope and an accelerometer): on floats
-        L = _cholesky_floats(S.tolist())
+        L = cholesky_floats(S.tolist())
         if L is None:
             return float("nan"), np.full_like(y, np.nan), float("nan")
         e = []
@@ -156,13 +156,13 @@ def cholesky(P: np.ndarray) -> np.ndarray:
     numpy.linalg.cholesky (LinAlgError unless positive definite); small ones on floats."""
     if P.shape[0] > 4:
         return np.linalg.cholesky(P)
-    L = _cholesky_floats(P.tolist())
+    L = cholesky_floats(P.tolist())
     if L is None:
         raise np.linalg.LinAlgError("Matrix is not positive definite")
     return np.array(L)
 
 
-def _cholesky_floats(a):
+def cholesky_floats(a):
     """Lower Cholesky factor (list of rows, zeros above the diagonal) of the symmetric
     matrix ``a`` (list of rows, its lower triangle read), None unless positive definite
     (NaN included): L_jj = sqrt(a_jj - sum_k<j L_jk^2), L_ij = (a_ij - sum_k<j L_ik L_jk) / L_jj."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.engine.linalg import solve_one
-from mbde_core.estimators.kalman import _cholesky_floats, cholesky, gate, update_result
+from mbde_core.estimators.kalman import cholesky_floats, cholesky, gate, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, position_step
 from mbde_core.estimators.ukf_readings import SigmaReadings
@@ -59,7 +59,7 @@ class UKF(ReducedKalman):
 
     def _sigma_points(self, x, P):
         if P.shape[0] <= 4:  # on floats: the same products and sums as below
-            S = _cholesky_floats(P.tolist())
+            S = cholesky_floats(P.tolist())
             if S is not None:
                 gam, xl, n = float(self.gamma), x.tolist(), len(S)
                 D = [[gam * S[k][j] for k in range(n)] for j in range(n)]  # rows = scaled columns of S
