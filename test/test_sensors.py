@@ -215,3 +215,29 @@ def test_sensor_config_errors(entry, keypath, fragment):
         load_sensors(parse_yaml("- " + entry, "s.yaml"), m)
     msg = str(err.value)
     assert msg.startswith("s.yaml: ") and keypath in msg and fragment in msg, msg
+
+
+@pytest.mark.parametrize("mech_name", list(SENSORS) + ["fourbar"])
+def test_ukf_sigma_readings_equal_batched_h(mech_name):
+    """The UKF's float readings at its few sigma points (estimators.ukf_readings) equal the
+    sensors' batched h to rounding, for every sensor (gyroscopes and accelerometers on floats,
+    the others batched), bodies with a fixed basis point included (the four-bar's crank)."""
+    from mbde_core.estimators.ukf_readings import SigmaReadings
+
+    m = load_mechanism(mech_path(mech_name))
+    text = SENSORS.get(mech_name) or "".join(
+        f"- {{name: g{k}, type: gyroscope, body: {b}, rate: 100, noise: {{sigma: 0.01}}}}\n"
+        f"- {{name: a{k}, type: accelerometer, body: {b}, offset: [0.7, 0.2], axes: [0.3, 1.9], rate: 100, noise: {{sigma: 0.01}}}}\n"
+        for k, b in enumerate(m.body_names))
+    ss = load_sensors(parse_yaml(text), m)
+    states = [state(m, seed) for seed in range(5)]
+    q, qd, qdd = (np.array([s[i] for s in states]) for i in range(3))
+    readings = SigmaReadings(m, ss)
+    names = list(ss.names)
+    ref = np.concatenate([ss[n].h(q, qd, qdd) for n in names], axis=1)
+    scale = max(1.0, float(np.max(np.abs(ref))))
+    np.testing.assert_allclose(readings(names, q, qd, qdd), ref, rtol=0, atol=1e-13 * scale)
+    for n in names:  # one sensor at a time, and a batch above SMALL_BATCH (the batched h itself)
+        np.testing.assert_allclose(readings([n], q, qd, qdd), ss[n].h(q, qd, qdd), rtol=0, atol=1e-13 * scale)
+    big = [np.repeat(a, 3, axis=0) for a in (q, qd, qdd)]
+    np.testing.assert_array_equal(readings(names, *big), np.concatenate([ss[n].h(*big) for n in names], axis=1))

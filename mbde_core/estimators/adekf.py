@@ -189,7 +189,7 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
         with np.errstate(all="ignore"):
             if jet is None:
                 jet = self.map.evaluate(self.x[: self.g], order=3, q_guess=self.q)
-                if not bool(jet.ok[0]) or not np.all(np.isfinite(jet.q)):
+                if not bool(jet.ok[0]) or not np.isfinite(jet.q).all():
                     self.failures += 1
                 else:
                     self.q = jet.q[0].copy()
@@ -256,7 +256,7 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
             P = F @ self.P @ F.T + Qd
         self.t += dt
         self._lin = None
-        if np.all(np.isfinite(x)) and np.all(np.isfinite(P)):
+        if np.isfinite(x).all() and np.isfinite(P).all():  # ndarray.all: no np.all wrapper
             self._keep(x, 0.5 * (P + P.T))
         else:  # keep the last finite state (counted), never propagate NaN
             self.failures += 1
@@ -300,7 +300,7 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
             self._input_jump(y, lin.H, R)
         with np.errstate(all="ignore"):
             dx, P, res = ekf_update(self.x, self.P, names, dims, y, lin.H, R, gates)
-        if not (np.all(np.isfinite(dx)) and np.all(np.isfinite(P))):
+        if not (np.isfinite(dx).all() and np.isfinite(P).all()):
             self.failures += 1
             return UpdateResult([], names)
         if res.accepted:

@@ -44,7 +44,7 @@ import numpy as np
 from collections import deque
 
 from mbde_core.estimators.chi2 import chi2_ppf
-from mbde_core.estimators.kalman import gate_rows
+from mbde_core.estimators.kalman import gate_rows, innovation_stats
 
 CONSISTENCY_WINDOW = 256   # fused readings in the median of the consistency c
 CONSISTENCY_FLOOR = 0.02   # lowest c (a filter 50 x underconfident in S)
@@ -102,13 +102,8 @@ class InputJumps:
         y, R = self._innovation(names, dims, o, lin)
         if gates is not None and self._suspect(names, dims, y, lin.H, R, gates):
             return math.inf
-        S = lin.H @ self.P @ lin.H.T + R
-        try:
-            L = np.linalg.cholesky(S)
-        except np.linalg.LinAlgError:
-            return math.inf
-        e = np.linalg.solve(L, y)
-        val = float(e @ e) / c + 2.0 * float(np.sum(np.log(np.diagonal(L))))
+        nis, _, logdet = innovation_stats(y, lin.H @ self.P @ lin.H.T + R)  # NaN: S not positive definite
+        val = nis / c + logdet
         return val if math.isfinite(val) else math.inf
 
     def _decide(self, names, dims, o, gates) -> None:

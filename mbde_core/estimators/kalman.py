@@ -7,7 +7,9 @@ distance y_s^T S_s^-1 y_s exceeds the gate (a chi-square quantile chosen by the 
 
 Speed: a single innovation channel (one gyroscope or encoder reading, the common case)
 is handled with scalar arithmetic (S is 1x1: division instead of solves and Cholesky
-factors), and the row selection is skipped when no reading is gated out.
+factors), and the row selection is skipped when no reading is gated out. The NIS of up to
+four channels (a gyroscope and an accelerometer: three) comes from a Cholesky factor and a
+forward substitution on Python floats (the same operations as LAPACK's, equal to rounding).
 """
 from __future__ import annotations
 
@@ -104,6 +106,14 @@ def innovation_stats(y, S):
             e = y / math.sqrt(s)
             return float(e[0] * e[0]), e, math.log(s)
         return float("nan"), np.full_like(y, np.nan), float("nan")
+    if S.shape[0] <= 4:  # the observers' 2-4 channels (a gyroscope and an accelerometer): on floats
+        L = cholesky_floats(S.tolist())
+        if L is None:
+            return float("nan"), np.full_like(y, np.nan), float("nan")
+        e = []
+        for Li, yi in zip(L, y.tolist()):  # forward substitution L e = y
+            e.append((yi - sum(u * v for u, v in zip(Li, e))) / Li[len(e)])
+        return float(sum(v * v for v in e)), np.array(e, dtype=float), 2.0 * sum(math.log(Li[k]) for k, Li in enumerate(L))
     try:
         L = np.linalg.cholesky(S)
         e = np.linalg.solve(L, y)
@@ -144,19 +154,28 @@ def ekf_update(x, P, names, dims, y, H, R, gates):
 def cholesky(P: np.ndarray) -> np.ndarray:
     """Lower Cholesky factor of a symmetric matrix (its lower triangle is read), as
     numpy.linalg.cholesky (LinAlgError unless positive definite); small ones on floats."""
-    n = P.shape[0]
-    if n > 4:
+    if P.shape[0] > 4:
         return np.linalg.cholesky(P)
-    a = P.tolist()
+    L = cholesky_floats(P.tolist())
+    if L is None:
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+    return np.array(L)
+
+
+def cholesky_floats(a):
+    """Lower Cholesky factor (list of rows, zeros above the diagonal) of the symmetric
+    matrix ``a`` (list of rows, its lower triangle read), None unless positive definite
+    (NaN included): L_jj = sqrt(a_jj - sum_k<j L_jk^2), L_ij = (a_ij - sum_k<j L_ik L_jk) / L_jj."""
+    n = len(a)
     L = [[0.0] * n for _ in range(n)]
     for j in range(n):
         Lj = L[j]
         s = a[j][j] - sum(v * v for v in Lj[:j])
         if not s > 0.0:  # also NaN
-            raise np.linalg.LinAlgError("Matrix is not positive definite")
+            return None
         d = math.sqrt(s)
         Lj[j] = d
         for i in range(j + 1, n):
             Li = L[i]
             Li[j] = (a[i][j] - sum(u * v for u, v in zip(Li[:j], Lj[:j]))) / d
-    return np.array(L)
+    return L

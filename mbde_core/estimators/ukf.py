@@ -18,16 +18,20 @@ mean's q + R (z_i - z) (one Newton iteration usually reaches the tolerance) foll
 one generated kernel call for the velocities and, in the prediction, the dynamics
 (:meth:`ReducedModel.assemble_near`). The new mean is assembled from the second-order
 predictor of the path from the previous mean. Cholesky factors of the small covariance
-(L <= 4) are computed on Python floats; a single innovation channel uses scalar algebra.
+(L <= 4) and the sigma points built from them are computed on Python floats, and so are
+the readings of gyroscopes and accelerometers at the few sigma points
+(:mod:`ukf_readings`); a single innovation channel uses scalar algebra.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman import cholesky, gate, update_result
+from mbde_core.engine.linalg import solve_one
+from mbde_core.estimators.kalman import cholesky_floats, cholesky, gate, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, position_step
+from mbde_core.estimators.ukf_readings import SigmaReadings
 from mbde_core.sensors.base import wrap_angle
 
 
@@ -51,8 +55,16 @@ class UKF(ReducedKalman):
         self.Wc[0] = self.Wm[0] + 1 - alpha**2 + beta
         self.sigma_failures = 0
         self._angular = {}
+        self._readings = SigmaReadings(mech, sensors)
 
     def _sigma_points(self, x, P):
+        if P.shape[0] <= 4:  # on floats: the same products and sums as below
+            S = cholesky_floats(P.tolist())
+            if S is not None:
+                gam, xl, n = float(self.gamma), x.tolist(), len(S)
+                D = [[gam * S[k][j] for k in range(n)] for j in range(n)]  # rows = scaled columns of S
+                return np.array([xl] + [[a + d for a, d in zip(xl, Dj)] for Dj in D]
+                                + [[a - d for a, d in zip(xl, Dj)] for Dj in D])
         try:
             S = cholesky(P)
         except np.linalg.LinAlgError:
@@ -99,10 +111,7 @@ class UKF(ReducedKalman):
             else np.asarray(measurements[0].value, float)
         X = self._sigma_points(self.x, self.P)
         q, qd, _, qdd = self._assemble_batch(X, self.sensors.uses_qdd(names))
-        if len(names) == 1:
-            Y = self.sensors[names[0]].h(q, qd, qdd)  # (2L+1, d)
-        else:
-            Y = np.concatenate([self.sensors[n].h(q, qd, qdd) for n in names], axis=1)
+        Y = self._readings(names, q, qd, qdd)  # (2L+1, d)
         ang = self._angular_mask(names)
         y_mean = self.Wm @ Y
         dY = Y - y_mean
@@ -127,7 +136,7 @@ class UKF(ReducedKalman):
             K = Pxy / s
             P = self.P - (s * K) @ K.T
         else:
-            K = np.linalg.solve(S, Pxy.T).T
+            K = solve_one(S, Pxy.T).T  # numpy.linalg.solve's LAPACK routine without its checks
             P = self.P - K @ S @ K.T
         self.P = 0.5 * (P + P.T)
         dx = K @ y

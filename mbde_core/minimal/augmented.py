@@ -170,6 +170,7 @@ class AugmentedModel:
         if self._g1:
             self._M_rows, self._S_rows, self._S_cols = mech.M.tolist(), S[:n].tolist(), S[:n].T.tolist()
             self._Q_rows = mech.forces(0.0, mech.q0, mech.qd0).tolist()  # constant without loads
+            self._A0 = self._with_A(Linearization(*[None] * 5), np.zeros((self.g, 2 * self.g + self.na))).A
 
     # -- input projection (eq. 52, App. A) ------------------------------------------------------
     def input_matrix(self, q: np.ndarray) -> np.ndarray:
@@ -216,8 +217,8 @@ class AugmentedModel:
             lin = Linearization(q, qd, qdd, zdd, S)
             if extra is None:
                 return self._readings(lin, names, None)
-            dzdd, J, H2zd, H2zdd, H3zz = extra
-            return self._readings(self._with_A(lin, dzdd), names, (J, H2zd, H2zdd, H3zz, dzdd))
+            lin.A = augmented_g1.transition(self, extra[0])
+            return augmented_g1.readings(self, lin, names, extra) if names else lin
         zd, a = x[g : 2 * g], x[2 * g : 2 * g + na]
         q, J = jet.q[0], jet.J[0]
         H2 = jet.H2[0]

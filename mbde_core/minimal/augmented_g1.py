@@ -22,6 +22,9 @@ from operator import mul
 
 import numpy as np
 
+from mbde_core.sensors.accelerometer import Accelerometer
+from mbde_core.sensors.gyroscope import Gyroscope
+
 
 def applies(model) -> bool:
     return model.g == 1 and not model.mech.loads and not model._torques
@@ -29,8 +32,8 @@ def applies(model) -> bool:
 
 def dynamics(model, t, x, jet, jacobians: bool):
     """(q, qd, qdd, zdd, S, extra) as evaluate's numpy path computes them; extra is None
-    without ``jacobians``, else (dzdd (1, 2 + na), J, H2zd, H2zdd, H3zz) (column arrays
-    (n, 1) as that path's). M c, M H2 zdd, M H3[zd, zd] and M H2 zd are taken as
+    without ``jacobians``, else (dz = dzdd/[z, zd, a] (2 + na), J, H2zd, H2zdd, H3zz), lists
+    of floats (:func:`transition`, :func:`readings`). M c, M H2 zdd, M H3[zd, zd] and M H2 zd are taken as
     (M H2) zd^2, (M H2) zdd, (M H3) zd^2 and (M H2) zd: three products with M instead of
     five (equal to rounding)."""
     na = model.na
@@ -56,9 +59,61 @@ def dynamics(model, t, x, jet, jacobians: bool):
     rho = [f - v * zdd for f, v in zip(fn, MJ)]
     r_z = _dot(rho, H2) + _dot(J, [-(m3 * zz) - m2 * zdd for m3, m2 in zip(MH3, MH2)])
     r_zd = _dot(J, [-2.0 * (m2 * zd) for m2 in MH2])
-    dzdd = np.array([[Mm_inv * r for r in [r_z, r_zd] + [_dot(J, col) for col in Scols]]])
-    col = lambda v: np.array(v)[:, None]  # noqa: E731 -- (n, 1) as the numpy path's
-    return out + ((dzdd, jet.J[0], col(H2zd), col([h * zdd for h in H2]), col([h * zd * zd for h in H3])),)
+    dz = [Mm_inv * r for r in [r_z, r_zd] + [_dot(J, col) for col in Scols]]
+    return out + ((dz, J, H2zd, [h * zdd for h in H2], [h * zd * zd for h in H3]),)
+
+
+def transition(model, dz) -> np.ndarray:
+    """A = F* (nx, nx) from dz = [dzdd/dz, dzdd/dzd, dzdd/da] (floats), as
+    :meth:`AugmentedModel._with_A` builds it (A[0, 1] = 1, row 1 = dz; a' = b with input rates)."""
+    A = model._A0.copy()
+    A[1, : len(dz)] = dz
+    return A
+
+
+def readings(model, lin, names, terms):
+    """h and H (eqs. 47-49) of the named sensors at lin, from terms = (dz, J, H2 zd, H2 zdd,
+    H3[zd, zd]) (floats) of :func:`dynamics`. With g = 1 the chain rule's factors are
+    columns: dq/dx = [J, 0, 0], dqd/dx = [H2zd, J, 0] and
+    dqdd/dx = [J dz_0 + (H2zdd + H3zz), J dz_1 + 2 H2zd, J dz_a], so each row of H is a
+    few dot products of the sensor's (dh/dq, dh/dqd, dh/dqdd) rows with these columns
+    (the numpy path's matrix products, summed in another order: equal to rounding), the
+    terms of a Jacobian that is zero (a gyroscope's dh/dqdd, an accelerometer's dh/dqd)
+    left out. Gyroscopes and accelerometers give their rows on floats (``linearize_floats``)."""
+    dz, J, H2zd, H2zdd, H3zz = terms
+    nx, ndz = model.nx, len(dz)
+    cols_qdd = [[j * dz[0] + (a + b) for j, a, b in zip(J, H2zdd, H3zz)],
+                [j * dz[1] + 2.0 * h for j, h in zip(J, H2zd)]] + [[j * d for j in J] for d in dz[2:]]
+    q, qd, qdd = lin.q, lin.qd, lin.qdd
+    ql, qdl, qddl = q.tolist(), qd.tolist(), qdd.tolist()
+    pad = [0.0] * (nx - ndz)
+    hs, Hs = [], []
+    for nm in names:
+        s = model.sensors[nm]
+        if type(s) is Gyroscope:  # dh/dqdd = 0
+            hk, rq, rqd = s.linearize_floats(ql, qdl)
+            hs.append(hk)
+            Hs.append([_dot(rq, J) + _dot(rqd, H2zd), _dot(rqd, J)] + [0.0] * (ndz - 2) + pad)
+            continue
+        if type(s) is Accelerometer:  # dh/dqd = 0
+            hk, Hq, Hqdd = s.linearize_floats(ql, qddl)
+            hs += hk
+            for rq, rqdd in zip(Hq, Hqdd):
+                Hs.append([_dot(rq, J) + _dot(rqdd, cols_qdd[0])] + [_dot(rqdd, c) for c in cols_qdd[1:]] + pad)
+            continue
+        fused = getattr(s, "linearize", None)  # one-state float path of the sensor
+        if fused is not None:
+            hk, Hq, Hqd, Hqdd = fused(q, qd, qdd)
+        else:
+            hk = s.h(q, qd, qdd)
+            Hq, Hqd, Hqdd = s.jacobians(q, qd, qdd)
+        hs += np.atleast_1d(hk).tolist()
+        for rq, rqd, rqdd in zip(Hq.tolist(), Hqd.tolist(), Hqdd.tolist()):
+            Hs.append([_dot(rq, J) + _dot(rqd, H2zd) + _dot(rqdd, cols_qdd[0]),
+                       _dot(rqd, J) + _dot(rqdd, cols_qdd[1])] + [_dot(rqdd, c) for c in cols_qdd[2:]] + pad)
+    lin.h = np.array(hs, dtype=float)
+    lin.H = np.array(Hs, dtype=float).reshape(len(Hs), nx)
+    return lin
 
 
 def _dot(a, b) -> float:

@@ -106,16 +106,24 @@ class Accelerometer(Sensor):
         return Hq, Hqd, Hqdd
 
     def linearize(self, q, qd, qdd):
-        """(h (d,), dh/dq, dh/dqd, dh/dqdd (d, n)) at one state, on Python floats.
+        """(h (d,), dh/dq, dh/dqd, dh/dqdd (d, n)) at one state: :meth:`linearize_floats` as
+        arrays (the observers' hot path: the ADE-KF reads its accelerometers at every step)."""
+        h, Hq, Hqdd = self.linearize_floats(q.tolist(), qdd.tolist())
+        n = self.mech.n
+        return np.array(h), np.array(Hq).reshape(self.dim, n), np.zeros((self.dim, n)), np.array(Hqdd).reshape(self.dim, n)
+
+    def linearize_floats(self, q, qdd):
+        """(h, dh/dq, dh/dqdd) at one state given as lists of floats: h a list of d floats,
+        the Jacobians lists of d rows of n floats (dh/dqd = 0).
 
         The formulas of :meth:`h` and :meth:`jacobians` (module docstring) without the
-        batch machinery (~10x less time): the observers' hot path (the ADE-KF reads its
-        accelerometers at every step)."""
+        batch machinery (~10x less time)."""
         mech = self.mech
         n = mech.n
-        a = qdd.tolist() + [0.0]  # column n: fixed points (no acceleration)
+        a = qdd + [0.0]  # column n: fixed points (no acceleration)
         gx, gy = float(mech.gravity[0]), float(mech.gravity[1])
-        Hq, Hqdd = np.zeros((self.dim, n + 1)), np.zeros((self.dim, n + 1))
+        Hq = [[0.0] * (n + 1) for _ in range(self.dim)]
+        Hqdd = [[0.0] * (n + 1) for _ in range(self.dim)]
         h = []
         if self.body >= 0:
             cols = self._cols
@@ -123,7 +131,7 @@ class Accelerometer(Sensor):
             b = [a[c] for c in cols]
             fx = sum(cv * bv for cv, bv in zip(C[0], b)) - gx
             fy = sum(cv * bv for cv, bv in zip(C[1], b)) - gy
-            dx, dy = basis_values(mech, self.body, q.tolist(), q.tolist())[:2]
+            dx, dy = basis_values(mech, self.body, q, q)[:2]
             nd = math.sqrt(dx * dx + dy * dy)
             ux, uy = dx / nd, dy / nd
             xi, yi, xj, yj = cols
@@ -131,21 +139,22 @@ class Accelerometer(Sensor):
                 c, s = math.cos(al), math.sin(al)
                 ex, ey = c * ux - s * uy, s * ux + c * uy
                 h.append(ex * fx + ey * fy)
+                Hk, Hdk = Hq[k], Hqdd[k]
                 for col, c0, c1 in zip(cols, C[0], C[1]):
-                    Hqdd[k, col] += ex * c0 + ey * c1
+                    Hdk[col] += ex * c0 + ey * c1
                 wx, wy = c * fx + s * fy, -s * fx + c * fy
                 uw = ux * wx + uy * wy
                 g0, g1 = (wx - ux * uw) / nd, (wy - uy * uw) / nd
-                Hq[k, xj] += g0
-                Hq[k, yj] += g1
-                Hq[k, xi] -= g0
-                Hq[k, yi] -= g1
+                Hk[xj] += g0
+                Hk[yj] += g1
+                Hk[xi] -= g0
+                Hk[yi] -= g1
         else:
             cx, cy = self._cols
             fx, fy = a[cx] - gx, a[cy] - gy
             for k, al in enumerate(self.axes):
                 ex, ey = math.cos(al), math.sin(al)
                 h.append(ex * fx + ey * fy)
-                Hqdd[k, cx] += ex
-                Hqdd[k, cy] += ey
-        return np.array(h), Hq[:, :n], np.zeros((self.dim, n)), Hqdd[:, :n]
+                Hqdd[k][cx] += ex
+                Hqdd[k][cy] += ey
+        return h, [r[:n] for r in Hq], [r[:n] for r in Hqdd]
