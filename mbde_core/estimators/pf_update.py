@@ -73,10 +73,10 @@ class ParticleUpdate:
     # at most and draws its noise from the prior, not towards them. A wide cloud predicts a
     # 100-sigma outlier within its gate (pf_rig_branch0, mbde bench faults' outliers at
     # 0.29 s: d^2 = 10): fused plainly, the proposal moved the whole cloud to it and the
-    # particles that explained it took all the weight (re-acquired after 1-2 s in 4 of 8
-    # seeds; k = 5: 1 of 8; k = 3: 0 of 8, clean acquisitions unchanged). k per dimension:
-    # one k for the two gyroscopes of fivebar_gyro kept vipf's cloud wide and locking (2 of
-    # 2 seeds lost). Position readings keep their plain likelihood: a precise encoder must
+    # particles that explained it took all the weight (steady RMSE over 1.5x clean in 4 of
+    # 8 seeds, up to 37x; k = 5: 1 of 8; k = 3: 0 of 8, clean acquisitions no slower). k per
+    # dimension: one k for the two gyroscopes of fivebar_gyro kept vipf's cloud wide and
+    # locking (2 of 2 seeds lost). Position readings keep their plain likelihood: a precise encoder must
     # thin the cloud at once (robust encoders: sixbar_loop3_encoder 6 of 10 converged).
     ROBUST_K = 3.0
 
