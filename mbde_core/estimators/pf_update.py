@@ -76,8 +76,8 @@ class ParticleUpdate:
     # particles that explained it took all the weight (steady RMSE over 1.5x clean in 4 of
     # 8 seeds, up to 37x; k = 5: 1 of 8; k = 3: 0 of 8, clean acquisitions no slower). k per
     # dimension: one k for the two gyroscopes of fivebar_gyro kept vipf's cloud wide and
-    # locking (2 of 2 seeds lost). Position readings keep their plain likelihood: a precise encoder must
-    # thin the cloud at once (robust encoders: sixbar_loop3_encoder 6 of 10 converged).
+    # locking (2 of 2 seeds lost). Position readings keep their plain likelihood: a precise
+    # encoder must thin the cloud at once (robust encoders: sixbar_loop3_encoder 6 of 10).
     ROBUST_K = 3.0
 
     def _temper(self, ll):
