@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -458,4 +459,12 @@ def test_bench_faults_cli(tmp_path):
     assert (out / "faults.csv").exists() and (out / "faults.json").exists()
     row = next(line for line in proc.stdout.splitlines() if line.startswith("outliers"))
     assert float(row.split()[1].rstrip("!")) <= 1.5
+    # --merge: runs made apart in one table (here the same rows relabelled as a second estimator)
+    other = tmp_path / "other"
+    other.mkdir()
+    rows = json.loads((out / "faults.json").read_text())
+    (other / "faults.json").write_text(json.dumps([dict(r, estimator="ukf") for r in rows]))
+    proc = run_mbde("bench", "faults", "--merge", f"{out},{other}", "--out", tmp_path / "merged")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{2 * len(rows)} runs merged" in proc.stdout and "| fault | ukf | dekf |" in proc.stdout
 

@@ -66,6 +66,9 @@ def add_arguments(p):
                    "built-in defaults, which the targets are about)")
     p.add_argument("--out", default="faults_bench", help="output directory (default %(default)s)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: CPU count)")
+    p.add_argument("--merge", default="", metavar="DIR,DIR...",
+                   help="run nothing: merge the faults.json of earlier runs (e.g. estimators or scenarios run "
+                        "apart, or on other machines) into one table, written to --out")
 
 
 def _scenarios(arg):
@@ -134,6 +137,9 @@ def run(args) -> int:
     from mbde_core.faults.kinds import FAULT_NAMES
     from mbde_core.simulator.progress import ProgressBar
 
+    if args.merge:
+        return _merge(args, [d.strip() for d in args.merge.split(",") if d.strip()])
+
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]
     faults = ["clean"] + [f for f in faults if f != "clean"]
@@ -176,6 +182,41 @@ def run(args) -> int:
     print(f"\n{len(rows)} runs (+ {sum('ungated_rmse' in r for r in rows)} clean runs without the gate) in "
           f"{time.perf_counter() - t_start:.0f} s wall, {cpu:.0f} s CPU (--jobs {args.jobs}); crashes {crashes}; "
           f"target misses {len(misses)}; wrote {args.out}/faults.csv, faults.json")
+    return 0
+
+
+def _merge(args, folders) -> int:
+    """--merge: the rows of earlier runs' faults.json (non-finite values are kept as
+    JSON's Infinity/NaN) in one set of tables; a (scenario, estimator, fault) given twice
+    keeps the last folder's row."""
+    from mbde_core.errors import DataError
+    from mbde_core.faults.kinds import FAULT_NAMES
+
+    by = {}
+    for folder in folders:
+        path = os.path.join(folder, "faults.json")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                rows = json.load(fh)
+        except OSError as exc:
+            raise DataError(f"--merge: {path}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise DataError(f"--merge: {path}: not JSON ({exc})") from None
+        try:
+            by.update({(r["scenario"], r["estimator"], r["fault"]): r for r in rows})
+        except (KeyError, TypeError) as exc:
+            raise DataError(f"--merge: {path}: not a faults.json of mbde bench faults (no {exc})") from None
+    rows = list(by.values())
+    order = list(dict.fromkeys(r["scenario"] for r in rows))
+    names = [n for n in ESTIMATORS if any(r["estimator"] == n for r in rows)]
+    faults = [f for f in FAULT_NAMES if any(r["fault"] == f for r in rows)]
+    rows.sort(key=lambda r: (order.index(r["scenario"]), names.index(r["estimator"]), faults.index(r["fault"])))
+    os.makedirs(args.out, exist_ok=True)
+    _write(args.out, rows)
+    print(format_tables(rows, order, names, faults))
+    print(format_summary(rows, names, faults))
+    print(f"\n{len(rows)} runs merged from {', '.join(folders)}; crashes {sum(_crashes(r) for r in rows)}; "
+          f"target misses {len(target_misses(rows))}; wrote {args.out}/faults.csv, faults.json")
     return 0
 
 
