@@ -36,6 +36,7 @@ import numpy as np
 
 from mbde_core.engine import dynamics, fastpath, kinematics
 from mbde_core.engine.linalg import solve
+from mbde_core.sensors.base import linearize_one
 
 
 class FullState:
@@ -414,11 +415,7 @@ class ReducedModel:
         A sensor with a fused single-state ``linearize(q, qd, qdd)`` gives all four at
         once; otherwise its ``h`` and ``jacobians``.
         """
-        parts = []
-        for n in names:
-            s = self.sensors[n]
-            lin = getattr(s, "linearize", None)
-            parts.append(lin(q, qd, qdd) if lin is not None else (s.h(q, qd, qdd),) + tuple(s.jacobians(q, qd, qdd)))
+        parts = [linearize_one(self.sensors[n], q, qd, qdd) for n in names]
         if len(parts) == 1:
             return parts[0]
         return tuple(np.concatenate([p[i] for p in parts], axis=0) for i in range(4))

@@ -49,6 +49,7 @@ import numpy as np
 
 from mbde_core.errors import ConfigError
 from mbde_core.minimal import augmented_g1
+from mbde_core.sensors.base import linearize_one
 
 
 @dataclass
@@ -288,13 +289,7 @@ class AugmentedModel:
         dqdd[:, g : 2 * g] += 2.0 * H2zd
         hs, Hs = [], []
         for nm in names:
-            s = self.sensors[nm]
-            fused = getattr(s, "linearize", None)  # one-state float path of the sensor
-            if fused is not None:
-                hk, Hq, Hqd, Hqdd = fused(q, qd, qdd)
-            else:
-                hk = s.h(q, qd, qdd)
-                Hq, Hqd, Hqdd = s.jacobians(q, qd, qdd)
+            hk, Hq, Hqd, Hqdd = linearize_one(self.sensors[nm], q, qd, qdd)
             hs.append(hk)
             Hs.append(Hq @ dq + Hqd @ dqd + Hqdd @ dqdd)
         lin.h = np.concatenate(hs)

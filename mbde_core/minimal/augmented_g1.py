@@ -23,6 +23,7 @@ from operator import mul
 import numpy as np
 
 from mbde_core.sensors.accelerometer import Accelerometer
+from mbde_core.sensors.base import linearize_one
 from mbde_core.sensors.gyroscope import Gyroscope
 
 
@@ -101,12 +102,7 @@ def readings(model, lin, names, terms):
             for rq, rqdd in zip(Hq, Hqdd):
                 Hs.append([_dot(rq, J) + _dot(rqdd, cols_qdd[0])] + [_dot(rqdd, c) for c in cols_qdd[1:]] + pad)
             continue
-        fused = getattr(s, "linearize", None)  # one-state float path of the sensor
-        if fused is not None:
-            hk, Hq, Hqd, Hqdd = fused(q, qd, qdd)
-        else:
-            hk = s.h(q, qd, qdd)
-            Hq, Hqd, Hqdd = s.jacobians(q, qd, qdd)
+        hk, Hq, Hqd, Hqdd = linearize_one(s, q, qd, qdd)
         hs += np.atleast_1d(hk).tolist()
         for rq, rqd, rqdd in zip(Hq.tolist(), Hqd.tolist(), Hqdd.tolist()):
             Hs.append([_dot(rq, J) + _dot(rqd, H2zd) + _dot(rqdd, cols_qdd[0]),

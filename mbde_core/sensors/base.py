@@ -88,6 +88,16 @@ class NoiseSampler:
         return out
 
 
+def linearize_one(s, q, qd, qdd):
+    """(h (d,), dh/dq, dh/dqd, dh/dqdd (d, n)) of sensor ``s`` at one state: its fused
+    single-state ``linearize(q, qd, qdd)`` (floats, all four at once) if it has one, else
+    its ``h`` and ``jacobians``."""
+    fused = getattr(s, "linearize", None)
+    if fused is not None:
+        return fused(q, qd, qdd)
+    return (s.h(q, qd, qdd),) + tuple(s.jacobians(q, qd, qdd))
+
+
 class Sensor:
     """Base class. Subclasses set the attributes below and implement ``_h``/``_jac``.
 
