@@ -75,6 +75,20 @@ def test_fault_kinds_do_what_they_say(bag):
     assert np.allclose(drift.true_times(s), [m.stamp for m in ms])
 
 
+@pytest.mark.parametrize("length, begins", [(4.0, 1.0), (5.0, 2.0), (10.0, 4.0), (3.0, 1.2)])
+def test_gap_leaves_a_second_of_data_after_it(length, begins):
+    """The gap begins at 40 % of the run unless less than 1 s of data would follow it (the
+    4 s rig scenarios: then at 1 s); a run too short for 1 s before and after keeps 40 %."""
+    stamps = np.round(np.arange(0.0, length + 1e-9, 0.01), 6)
+    ms = [Measurement(float(t), "g", np.zeros(1)) for t in stamps]
+    inj = inject("gap", ms, "g", {"g": np.ones(1)})
+    got = np.array([m.stamp for m in inj.measurements])
+    missing = np.setdiff1d(stamps, got)
+    assert begins - 1e-9 <= missing[0] <= begins + 0.01
+    if length >= 4.0:
+        assert missing[-1] - missing[0] == pytest.approx(1.99) and length - inj.resume >= 1.0 - 1e-9
+
+
 # ------------------------------------------------------------------------------ defaults
 def test_gate_and_reacquisition_on_by_default_everywhere():
     from mbde_core.live.estimator import load_config
