@@ -15,7 +15,7 @@ import numpy as np
 
 from mbde_core.errors import ConfigError
 from mbde_core.engine.fastpath import soa as _soa  # (fastpath imports nothing of the model)
-from mbde_core.model import codegen
+from mbde_core.model import kernels
 from mbde_core.model.constraints import ConstraintSet
 from mbde_core.model.drivers import DriverSet, require_time
 from mbde_core.model.inertia import assemble_inertia, body_point_coefficients
@@ -128,7 +128,7 @@ class Mechanism:
         else:
             self.independent = coordinates.choose_independent(self, q_guess)
         self.dependent = np.setdiff1d(np.arange(n), self.independent)
-        self._kernels = codegen.build(self)
+        self._kernels = kernels.build(self)
         self._stale = False
         for col in spec.initial_position:
             if col not in self.independent:
@@ -162,14 +162,14 @@ class Mechanism:
         """
         K = self._kernels
         if K is not None and self._stale:
-            K = codegen.build(self)
+            K = kernels.build(self)
             object.__setattr__(self, "_kernels", K)
             object.__setattr__(self, "_stale", False)
         return K
 
     def __setattr__(self, name, value):
         object.__setattr__(self, name, value)
-        if name in codegen.KERNEL_INPUTS:
+        if name in kernels.KERNEL_INPUTS:
             object.__setattr__(self, "_stale", True)
 
     def __copy__(self):
@@ -196,7 +196,7 @@ class Mechanism:
     def __setstate__(self, state):
         rebuild = state.pop("_kernels", False)
         self.__dict__.update(state)
-        object.__setattr__(self, "_kernels", codegen.build(self) if rebuild else None)
+        object.__setattr__(self, "_kernels", kernels.build(self) if rebuild else None)
         object.__setattr__(self, "_stale", False)
 
     def _raw_q0(self) -> np.ndarray:
