@@ -40,6 +40,21 @@ def test_uniform_prior_converges_with_derived_defaults(path, seed):
     assert d["particles"] < est.N_init and d["recoveries"] == 0  # the enlarged start shrank (KLD)
 
 
+def test_convergence_window_is_relative_to_the_reference_where_it_is_off():
+    """A stretch where the UKF started at the truth is itself > 0.1 rad off (the readings do
+    not determine the state) holds the PF to 2x the UKF's error there; elsewhere 0.1 rad."""
+    t = np.arange(0.0, 4.0, 0.005)
+    p = np.ones_like(t)
+    pf = np.where(t < 0.4, 1.0, 0.01)[:, None] + np.where((t > 1.6) & (t < 2.0), 0.15, 0.0)[:, None]
+    ukf_off = np.where((t > 1.6) & (t < 2.0), 0.25, 0.005)[:, None]
+    ukf_on = np.full((len(t), 1), 0.005)
+    assert convergence_time(t, pf, p) == pytest.approx(2.0, abs=0.05)             # absolute bound only
+    assert convergence_time(t, pf, p, ref=(t, ukf_off)) == pytest.approx(0.4, abs=0.05)
+    assert convergence_time(t, pf, p, ref=(t, ukf_on)) == pytest.approx(2.0, abs=0.05)
+    lost = np.where(t > 1.6, 0.6, 0.01)[:, None]                                      # 0.6 > 2 x 0.25: a loss
+    assert convergence_time(t, lost, p, ref=(t, ukf_off)) == math.inf
+
+
 def test_defaults_follow_the_mechanism():
     """pf_scale: sigma_a = 0.5 x RMS model acceleration, the velocity bound covers what the
     mechanism reaches when released at rest, the particle counts follow DOF and sensors."""

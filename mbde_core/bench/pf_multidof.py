@@ -15,9 +15,16 @@ Converged (issue 13): t_c <= ``CONVERGE_WITHIN`` (1.0 s of data) and the steady-
 RMSE of z (t > 1 s, all coordinates) at most ``RMSE_RATIO`` (2) times the UKF's on the
 same readings. t_c is the first time from which, in every window of ``WINDOW`` (0.1 s)
 to the end of the run, the RMS error of each coordinate stays below ``CONV_RAD`` (0.1
-rad) and the median P(true branch) above 0.99 (the true branch is the truth's label at
-each time; a glitch of a step or two, or the brief dip of P after a lock injection in a
-correct track, does not count as a loss).
+rad) -- or below ``REF_FACTOR`` (2) times the reference UKF's own RMS error in the same
+window where that is larger -- and the median P(true branch) above 0.99 (the true branch
+is the truth's label at each time; a glitch of a step or two, or the brief dip of P after
+a lock injection in a correct track, does not count as a loss). The reference term: a
+stretch where the UKF started at the truth is itself more than CONV_RAD off is one
+where the readings do not determine the state (e.g. watt_sixbar_gyro near its turning
+point at 1.9 s: the UKF drifts to 0.28 rad, the PF to 0.16 rad on seed 12); the issue's
+own test is relative to that reference (steady-state RMSE <= 2x the UKF's), so such a
+stretch holds the PF to twice the reference's error there rather than to 0.1 rad.
+``convergence_time(..., ref=None)`` is the absolute test alone.
 
 Table per scenario: DOF, sensors, runs converged, median / max t_c, median steady-state
 RMSE of the PF and the UKF, median / max ratio, recoveries + lock injections per run,
@@ -37,6 +44,7 @@ CONV_RAD = 0.1
 WINDOW = 0.1   # [s] windows of the convergence test (a step or two of glitch is not a loss of track)
 CONVERGE_WITHIN = 1.0
 RMSE_RATIO = 2.0
+REF_FACTOR = 2.0  # windows where the reference UKF is off: the PF within this factor of it
 BRANCH_P = 0.99
 STEADY_AFTER = 1.0
 
@@ -60,11 +68,19 @@ def _windows(t, x, reduce):
     return np.array([reduce(x[k:max(j[k], k + 1)]) for k in range(len(t))])
 
 
-def convergence_time(t, err, p_true):
+def convergence_time(t, err, p_true, ref=None):
     """First time (from t[0]) from which every window of WINDOW s has an RMS error (max over
-    the coordinates) below CONV_RAD and a median P(true branch) above BRANCH_P; inf if never."""
+    the coordinates) below CONV_RAD and a median P(true branch) above BRANCH_P; inf if never.
+    ref: (t_ref, err_ref) of the reference filter on the same readings, or None: a window's
+    bound is then max(CONV_RAD, REF_FACTOR x the reference's RMS error over the window
+    starting at the same time; module docstring)."""
     e2 = np.max(np.asarray(err) ** 2, axis=1)
-    good = (_windows(t, e2, np.mean) < CONV_RAD**2) & (_windows(t, np.asarray(p_true), np.median) > BRANCH_P)
+    tol2 = np.full(len(t), CONV_RAD**2)
+    if ref is not None:
+        tr, er = np.asarray(ref[0], float), np.asarray(ref[1], float)
+        r2 = _windows(tr, np.max(er**2, axis=1), np.mean)
+        tol2 = np.maximum(tol2, REF_FACTOR**2 * np.interp(t, tr, r2))
+    good = (_windows(t, e2, np.mean) < tol2) & (_windows(t, np.asarray(p_true), np.median) > BRANCH_P)
     bad = np.nonzero(~good)[0]
     if bad.size == 0:
         return 0.0
@@ -148,12 +164,14 @@ def task(truths, item):
         t, err, p, est, cpu = _run_filter(truth, "pf", seed, at_truth=False)
         tu, eu, _, _, _ = _run_filter(truth, "ukf", seed, at_truth=True)
         d = est.diagnostics()
-        out.update(t_conv=convergence_time(t, err, p), rmse_pf=steady_rmse(t, err), rmse_ukf=steady_rmse(tu, eu),
+        out.update(t_conv=convergence_time(t, err, p, ref=(tu, eu)), t_conv_abs=convergence_time(t, err, p),
+                   rmse_pf=steady_rmse(t, err), rmse_ukf=steady_rmse(tu, eu),
                    p_true_final=float(p[-1]), recoveries=int(d["recoveries"]), locks=int(d.get("locks", 0)),
                    cpu_s=cpu, particles_init=int(est.N_init), particles=int(est.N_track), sigma_a=float(est.sigma_a),
                    failed=False)
         out["ratio"] = out["rmse_pf"] / out["rmse_ukf"] if out["rmse_ukf"] > 0 else math.inf
         out["converged"] = bool(out["t_conv"] <= CONVERGE_WITHIN and out["ratio"] <= RMSE_RATIO)
+        out["converged_abs"] = bool(out["t_conv_abs"] <= CONVERGE_WITHIN and out["ratio"] <= RMSE_RATIO)
     except Exception as exc:  # a failing run must not stop the benchmark
         out.update(failed=True, converged=False, error=f"{type(exc).__name__}: {exc}"[:200])
     return out
@@ -183,9 +201,10 @@ def _sensors(truth) -> str:
 
 def table(rows, truths) -> str:
     lines = ["", f"Multi-DOF: pf from the uniform prior (defaults) vs ukf at the truth, same readings; converged = error "
-             f"< {CONV_RAD:g} rad and P(true branch) > {BRANCH_P} from t_c <= {CONVERGE_WITHIN:g} s on, and steady-state "
-             f"RMSE (t > {STEADY_AFTER:g} s) <= {RMSE_RATIO:g} x the UKF's",
-             f"{'scenario':<28}{'DOF':>4} {'sensors':<20}{'converged':>10}{'t_c median':>11}{'max [s]':>9}"
+             f"< max({CONV_RAD:g} rad, {REF_FACTOR:g} x the UKF's in the same {WINDOW:g} s window) and P(true branch) > "
+             f"{BRANCH_P} from t_c <= {CONVERGE_WITHIN:g} s on, and steady-state RMSE (t > {STEADY_AFTER:g} s) <= "
+             f"{RMSE_RATIO:g} x the UKF's; 'abs': with the error bound {CONV_RAD:g} rad alone",
+             f"{'scenario':<28}{'DOF':>4} {'sensors':<20}{'converged':>10}{'abs':>7}{'t_c median':>11}{'max [s]':>9}"
              f"{'RMSE pf':>10}{'ukf':>9}{'ratio':>7}{'max':>7}{'rec+lock':>9}{'cpu/run':>9}"]
     for key in truths:
         rs = [r for r in rows if r["scenario"] == key]
@@ -193,11 +212,12 @@ def table(rows, truths) -> str:
             continue
         ok = [r for r in rs if not r["failed"]]
         conv = sum(r["converged"] for r in rs)
+        conv_abs = sum(r.get("converged_abs", r["converged"]) for r in rs)
         tc = np.array([r["t_conv"] for r in ok]) if ok else np.array([math.inf])
         fin = tc[np.isfinite(tc)]
         med = lambda k: float(np.median([r[k] for r in ok])) if ok else math.nan  # noqa: E731
         ratios = np.array([r["ratio"] for r in ok]) if ok else np.array([math.nan])
-        lines.append(f"{key:<28}{rs[0]['dof']:>4} {_sensors(truths[key]):<20}{conv:>6}/{len(rs):<3}"
+        lines.append(f"{key:<28}{rs[0]['dof']:>4} {_sensors(truths[key]):<20}{conv:>6}/{len(rs):<3}{conv_abs:>7}"
                      f"{(np.median(tc) if fin.size else math.inf):>11.3f}{np.max(tc):>9.3f}"
                      f"{med('rmse_pf'):>10.4f}{med('rmse_ukf'):>9.4f}{np.median(ratios):>7.2f}{np.max(ratios):>7.2f}"
                      f"{np.mean([r['recoveries'] + r['locks'] for r in ok]) if ok else math.nan:>9.2f}"
