@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mbde_core.engine import dynamics, fastpath, kinematics, variational
+from mbde_core.engine import dynamics, fastpath, kinematics, step_backends, variational
 from mbde_core.engine.linalg import solve
 from mbde_core.engine.rk4_single import rk4_step
 
@@ -51,7 +51,7 @@ from mbde_core.engine.rk4_single import rk4_step
 class MBState:
     """Dynamic state: q, qd, qdd (n,) or (N, n); ok: bool or (N,) bool (assembly succeeded).
 
-    aux: what a batched fast step knows at its result q (:class:`fastpath.Context`), or
+    aux: what a batched fast step knows at its result q (:class:`step_backends.Context`), or
     None; passed back with q unchanged, the next step reuses it. Drop it (None) when
     editing q; gather it with the states by ``aux.take(idx)``.
     """
@@ -93,10 +93,10 @@ class _Generic:
     def take(x, idx):
         return x[:, idx]
 
-    axpy = staticmethod(fastpath.Batch.axpy)
-    add = staticmethod(fastpath.Batch.add)
-    sub = staticmethod(fastpath.Batch.sub)
-    comb = staticmethod(fastpath.Batch.comb)
+    axpy = staticmethod(step_backends.Batch.axpy)
+    add = staticmethod(step_backends.Batch.add)
+    sub = staticmethod(step_backends.Batch.sub)
+    comb = staticmethod(step_backends.Batch.comb)
 
     @staticmethod
     def rmul(R, dz):
@@ -110,7 +110,7 @@ class _Generic:
 
     def _stage(self, t, q, qd, v):
         ev = dynamics.evaluate(self.mech, t, q, qd, extra_zdd=v)
-        return fastpath.Stage({"qd": qd, "zdd": ev.zdd, "qdd": ev.qdd, "R": ev.R, "rd": ev.rdzd}, lambda x: x)
+        return step_backends.Stage({"qd": qd, "zdd": ev.zdd, "qdd": ev.qdd, "R": ev.R, "rd": ev.rdzd}, lambda x: x)
 
     def start(self, t, q, qd, ctx, v=None):
         return self._stage(t, q, qd, v)
@@ -153,14 +153,14 @@ def _run(mech, state, extra_zdd, algorithm):
 
 
 def _run_single(mech, K, state, extra_zdd, algorithm):
-    B = fastpath.Single(mech, K)
+    B = step_backends.Single(mech, K)
     v = None if extra_zdd is None else B.vec(extra_zdd)
     q1, qd1, qdd1, ok, _ = algorithm(B, K.iz, B.vec(state.q), B.vec(state.qd), None if state.qdd is None else B.vec(state.qdd), v)
     return MBState(np.array(q1), np.array(qd1), np.array(qdd1), bool(ok))
 
 
 def _run_small(mech, K, state, extra_zdd, algorithm):
-    B = fastpath.Single(mech, K)
+    B = step_backends.Single(mech, K)
     q, qd = np.asarray(state.q, dtype=float), np.asarray(state.qd, dtype=float)
     N = q.shape[0]
     qdd = None if state.qdd is None else np.asarray(state.qdd, dtype=float)
@@ -173,21 +173,21 @@ def _run_small(mech, K, state, extra_zdd, algorithm):
 
 def _run_batch(mech, K, state, extra_zdd, algorithm):
     N, n = np.shape(state.q)
-    vec = fastpath.Batch.vec
+    vec = step_backends.Batch.vec
     q, qd = vec(state.q), vec(state.qd)
     qdd = None if state.qdd is None else vec(state.qdd)
     v = None if extra_zdd is None else vec(np.asarray(extra_zdd, dtype=float).reshape(N, mech.dof))
     chunk = fastpath.chunk_size(N)
     if N <= chunk:
-        aux = state.aux if isinstance(state.aux, fastpath.Context) and state.aux.N == N else None
-        B = fastpath.Batch(mech, K, N, None if aux is None else (q, aux))
+        aux = state.aux if isinstance(state.aux, step_backends.Context) and state.aux.N == N else None
+        B = step_backends.Batch(mech, K, N, None if aux is None else (q, aux))
         q1, qd1, qdd1, ok, s1 = algorithm(B, K.independent, q, qd, qdd, v)
         return MBState(q1.T, qd1.T, qdd1.T, ok, s1.context(N))
     out = np.empty((3, n, N))
     ok = np.empty(N, dtype=bool)
     for a in range(0, N, chunk):
         c = slice(a, min(a + chunk, N))
-        res = algorithm(fastpath.Batch(mech, K, c.stop - c.start), K.independent, q[:, c], qd[:, c],
+        res = algorithm(step_backends.Batch(mech, K, c.stop - c.start), K.independent, q[:, c], qd[:, c],
                         None if qdd is None else qdd[:, c], None if v is None else v[:, c])
         out[0, :, c], out[1, :, c], out[2, :, c], ok[c] = res[:4]
     return MBState(out[0].T, out[1].T, out[2].T, ok)
@@ -225,7 +225,7 @@ class _IndependentIntegrator:
         N = q.shape[0]
         if 0 < N <= fastpath.SMALL_BATCH:
             try:
-                S = fastpath.Single(mech, K)
+                S = step_backends.Single(mech, K)
                 rows = []
                 for k in range(N):
                     x = q[k].tolist()
@@ -233,7 +233,7 @@ class _IndependentIntegrator:
                 return np.array(rows, dtype=float).reshape(N, mech.dof)
             except fastpath.SCALAR_ERRORS:
                 pass
-        B = fastpath.Batch(mech, K, N)
+        B = step_backends.Batch(mech, K, N)
         x = B.vec(q)
         return B.start(t, x, B.vec(qd), B.context(x), None if v is None else B.vec(v)).zdd.T
 
@@ -273,7 +273,7 @@ class RK4(_IndependentIntegrator):
         K = fastpath.kernels(mech)
         if K is not None and not mech.drivers and np.ndim(state.q) == 1:
             # one state: the same algorithm written on the scalar kernels (rk4_single)
-            vec = fastpath.Single.vec
+            vec = step_backends.Single.vec
             try:
                 q1, qd1, qdd1, ok, _ = rk4_step(mech, K, t, vec(state.q), vec(state.qd),
                                                 None if state.qdd is None else vec(state.qdd), h,

@@ -71,7 +71,7 @@ import threading
 
 import numpy as np
 
-from mbde_core.engine import fastpath
+from mbde_core.engine import fastpath, step_backends
 from mbde_core.engine.numba_source import module_source
 
 AUTO_MIN = 4096
@@ -268,7 +268,7 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
             nb.set_num_threads(max(1, min(int(threads), nb.config.NUMBA_NUM_THREADS)))
         mod.rk4_all(Q, QD, QDD, qdd is not None, V, extra is not None, tv[0], tv[1], tv[2], float(h),
                     oq, oqd, oqdd, ok, bad, otr, oj, orr, serial)
-    ctx = fastpath.Context(N, tuple(otr), tuple(oj), tuple(tuple(orr[i * g + k] for k in range(g)) for i in range(n)))
+    ctx = step_backends.Context(N, tuple(otr), tuple(oj), tuple(tuple(orr[i * g + k] for k in range(g)) for i in range(n)))
     if bad.any():  # non-finite values met: the numpy path decides for those particles
         from mbde_core.engine.integrators import MBState, get_integrator
 

@@ -1,11 +1,11 @@
 """The classical RK4 step of one state written directly against the scalar kernels.
 
 :class:`mbde_core.engine.integrators.RK4` runs one algorithm text on every backend
-(:class:`fastpath.Single`, :class:`fastpath.Batch`, the generic arrays); for one state
-that text costs more in its indirections (backend methods, :class:`fastpath.Stage`
+(:class:`step_backends.Single`, :class:`step_backends.Batch`, the generic arrays); for one state
+that text costs more in its indirections (backend methods, :class:`step_backends.Stage`
 dictionaries, closures) than in the generated kernels it calls. :func:`rk4_step` is the
 same algorithm on Python lists, with the same operations in the same order, so its
-results are those of ``RK4.step`` on the :class:`fastpath.Single` backend bit for bit.
+results are those of ``RK4.step`` on the :class:`step_backends.Single` backend bit for bit.
 With x = [z, zd], f the R-matrix dynamics and a1 = f(x0) (+ v)::
 
     x2 = x0 + h/2 F(x0),  x3 = x0 + h/2 F(x2),  x4 = x0 + h F(x3),
@@ -27,7 +27,7 @@ MAX_ITER = 30  # Newton iterations of each stage's position problem (as RK4's)
 
 
 def _rmul(R, dz):
-    """R dz (n,) for R as n rows of g (as fastpath.Single.rmul)."""
+    """R dz (n,) for R as n rows of g (as step_backends.Single.rmul)."""
     if len(dz) == 1:
         d = dz[0]
         return [row[0] * d for row in R]

@@ -57,7 +57,7 @@ from operator import mul
 
 import numpy as np
 
-from mbde_core.engine import dynamics, fastpath, kinematics
+from mbde_core.engine import dynamics, fastpath, kinematics, step_backends
 
 
 class VIParams:
@@ -109,7 +109,7 @@ def solve_small(A, b):
 # backends: vectors of n (or g) values; matrices as n rows of g values (R, M R)
 
 
-class _SingleVI(fastpath.Single):
+class _SingleVI(step_backends.Single):
     """One state: lists of floats; matrices (R, M R) as g columns of n floats."""
 
     def __init__(self, mech, K):
@@ -215,7 +215,7 @@ class _SingleVI(fastpath.Single):
         return math.isfinite(sum(x))
 
 
-class _BatchVI(fastpath.Batch):
+class _BatchVI(step_backends.Batch):
     """N states: batch-last (k, N) arrays; matrices (n, g, N)."""
 
     def __init__(self, mech, K, N, known=None):
@@ -317,7 +317,7 @@ class _GenericVI(_BatchVI):
     """N states on the generic engine functions (mechanisms without kernels)."""
 
     def __init__(self, mech, N):
-        fastpath.Batch.__init__(self, mech, None, N)
+        step_backends.Batch.__init__(self, mech, None, N)
         self.M = np.asarray(mech.M, dtype=float)
         self.g = mech.dof
 
@@ -329,7 +329,7 @@ class _GenericVI(_BatchVI):
 
     def start(self, t, q, qd, ctx, v=None):
         ev = dynamics.evaluate(self.mech, t, q.T, qd.T, extra_zdd=None if v is None else v.T)
-        return fastpath.Stage({"zdd": ev.zdd.T, "rd": ev.rdzd.T}, lambda x: x)
+        return step_backends.Stage({"zdd": ev.zdd.T, "rd": ev.rdzd.T}, lambda x: x)
 
     def position(self, t, z, guess):
         q, ok = kinematics.solve_position(self.mech, z.T, guess.T, t=t)
@@ -477,19 +477,19 @@ def run(mech, t, state, P: VIParams, extra_zdd=None, s1=None, s2=None):
             return MBState(out[0], out[1], out[2], ok)
         except fastpath.SCALAR_ERRORS:
             pass  # the batched code decides (exactly singular, non-finite)
-    vec = fastpath.Batch.vec
+    vec = step_backends.Batch.vec
     args = [vec(qb), vec(qd), None if qdd is None else vec(qdd)] + [None if x is None else vec(x) for x in (v, a, b)]
     if K is None:
         q1, qd1, qdd1, ok, _, _ = vi_algorithm(_GenericVI(mech, N), mech.independent, t, P, *args)
         return MBState.make(q1.T, qd1.T, qdd1.T, ok, single)
     chunk = fastpath.chunk_size(N)
     if N <= chunk:
-        aux = state.aux if isinstance(state.aux, fastpath.Context) and state.aux.N == N and not single else None
+        aux = state.aux if isinstance(state.aux, step_backends.Context) and state.aux.N == N and not single else None
         B = _BatchVI(mech, K, N, None if aux is None else (args[0], aux))
         q1, qd1, qdd1, ok, Rrows, (tr1, J1) = vi_algorithm(B, K.independent, t, P, *args)
         if single:
             return MBState.make(q1.T, qd1.T, qdd1.T, ok, True)
-        return MBState(q1.T, qd1.T, qdd1.T, ok, fastpath.Context(N, tr1, J1, Rrows))
+        return MBState(q1.T, qd1.T, qdd1.T, ok, step_backends.Context(N, tr1, J1, Rrows))
     out = np.empty((3, n, N))
     ok = np.empty(N, dtype=bool)
     for lo in range(0, N, chunk):

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from mbde_core.engine import fastpath, numba_kernels
+from mbde_core.engine import fastpath, numba_kernels, step_backends
 from mbde_core.engine.integrators import RK4, MBState
 
 CHUNK_MIN = 2048
@@ -64,7 +64,7 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 class ChunkContext:
-    """The kernel contexts of a chunked set (one :class:`fastpath.Context` per chunk),
+    """The kernel contexts of a chunked set (one :class:`step_backends.Context` per chunk),
     seen as one: N, R (rows of (N,) arrays), sincos(), take()."""
 
     def __init__(self, parts):
@@ -90,12 +90,12 @@ class ChunkContext:
         s = [p.sincos(rel, col) for p in self.parts]
         return np.concatenate([a for a, _ in s]), np.concatenate([b for _, b in s])
 
-    def whole(self) -> fastpath.Context:
+    def whole(self) -> step_backends.Context:
         """One Context over the whole set (concatenated entries)."""
         p0 = self.parts[0]
         tr = tuple(self._cat(lambda p, i=i: p.tr[i]) for i in range(len(p0.tr)))
         J = tuple(self._cat(lambda p, i=i: p.J[i]) for i in range(len(p0.J)))
-        return fastpath.Context(self.N, tr, J, self.R)
+        return step_backends.Context(self.N, tr, J, self.R)
 
 
 class Propagator:
@@ -108,7 +108,7 @@ class Propagator:
         self.threads = default_threads() if threads is None else max(1, int(threads))
         self.chunk_fixed = None if chunk is None else int(chunk)
         self.chunk = CHUNK_MAX
-        self.ctx = None  # a fastpath.Context (one chunk) or a ChunkContext, at the current q
+        self.ctx = None  # a step_backends.Context (one chunk) or a ChunkContext, at the current q
         self.last = None  # the MBState of the last step (its caller can tell it came from here)
         self.backend = None  # 'numba' or 'numpy': what ran the last step
         self.steps_left = 0  # steps the caller still expects to run (0: unknown): numba_kernels.backend's work
@@ -122,7 +122,7 @@ class Propagator:
         return c if c is not None and c.N == N else None
 
     def adopt(self, aux, N: int) -> None:
-        self.ctx = aux if isinstance(aux, (fastpath.Context, ChunkContext)) and aux.N == N else None
+        self.ctx = aux if isinstance(aux, (step_backends.Context, ChunkContext)) and aux.N == N else None
 
     def take(self, idx) -> None:
         """Gather the context with the particles (resampling)."""
@@ -187,7 +187,7 @@ class Propagator:
             for k in range(len(ctxs)):
                 run(k)
         st = MBState(out[0].T, out[1].T, out[2].T, ok)
-        if all(isinstance(p, fastpath.Context) for p in parts):
+        if all(isinstance(p, step_backends.Context) for p in parts):
             self.ctx = ChunkContext(parts)
         else:
             self.ctx = None
