@@ -82,8 +82,8 @@ def test_pf_after_a_silence_longer_than_its_cloud_can_bridge_starts_afresh(tmp_p
                             particle_budget=0)
         t, e, _ = errors(run.records, gap, inp.truth, angular)
         assert run.diagnostics["recovery_reasons"]["silence"] == 1 and run.diagnostics["recoveries"] >= 1, name
-        bad = np.flatnonzero((t >= gap.resume) & ~(e < 0.05))  # |e| stays < 0.05 rad from ...
-        back = t[bad[-1] + 1] - gap.resume if bad.size else 0.0  # ... resume + back on (the bag's last 1 s)
+        bad = np.flatnonzero((t >= gap.resume) & ~(e < 0.05))  # |e| < 0.05 rad from resume + back on
+        back = 0.0 if not bad.size else (t[bad[-1] + 1] - gap.resume if bad[-1] + 1 < t.size else np.inf)
         assert back < 0.9, (name, seed, back)
 
 
