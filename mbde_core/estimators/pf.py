@@ -60,10 +60,11 @@ injected with ``recovery.inject`` of the weight, with velocity readings also a c
 the cloud with its velocities re-drawn from them, each group weighted by its evidence, and
 the readings decide (:mod:`pf_inject`; cf. Augmented MCL, Thrun, Burgard & Fox 2005). The
 stage's disturbances (a jump back to the first stamp, a silence) inject the same way
-(:meth:`add_restart_hypotheses`) instead of restarting the cloud. Branch check (``branch_check``): a particle whose
-position problem converged on another assembly (near singular configurations) is
-relabelled (``branch_jumps``). Gating (``gate``, 0 = off; :mod:`pf_gate`); stage
-re-acquisition (:meth:`reacquire`): uniform re-initialisation (reason ``gate``). In the
+(:meth:`add_restart_hypotheses`), but a silence the cloud could not bridge (spread like the
+prior) is a fresh start (:mod:`pf_inject`). Branch check (``branch_check``): a particle whose
+position problem converged on another assembly (near singular configurations) is relabelled
+(``branch_jumps``). Gating (``gate``, 0 = off; :mod:`pf_gate`); stage re-acquisition
+(:meth:`reacquire`): uniform re-initialisation (reason ``gate``). In the
 first second after a uniform start or an injection (:mod:`pf_update`'s grace) a reading
 over the gate waits for the next one to tell outlier from news (:mod:`pf_hold`), and the
 readings the noise proposal moves to (gyroscopes, accelerometers) are fused with a robust

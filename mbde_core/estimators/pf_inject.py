@@ -29,6 +29,39 @@ weight (the test rig of test_faults: 13 locks and 0.08 rad -> 1 lock and 0.0035 
 After a silence the hypotheses above the energy ceiling of a passive linkage are dropped
 (:func:`multistart.energy_ceiling`): at rest after pf_rig_branch1's 2 s gap the stable and
 the unstable dead point fit the gyroscope alike.
+
+**A silence longer than the cloud can bridge is a fresh start.** When the stage reports a
+silence and the open-loop cloud's position spread is at least ``BRIDGE`` (0.8) of the
+uniform prior's in every independent coordinate (:meth:`_position_spread`: for an angle the
+circular standard deviation sqrt(-2 ln R) over pi / sqrt(3), R the weighted mean resultant
+length), the cloud knows no more than the prior: the filter re-initialises from the uniform
+prior with the first acquisition's machinery (``uniform.particles``, the readings-based
+position and velocity proposals at the first update, annealing, the gate's grace; counted
+as a recovery, reason ``silence``) instead of injecting, the energy ceiling applied to the
+fresh set (:meth:`_fresh_start`). A fresh start also supersedes a pending injection (the
+lost test re-initialising at the first reading after the silence).
+
+Measured (mbde bench faults' gap, 2 s, on pf_sim: one rocker gyroscope, up to 37 rad/s; a
+script over estimator seeds 0-19, the bench's scoring): the cloud's spread after the gap is
+0.86-1.0 of the prior's. Injected, the 300 (vipf: 100) old particles and their copies held
+0.9 of the weight; when the first reading found the cloud lost (ESS < 5 %) and the lost
+test re-initialised it, the pending injection re-mixed that fresh set at the next reading
+(2500 particles, the gate's grace restarted). Either way the weights settled on the
+mirrored motion (the other assembly branch, which a rocker gyroscope tells apart slowly:
+NIS < 1 for 0.3 s) in some seeds (pf seed 2, vipf seed 0). Recovered within 1 s, seeds
+0-9 / 0-19: pf 9/10 / 18/20 -> 9/10 / 17/20 (now 0.24-0.62 s when it recovers, was up to
+0.86 s), vipf 8/10 / 14/20 -> 9/10 / 17/20. A uniform start on the same readings from the
+resume on (no gap) converges in pf 10/10, vipf 8/10 seeds: the remaining misses are that
+acquisition's own. pf seed 5: converged after 0.25 s, its collapsed cloud 1.2 rad/s off in
+velocity lost the motion 0.35 s later, still in the gate's grace, where the robust
+gyroscope likelihood (pf_update.ROBUST_K) keeps the readings from pulling it back; dropping
+the robust likelihood once the cloud's spread is < 0.05 of the prior's re-acquires 6 of 6
+such seeds (pf 18/20, vipf 19/20 over seeds 0-19) but the outliers it guards against then
+cost vipf on pf_rig_branch1 1.11 -> 1.60x (a target miss): not done. Restarting the
+annealing alone changes nothing on a 1-DOF linkage (``uniform.anneal`` = 0.3 s x (g - 1) =
+0). On fourbar_gyro (spread 0.43-0.71 of the prior's) and pf_rig_branch1 (0.25-0.3), where
+the injection recovers within 0.2 s, the cloud bridges the gap and injects as before; so
+does the 0.3 s silence of test_pf_faults.
 """
 from __future__ import annotations
 
@@ -53,6 +86,31 @@ class ParticleInjection:
     RESTART_SHARES = {"jump": 0.5}
     INJECT_WAIT = 0.05  # [s] a restart's fresh hypotheses wait this long at most for a position reading
 
+    # a silence whose open-loop cloud spreads this much in every position coordinate (its
+    # spread / the uniform prior's, _position_spread) is past what the cloud can bridge:
+    # a fresh start (see the module docstring)
+    BRIDGE = 0.8
+
+    def _position_spread(self) -> np.ndarray:
+        """Per independent coordinate, the weighted spread of the cloud's positions over the
+        uniform prior's: angles, the circular standard deviation sqrt(-2 ln R) (R: the
+        mean resultant length) over pi / sqrt(3), the standard deviation of z uniform on
+        the circle (R = 0, the uniform circle: 1); other coordinates, the standard
+        deviation over (z_hi - z_lo) / sqrt(12). Clipped to 1."""
+        w = np.exp(self.logw - np.max(self.logw))
+        w = w / np.sum(w)
+        z = self.q[:, self.iz]
+        out = np.ones(self.g)
+        for k in range(self.g):
+            if self.angular[k]:
+                R = float(abs(np.sum(w * np.exp(1j * z[:, k]))))
+                if R > 1e-12:
+                    out[k] = math.sqrt(-2.0 * math.log(min(R, 1.0))) / (math.pi / math.sqrt(3.0))
+            else:
+                m = float(w @ z[:, k])
+                out[k] = math.sqrt(float(w @ (z[:, k] - m) ** 2)) / max((self.z_hi[k] - self.z_lo[k]) / math.sqrt(12.0), 1e-300)
+        return np.minimum(out, 1.0)
+
     def add_restart_hypotheses(self, reason: str, ceiling: float | None = None) -> bool:
         """The stage's two explanations of a disturbance in one cloud (a particle filter
         carries several hypotheses): ``jump`` (the clock jumped back to the first stamp)
@@ -67,6 +125,11 @@ class ParticleInjection:
         unless the initial guess is the uniform prior. Counted in ``recovery_reasons``."""
         if self.config["init"] != "uniform":
             return False
+        if reason == "silence" and (not np.isfinite(self.logw).any()
+                                    or bool(np.all(self._position_spread() >= self.BRIDGE))):
+            self._recover("silence")  # the cloud could not bridge the silence: a fresh start
+            self._inject_next, self._fresh_ceiling = None, ceiling
+            return True
         self._inject_next = (reason, float(self.RESTART_SHARES.get(reason, self.inject)), ceiling, self.t)
         return True
 
@@ -81,6 +144,19 @@ class ParticleInjection:
         keep = np.isfinite(E) & (E <= ceiling)
         if keep.any() and not keep.all():
             self.logw = _share(np.where(keep, self.logw, -np.inf), 1.0)
+
+    def _fresh_start(self, rd):
+        """Weights of a fresh uniform set at its first readings (_fresh_weights), as at a
+        first acquisition: a pending restart's injection is dropped (the fresh set holds
+        every hypothesis already), its energy ceiling kept (_cap_energy)."""
+        pending, self._inject_next = self._inject_next, None
+        ceiling, self._fresh_ceiling = getattr(self, "_fresh_ceiling", None), None
+        if pending is not None and pending[2] is not None:
+            ceiling = pending[2]
+        ll = self._fresh_weights(rd)
+        if ceiling is not None:
+            self._cap_energy(ceiling)
+        return ll
 
     def _injection_due(self, measurements) -> bool:
         """A disturbance's fresh hypotheses are drawn at the first update that has a position

@@ -308,7 +308,7 @@ class ParticleUpdate:
         self.counts["updates"] += 1
         if self._propose:
             self._propose = False
-            ll = self._fresh_weights(rd)
+            ll = self._fresh_start(rd)  # pf_inject
             extra = [np.zeros_like(x.R) for x in rd]
         else:
             ll, extra = self._adapted_weights(rd)
@@ -332,7 +332,7 @@ class ParticleUpdate:
             self._recover("likelihood" if underflow else "ess")
             rd2, _ = self._readings([x.m for x in rd], {})
             self._propose = False
-            ll = self._fresh_weights(rd2)
+            ll = self._fresh_start(rd2)
             if ll.max() >= self.ll_floor:  # else the new uniform set stays unweighted
                 self._normalise(ll)
             return result
