@@ -19,7 +19,9 @@ carried in tangent coordinates, Pz (2g, 2g), and mapped to q-space as
 P = T Pz T^T + W, T = d[q, qd]/d[z, zd] = [[R, 0], [d(R zd)/dz, R]], W a small isotropic
 "normal" covariance (``normal_noise_ratio`` times the per-coordinate average of the
 plant noise) that gives the perfect measurements room to act. Pz is propagated with
-F = [[I, dt I], [0, I]] and the Van Loan plant noise, the sensors' information
+F = [[I, dt I], [0, I]] (``transition_jacobian: simple``, paper 003 eq. 13) or
+F = I + dt A, A = d[zd, zdd]/d[z, zd] at the estimate (``full``, the option of the other
+observers, which this filter ignored before), and the Van Loan plant noise, the sensors' information
 P - K S K^T is mapped back with Pz = T^+ (P - K S K^T) T^+T, and the perfect
 measurements add none. Two literal alternatives were tried and fail on the four-bar:
 propagating P in q-space lets the O(dt) leak of the Euler step's tangent covariance
@@ -112,12 +114,23 @@ class DIEKFpm(Estimator):
         qdd = self._qdd(q, qd)
         g = self.mech.dof
         Qz = self.plant_noise(dt)
-        self.Pz = _propagate(self.Pz, dt, g) + Qz
+        if self.config.get("transition_jacobian", "simple") == "full":
+            Fz = np.eye(2 * g) + dt * self._transition_jacobian()
+            self.Pz = Fz @ self.Pz @ Fz.T + Qz
+        else:
+            self.Pz = _propagate(self.Pz, dt, g) + Qz
         T = self._prior_T(self.X)
         self._iso = self._coordinate_noise(T @ Qz @ T.T)
         self.X = np.concatenate([position_step(self.config, q, qd, qdd, dt), qd + dt * qdd])
         self.t += dt
         self._iterated_update([], np.zeros(0), None, None)
+
+    def _transition_jacobian(self):
+        """A = d[zd, zdd]/d[z, zd] at the estimate (``transition_jacobian: full``; the
+        reduced model's central differences, as DEKF, CEKF and the errorEKF take it)."""
+        n, iz = self.n, self.mech.independent
+        x = np.concatenate([self.X[:n][iz], self.X[n:][iz]])
+        return self.model.transition_jacobian(self.t, x, self.X[:n], "full")
 
     def _prior_T(self, X):
         """T at X (reused when X is the last projected mean)."""
