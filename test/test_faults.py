@@ -89,6 +89,18 @@ def test_gap_leaves_a_second_of_data_after_it(length, begins):
         assert missing[-1] - missing[0] == pytest.approx(1.99) and length - inj.resume >= 1.0 - 1e-9
 
 
+def test_gap_start_of_a_recording_ending_one_period_early():
+    """A 4 s recording read every 6 ms ends at 3.996 s (the rig bags): the gap still moves
+    to ~1 s (it stayed at 40 %, 1.6-3.6 s, leaving 0.4 s), and 1 s of data (within one
+    period) follows it."""
+    stamps = np.round(np.arange(0.0, 3.9999, 0.006), 6)
+    assert stamps[-1] == pytest.approx(3.996)
+    ms = [Measurement(float(t), "g", np.zeros(1)) for t in stamps]
+    inj = inject("gap", ms, "g", {"g": np.ones(1)})
+    missing = np.setdiff1d(stamps, [m.stamp for m in inj.measurements])
+    assert 0.99 <= missing[0] <= 1.0 and stamps[-1] - inj.resume >= 1.0 - 0.006 - 1e-9
+
+
 # ------------------------------------------------------------------------------ defaults
 def test_gate_and_reacquisition_on_by_default_everywhere():
     from mbde_core.live.estimator import load_config

@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman import STEP_HALVINGS, gate_rows, move_within_bound, update_result
+from mbde_core.estimators.kalman import STEP_HALVINGS, ekf_update, gate_rows, move_within_bound, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.noise import van_loan
 
@@ -169,7 +169,29 @@ class CEKF(ReducedKalman):
         self.P = P1
         self._assemble_into(x1, guess)
 
+    def _discrete_update(self, names, dims, y, H, R, gates):
+        """Readings at the time the filter was (re)started, with no step before them to redo
+        with the continuous correction: the discrete EKF update at that time (paper 003 eqs.
+        15a-e, :func:`~mbde_core.estimators.kalman.ekf_update`), the limit of the correction
+        acting over a step of length zero. (Before: such readings were neither fused nor
+        rejected. A multi-start bank's candidates, reset when the readings resume after a
+        gap, thus skipped their first reading -- no correction of their guessed velocities
+        (sd >= the mechanism's speed) and no score -- and the candidate at the truth lagged
+        with NIS up to 27 for 0.2 s while the kept open-loop member, which was scored,
+        settled on a mirror state; see :meth:`update`.)"""
+        g = self.g
+        dx, P, res = ekf_update(self.x, self.P, names, dims, y, H, R, gates)
+        if res.accepted:
+            if not (np.all(np.isfinite(dx)) and np.all(np.isfinite(P))):
+                return UpdateResult([], res.accepted + res.rejected, distances=res.distances)
+            self.P = P
+            self._assemble_into(self.x + dx, self.q + self._full().R @ dx[:g])
+        return res
+
     def update(self, measurements, gates=None):
+        """Fuse the readings of the current time t_k: redo the last step [t_{k-1}, t_k] with
+        their continuous correction (module doc). Right after :meth:`reset` or
+        :meth:`rebase` there is no such step: :meth:`_discrete_update`."""
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]
         o = np.concatenate([np.asarray(m.value, float) for m in measurements])
@@ -179,8 +201,10 @@ class CEKF(ReducedKalman):
         S = H @ self.P @ H.T + R
         dist = []
         accepted, rejected, rows = gate_rows(names, dims, y, S, gates, dist)
-        if rows.size == 0 or self._saved is None:
-            return UpdateResult([], rejected if rows.size == 0 else [], distances=dist)
+        if rows.size == 0:
+            return UpdateResult([], rejected, distances=dist)
+        if self._saved is None:  # no step to redo (just reset or rebased): the discrete update
+            return self._discrete_update(names, dims, y, H, R, gates)
         result = update_result(accepted, rejected, y[rows], S[np.ix_(rows, rows)])
         result.distances = dist
         o_k = o[rows] if rejected else o  # rows, not names: a sensor may have several readings in a slot

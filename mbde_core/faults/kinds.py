@@ -47,6 +47,7 @@ JUMP = 2.0          # s, backward stamp jump
 GAP = 2.0           # s, gap length
 AFTER_GAP = 1.0     # s, data the gap leaves after it (and before it) at least
 FAULT_AT = 0.4      # fraction of the run where one-off faults start
+PERIOD_SLACK = 0.05  # s, a run's last reading lies up to one sensor period before its end (gap_start)
 OUTLIER = 100.0     # sigma
 DRIFT = 0.01        # relative clock rate error
 
@@ -191,9 +192,14 @@ def gap_start(ctx) -> float:
     the data resumes, which a shorter remainder cannot show: the 4 s rig scenarios had
     0.4 s), but not into the first ``AFTER_GAP`` (a particle filter's acquisition from the
     uniform prior). Runs too short for both keep ``FAULT_AT``. From 5 s on (the bench's
-    default length) this is ``FAULT_AT`` of the run."""
+    default length) this is ``FAULT_AT`` of the run.
+
+    A recording of length L has its last reading one sensor period before L (the 4 s rig
+    bags: at 3.996 s, gyroscope every 6 ms), so the lengths are compared within
+    ``PERIOD_SLACK``: without it those bags counted as too short and kept the gap at
+    1.6-3.6 s (0.4 s after it); now 0.996-2.996 s."""
     a, late = ctx.at(FAULT_AT), ctx.end - GAP - AFTER_GAP
-    if late < ctx.start + AFTER_GAP:
+    if late < ctx.start + AFTER_GAP - PERIOD_SLACK:
         return a
     return min(max(a, ctx.start + AFTER_GAP), late)
 
