@@ -34,7 +34,7 @@ has the smallest S and won). The UKF (sigma points through the dynamics) and the
 (exact step Jacobian) have the stiffness and re-converged in 0.05 s; with ``full`` this
 filter re-converges in 0.85 s, the errorEKF, DEKF and CEKF in 0.05 s (their default stays
 paper 003's simple F: ``full`` costs them 2-4x, the CEKF 16x, its A and Van Loan terms
-every step; DIEKFpm 1.1-1.3x). The sensors' information
+every step; DIEKFpm 1.6x over the faults bench). The sensors' information
 P - K S K^T is mapped back with Pz = T^+ (P - K S K^T) T^+T, and the perfect
 measurements add none. Two literal alternatives were tried and fail on the four-bar:
 propagating P in q-space lets the O(dt) leak of the Euler step's tangent covariance
