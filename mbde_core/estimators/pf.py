@@ -213,6 +213,7 @@ class ParticleFilter(ParticleInjection, ParticleUpdate, ParticleResampling, Part
         self._anneal_from = None  # time of the last uniform (re)initialisation while annealing
         self._uniform_from = None  # time of the last uniform (re)initialisation
         self._inject_next = None   # (reason, share, ceiling, asked at): fresh hypotheses (add_restart_hypotheses)
+        self._fresh_ceiling = None  # energy ceiling of a fresh start after a silence (add_restart_hypotheses)
         self._pending = None    # dt of the last prediction whose noise is not drawn yet (adapted)
         self._fresh = True      # qdd is the model's at (q, qd)
         self._vel_readings = []  # velocity-linear readings of the last update (regularisation)

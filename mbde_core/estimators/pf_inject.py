@@ -97,9 +97,7 @@ class ParticleInjection:
         mean resultant length) over pi / sqrt(3), the standard deviation of z uniform on
         the circle (R = 0, the uniform circle: 1); other coordinates, the standard
         deviation over (z_hi - z_lo) / sqrt(12). Clipped to 1."""
-        w = np.exp(self.logw - np.max(self.logw))
-        w = w / np.sum(w)
-        z = self.q[:, self.iz]
+        w, z = self.weights(), self.z
         out = np.ones(self.g)
         for k in range(self.g):
             if self.angular[k]:
@@ -150,7 +148,7 @@ class ParticleInjection:
         first acquisition: a pending restart's injection is dropped (the fresh set holds
         every hypothesis already), its energy ceiling kept (_cap_energy)."""
         pending, self._inject_next = self._inject_next, None
-        ceiling, self._fresh_ceiling = getattr(self, "_fresh_ceiling", None), None
+        ceiling, self._fresh_ceiling = self._fresh_ceiling, None
         if pending is not None and pending[2] is not None:
             ceiling = pending[2]
         ll = self._fresh_weights(rd)
