@@ -87,7 +87,7 @@ def test_uniform_start_converges_on_pf_sim():
     t, z, truth, est = track(sc, "vipf", cfg, seed=3)
     err = np.degrees(np.abs(wrap_angle(z[:, 0] - truth[:, 0])))
     assert np.all(err[t - t[0] > 0.5] < 2.0)
-    assert est.diagnostics()["particles"] == 100  # derived: 100 per degree of freedom (pf_scale)
+    assert est.diagnostics()["particles"] == 300  # derived: 300 per degree of freedom (pf_scale)
 
 
 def test_fivebar_two_dof_with_gyros():

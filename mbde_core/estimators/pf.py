@@ -49,7 +49,7 @@ its branch (or its q hint's, or uniform).
 
 Defaults from the mechanism and its sensors (:mod:`pf_scale`, rules in pf.yaml): sigma_a =
 0.5 x RMS model acceleration at rest, the velocity range from the potential-energy bound,
-100 particles per DOF while tracking, accelerometers' sigma widened as the Kalman observers'; paper 000's
+300 particles per DOF while tracking (vipf too), accelerometers' sigma widened as the Kalman observers'; paper 000's
 Table 1 values are config/estimators/pf_table1.yaml.
 
 Recovery (:mod:`pf_lock`): *lost* (every likelihood underflowing or ESS < 5 % N for most

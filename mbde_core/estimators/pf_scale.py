@@ -32,12 +32,17 @@ assembled configurations (every branch; :mod:`pf_init`):
   error term, 0.1 |g| (~1 m/s^2), the PF on fourbar_imu was 5-8x less accurate than with
   the gyroscope alone (steady-state RMSE 0.07-0.11 rad); with the rule's 6.4 / 11.8 m/s^2
   it is 0.008 rad, the UKF's.
-- ``particles`` (tracking) = ``PARTICLES_PER_DOF`` (300) x g (vipf: ``VIPF_PARTICLES_PER_DOF``,
-  100). Measured with ``mbde bench pf --only multidof`` (10 seeds, 13 scenarios of 1-2 DOF,
+- ``particles`` (tracking) = ``PARTICLES_PER_DOF`` (300) x g, for vipf as well
+  (``VIPF_PARTICLES_PER_DOF``; 100 until stop 28). Measured with ``mbde bench pf --only multidof`` (10 seeds, 13 scenarios of 1-2 DOF,
   stop 23): 100 per DOF converged in 120 of 130 runs, 300 per DOF in 125 (the released rig
   6/10 -> 9/10 and 7/10 -> 9/10, offset slider-crank 9/10 -> 10/10, five-bar with encoders
   9/10 -> 10/10; median steady-state ratio to the UKF 1.29 -> 1.18 on fourbar_gyro) for
-  ~10-30 % more CPU (the uniform start's larger cloud dominates the short runs).
+  ~10-30 % more CPU (the uniform start's larger cloud dominates the short runs). vipf
+  (resampling at every update, paper 002) at 100 per DOF on fourbar_gyro, seeds 0-29:
+  steady-state RMSE of z 0.008-0.027 rad from seed to seed (the UKF: 0.014), so one seed's
+  ratio of two runs (e.g. ``mbde bench faults``' outliers, 2 % of the readings rejected)
+  ranged 0.4-2.6; at 300 per DOF, seeds 0-9: 0.011-0.018 rad clean, per-seed ratio with
+  those 2 % dropped 0.89-1.88 (median 1.08), pooled RMSE 0.0140 clean / 0.0161 dropped.
 - ``uniform.anneal`` = ``ANNEAL_PER_DOF`` (0.3 s) x (g - 1): the likelihood is tempered,
   ll x beta with beta rising linearly from 0.1 to 1 over that time after a uniform
   (re)initialisation (annealing, Neal 2001; Deutscher, Blake & Reid 2000), so that a
@@ -63,7 +68,7 @@ ACCEL_FRACTION = 0.5
 VELOCITY_MARGIN = 1.25
 DEFAULT_SPEED = 20.0       # [unit/s] velocity bound without potential energy
 PARTICLES_PER_DOF = 300
-VIPF_PARTICLES_PER_DOF = 100  # the VI step costs more per particle; not re-measured at 300
+VIPF_PARTICLES_PER_DOF = 300  # as the PF: at 100 vipf's seed-to-seed spread on fourbar_gyro was 3x (above)
 CELLS = 48                 # z cells per coordinate of a uniform start (~0.13 rad on the circle)
 VELOCITY_CELLS = 16        # zd cells per coordinate when no reading gives zd
 ANNEAL_PER_DOF = 0.3       # [s] of tempered likelihood per degree of freedom beyond the first
