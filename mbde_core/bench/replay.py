@@ -13,7 +13,8 @@ breakdown: a 10 s four-bar bag at 200 Hz with a gyroscope and an accelerometer
 streaming: ``--scenario`` (default fourbar_gyro: paper 003's four-bar with a gyroscope at
   200 Hz) stretched to each of ``--durations`` (default 60, 600, 3600 s; ground truth at
   200 Hz): ``mbde simulate`` and ``mbde replay --estimators errorekf`` each in a fresh process, with wall time and peak resident memory (the
-  largest process, getrusage). Targets at 3600 s: simulate <= 300 s, replay <= 120 s,
+  largest process, getrusage); the errorEKF's compiled functions are put in numba's disk
+  cache first (:func:`warm_errorekf`), so every row runs the same code path. Targets at 3600 s: simulate <= 300 s, replay <= 120 s,
   peak RSS <= 500 MB for both and within 20 % of the 60 s bag's.
 
 Writes DIR/replay_bench.json and prints the tables. Timings depend on the machine's
@@ -135,12 +136,29 @@ def breakdown_table(doc) -> str:
     return "\n".join(lines)
 
 
+def warm_errorekf(bag: str, out: str, storage: str) -> float:
+    """Compile the errorEKF's numba functions for the bag's mechanism into numba's disk
+    cache (one replay with ``MBDE_EKF_BACKEND=numba``), outside the timed runs: every timed
+    replay of >= ``errorekf_numba.LOAD_STEPS`` steps then loads the same compiled path, so
+    the rows differ by the bag's length only (on a fresh machine the 60 s row otherwise
+    stays in Python, ~100 MB less than the compiled path's LLVM, and the long rows compile
+    in a background thread). Seconds taken."""
+    t0 = time.time()
+    env = {**os.environ, "MBDE_EKF_BACKEND": "numba"}
+    subprocess.run(_mbde("replay", bag, "--estimators", "errorekf", "--out", out, "--force", "--no-plots",
+                         "--storage", storage), env=env, capture_output=True, check=True)
+    return time.time() - t0
+
+
 def streaming(args, log) -> dict:
     rows = []
-    for d in [float(x) for x in args.durations.split(",") if x.strip()]:
+    for k, d in enumerate(float(x) for x in args.durations.split(",") if x.strip()):
         bag = os.path.join(args.out, f"bag{d:g}")
         sim = simulate(bag, d, args.storage, args.scenario)
         log(f"simulated {d:g} s in {sim['wall_s']:.1f} s, peak {sim['peak_rss_mb']:.0f} MB")
+        if k == 0 and args.stream_estimator == "errorekf":
+            warm = warm_errorekf(bag, os.path.join(args.out, "warm"), args.storage)
+            log(f"errorEKF's numba functions in the disk cache ({warm:.1f} s)")
         rep = measured(_mbde("replay", bag, "--estimators", args.stream_estimator, "--out",
                              os.path.join(args.out, f"replay{d:g}"), "--force", "--no-plots", "--storage", args.storage))
         log(f"replayed {d:g} s in {rep['wall_s']:.1f} s, peak {rep['peak_rss_mb']:.0f} MB")

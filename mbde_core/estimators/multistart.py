@@ -211,7 +211,8 @@ class MultiStart:
         for k, member in enumerate(self.members):
             if math.isfinite(self.scores[k]):
                 try:
-                    member.predict(dt)
+                    with np.errstate(all="ignore"):  # a diverging candidate's overflow is scored, not printed
+                        member.predict(dt)
                 except Exception:  # noqa: BLE001 - a failing candidate is out
                     self.scores[k] = math.inf
 
@@ -227,7 +228,8 @@ class MultiStart:
             if not math.isfinite(self.scores[k]):
                 continue
             try:
-                res = member.update(measurements, gates)
+                with np.errstate(all="ignore"):  # non-finite NIS / log det S are charged the cap below
+                    res = member.update(measurements, gates)
             except Exception:  # noqa: BLE001
                 self.scores[k] = math.inf
                 continue
