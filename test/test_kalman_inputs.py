@@ -58,6 +58,11 @@ def test_rule_gives_inputs_only_with_force_limits(slider, name):
     assert auto["sensor_sigma"]["accel_slider"][0] == pytest.approx(0.05, abs=1e-9)
     assert explicit["sensor_sigma"]["accel_slider"][0] > 50.0
     assert step == explicit["step"]
+    # an explicit list is kept as given; a_f leaves the coordinates it names
+    mine = [{"coordinate": "theta", "psd": 10.0, "sigma0": 1.0}]
+    named = resolve_config(name, validate(name, {"inputs": mine}), mech, sensors, ctx)
+    assert named["inputs"] == mine
+    assert named["plant_noise"]["acceleration_psd"] == pytest.approx(q_auto, rel=1e-12)
 
 
 def test_rule_force_limits_option_adds_inputs_without_scenario(slider):
@@ -70,7 +75,8 @@ def test_rule_force_limits_option_adds_inputs_without_scenario(slider):
 
 def test_input_options_are_validated():
     assert validate("ukf", {"inputs": "auto"})["inputs"] == AUTO
-    assert validate("dekf", {"inputs": [{"coordinate": "theta", "psd": 10.0, "sigma0": 1.0}]})["inputs"][0]["psd"] == 10.0
+    given = [{"coordinate": "theta", "psd": 10.0, "sigma0": 1.0}]
+    assert validate("dekf", {"inputs": given})["inputs"] == given
     with pytest.raises(ConfigError, match=r"ukf\.inputs\[0\]\.psd"):
         validate("ukf", {"inputs": [{"coordinate": "theta", "psd": -1.0}]}, "my.yaml")
     with pytest.raises(ConfigError, match=r"dekf\.inputs\[0\]\.gain"):

@@ -115,7 +115,9 @@ class DEKF(InputStates, ReducedKalman):
         y = self.model.residual(names, o, pred)
         R = self.measurement_covariance(names)
         if self.k:
-            self.P = input_jump(self.P, y, H, R, slice(2 * g, None), self._u_sigma0**2, self.config["input_jump_nis"])
+            P = input_jump(self.P, y, H, R, slice(2 * g, None), self._u_sigma0**2, self.config["input_jump_nis"])
+            self.input_jumps += P is not self.P
+            self.P = P
         dx, self.P, res = ekf_update(self.x, self.P, names, dims, y, H, R, gates)
         if res.accepted:
             self._assemble_into(self.x + dx, self.q + st.R @ dx[:g])
@@ -139,3 +141,9 @@ class DEKF(InputStates, ReducedKalman):
 
     def estimate(self):
         return self.input_snapshot(super().estimate())
+
+    def diagnostics(self) -> dict:
+        out = super().diagnostics()
+        if self.k:
+            out["input_jumps"] = self.input_jumps
+        return out

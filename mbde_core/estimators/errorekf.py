@@ -85,6 +85,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
             raise ConfigError("<estimator config>", "errorekf.inputs", str(exc.args[0])) from None
         self.k = len(self.input_cols)
         self._u_sigma0 = np.array([float(s.get("sigma0", 1.0)) for s in self.input_specs])
+        self.input_jumps = 0
         self.na = g if self.acc else 0
         self.dim = 2 * g + self.na + self.k
         self.a = np.zeros(g)
@@ -323,8 +324,9 @@ class ErrorEKF(CovarianceInflation, Estimator):
                     H[:, 2 * g + na :] = Hqdd @ R @ self.model.input_gain(q, self.input_cols)
         Rm = self.model.noise_covariance(names, self._sigma)
         if self.k:
-            self.P = input_jump(self.P, y, H, Rm, slice(2 * g + na, None), self._u_sigma0**2,
-                                self.config["input_jump_nis"])
+            P = input_jump(self.P, y, H, Rm, slice(2 * g + na, None), self._u_sigma0**2, self.config["input_jump_nis"])
+            self.input_jumps += P is not self.P
+            self.P = P
         dx, self.P, res = ekf_update(np.zeros(self.dim), self.P, names, dims, y, H, Rm, gates)
         if res.accepted:
             self._correct(dx)
@@ -372,4 +374,6 @@ class ErrorEKF(CovarianceInflation, Estimator):
         return snap
 
     def diagnostics(self) -> dict:
+        if self.k:
+            return {"assembly_failures": self.failures, "input_jumps": self.input_jumps}
         return {"assembly_failures": self.failures}

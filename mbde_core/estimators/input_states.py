@@ -27,10 +27,9 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.noise_rule import AUTO
+from mbde_core.estimators.noise_rule import AUTO, INPUT_OBSERVERS  # noqa: F401 (re-exported)
 
 INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial")
-INPUT_OBSERVERS = ("errorekf", "viekf", "ukf", "dekf")  # the [z, zd] observers with input states
 
 
 def validate_inputs(cfg: dict, file: str, path: str) -> None:
@@ -42,7 +41,8 @@ def validate_inputs(cfg: dict, file: str, path: str) -> None:
     if items == AUTO:
         return
     if not isinstance(items, list):
-        raise ConfigError(file, f"{path}.inputs", f"a list of inputs or {AUTO!r}, e.g. [{{coordinate: theta, psd: 10.0, sigma0: 1.0}}]")
+        raise ConfigError(file, f"{path}.inputs",
+                          f"a list of inputs or {AUTO!r}, e.g. [{{coordinate: theta, psd: 10.0, sigma0: 1.0}}]")
     for k, item in enumerate(items):
         where = f"{path}.inputs[{k}]"
         if not isinstance(item, dict) or "coordinate" not in item:
@@ -86,6 +86,7 @@ class InputStates:
         E[self.input_cols, np.arange(self.k)] = 1.0
         self._E = E
         self._Qa_cache: dict = {}
+        self.input_jumps = 0  # updates at which the inputs jumped (input_jump)
 
     def _reset_inputs(self) -> None:
         """x = [z, zd, u0], P = diag(P_[z, zd], sigma0^2) (after the base reset)."""

@@ -57,7 +57,8 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   the input's; with an input on every coordinate the accelerometers are widened for
   gravity only, as for the ADE-KF), the other terms are the estimator's own (q_model,
   its q_disc). Without force limits: no inputs and every value as above. An explicit
-  ``inputs`` list (or []) is used as given and the a_f terms stay. On the paper-004
+  ``inputs`` list is used as given, the a_f terms leaving the coordinates it names (with
+  ``inputs: []`` they stay). On the paper-004
   slider-crank: psd = 90 (N m)^2/s, sigma0 = 5 N m, q = 2.7 rad^2/s^3 (was 1.4e5) and the
   slider accelerometer's 0.05 m/s^2 (was widened to 133).
 
@@ -79,6 +80,7 @@ STEP_TURN = 0.05   # rad per step at the motion's frequency
 SIGMA_Z = 0.05     # of ell
 SIGMA_ZD = 0.05    # of v
 RULE_DEFAULTS = {"model_error": MODEL_ERROR, "force_limits": {}}
+INPUT_OBSERVERS = ("errorekf", "viekf", "ukf", "dekf")  # the [z, zd] observers with input states
 
 
 def has_auto(cfg: dict) -> bool:
@@ -165,10 +167,7 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
         return cfg
     out = copy.deepcopy(cfg)
     sc = rule_scales(mech, cfg, context)
-    covered = limits = None  # coordinates whose unknown forces become input states
-    if out.get("inputs") == AUTO:
-        limits = force_limits(mech, cfg, context)
-        covered = limits > 0
+    covered, limits = _covered(name, out, mech, context)
     if motor:
         _particle_motor(out, sc)
     if out.get("step") == AUTO:
@@ -186,7 +185,7 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
         sig["zd"] = _scalar_or_list(SIGMA_ZD * sc.v)
     if name == "adekf":
         _adekf_inputs(out, sc, mech)
-    if covered is not None:
+    if out.get("inputs") == AUTO:
         out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]))
     if widen:
         from mbde_core.estimators.sensor_scales import widened_sigmas
@@ -197,6 +196,20 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
         out["sensor_sigma"] = dict(out.get("sensor_sigma") or {})
         out["sensor_sigma"].update(widened_sigmas(mech, sensors, widen, sc, eps, gravity_only=all_inputs, a_f=a_f))
     return out
+
+
+def _covered(name: str, cfg: dict, mech, context):
+    """(covered (g,) bool or None, force limits (g,) or None): the force-limited independent
+    coordinates whose unknown force is an input state -- every one for ``inputs: auto``,
+    those an explicit list names otherwise (None: no input states)."""
+    items = cfg.get("inputs")
+    if name not in INPUT_OBSERVERS or not items:
+        return None, None
+    limits = force_limits(mech, cfg, context)
+    if items == AUTO:
+        return limits > 0, limits
+    named = {str(i.get("coordinate")) for i in items if isinstance(i, dict)}
+    return (limits > 0) & np.array([n in named for n in mech.independent_names]), limits
 
 
 def input_rate(sc) -> float:
