@@ -14,7 +14,11 @@ Common options (all Kalman observers):
   widened by the rule);
 - ``transition_jacobian``: ``simple`` (paper 003 eq. 13) or ``full``;
 - ``rule``: inputs of the default-tuning rule, ``model_error`` (relative error of the
-  known forces, default 0.1) and ``force_limits`` {coordinate: bound of unknown forces}.
+  known forces, default 0.1) and ``force_limits`` {coordinate: bound of unknown forces};
+- ``inputs`` (UKF, DEKF, errorEKF, VI-EKF): unknown generalized forces as random-walk
+  states, ``auto`` (default: the rule's, one per force-limited coordinate) or a list of
+  {coordinate, psd, sigma0, initial} (:mod:`~mbde_core.estimators.input_states`, whose
+  ``validate_inputs`` checks it; errors name ``<estimator>.inputs[k].<key>``).
 
 ``step``, ``acceleration_psd`` and ``initial_sigma`` default to ``auto``: the rule of
 :mod:`~mbde_core.estimators.noise_rule` computes them from the mechanism and its sensors
@@ -101,7 +105,9 @@ def _merge(node: Node, base: dict) -> dict:
     node.mapping(optional=tuple(base))
     for key, child in node.items():
         ref = base[key]
-        if ref == AUTO:  # auto (the rule), a number or one number per coordinate
+        if key == "inputs":  # unknown inputs: a list of mappings, or auto (the rule's, input_states.py)
+            out[key] = AUTO if (ref == AUTO and child.value == AUTO) else [c.value for c in child.sequence()]
+        elif ref == AUTO:  # auto (the rule), a number or one number per coordinate
             out[key] = _auto_or_numbers(child)
         elif isinstance(ref, dict):
             if ref:

@@ -19,26 +19,41 @@ Speed: zdd comes with the full state (computed with q, qd), the position problem
 the Euler step starts from the second-order predictor q + dt qd + dt^2/2 R'zd (the path
 z + s zd, s in [0, dt]) and after a correction dz from q + R dz; F and Sigma^P are cached
 per dt for the simple transition Jacobian.
+
+Inputs (option ``inputs``, :mod:`input_states`): x = [z, zd, u], zdd = f + B(z) u
+(B from the R of the state the model evaluated, no second dynamics evaluation), F gains
+the input columns dz+/du = dt^2/2 B (0 for ``transition: euler``), dzd+/du = dt B and
+u+ = u; accelerometers see the inputs through dh/du = dh/dqdd R B, and dh/d[z, zd] is
+taken with the inputs applied (``extra_Q``).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from mbde_core.estimators.input_states import InputStates, input_jump, validate_inputs
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, position_step
 
 
-class DEKF(ReducedKalman):
+class DEKF(InputStates, ReducedKalman):
     name = "dekf"
-    DEFAULTS: dict = {"transition": "heun"}
+    DEFAULTS: dict = {"transition": "heun", "inputs": "auto", "input_jump_nis": 16.0}
+    validate_config = staticmethod(validate_inputs)
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
         self._F_cache = {}
+        self._init_inputs()
+
+    def reset(self, t, init) -> None:
+        super().reset(t, init)
+        self._reset_inputs()
 
     def _F(self, dt):
         """(F, Sigma^P) for the step dt."""
+        if self.k:
+            return self._F_inputs(dt)
         mode = self.config["transition_jacobian"]
         if mode == "simple" and dt in self._F_cache:
             return self._F_cache[dt]
@@ -49,16 +64,40 @@ class DEKF(ReducedKalman):
             self._F_cache[dt] = out
         return out
 
+    def _F_inputs(self, dt):
+        """(F, Sigma^P) of [z, zd, u] (module doc; B at the current state)."""
+        g, g2 = self.g, 2 * self.g
+        mode = self.config["transition_jacobian"]
+        A = self.model.transition_jacobian(self.t, self.x[:g2], self.q, mode, extra_Q=self.extra_forces())
+        F = np.eye(g2 + self.k)
+        F[:g2, :g2] += dt * A
+        B = self.input_gain(self._full().R)
+        if self.config.get("transition", TRANSITION_DEFAULT) != "euler":
+            F[:g, g2:] = (0.5 * dt * dt) * B
+        F[g:g2, g2:] = dt * B
+        return F, self.augmented_noise(dt)
+
+    def _zdd(self, st):
+        """zdd of a FullState with the inputs' B u (the state's own zdd without inputs)."""
+        if not self.k:
+            return st.zdd
+        return st.zdd + self.input_gain(st.R) @ self.u
+
     def predict(self, dt: float) -> None:
-        g = self.g
+        g, g2 = self.g, 2 * self.g
         st = self._full()
         F, Qd = self._F(dt)
-        x = np.concatenate([position_step(self.config, self.x[:g], self.x[g:], st.zdd, dt), self.x[g:] + dt * st.zdd])
+        zdd = self._zdd(st)
+        x = np.concatenate([position_step(self.config, self.x[:g], self.x[g:g2], zdd, dt), self.x[g:g2] + dt * zdd])
         if self.config.get("transition") == "heun":  # second stage at the predicted state
             st1, ok = self.model.solve_full(self.t + dt, x[:g], x[g:], self.q + dt * self.qd + (0.5 * dt * dt) * st.rd)
             if ok:
-                x = heun_step(self.x[None], st.zdd[None], st1.zdd[None], dt, g)[0]
+                x = heun_step(self.x[None, :g2], zdd[None], self._zdd(st1)[None], dt, g)[0]
+        if self.k:
+            x = np.concatenate([x, self.u])
         self.P = F @ self.P @ F.T + Qd
+        if self.k:
+            self.P = 0.5 * (self.P + self.P.T)
         self.t += dt
         self._assemble_into(x, self.q + dt * self.qd + (0.5 * dt * dt) * st.rd)
 
@@ -69,10 +108,42 @@ class DEKF(ReducedKalman):
         o = np.concatenate([np.asarray(m.value, float) for m in measurements]) if len(measurements) > 1 \
             else np.asarray(measurements[0].value, float)
         st = self._full()
-        pred, H, _ = self.model.linearize(names, self.t, st)
+        if self.k:
+            pred, H = self._linearize_inputs(names, st)
+        else:
+            pred, H, _ = self.model.linearize(names, self.t, st)
         y = self.model.residual(names, o, pred)
         R = self.measurement_covariance(names)
+        if self.k:
+            P = input_jump(self.P, y, H, R, slice(2 * g, None), self._u_sigma0**2, self.config["input_jump_nis"])
+            self.input_jumps += P is not self.P
+            self.P = P
         dx, self.P, res = ekf_update(self.x, self.P, names, dims, y, H, R, gates)
         if res.accepted:
             self._assemble_into(self.x + dx, self.q + st.R @ dx[:g])
         return res
+
+    def _linearize_inputs(self, names, st):
+        """(h, H (d, 2g + k)) with the inputs applied: dh/du = dh/dqdd R B."""
+        g2 = 2 * self.g
+        uses_qdd = self.sensors.uses_qdd(names)
+        extra = self.extra_forces()
+        qdd = None
+        if uses_qdd:
+            B = self.input_gain(st.R)
+            qdd = st.qdd + st.R @ (B @ self.u)
+        pred, Hx, Hqdd = self.model.linearize(names, self.t, st, qdd=qdd, extra_Q=extra if uses_qdd else None)
+        H = np.zeros((Hx.shape[0], g2 + self.k))
+        H[:, :g2] = Hx
+        if uses_qdd:
+            H[:, g2:] = Hqdd @ st.R @ B
+        return pred, H
+
+    def estimate(self):
+        return self.input_snapshot(super().estimate())
+
+    def diagnostics(self) -> dict:
+        out = super().diagnostics()
+        if self.k:
+            out["input_jumps"] = self.input_jumps
+        return out

@@ -44,6 +44,7 @@ from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import errorekf_numba, errorekf_scalar
+from mbde_core.estimators.input_states import input_jump, input_specs, validate_inputs
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.reduced import FullState, ReducedModel
@@ -57,7 +58,8 @@ class ErrorEKF(CovarianceInflation, Estimator):
         "correction": "exact",          # exact | linear (paper 003 sec. 3.3: dq = R dz, dqd = R dzd)
         "estimate_acceleration": False,
         "acceleration_bias_psd": 1.0,   # [(unit/s^2)^2 / s] random walk of the acceleration offset
-        "inputs": [],                   # [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}]
+        "inputs": "auto",               # [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}] | auto (the rule)
+        "input_jump_nis": 16.0,         # NIS above which the inputs may jump by up to sigma0 (0 = off; input_states.py)
     }
 
     @staticmethod
@@ -68,9 +70,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
             raise ConfigError(file, f"{path}.integrator", f"must be one of {', '.join(INTEGRATOR_NAMES)}")
         if cfg["correction"] not in ("exact", "linear"):
             raise ConfigError(file, f"{path}.correction", "must be one of exact, linear")
-        for k, item in enumerate(cfg["inputs"]):
-            if not isinstance(item, dict) or "coordinate" not in item:
-                raise ConfigError(file, f"{path}.inputs[{k}]", "expected {coordinate: name, psd: value, sigma0: value}")
+        validate_inputs(cfg, file, path)
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
@@ -78,12 +78,14 @@ class ErrorEKF(CovarianceInflation, Estimator):
         self.integrator = get_integrator(config["integrator"])
         self.g = g = mech.dof
         self.acc = bool(config.get("estimate_acceleration", False))
-        self.input_specs = list(config.get("inputs", []))
+        self.input_specs = input_specs(config)
         try:
             self.input_cols = [mech.coordinate_index(s["coordinate"]) for s in self.input_specs]
         except (KeyError, IndexError) as exc:
             raise ConfigError("<estimator config>", "errorekf.inputs", str(exc.args[0])) from None
         self.k = len(self.input_cols)
+        self._u_sigma0 = np.array([float(s.get("sigma0", 1.0)) for s in self.input_specs])
+        self.input_jumps = 0
         self.na = g if self.acc else 0
         self.dim = 2 * g + self.na + self.k
         self.a = np.zeros(g)
@@ -321,6 +323,10 @@ class ErrorEKF(CovarianceInflation, Estimator):
                 if self.k:
                     H[:, 2 * g + na :] = Hqdd @ R @ self.model.input_gain(q, self.input_cols)
         Rm = self.model.noise_covariance(names, self._sigma)
+        if self.k:
+            P = input_jump(self.P, y, H, Rm, slice(2 * g + na, None), self._u_sigma0**2, self.config["input_jump_nis"])
+            self.input_jumps += P is not self.P
+            self.P = P
         dx, self.P, res = ekf_update(np.zeros(self.dim), self.P, names, dims, y, H, Rm, gates)
         if res.accepted:
             self._correct(dx)
@@ -368,4 +374,6 @@ class ErrorEKF(CovarianceInflation, Estimator):
         return snap
 
     def diagnostics(self) -> dict:
+        if self.k:
+            return {"assembly_failures": self.failures, "input_jumps": self.input_jumps}
         return {"assembly_failures": self.failures}

@@ -1,4 +1,6 @@
-"""Common machinery of the independent-coordinate Kalman observers (x = [z, zd]).
+"""Common machinery of the independent-coordinate Kalman observers (x = [z, zd], or
+[z, zd, u] with input states, :mod:`input_states`: x[2g:] and the rows and columns of P
+after 2g are then the inputs').
 
 Holds the mean x, covariance P (2g, 2g), the consistent full state (q, qd) used as the
 next position-problem guess (which keeps the assembly branch), the plant noise (Van
@@ -66,7 +68,7 @@ class ReducedKalman(CovarianceInflation, Estimator):
         default the current q); on failure keep the previous one (counted)."""
         x = np.asarray(x, dtype=float)
         g = self.g
-        st, ok = self.model.solve_full(self.t, x[:g], x[g:], self.q if guess is None else guess)
+        st, ok = self.model.solve_full(self.t, x[:g], x[g : 2 * g], self.q if guess is None else guess)
         if ok and np.isfinite(st.q).all() and np.isfinite(st.qd).all():
             self.x = x
             self.q, self.qd, self.full = st.q, st.qd, st
@@ -88,7 +90,7 @@ class ReducedKalman(CovarianceInflation, Estimator):
         g = self.g
         return MechanismSnapshot(
             stamp=self.t, q=self.q.copy(), qd=self.qd.copy(), qdd=qdd,
-            z=self.x[:g].copy(), zd=self.x[g:].copy(), zdd=zdd, cov=self.P.copy(),
+            z=self.x[:g].copy(), zd=self.x[g : 2 * g].copy(), zdd=zdd, cov=self.P[: 2 * g, : 2 * g].copy(),
         )
 
     def diagnostics(self) -> dict:

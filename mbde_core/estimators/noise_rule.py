@@ -49,6 +49,18 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   the inputs' ``sigma0`` = F_c, with F_c the largest force limit, or eps m_z a_g (the model
   error as a generalized force) without one. On the paper-004 slider-crank (5 N m motor
   at 40-60 rad/s, 1 kHz): r_a = 0.09 (N m)^2, against the hand-tuned 0.05 of adekf.yaml.
+- ``inputs: auto`` (the observers with input states, UKF, DEKF, errorEKF, VI-EKF,
+  :mod:`input_states`): one random-walk generalized force per force-limited independent
+  coordinate k, sigma0 = F_k (its limit) and density psd = r_a / dt = (F_k w' dt)^2 / dt,
+  the ADE-KF's per-step increment as a density (:func:`auto_inputs`); on those
+  coordinates a_f leaves q_force and the accelerometer widening (its unknown force is
+  the input's; with an input on every coordinate the accelerometers are widened for
+  gravity only, as for the ADE-KF), the other terms are the estimator's own (q_model,
+  its q_disc). Without force limits: no inputs and every value as above. An explicit
+  ``inputs`` list is used as given, the a_f terms leaving the coordinates it names (with
+  ``inputs: []`` they stay). On the paper-004
+  slider-crank: psd = 90 (N m)^2/s, sigma0 = 5 N m, q = 2.7 rad^2/s^3 (was 1.4e5) and the
+  slider accelerometer's 0.05 m/s^2 (was widened to 133).
 
 The transitions' orders (z update, zd update) are given by :func:`transition_orders`.
 The shipped scenarios' values and what they give are in the README (Defaults that
@@ -68,6 +80,7 @@ STEP_TURN = 0.05   # rad per step at the motion's frequency
 SIGMA_Z = 0.05     # of ell
 SIGMA_ZD = 0.05    # of v
 RULE_DEFAULTS = {"model_error": MODEL_ERROR, "force_limits": {}}
+INPUT_OBSERVERS = ("errorekf", "viekf", "ukf", "dekf")  # the [z, zd] observers with input states
 
 
 def has_auto(cfg: dict) -> bool:
@@ -126,8 +139,9 @@ def auto_step(sc, sensors) -> float:
     return T / math.ceil(T / h_max - 1e-9)
 
 
-def auto_psd(name: str, cfg: dict, sc, dt: float) -> tuple[np.ndarray, np.ndarray]:
-    """(acceleration_psd, velocity_psd) (g,) of the rule (module doc)."""
+def auto_psd(name: str, cfg: dict, sc, dt: float, covered=None) -> tuple[np.ndarray, np.ndarray]:
+    """(acceleration_psd, velocity_psd) (g,) of the rule (module doc); covered (g,) bool:
+    the coordinates whose unknown forces are input states (no q_force there)."""
     eps = float((cfg.get("rule") or {}).get("model_error", MODEL_ERROR))
     pz, pv = transition_orders(name, cfg)
     if name == "adekf":
@@ -138,7 +152,8 @@ def auto_psd(name: str, cfg: dict, sc, dt: float) -> tuple[np.ndarray, np.ndarra
     if name == "adekf":  # its inputs absorb the unknown forces; the zd error of its Euler step
         return q_model + (a * w) ** 2 * dt**3 / 4.0, q_vel
     q_disc = 0.75 * a**2 * w * dt**2 if pv == 1 else 0.0 * a
-    return q_model + sc.a_f**2 / sc.w + q_disc, q_vel
+    a_f = sc.a_f if covered is None else np.where(covered, 0.0, sc.a_f)
+    return q_model + a_f**2 / sc.w + q_disc, q_vel
 
 
 def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
@@ -152,12 +167,13 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
         return cfg
     out = copy.deepcopy(cfg)
     sc = rule_scales(mech, cfg, context)
+    covered, limits = _covered(name, out, mech, context)
     if motor:
         _particle_motor(out, sc)
     if out.get("step") == AUTO:
         out["step"] = auto_step(sc, sensors)
     pn = out.get("plant_noise") or {}
-    q_acc, q_vel = auto_psd(name, out, sc, float(out["step"]))
+    q_acc, q_vel = auto_psd(name, out, sc, float(out["step"]), covered)
     if pn.get("acceleration_psd") == AUTO:
         pn["acceleration_psd"] = _scalar_or_list(q_acc)
     if pn.get("velocity_psd") == AUTO:
@@ -169,13 +185,47 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
         sig["zd"] = _scalar_or_list(SIGMA_ZD * sc.v)
     if name == "adekf":
         _adekf_inputs(out, sc, mech)
+    if out.get("inputs") == AUTO:
+        out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]))
     if widen:
         from mbde_core.estimators.sensor_scales import widened_sigmas
 
         eps = float((out.get("rule") or {}).get("model_error", MODEL_ERROR))
+        all_inputs = name == "adekf" or (covered is not None and bool(covered.all()))
+        a_f = None if covered is None else np.where(covered, 0.0, sc.a_f)
         out["sensor_sigma"] = dict(out.get("sensor_sigma") or {})
-        out["sensor_sigma"].update(widened_sigmas(mech, sensors, widen, sc, eps, gravity_only=name == "adekf"))
+        out["sensor_sigma"].update(widened_sigmas(mech, sensors, widen, sc, eps, gravity_only=all_inputs, a_f=a_f))
     return out
+
+
+def _covered(name: str, cfg: dict, mech, context):
+    """(covered (g,) bool or None, force limits (g,) or None): the force-limited independent
+    coordinates whose unknown force is an input state -- every one for ``inputs: auto``,
+    those an explicit list names otherwise (None: no input states)."""
+    items = cfg.get("inputs")
+    if name not in INPUT_OBSERVERS or not items:
+        return None, None
+    limits = force_limits(mech, cfg, context)
+    if items == AUTO:
+        return limits > 0, limits
+    named = {str(i.get("coordinate")) for i in items if isinstance(i, dict)}
+    return (limits > 0) & np.array([n in named for n in mech.independent_names]), limits
+
+
+def input_rate(sc) -> float:
+    """w' = max(w, v / ell): the rate at which an input that depends on z changes (the
+    ADE-KF's rule, module doc)."""
+    return float(np.max(np.maximum(sc.w, sc.v / sc.ell)))
+
+
+def auto_inputs(mech, sc, limits, step: float) -> list:
+    """``inputs: auto`` of the observers with input states (errorekf, viekf, ukf, dekf):
+    one random-walk generalized force per force-limited independent coordinate (limits
+    (g,) > 0), sigma0 = F (its limit) and psd = r_a / step = (F w')^2 step, the ADE-KF's
+    per-step increment (F w' step)^2 as a density (module doc); [] without force limits."""
+    w = input_rate(sc)
+    return [{"coordinate": name, "psd": (float(F) * w) ** 2 * step, "sigma0": float(F)}
+            for name, F in zip(mech.independent_names, limits) if F > 0]
 
 
 def _widened_sensors(name: str, cfg: dict, sensors) -> list[str]:
@@ -191,7 +241,7 @@ def _widened_sensors(name: str, cfg: dict, sensors) -> list[str]:
 def _adekf_inputs(out: dict, sc, mech) -> None:
     eps = float((out.get("rule") or {}).get("model_error", MODEL_ERROR))
     F_c = float(np.max(np.maximum(sc.a_f * sc.m_z, eps * sc.m_z * sc.a_g)))
-    w = float(np.max(np.maximum(sc.w, sc.v / sc.ell)))  # an input that depends on z changes at rate v
+    w = input_rate(sc)  # an input that depends on z changes at rate v
     if out.get("r_a") == AUTO:
         out["r_a"] = (F_c * w * float(out["step"])) ** 2
         if not out.get("inputs"):  # one generalized force per independent coordinate, sigma0 = F_c

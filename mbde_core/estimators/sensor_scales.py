@@ -53,10 +53,13 @@ def h_rest(mech, sensor, sc) -> np.ndarray:
     return sensor.h(Q, np.zeros_like(Q), np.zeros_like(Q))
 
 
-def widened_sigmas(mech, sensors, names, sc, eps: float, gravity_only: bool = False) -> dict:
+def widened_sigmas(mech, sensors, names, sc, eps: float, gravity_only: bool = False, a_f=None) -> dict:
     """{sensor name: [sigma per channel]} for the named acceleration-reading sensors
     (module doc); gravity_only: only the error of the gravity term (readings at rest), for
-    an estimator whose unknown inputs absorb the force errors (the ADE-KF)."""
+    an estimator whose unknown inputs absorb the force errors (the ADE-KF, or an observer
+    with an input state on every coordinate); a_f (g,): the unknown-force accelerations
+    (default sc.a_f; 0 on the coordinates whose forces are input states)."""
+    a_f = sc.a_f if a_f is None else np.asarray(a_f, float)
     out = {}
     for name in names:
         s = sensors[name]
@@ -67,6 +70,6 @@ def widened_sigmas(mech, sensors, names, sc, eps: float, gravity_only: bool = Fa
         if gravity_only:
             extra = (eps * at_rest) ** 2 * s.rate / float(np.min(sc.w_g))
         else:
-            extra = (eps * rms) ** 2 * s.rate / float(np.min(sc.w_g)) + (dh**2) @ (sc.a_f**2)
+            extra = (eps * rms) ** 2 * s.rate / float(np.min(sc.w_g)) + (dh**2) @ (a_f**2)
         out[name] = [float(v) for v in np.sqrt(var + np.where(reads_acc, extra, 0.0))]
     return out

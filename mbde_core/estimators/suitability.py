@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from mbde_core.errors import MbdeError
+from mbde_core.estimators.input_states import INPUT_OBSERVERS
 
 HORIZON = 0.5        # s
 RANK_RTOL = 1e-10    # eigenvalues of the prior-scaled information, relative to the largest
@@ -162,8 +163,8 @@ def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float
             and not _estimates_inputs(name, est):
         limits = ", ".join(f"{n} {f:g}" for n, f in zip(mech.independent_names, force_limits) if f > 0)
         out = Suitability("weak", f"{name}: unknown forces up to {limits} (N, N m) act on the linkage and {name} has no "
-                                  "input states: it can only treat them as plant noise (use adekf, or errorekf with "
-                                  "`inputs`)", rank, 2 * g, worst, ratio, horizon)
+                                  "input states: it can only treat them as plant noise (use adekf, or ukf, dekf, errorekf or "
+                                  "viekf with `inputs`)", rank, 2 * g, worst, ratio, horizon)
     return out
 
 
@@ -171,7 +172,7 @@ def _estimates_inputs(name: str, est) -> bool:
     if name == "adekf":
         return True
     cfg = getattr(est, "config", None) or {}
-    return bool(cfg.get("inputs")) and name in ("errorekf", "viekf")
+    return isinstance(cfg.get("inputs"), list) and bool(cfg["inputs"]) and name in INPUT_OBSERVERS
 
 
 def _adekf_pbh(est, visited, base: Suitability) -> Suitability:

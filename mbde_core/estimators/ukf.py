@@ -21,12 +21,17 @@ predictor of the path from the previous mean. Cholesky factors of the small cova
 (L <= 4) and the sigma points built from them are computed on Python floats, and so are
 the readings of gyroscopes and accelerometers at the few sigma points
 (:mod:`ukf_readings`); a single innovation channel uses scalar algebra.
+
+Inputs (option ``inputs``, :mod:`input_states`): x = [z, zd, u], L = 2g + k; each sigma
+point's accelerations gain B(z_i) u_i (B from R at its configuration; qdd += R B u), u
+is carried unchanged through the prediction and gains diag(psd) dt of plant noise.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
+from mbde_core.estimators.input_states import InputStates, validate_inputs
 from mbde_core.engine.linalg import solve_one
 from mbde_core.estimators.kalman import cholesky_floats, cholesky, gate, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
@@ -35,14 +40,16 @@ from mbde_core.estimators.ukf_readings import SigmaReadings
 from mbde_core.sensors.base import wrap_angle
 
 
-class UKF(ReducedKalman):
+class UKF(InputStates, ReducedKalman):
     name = "ukf"
     DEFAULTS = {"alpha": 1.0, "beta": 2.0, "kappa": -1.0,  # kappa < 0: Julier's 3 - L
-                "transition": "heun"}
+                "transition": "heun", "inputs": "auto"}
+    validate_config = staticmethod(validate_inputs)
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
-        L = 2 * self.g
+        self._init_inputs()
+        L = 2 * self.g + self.k
         alpha, beta = config.get("alpha", 1.0), config.get("beta", 2.0)
         kappa = config.get("kappa", -1.0)
         if kappa is None or kappa < 0:
@@ -73,9 +80,19 @@ class UKF(ReducedKalman):
         D = self.gamma * S.T  # rows = scaled columns of S
         return np.vstack([x, x + D, x - D])
 
+    def reset(self, t, init) -> None:
+        super().reset(t, init)
+        self._reset_inputs()
+
     def _assemble_batch(self, X, accelerations: bool):
         """(q, qd, zdd, qdd) of the sigma points X (row 0 = the mean); failures counted."""
-        q, qd, zdd, qdd, ok = self.model.assemble_near(self.t, X, self._full(), accelerations, center=0)
+        if self.k:
+            q, qd, zdd, qdd, ok = self.model.assemble_near(self.t, X[:, : 2 * self.g], self._full(), accelerations,
+                                                           center=0)
+            if accelerations:
+                zdd, qdd = self.with_inputs(q, zdd, qdd, X[:, 2 * self.g:])
+        else:
+            q, qd, zdd, qdd, ok = self.model.assemble_near(self.t, X, self._full(), accelerations, center=0)
         if not ok.all():
             self.sigma_failures += int((~ok).sum())  # they took the mean's configuration
         return q, qd, zdd, qdd
@@ -87,6 +104,8 @@ class UKF(ReducedKalman):
         return self._angular[key]
 
     def predict(self, dt: float) -> None:
+        if self.k:
+            return self._predict_inputs(dt)
         g = self.g
         x0 = self.x
         X = self._sigma_points(x0, self.P)
@@ -95,9 +114,27 @@ class UKF(ReducedKalman):
         if self.config.get("transition") == "heun":  # second stage at the predicted points
             zdd1 = self.model.assemble_near(self.t + dt, Xp, self._full(), True)[2]
             Xp = heun_step(X, zdd, zdd1, dt, g)
+        self._predicted(x0, Xp, self.plant_noise(dt), dt)
+
+    def _predict_inputs(self, dt: float) -> None:
+        """:meth:`predict` of [z, zd, u]: the inputs' accelerations at every stage, u kept."""
+        g, g2 = self.g, 2 * self.g
+        x0 = self.x
+        X = self._sigma_points(x0, self.P)
+        zdd = self._assemble_batch(X, True)[2]
+        Xp = np.hstack([position_step(self.config, X[:, :g], X[:, g:g2], zdd, dt), X[:, g:g2] + dt * zdd])
+        if self.config.get("transition") == "heun":
+            q1, _, zdd1, _, _ = self.model.assemble_near(self.t + dt, Xp, self._full(), True)
+            zdd1 = self.with_inputs(q1, zdd1, None, X[:, g2:])[0]
+            Xp = heun_step(X[:, :g2], zdd, zdd1, dt, g)
+        self._predicted(x0, np.hstack([Xp, X[:, g2:]]), self.augmented_noise(dt), dt)
+
+    def _predicted(self, x0, Xp, Qd, dt: float) -> None:
+        """Mean and covariance of the propagated sigma points Xp, plus the plant noise Qd."""
+        g = self.g
         x = self.Wm @ Xp
         dX = Xp - x
-        P = (dX.T * self.Wc) @ dX + self.plant_noise(dt)
+        P = (dX.T * self.Wc) @ dX + Qd
         self.P = 0.5 * (P + P.T)
         guess = self.model.guess(self._full(), x[:g] - x0[:g], second_order=True)
         self.t += dt
@@ -144,6 +181,9 @@ class UKF(ReducedKalman):
         res = update_result(accepted, rejected, y, S)
         res.distances = dist
         return res
+
+    def estimate(self):
+        return self.input_snapshot(super().estimate())
 
     def diagnostics(self) -> dict:
         return {"assembly_failures": self.failures, "sigma_point_failures": self.sigma_failures}

@@ -30,6 +30,8 @@ def section(result) -> dict:
         out["sensor_sigma"] = _plain(cfg["sensor_sigma"])
     if result.name == "adekf":
         out.update({k: _plain(cfg[k]) for k in ADEKF_KEYS if k in cfg})
+    elif isinstance(cfg.get("inputs"), list) and cfg["inputs"]:  # the rule's (or the user's) input states
+        out["inputs"] = _plain(cfg["inputs"])
     return out
 
 

@@ -1,0 +1,188 @@
+"""Unknown generalized-force inputs as random-walk states of the [z, zd] observers (UKF, DEKF).
+
+Option ``inputs`` (the same schema as the errorEKF's, :mod:`errorekf`): a list of
+``{coordinate: name, psd: [(N m)^2/s or N^2/s], sigma0: [N m or N], initial: value}``,
+one generalized force u_j on the named coordinate q_c(j) each, or ``auto`` (the default):
+the default-tuning rule adds one per force-limited independent coordinate
+(:func:`~mbde_core.estimators.noise_rule.auto_inputs`; none without force limits).
+
+The state becomes x = [z, zd, u] (2g + k), with (paper 004 eqs. 30-33, the ADE-KF's
+random-walk input model, here on the [z, zd] observers of paper 003 sec. 3.1)
+
+    z' = zd,   zd' = f(z, zd) + B(z) u,   u' = w_u,   E[w_u w_u^T] = diag(psd) delta(t),
+
+B(z) = dzdd/du = (R^T M R)^-1 R^T E (E (n, k): the unit columns of the input
+coordinates; the R-matrix dynamics are linear in the applied forces, so the accelerations
+with the inputs are those without plus B u, qdd gaining R B u). The discrete plant noise
+is block diagonal, Sigma^P (2g, 2g) of the ``plant_noise`` option and diag(psd) dt for u
+(the increment of a random walk over dt); every covariance is propagated as
+F P F^T + Q (DEKF) or as the weighted outer products of sigma points plus Q (UKF), and
+symmetrised, so it stays symmetric PSD by construction. The estimate's covariance (and
+the NEES) is that of [z, zd] as without inputs; the inputs are reported in the snapshot
+(input_names, inputs, input_cov). With ``inputs: []`` (k = 0) the filters run exactly
+the code they ran before inputs existed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.noise_rule import AUTO, INPUT_OBSERVERS  # noqa: F401 (re-exported)
+
+INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial")
+
+
+def validate_inputs(cfg: dict, file: str, path: str) -> None:
+    """The ``inputs`` option: ``auto`` or a list of {coordinate, psd >= 0, sigma0 > 0, initial}."""
+    jn = cfg.get("input_jump_nis", 0.0)
+    if isinstance(jn, bool) or not isinstance(jn, (int, float)) or jn < 0:
+        raise ConfigError(file, f"{path}.input_jump_nis", f"must be >= 0 (0 = off), got {jn!r}")
+    items = cfg.get("inputs", [])
+    if items == AUTO:
+        return
+    if not isinstance(items, list):
+        raise ConfigError(file, f"{path}.inputs",
+                          f"a list of inputs or {AUTO!r}, e.g. [{{coordinate: theta, psd: 10.0, sigma0: 1.0}}]")
+    for k, item in enumerate(items):
+        where = f"{path}.inputs[{k}]"
+        if not isinstance(item, dict) or "coordinate" not in item:
+            raise ConfigError(file, where, "expected {coordinate: name, psd: value, sigma0: value}")
+        for key, value in item.items():
+            if key not in INPUT_KEYS:
+                raise ConfigError(file, f"{where}.{key}", f"unknown key (choose from {', '.join(INPUT_KEYS)})")
+            if key == "coordinate":
+                if not isinstance(value, str):
+                    raise ConfigError(file, f"{where}.coordinate", f"a coordinate name, got {value!r}")
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(file, f"{where}.{key}", f"a number, got {value!r}")
+            if (key == "psd" and value < 0) or (key == "sigma0" and value <= 0):
+                raise ConfigError(file, f"{where}.{key}", f"must be {'>= 0' if key == 'psd' else '> 0'}, got {value}")
+
+
+def input_specs(config: dict) -> list:
+    """The configured inputs (``auto`` not resolved by the rule, i.e. built without a
+    mechanism's context: none)."""
+    items = config.get("inputs", [])
+    return [] if items == AUTO or not items else list(items)
+
+
+class InputStates:
+    """Mixin of a :class:`~mbde_core.estimators.kalman_base.ReducedKalman` observer:
+    the k input states after [z, zd] (module doc). Call :meth:`_init_inputs` in
+    ``__init__`` and :meth:`_reset_inputs` after the base class's ``reset``."""
+
+    def _init_inputs(self) -> None:
+        mech = self.mech
+        self.input_specs = input_specs(self.config)
+        try:
+            self.input_cols = [mech.coordinate_index(s["coordinate"]) for s in self.input_specs]
+        except (KeyError, IndexError) as exc:
+            raise ConfigError("<estimator config>", f"{self.name}.inputs", str(exc.args[0])) from None
+        self.k = len(self.input_cols)
+        self._u_psd = np.array([float(s.get("psd", 1.0)) for s in self.input_specs])
+        self._u_sigma0 = np.array([float(s.get("sigma0", 1.0)) for s in self.input_specs])
+        E = np.zeros((mech.n, self.k))
+        E[self.input_cols, np.arange(self.k)] = 1.0
+        self._E = E
+        self._Qa_cache: dict = {}
+        self.input_jumps = 0  # updates at which the inputs jumped (input_jump)
+
+    def _reset_inputs(self) -> None:
+        """x = [z, zd, u0], P = diag(P_[z, zd], sigma0^2) (after the base reset)."""
+        if not self.k:
+            return
+        g2 = 2 * self.g
+        u0 = np.array([float(s.get("initial", 0.0)) for s in self.input_specs])
+        self.x = np.concatenate([self.x, u0])
+        P = np.zeros((g2 + self.k, g2 + self.k))
+        P[:g2, :g2] = self.P
+        P[g2:, g2:] = np.diag(self._u_sigma0**2)
+        self.P = P
+
+    @property
+    def u(self) -> np.ndarray:
+        return self.x[2 * self.g:]
+
+    def input_gain(self, R) -> np.ndarray:
+        """B = dzdd/du = (R^T M R)^-1 R^T E: (g, k) for R (n, g), (N, g, k) for R (N, n, g)."""
+        M = self.mech.M
+        Rt = np.swapaxes(R, -1, -2)
+        return np.linalg.solve(Rt @ M @ R, Rt @ self._E)
+
+    def extra_forces(self):
+        """The estimated generalized forces (n,) on the model (None without inputs)."""
+        if not self.k:
+            return None
+        Q = np.zeros(self.mech.n)
+        Q[self.input_cols] = self.u
+        return Q
+
+    def with_inputs(self, q, zdd, qdd, U):
+        """(zdd, qdd) of a batch of states (N rows: q (N, n), zdd (N, g), qdd (N, n) or
+        None, inputs U (N, k)) with the inputs' accelerations B u added (qdd += R B u)."""
+        from mbde_core.engine import kinematics
+
+        R = kinematics.r_matrix(self.mech, q)
+        dz = np.einsum("igk,ik->ig", self.input_gain(R), U)
+        zdd = zdd + dz
+        if qdd is not None:
+            qdd = qdd + np.einsum("ing,ig->in", R, dz)
+        return zdd, qdd
+
+    def augmented_noise(self, dt: float) -> np.ndarray:
+        """Sigma^P of [z, zd, u] over dt: the plant noise and diag(psd) dt (cached per dt)."""
+        Q = self._Qa_cache.get(dt)
+        if Q is None:
+            g2 = 2 * self.g
+            Q = np.zeros((g2 + self.k, g2 + self.k))
+            Q[:g2, :g2] = self.plant_noise(dt)
+            Q[g2:, g2:] = np.diag(self._u_psd * dt)
+            self._Qa_cache[dt] = Q
+        return Q
+
+    def input_snapshot(self, snap):
+        """The snapshot with the estimated inputs (names, values, covariance)."""
+        if self.k:
+            g2 = 2 * self.g
+            snap.input_names = [self.mech.coordinate_names[c] for c in self.input_cols]
+            snap.inputs = self.u.copy()
+            snap.input_cov = self.P[g2:, g2:].copy()
+        return snap
+
+
+def input_jump(P, y, H, R, cols: slice, jump_var, jump_nis: float):
+    """P with the inputs' variances raised when a reading says they jumped (the ADE-KF's
+    test, :meth:`~mbde_core.estimators.adekf_jumps.InputJumps._input_jump`), or P itself.
+
+    z and zd cannot jump within a step, the inputs can (a saturating speed controller at a
+    change of its target: the random walk, tuned for their smooth part, lags the step and
+    the gate rejects the readings that show it). With S0 = H P H^T + R and H_a the inputs'
+    columns of H, the least-squares jump d = (H_a^T S0^-1 H_a)^-1 H_a^T S0^-1 y, variance
+    V = min(d^2, jump_var) (jump_var = sigma0^2: the rule's force limit F^2), and
+    S1 = S0 + H_a V H_a^T: if y^T S0^-1 y > jump_nis and y^T S1^-1 y + ln det S1 <
+    y^T S0^-1 y + ln det S0 (a generalised likelihood ratio), the inputs' variances are
+    raised to at least V before the update (and its gate). jump_nis 0: never."""
+    if not jump_nis:
+        return P
+    try:
+        S0 = H @ P @ H.T + R
+        Si_y = np.linalg.solve(S0, y)
+        d0 = float(y @ Si_y)
+        if not d0 > jump_nis:
+            return P
+        Ha = H[:, cols]
+        Si_Ha = np.linalg.solve(S0, Ha)
+        d = np.linalg.lstsq(Ha.T @ Si_Ha, Ha.T @ Si_y, rcond=None)[0]
+        V = np.minimum(d * d, jump_var)
+        S1 = S0 + (Ha * V) @ Ha.T
+        d1 = float(y @ np.linalg.solve(S1, y))
+        l0, l1 = np.linalg.slogdet(S0)[1], np.linalg.slogdet(S1)[1]
+    except np.linalg.LinAlgError:
+        return P
+    if not d1 + l1 < d0 + l0:
+        return P
+    idx = np.arange(P.shape[0])[cols]
+    P = P.copy()
+    P[idx, idx] = np.maximum(P[idx, idx], V)
+    return P

@@ -1,0 +1,228 @@
+"""Input states of the [z, zd] observers (UKF, DEKF; estimators/input_states.py) and the
+rule's ``inputs: auto`` (noise_rule.auto_inputs).
+
+- the rule adds one random-walk generalized force per force-limited coordinate
+  (sigma0 = F, psd = the ADE-KF's r_a / step), drops the a_f term from the plant noise
+  and the accelerometer widening there, and adds nothing without force limits;
+- the options are validated (errors name the key);
+- the DEKF's input columns of F and its measurement Jacobian with inputs match finite
+  differences; the UKF's predicted input cross-covariance is the DEKF's;
+- on the motor-driven slider-crank of paper 004 (5 N m unknown motor) the DEKF and the
+  errorEKF with the rule's input track the crank from the slider accelerometer alone
+  (through the motor's saturations: the input jumps), and the UKF and the DEKF with an
+  input from the accelerometer and the motor encoder with mean NEES in the band.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.config_schema import defaults, validate
+from mbde_core.estimators.noise_rule import AUTO, resolve_config, rule_scales, scenario_context
+
+SCENARIO = f"{REPO}/config/scenarios/adekf_slider_crank.yaml"
+DT = 0.001
+
+
+@pytest.fixture(scope="module")
+def slider():
+    from mbde_core.scenario.scenario import load_scenario
+
+    sc = load_scenario(SCENARIO)
+    return sc, sc.estimator_mechanism(), sc.estimator_sensors(), scenario_context(sc)
+
+
+@pytest.mark.parametrize("name", ["ukf", "dekf", "errorekf", "viekf"])
+def test_rule_gives_inputs_only_with_force_limits(slider, name):
+    sc, mech, sensors, ctx = slider
+    assert defaults(name)["inputs"] == AUTO
+    free = resolve_config(name, defaults(name), mech, sensors, None)  # no motor: no inputs
+    assert free["inputs"] == []
+    auto = resolve_config(name, defaults(name), mech, sensors, ctx)
+    explicit = resolve_config(name, validate(name, {"inputs": []}), mech, sensors, ctx)
+    assert explicit["inputs"] == []
+    scl = rule_scales(mech, defaults(name), ctx)
+    step = auto["step"]
+    adekf = resolve_config("adekf", defaults("adekf"), mech, sensors, ctx)
+    [inp] = auto["inputs"]
+    assert inp["coordinate"] == "theta" and inp["sigma0"] == pytest.approx(5.0, abs=1e-12)  # N m
+    assert inp["psd"] == pytest.approx(adekf["r_a"] / adekf["step"], rel=1e-12)  # (N m)^2/s
+    # the a_f term a_f^2 / w [rad^2/s^3] is in the plant noise only without the input
+    q_auto, q_expl = auto["plant_noise"]["acceleration_psd"], explicit["plant_noise"]["acceleration_psd"]
+    assert q_expl - q_auto == pytest.approx(float(scl.a_f[0] ** 2 / scl.w[0]), rel=1e-9)
+    # the horizontal slider's accelerometer reads no gravity: not widened with the input [m/s^2]
+    assert auto["sensor_sigma"]["accel_slider"][0] == pytest.approx(0.05, abs=1e-9)
+    assert explicit["sensor_sigma"]["accel_slider"][0] > 50.0
+    assert step == explicit["step"]
+    # an explicit list is kept as given; a_f leaves the coordinates it names
+    mine = [{"coordinate": "theta", "psd": 10.0, "sigma0": 1.0}]
+    named = resolve_config(name, validate(name, {"inputs": mine}), mech, sensors, ctx)
+    assert named["inputs"] == mine
+    assert named["plant_noise"]["acceleration_psd"] == pytest.approx(q_auto, rel=1e-12)
+
+
+def test_rule_force_limits_option_adds_inputs_without_scenario(slider):
+    _, mech, sensors, _ = slider
+    cfg = validate("dekf", {"rule": {"force_limits": {"theta": 2.0}}})
+    out = resolve_config("dekf", cfg, mech, sensors, None)
+    assert [i["coordinate"] for i in out["inputs"]] == ["theta"]
+    assert out["inputs"][0]["sigma0"] == pytest.approx(2.0, abs=1e-12)
+
+
+def test_input_options_are_validated():
+    assert validate("ukf", {"inputs": "auto"})["inputs"] == AUTO
+    given = [{"coordinate": "theta", "psd": 10.0, "sigma0": 1.0}]
+    assert validate("dekf", {"inputs": given})["inputs"] == given
+    with pytest.raises(ConfigError, match=r"ukf\.inputs\[0\]\.psd"):
+        validate("ukf", {"inputs": [{"coordinate": "theta", "psd": -1.0}]}, "my.yaml")
+    with pytest.raises(ConfigError, match=r"dekf\.inputs\[0\]\.gain"):
+        validate("dekf", {"inputs": [{"coordinate": "theta", "gain": 1.0}]}, "my.yaml")
+    with pytest.raises(ConfigError, match=r"errorekf\.inputs\[0\]\.sigma0"):
+        validate("errorekf", {"inputs": [{"coordinate": "theta", "sigma0": 0.0}]}, "my.yaml")
+    with pytest.raises(ConfigError, match=r"my\.yaml"):
+        validate("dekf", {"inputs": 3}, "my.yaml")
+
+
+def _filter(name, slider, **options):
+    from mbde_core.estimators.base import InitialState
+    from mbde_core.estimators.registry import make_estimator
+
+    _, mech, sensors, _ = slider
+    cfg = resolve_config(name, validate(name, dict({"inputs": [{"coordinate": "theta", "psd": 90.0, "sigma0": 5.0}]},
+                                                   **options)), mech, sensors, None)
+    est = make_estimator(name, mech, sensors, cfg)
+    est.reset(0.0, InitialState(np.array([1.2]), np.array([40.0]), np.array([0.003]), np.array([0.2]), mech.q0, None))
+    est.x[2] = 0.5  # N m
+    est._assemble_into(est.x.copy(), est.q)
+    return est
+
+
+def test_dekf_input_jacobians_match_finite_differences(slider):
+    from mbde_core.engine import dynamics, kinematics
+
+    est = _filter("dekf", slider, transition="constant_acceleration")
+    mech, g = est.mech, est.g
+    F, _ = est._F(DT)
+    h = 1e-3  # N m
+    cols = []
+    for s in (1.0, -1.0):
+        e = copy.deepcopy(est)
+        e.x[2] += s * h
+        e.predict(DT)
+        cols.append(e.x.copy())
+    fd = (cols[0] - cols[1]) / (2 * h)
+    # z+ = z + dt zd + dt^2/2 (f + B u), zd+ = zd + dt (f + B u): exact in u
+    assert fd[0] == pytest.approx(F[0, 2], abs=1e-9)  # rad/(N m)
+    assert fd[1] == pytest.approx(F[1, 2], abs=1e-7)  # rad/s/(N m)
+    assert fd[2] == pytest.approx(1.0, abs=1e-12)
+    # measurement Jacobian d h / d[z, zd, u] with the inputs applied [m/s^2 per unit]
+    names = ["accel_slider"]
+    pred, H = est._linearize_inputs(names, est._full())
+    sensor = est.sensors["accel_slider"]
+
+    def reading(x):
+        q, ok = kinematics.solve_position(mech, x[:g], est.q)
+        qd = kinematics.velocity(mech, q, x[g:2 * g])
+        extra = np.zeros(mech.n)
+        extra[est.input_cols] = x[2 * g:]
+        _, qdd = dynamics.forward(mech, est.t, q, qd, extra_Q=extra)
+        return sensor.h(q[None], qd[None], qdd[None])[0]
+
+    assert pred == pytest.approx(reading(est.x), abs=1e-8)
+    for k, step in enumerate((1e-6, 1e-5, 1e-4)):
+        xp, xm = est.x.copy(), est.x.copy()
+        xp[k] += step
+        xm[k] -= step
+        col = (reading(xp) - reading(xm)) / (2 * step)
+        assert H[0, k] == pytest.approx(col[0], rel=1e-5, abs=1e-6), k
+
+
+def test_ukf_input_cross_covariance_is_the_dekfs(slider):
+    ukf = _filter("ukf", slider, transition="constant_acceleration")
+    dekf = _filter("dekf", slider, transition="constant_acceleration")
+    for est in (ukf, dekf):
+        est.P = np.diag([0.003, 0.2, 0.3]) ** 2
+        est.predict(DT)
+    # P[zd, u] = dt B P_uu [(rad/s) N m]: sigma points along u differ only in u (B u is linear)
+    assert ukf.P[1, 2] == pytest.approx(dekf.P[1, 2], rel=1e-9)
+    assert ukf.P[2, 2] == pytest.approx(dekf.P[2, 2], rel=1e-12)
+    for est in (ukf, dekf):
+        assert np.array_equal(est.P, est.P.T) and np.linalg.eigvalsh(est.P).min() > 0
+        snap = est.estimate()
+        assert snap.cov.shape == (2, 2) and snap.input_names == ["theta"] and snap.input_cov.shape == (1, 1)
+
+
+def _track(name, sensor_names, duration, cfg_options=None):
+    """Run ``name`` with the rule's defaults (the scenario's motor as context) over a
+    simulated run of the slider-crank from the given sensors; mean NEES of [z, zd] after
+    0.1 s and the RMSE of z [rad]."""
+    from mbde_core.estimators.base import InitialState
+    from mbde_core.estimators.registry import make_estimator
+    from mbde_core.scenario.scenario import load_scenario
+    from mbde_core.sensors.sensor_set import SensorSet
+    from mbde_core.simulator import run as simulate
+    from mbde_core.types import Measurement
+
+    sc = load_scenario(SCENARIO).with_overrides(duration=duration)
+    res = simulate(sc)
+    mech = sc.estimator_mechanism()
+    every = list(sc.estimator_sensors()) + list(sc.sensors_for(mech, reference=True))
+    sensors = SensorSet([s for s in every if s.name in sensor_names])
+    cfg = resolve_config(name, validate(name, cfg_options or {}), mech, sensors, scenario_context(sc))
+    assert len(cfg["inputs"]) == 1
+    est = make_estimator(name, mech, sensors, cfg)
+    ini = sc.estimator_initial_state()
+    sz, szd = cfg["initial_sigma"]["z"], cfg["initial_sigma"]["zd"]
+    est.reset(0.0, InitialState(ini.z, ini.zd, np.full(1, sz), np.full(1, szd), ini.q, None))
+    stamps = res.measurements[sensor_names[0]][0]
+    values = {n: dict(zip(np.round(res.measurements[n][0], 9), res.measurements[n][1])) for n in sensor_names}
+    coord = int(mech.independent[0])
+    nees, err = [], []
+    for t in stamps:
+        while est.t < t - 1e-9:
+            est.predict(cfg["step"])
+        est.update([Measurement(float(t), n, values[n][round(float(t), 9)]) for n in sensor_names])
+        snap = est.estimate()
+        j = int(np.searchsorted(res.t, t - 1e-9))
+        d = np.array([(snap.z[0] - res.q[j, coord] + np.pi) % (2 * np.pi) - np.pi, snap.zd[0] - res.qd[j, coord]])
+        if t > 0.1:
+            nees.append(float(d @ np.linalg.solve(snap.cov, d)))
+            err.append(d[0])
+    return float(np.mean(nees)), float(np.sqrt(np.mean(np.square(err))))
+
+
+@pytest.mark.parametrize("name", ["dekf", "errorekf"])
+def test_the_rules_input_tracks_the_slider_crank_from_its_accelerometer(name):
+    # 5 s: the motor saturates at the start and at the speed step at 3.33 s (the input
+    # jumps); without the input the crank is lost (RMSE 1.8 rad). Underconfident here
+    # (mean NEES 0.2-0.5, README), so only the upper edge of the band is asserted.
+    nees, rmse = _track(name, ["accel_slider"], 5.0)
+    assert rmse < 0.02, rmse  # rad
+    assert nees <= 6.0, nees
+
+
+@pytest.mark.parametrize("name", ["ukf", "dekf"])
+def test_an_input_tracks_the_slider_crank_with_its_encoder_nees_in_band(name):
+    nees, rmse = _track(name, ["accel_slider", "motor_encoder"], 2.0)
+    assert 0.6 <= nees <= 6.0, nees  # [0.3, 3] x 2 degrees of freedom
+    assert rmse < 0.002, rmse  # rad (encoder: 8192 counts per turn)
+
+
+def test_input_jump_raises_the_input_variance_only_for_a_large_innovation():
+    from mbde_core.estimators.input_states import input_jump
+
+    P = np.diag([1e-4, 1e-2, 0.01])  # [rad^2, (rad/s)^2, (N m)^2]
+    H = np.array([[50.0, 2.0, 17.0]])  # m/s^2 per rad, per rad/s, per N m
+    R = np.array([[0.05**2]])
+    S0 = float((H @ P @ H.T)[0, 0] + R[0, 0])
+    small = np.array([2.0 * np.sqrt(S0)])  # 2 sigma: no jump
+    assert input_jump(P, small, H, R, slice(2, None), np.array([25.0]), 16.0) is P
+    step = np.array([17.0 * 3.0])  # a 3 N m step of the torque
+    P1 = input_jump(P, step, H, R, slice(2, None), np.array([25.0]), 16.0)
+    assert P1[2, 2] == pytest.approx(9.0, rel=0.05)  # (N m)^2: the jump that explains it
+    assert np.array_equal(P1[:2, :2], P[:2, :2])
+    assert input_jump(P, step, H, R, slice(2, None), np.array([25.0]), 0.0) is P  # off
