@@ -39,10 +39,12 @@ def slider():
 @pytest.mark.parametrize("name", ["ukf", "dekf", "errorekf", "viekf"])
 def test_rule_gives_inputs_only_with_force_limits(slider, name):
     sc, mech, sensors, ctx = slider
-    assert defaults(name)["inputs"] == AUTO
-    free = resolve_config(name, defaults(name), mech, sensors, None)  # no motor: no inputs
+    assert defaults(name)["inputs"] == []  # opt-in: the built-in default has no input states
+    opt_in = validate(name, {"inputs": AUTO})
+    assert resolve_config(name, defaults(name), mech, sensors, ctx)["inputs"] == []
+    free = resolve_config(name, opt_in, mech, sensors, None)  # no motor: no inputs
     assert free["inputs"] == []
-    auto = resolve_config(name, defaults(name), mech, sensors, ctx)
+    auto = resolve_config(name, opt_in, mech, sensors, ctx)
     explicit = resolve_config(name, validate(name, {"inputs": []}), mech, sensors, ctx)
     assert explicit["inputs"] == []
     scl = rule_scales(mech, defaults(name), ctx)
@@ -67,7 +69,7 @@ def test_rule_gives_inputs_only_with_force_limits(slider, name):
 
 def test_rule_force_limits_option_adds_inputs_without_scenario(slider):
     _, mech, sensors, _ = slider
-    cfg = validate("dekf", {"rule": {"force_limits": {"theta": 2.0}}})
+    cfg = validate("dekf", {"inputs": AUTO, "rule": {"force_limits": {"theta": 2.0}}})
     out = resolve_config("dekf", cfg, mech, sensors, None)
     assert [i["coordinate"] for i in out["inputs"]] == ["theta"]
     assert out["inputs"][0]["sigma0"] == pytest.approx(2.0, abs=1e-12)
@@ -172,7 +174,7 @@ def _track(name, sensor_names, duration, cfg_options=None):
     mech = sc.estimator_mechanism()
     every = list(sc.estimator_sensors()) + list(sc.sensors_for(mech, reference=True))
     sensors = SensorSet([s for s in every if s.name in sensor_names])
-    cfg = resolve_config(name, validate(name, cfg_options or {}), mech, sensors, scenario_context(sc))
+    cfg = resolve_config(name, validate(name, {"inputs": AUTO, **(cfg_options or {})}), mech, sensors, scenario_context(sc))
     assert len(cfg["inputs"]) == 1
     est = make_estimator(name, mech, sensors, cfg)
     ini = sc.estimator_initial_state()

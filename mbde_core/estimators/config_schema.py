@@ -106,7 +106,7 @@ def _merge(node: Node, base: dict) -> dict:
     for key, child in node.items():
         ref = base[key]
         if key == "inputs":  # unknown inputs: a list of mappings, or auto (the rule's, input_states.py)
-            out[key] = AUTO if (ref == AUTO and child.value == AUTO) else [c.value for c in child.sequence()]
+            out[key] = AUTO if child.value == AUTO else [c.value for c in child.sequence()]
         elif ref == AUTO:  # auto (the rule), a number or one number per coordinate
             out[key] = _auto_or_numbers(child)
         elif isinstance(ref, dict):

@@ -58,7 +58,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
         "correction": "exact",          # exact | linear (paper 003 sec. 3.3: dq = R dz, dqd = R dzd)
         "estimate_acceleration": False,
         "acceleration_bias_psd": 1.0,   # [(unit/s^2)^2 / s] random walk of the acceleration offset
-        "inputs": "auto",               # [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}] | auto (the rule)
+        "inputs": [],                   # [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}] | auto (the rule)
         "input_jump_nis": 16.0,         # NIS above which the inputs may jump by up to sigma0 (0 = off; input_states.py)
     }
 

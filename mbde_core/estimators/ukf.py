@@ -43,7 +43,7 @@ from mbde_core.sensors.base import wrap_angle
 class UKF(InputStates, ReducedKalman):
     name = "ukf"
     DEFAULTS = {"alpha": 1.0, "beta": 2.0, "kappa": -1.0,  # kappa < 0: Julier's 3 - L
-                "transition": "heun", "inputs": "auto"}
+                "transition": "heun", "inputs": []}  # auto: opt-in
     validate_config = staticmethod(validate_inputs)
 
     def __init__(self, mech, sensors, config, rng=None):
