@@ -9,7 +9,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+# One BLAS thread per process unless the user sets otherwise (before numpy is imported):
+# mbde parallelises by worker processes (mbde_core/runs) and numba threads, and on the
+# filters' small matrices OpenBLAS's own threads only oversubscribe the cores when two
+# workers each start them (`mbde bench accuracy --runs 2 --scaling 1,2`, idle 2-core
+# machine: speed-up 1.70x with OpenBLAS's default threads, 2.00x with one; one worker
+# 126.6 vs 128.8 s, i.e. the extra threads bought nothing there).
+for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (as every other mbde error) with
