@@ -38,7 +38,7 @@ from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, posit
 
 class DEKF(InputStates, ReducedKalman):
     name = "dekf"
-    DEFAULTS: dict = {"transition": "heun", "inputs": [], "input_jump_nis": 16.0}  # inputs: auto is opt-in (README)
+    DEFAULTS: dict = {"transition": "heun", "inputs": [], "input_jump_nis": 0.0}  # inputs: auto is opt-in (README)
     validate_config = staticmethod(validate_inputs)
 
     def __init__(self, mech, sensors, config, rng=None):

@@ -44,7 +44,7 @@ from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import errorekf_numba, errorekf_scalar
-from mbde_core.estimators.input_states import input_jump, input_specs, validate_inputs
+from mbde_core.estimators.input_states import input_forces, input_jump, input_specs, validate_inputs
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.reduced import FullState, ReducedModel
@@ -59,7 +59,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
         "estimate_acceleration": False,
         "acceleration_bias_psd": 1.0,   # [(unit/s^2)^2 / s] random walk of the acceleration offset
         "inputs": [],                   # [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}] | auto (the rule)
-        "input_jump_nis": 16.0,         # NIS above which the inputs may jump by up to sigma0 (0 = off; input_states.py)
+        "input_jump_nis": 0.0,          # NIS above which the inputs may jump by up to sigma0 (0 = off; input_states.py)
     }
 
     @staticmethod
@@ -129,11 +129,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
         return extra
 
     def _extra_Q(self):
-        if not self.k:
-            return None
-        Q = np.zeros(self.mech.n)
-        Q[self.input_cols] = self.u
-        return Q
+        return input_forces(self.mech.n, self.input_cols, self.u) if self.k else None
 
     def _accelerations(self):
         """(zdd, qdd) of the simulation state including the estimated offset and inputs."""

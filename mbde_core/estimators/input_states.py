@@ -32,6 +32,13 @@ from mbde_core.estimators.noise_rule import AUTO, INPUT_OBSERVERS  # noqa: F401 
 INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial")
 
 
+def input_forces(n: int, cols, u) -> np.ndarray:
+    """The generalized forces (n,) of the inputs u (k,) acting on the coordinates ``cols``."""
+    Q = np.zeros(n)
+    Q[cols] = u
+    return Q
+
+
 def validate_inputs(cfg: dict, file: str, path: str) -> None:
     """The ``inputs`` option: ``auto`` or a list of {coordinate, psd >= 0, sigma0 > 0, initial}."""
     jn = cfg.get("input_jump_nis", 0.0)
@@ -112,11 +119,7 @@ class InputStates:
 
     def extra_forces(self):
         """The estimated generalized forces (n,) on the model (None without inputs)."""
-        if not self.k:
-            return None
-        Q = np.zeros(self.mech.n)
-        Q[self.input_cols] = self.u
-        return Q
+        return input_forces(self.mech.n, self.input_cols, self.u) if self.k else None
 
     def with_inputs(self, q, zdd, qdd, U):
         """(zdd, qdd) of a batch of states (N rows: q (N, n), zdd (N, g), qdd (N, n) or
