@@ -88,7 +88,7 @@ def test_steps_match_numpy_path(mechs, name):
 
 def test_threads_and_subsets_give_bit_identical_results(mechs):
     m = mechs["fivebar"]
-    N = nk.SERIAL_MAX + 53  # threads=2: the prange loop; threads=1 and the subset: the serial loop
+    N = nk.SERIAL_MAX + 53  # threads=2: two ranges on two threads; threads=1 and the subset: one range
     q, qd = states(m, N, 3)
     extra = np.random.default_rng(4).normal(0.0, 1.0, (N, m.dof))
     outs = [nk.rk4_step(m, 0.0, q, qd, None, 0.005, extra, threads=t) for t in (1, 2)]
@@ -98,6 +98,40 @@ def test_threads_and_subsets_give_bit_identical_results(mechs):
     sub = nk.rk4_step(m, 0.0, q[idx], qd[idx], None, 0.005, extra[idx], threads=2)
     for x, y in zip(outs[0][:4], sub[:4]):
         assert np.array_equal(x[idx], y)
+
+
+_FORKED = {}
+
+
+def _child_step(conn):
+    a = _FORKED
+    out = nk.rk4_step(a["m"], 0.0, a["q"], a["qd"], None, 0.005, None, threads=2)
+    conn.send([np.asarray(x) for x in out[:4]])
+    conn.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_steps_on_its_own_threads(mechs):
+    """The parent's thread pool does not exist in a forked child (the benches and replay
+    fork workers after a parent's run): the child must make its own, not hang."""
+    import multiprocessing
+
+    m = mechs["fourbar"]
+    q, qd = states(m, nk.SERIAL_MAX + 11, 6)
+    ref_out = nk.rk4_step(m, 0.0, q, qd, None, 0.005, None, threads=2)  # the parent's pool exists now
+    _FORKED.update(m=m, q=q, qd=qd)
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child_step, args=(send,))
+    proc.start()
+    done = recv.poll(120)
+    if not done:
+        proc.kill()
+    assert done, "the forked child did not finish its step"
+    got = recv.recv()
+    proc.join(30)
+    for x, y in zip(ref_out[:4], got):
+        assert np.array_equal(x, y)
 
 
 def test_non_finite_particles_are_decided_by_the_numpy_path(mechs):

@@ -36,10 +36,19 @@ the first use of a mechanism on a machine compiles (~10-20 s for the four-bar on
 process by text.
 
 Threads: ``threads`` (default :func:`mbde_core.estimators.pf_parallel.default_threads`:
-the CPU count or ``MBDE_PF_THREADS``) through ``numba.set_num_threads``. The threading
-layer is numba's ``workqueue`` (fork-safe: the benches fork worker processes; GNU
-OpenMP is not) unless ``NUMBA_THREADING_LAYER`` says otherwise; calls are serialised by
-a lock (that layer must not be entered from two threads at once).
+the CPU count or ``MBDE_PF_THREADS``). The set is cut into ``threads`` contiguous ranges
+(boundaries N i / threads); the calling thread steps the first and a small thread pool
+the others, each through ``rk4_range``, which releases the GIL. numba's own parallel
+loop (``prange``) was used before: its fork-safe threading layer, ``workqueue``, waits by
+naps of usleep(1) (75 us on a 2-vCPU VM, measured) in the workers and in the caller, and
+in the filter's step (a parallel launch every ~2 ms, serial numpy work in between) the
+second core stayed mostly idle: four-bar, 1e4 particles, idle 2-core machine, rk4 3.4-3.5 ms
+per step on two threads against 4.4 on one (process CPU / wall 1.2); the GNU OpenMP layer
+gave 2.0 ms but is not fork-safe (the benches and replay fork worker processes). Own
+threads: see ``mbde bench pf --only speed``. For the PF's numba moments
+(:mod:`mbde_core.estimators.pf_numba`) the layer stays ``workqueue`` unless
+``NUMBA_THREADING_LAYER`` says otherwise; calls into it are serialised by a lock (that
+layer must not be entered from two threads at once).
 
 Selection (:func:`backend`): ``MBDE_PF_BACKEND`` = ``numpy`` | ``numba`` | ``auto``
 (default): numba when importable, the mechanism has kernels and no drivers, and one of
@@ -56,8 +65,8 @@ Otherwise (a short run of a small set on a mechanism never compiled here, e.g. t
 tests of many mechanisms) numpy runs and nothing is compiled. ``numba`` forces it
 whenever possible. Sets below ``SERIAL_MAX`` particles run on one numba thread (the
 parallel loop's start-up costs more than it saves there and the replay's worker
-processes already fill the cores): ``rk4_all``'s plain loop in the calling thread, so a
-step hands nothing over to a numba thread (on a busy machine that thread waited for a
+processes already fill the cores): ``rk4_range`` over the whole set in the calling
+thread, so a step hands nothing over to another thread (on a busy machine that thread waited for a
 time slice at every step: replay's pf worker 13.7 s wall for 5.4 s of CPU).
 """
 from __future__ import annotations
@@ -68,6 +77,7 @@ import os
 import sys
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -76,8 +86,9 @@ from mbde_core.engine.numba_source import module_source
 
 AUTO_MIN = 4096
 WORK_MIN = 5_000_000  # particle-steps from which a first compile pays (auto)
-SERIAL_MAX = 2048  # smaller sets run on one numba thread
+SERIAL_MAX = 2048  # smaller sets run in the calling thread
 _LOCK = threading.Lock()
+_POOLS: dict[int, ThreadPoolExecutor] = {}
 _MODULES: dict[str, object] = {}
 _NUMBA = None  # the numba module, False if not importable, None before the first try
 
@@ -177,7 +188,7 @@ def _folders() -> list[str]:
     return [cache_dir(), os.path.join(tempfile.gettempdir(), f"mbde-{os.getuid()}", "numba")]
 
 
-def cached(mech, funcs: tuple = ("rk4_all",)) -> bool:
+def cached(mech, funcs: tuple = ("rk4_range",)) -> bool:
     """Whether the compiled module of ``mech`` is loaded in this process or on disk (its
     source file and numba's index of each of ``funcs`` next to it), so that using it costs
     a load, not a compile. The disk is looked at once per mechanism kernels, ``funcs`` and
@@ -216,7 +227,7 @@ def _on_disk(mech, K, funcs) -> bool:
 
 
 def load(mech):
-    """The compiled module of ``mech`` (a namespace with ``rk4_all``, ``NT``, ``NJ``), or None."""
+    """The compiled module of ``mech`` (a namespace with ``rk4_range``, ``NT``, ``NJ``), or None."""
     K = fastpath.kernels(mech)
     if K is None or numba() is None:
         return None
@@ -246,6 +257,27 @@ def load(mech):
     return mod
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's threads: forget their pools (a parent's
+    pool would take the child's tasks and never run them) and a lock they may have held."""
+    global _LOCK
+    _POOLS.clear()
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """The process's pool of ``workers`` threads that step the ranges after the first."""
+    with _LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="mbde-rk4")
+        return pool
+
+
 def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
     """One RK4 step of N particles on numba: (q1, qd1, qdd1 (N, n) Fortran-ordered as the numpy path's, ok (N,),
     Context at q1 or None). qdd (N, n) or None (then computed at (q, qd)); extra (N, g)
@@ -261,13 +293,14 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
     oq, oqd, oqdd = np.empty((n, N)), np.empty((n, N)), np.empty((n, N))
     ok, bad = np.empty(N, dtype=bool), np.empty(N, dtype=bool)
     otr, oj, orr = np.empty((mod.NT, N)), np.empty((mod.NJ, N)), np.empty((n * g, N))
-    nb = numba()
-    serial = N < SERIAL_MAX or int(threads) <= 1
-    with _LOCK:
-        if not serial:
-            nb.set_num_threads(max(1, min(int(threads), nb.config.NUMBA_NUM_THREADS)))
-        mod.rk4_all(Q, QD, QDD, qdd is not None, V, extra is not None, tv[0], tv[1], tv[2], float(h),
-                    oq, oqd, oqdd, ok, bad, otr, oj, orr, serial)
+    args = (Q, QD, QDD, qdd is not None, V, extra is not None, tv[0], tv[1], tv[2], float(h),
+            oq, oqd, oqdd, ok, bad, otr, oj, orr)
+    parts = 1 if N < SERIAL_MAX else max(1, min(int(threads), N))
+    bounds = [N * i // parts for i in range(parts + 1)]
+    pending = [_pool(parts - 1).submit(mod.rk4_range, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
+    mod.rk4_range(*args, bounds[0], bounds[1])
+    for f in pending:
+        f.result()
     ctx = step_backends.Context(N, tuple(otr), tuple(oj), tuple(tuple(orr[i * g + k] for k in range(g)) for i in range(n)))
     if bad.any():  # non-finite values met: the numpy path decides for those particles
         from mbde_core.engine.integrators import MBState, get_integrator

@@ -17,10 +17,11 @@ design). The text is made of
 - ``position``: Newton-Raphson of :func:`fastpath.s_position` (30 iterations, step
   limited to the length scale, |Phi| <= 1e-14 max(1, L^2));
 - ``rk4_one``: :class:`mbde_core.engine.integrators.RK4`'s algorithm on one particle
-  (the same predictors and stage order), and ``rk4_all``: the ``prange`` loop over
-  particles (or, ``serial``, a plain loop in the calling thread), batch-last (n, N) like
-  the numpy path, writing the outputs and the kernel context at the result (sin/cos, the
-  Jacobian entries, R, batch-last);
+  (the same predictors and stage order), and ``rk4_range``: a loop over a contiguous
+  range of particles that releases the GIL (``nogil``: the caller's threads share a set,
+  :func:`mbde_core.engine.numba_kernels.rk4_step`), batch-last (n, N) like the numpy
+  path, writing the outputs and the kernel context at the result (sin/cos, the Jacobian
+  entries, R, batch-last);
 - for the errorEKF of one state (:mod:`mbde_core.estimators.errorekf_numba`, which calls
   ``rk4_one`` directly): ``correct_one`` (position problem + ``post``), and, when the
   kernels have ``jdot`` and ``dsolve``, ``hrow`` (the measurement row of a one-channel
@@ -54,7 +55,7 @@ import math
 from math import sin, cos
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 N_ = {n}
 G_ = {g}
@@ -198,16 +199,12 @@ def rk4_particle(p, Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oq
     store(p, q1, qd1, qdd1, tr1, J1, R1, oq, oqd, oqdd, otr, oj, orr)
 
 
-@njit(parallel=True, **OPTS)
-def rk4_all(Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, bad, otr, oj, orr, serial):
-    """Every particle by rk4_particle: on numba's threads (prange), or with ``serial`` in
-    a plain loop in the calling thread (a small set: no thread launch, no hand-over)."""
-    if serial:
-        for p in range(Q.shape[1]):
-            rk4_particle(p, Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, bad, otr, oj, orr)
-    else:
-        for p in prange(Q.shape[1]):
-            rk4_particle(p, Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, bad, otr, oj, orr)
+@njit(nogil=True, **OPTS)
+def rk4_range(Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, bad, otr, oj, orr, start, stop):
+    """Particles start .. stop - 1 by rk4_particle in the calling thread, without the GIL
+    (the caller's threads each take a contiguous range of one set)."""
+    for p in range(start, stop):
+        rk4_particle(p, Q, QD, QDD, has_qdd, V, has_v, t0v, t1v, t2v, h, oq, oqd, oqdd, ok, bad, otr, oj, orr)
 '''
 
 

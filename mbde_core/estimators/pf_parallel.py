@@ -55,6 +55,17 @@ def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, MAX_THREADS))
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's threads: forget their pools."""
+    global _LOCK
+    _POOLS.clear()
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _pool(threads: int) -> ThreadPoolExecutor:
     with _LOCK:
         pool = _POOLS.get(threads)
