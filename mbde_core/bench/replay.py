@@ -81,7 +81,7 @@ def warm_numba(bag: str) -> float | None:
     mech = open_source(bag).mechanism
     if not numba_kernels.supported(mech) or numba_kernels.load(mech) is None:
         return None
-    q = mech.q0[None]  # one step of one particle: numba compiles rk4_all at its first call, if not cached
+    q = mech.q0[None]  # one step of one particle: numba compiles rk4_range at its first call, if not cached
     numba_kernels.rk4_step(mech, 0.0, q, 0.0 * q, None, 1e-3)
     return time.time() - t0
 
