@@ -38,7 +38,8 @@ process by text.
 Threads: ``threads`` (default :func:`mbde_core.estimators.pf_parallel.default_threads`:
 the CPU count or ``MBDE_PF_THREADS``). The set is cut into ``threads`` contiguous ranges
 (boundaries N i / threads); the calling thread steps the first and a small thread pool
-the others, each through ``rk4_range``, which releases the GIL. numba's own parallel
+(:mod:`mbde_core.engine.thread_pools`, fork-safe) the others, each through
+``rk4_range``, which releases the GIL. numba's own parallel
 loop (``prange``) was used before: its fork-safe threading layer, ``workqueue``, waits by
 naps of usleep(1) (75 us on a 2-vCPU VM, measured) in the workers and in the caller, and
 in the filter's step (a parallel launch every ~2 ms, serial numpy work in between) the
@@ -63,11 +64,11 @@ Selection (:func:`backend`): ``MBDE_PF_BACKEND`` = ``numpy`` | ``numba`` | ``aut
 
 Otherwise (a short run of a small set on a mechanism never compiled here, e.g. the
 tests of many mechanisms) numpy runs and nothing is compiled. ``numba`` forces it
-whenever possible. Sets below ``SERIAL_MAX`` particles run on one numba thread (the
-parallel loop's start-up costs more than it saves there and the replay's worker
-processes already fill the cores): ``rk4_range`` over the whole set in the calling
-thread, so a step hands nothing over to another thread (on a busy machine that thread waited for a
-time slice at every step: replay's pf worker 13.7 s wall for 5.4 s of CPU).
+whenever possible. Sets below ``SERIAL_MAX`` particles run in the calling thread alone
+(a hand-over costs more than it saves there and the replay's worker processes already
+fill the cores): ``rk4_range`` over the whole set, so a step hands nothing over to
+another thread (on a busy machine that thread waited for a time slice at every step:
+replay's pf worker 13.7 s wall for 5.4 s of CPU, measured with numba's prange).
 """
 from __future__ import annotations
 
@@ -77,18 +78,16 @@ import os
 import sys
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from mbde_core.engine import fastpath, step_backends
+from mbde_core.engine import fastpath, step_backends, thread_pools
 from mbde_core.engine.numba_source import module_source
 
 AUTO_MIN = 4096
 WORK_MIN = 5_000_000  # particle-steps from which a first compile pays (auto)
 SERIAL_MAX = 2048  # smaller sets run in the calling thread
 _LOCK = threading.Lock()
-_POOLS: dict[int, ThreadPoolExecutor] = {}
 _MODULES: dict[str, object] = {}
 _NUMBA = None  # the numba module, False if not importable, None before the first try
 
@@ -257,27 +256,6 @@ def load(mech):
     return mod
 
 
-def _after_fork_in_child() -> None:
-    """A forked child has none of its parent's threads: forget their pools (a parent's
-    pool would take the child's tasks and never run them) and a lock they may have held."""
-    global _LOCK
-    _POOLS.clear()
-    _LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _pool(workers: int) -> ThreadPoolExecutor:
-    """The process's pool of ``workers`` threads that step the ranges after the first."""
-    with _LOCK:
-        pool = _POOLS.get(workers)
-        if pool is None:
-            pool = _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="mbde-rk4")
-        return pool
-
-
 def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
     """One RK4 step of N particles on numba: (q1, qd1, qdd1 (N, n) Fortran-ordered as the numpy path's, ok (N,),
     Context at q1 or None). qdd (N, n) or None (then computed at (q, qd)); extra (N, g)
@@ -297,7 +275,7 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
             oq, oqd, oqdd, ok, bad, otr, oj, orr)
     parts = 1 if N < SERIAL_MAX else max(1, min(int(threads), N))
     bounds = [N * i // parts for i in range(parts + 1)]
-    pending = [_pool(parts - 1).submit(mod.rk4_range, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
+    pending = [thread_pools.pool("rk4", parts - 1).submit(mod.rk4_range, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
     mod.rk4_range(*args, bounds[0], bounds[1])
     for f in pending:
         f.result()

@@ -23,19 +23,15 @@ bit-identical for any thread count and any chunk size (tested).
 from __future__ import annotations
 
 import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from mbde_core.engine import fastpath, numba_kernels, step_backends
+from mbde_core.engine import fastpath, numba_kernels, step_backends, thread_pools
 from mbde_core.engine.integrators import RK4, MBState
 
 CHUNK_MIN = 2048
 CHUNK_MAX = 16384
 MAX_THREADS = 8
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-_LOCK = threading.Lock()
 
 
 def chunk_size(N: int) -> int:
@@ -54,24 +50,6 @@ def default_threads() -> int:
             pass
     return max(1, min(os.cpu_count() or 1, MAX_THREADS))
 
-
-def _after_fork_in_child() -> None:
-    """A forked child has none of its parent's threads: forget their pools."""
-    global _LOCK
-    _POOLS.clear()
-    _LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    with _LOCK:
-        pool = _POOLS.get(threads)
-        if pool is None:
-            pool = _POOLS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mbde-pf")
-        return pool
 
 
 class ChunkContext:
@@ -193,7 +171,7 @@ class Propagator:
             parts[k] = st.aux
 
         if self.threads > 1:
-            list(_pool(self.threads).map(run, range(len(ctxs))))
+            list(thread_pools.pool("pf", self.threads).map(run, range(len(ctxs))))
         else:
             for k in range(len(ctxs)):
                 run(k)
