@@ -54,3 +54,27 @@ def random_states(m, N, seed):
     q, ok = kinematics.solve_position(m, z, np.broadcast_to(m.q0, (N, m.n)))
     assert ok.all()
     return q, kinematics.velocity(m, q, rng.uniform(-2, 2, (N, m.dof)))
+
+
+def in_forked_child(fn, timeout: float = 60.0):
+    """fn()'s result computed in a forked child process (sent back through a pipe); the
+    child is killed and the test fails if it does not answer within ``timeout`` s (a
+    hang, e.g. a parent's thread pool copied into the child)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child():
+        send.send(fn())
+        send.close()
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    done = recv.poll(timeout)
+    if not done:
+        proc.kill()
+    assert done, f"the forked child did not answer within {timeout:g} s"
+    out = recv.recv()
+    proc.join(30)
+    return out

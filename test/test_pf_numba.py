@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import engine_reference as ref
-from conftest import REPO
+from conftest import REPO, in_forked_child
 from mbde_core.engine import fastpath, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.model.loader import mechanism_spec_from_text
@@ -100,38 +100,17 @@ def test_threads_and_subsets_give_bit_identical_results(mechs):
         assert np.array_equal(x[idx], y)
 
 
-_FORKED = {}
-
-
-def _child_step(conn):
-    a = _FORKED
-    out = nk.rk4_step(a["m"], 0.0, a["q"], a["qd"], None, 0.005, None, threads=2)
-    conn.send([np.asarray(x) for x in out[:4]])
-    conn.close()
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_steps_on_its_own_threads(mechs):
     """The parent's thread pool does not exist in a forked child (the benches and replay
     fork workers after a parent's run): the child must make its own, not hang."""
-    import multiprocessing
-
     m = mechs["fourbar"]
     q, qd = states(m, nk.SERIAL_MAX + 11, 6)
     ref_out = nk.rk4_step(m, 0.0, q, qd, None, 0.005, None, threads=2)  # the parent's pool exists now
-    _FORKED.update(m=m, q=q, qd=qd)
-    ctx = multiprocessing.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_step, args=(send,))
-    proc.start()
-    done = recv.poll(120)
-    if not done:
-        proc.kill()
-    assert done, "the forked child did not finish its step"
-    got = recv.recv()
-    proc.join(30)
+    got = in_forked_child(lambda: [np.asarray(x) for x in nk.rk4_step(m, 0.0, q, qd, None, 0.005, None, threads=2)[:4]],
+                          timeout=120)
     for x, y in zip(ref_out[:4], got):
-        assert np.array_equal(x, y)
+        assert np.array_equal(x, y)  # the same code on the same inputs in the same machine
 
 
 def test_non_finite_particles_are_decided_by_the_numpy_path(mechs):

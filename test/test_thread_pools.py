@@ -1,10 +1,10 @@
 """mbde_core.engine.thread_pools: one pool per (name, size), and a forked child makes its
 own (a copied pool would accept the child's tasks and never run them)."""
-import multiprocessing
 import os
 
 import pytest
 
+from conftest import in_forked_child
 from mbde_core.engine import thread_pools
 
 
@@ -15,21 +15,7 @@ def test_one_pool_per_name_and_size():
     assert sorted(a.map(lambda x: x * x, range(5))) == [0, 1, 4, 9, 16]
 
 
-def _child(conn):
-    conn.send(sum(thread_pools.pool("t", 2).map(lambda x: x + 1, range(10))))
-    conn.close()
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_gets_working_pools():
     assert list(thread_pools.pool("t", 2).map(abs, [-1, -2])) == [1, 2]  # the parent's pool has run
-    ctx = multiprocessing.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send,))
-    proc.start()
-    done = recv.poll(60)
-    if not done:
-        proc.kill()
-    assert done, "the forked child's pool never ran its tasks"
-    assert recv.recv() == 55
-    proc.join(30)
+    assert in_forked_child(lambda: sum(thread_pools.pool("t", 2).map(lambda x: x + 1, range(10)))) == 55
