@@ -65,16 +65,17 @@ from mbde_core.engine import dynamics, kinematics
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sensor_variances
 from mbde_core.estimators.kalman import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, update_result
 from mbde_core.estimators.reduced import ReducedModel
-from mbde_core.estimators.transition import TRANSITION_DEFAULT, position_step
+from mbde_core.estimators.transition import position_step
 from mbde_core.types import MechanismSnapshot
 
+NORMAL_NOISE_RATIO = 1e-6  # W relative to the plant noise (module doc, "Covariance")
 
 class DIEKFpm(Estimator):
     name = "diekfpm"
     # transition_jacobian: full by default (the common default is paper 003's simple F; see
     # the module doc, "Covariance": at rest at the rocker's dead point the full A is what
     # ties the crank angle to the readings)
-    DEFAULTS = {"iterations": 3, "normal_noise_ratio": 1e-4, "transition": TRANSITION_DEFAULT,
+    DEFAULTS = {"iterations": 3, "normal_noise_ratio": NORMAL_NOISE_RATIO, "transition": "heun",
                 "transition_jacobian": "full"}
 
     def __init__(self, mech, sensors, config, rng=None):
@@ -138,7 +139,11 @@ class DIEKFpm(Estimator):
             self.Pz = _propagate(self.Pz, dt, g) + Qz
         T = self._prior_T(self.X)
         self._iso = self._coordinate_noise(T @ Qz @ T.T)
-        self.X = np.concatenate([position_step(self.config, q, qd, qdd, dt), qd + dt * qdd])
+        if self.config.get("transition") == "heun":  # second stage at the constant-acceleration prediction
+            qdd1 = self._qdd(q + dt * qd + (0.5 * dt * dt) * qdd, qd + dt * qdd)
+            self.X = np.concatenate([q + dt * qd + (dt * dt / 6.0) * (2.0 * qdd + qdd1), qd + (0.5 * dt) * (qdd + qdd1)])
+        else:
+            self.X = np.concatenate([position_step(self.config, q, qd, qdd, dt), qd + dt * qdd])
         self.t += dt
         self._iterated_update([], np.zeros(0), None, None)
 
