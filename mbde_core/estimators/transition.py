@@ -6,11 +6,11 @@
   of zd; on a fast linkage (the paper-000 rig: |zdd| ~ 300 rad/s^2 at dt = 5 ms, 4e-3 rad
   per step) no white plant noise makes the filter consistent (mean NEES 80-5e4 on
   ``pf_sim`` for every acceleration density, measured: README, Defaults that transfer);
-- ``constant_acceleration`` (DIEKFpm's default) -- the exact solution for the acceleration
+- ``constant_acceleration`` (DIEKFpm's default until stop 30) -- the exact solution for the acceleration
   held over the step: z+ = z + dt zd + dt^2/2 zdd, zd+ = zd + dt zdd. Same cost, local
   error in z of order dt^3 (jerk); the velocity update is still forward Euler (local error
   dt^2/2 zddd), which the default plant noise covers (:mod:`~mbde_core.estimators.noise_rule`);
-- ``heun`` (UKF and DEKF default) -- a second stage at the constant-acceleration prediction
+- ``heun`` (UKF, DEKF and DIEKFpm default) -- a second stage at the constant-acceleration prediction
   x*: zd+ = zd + dt/2 (zdd + zdd*), z+ = z + dt zd + dt^2/6 (2 zdd + zdd*) (explicit
   trapezoidal rule, exact for an acceleration linear in time): local errors O(dt^3) in
   both; one more position problem and dynamics evaluation per state (per sigma point in
