@@ -288,7 +288,7 @@ def test_cekf_fuses_the_readings_right_after_a_reset():
     Now they get the discrete EKF update: checked against x+ = x + P H^T S^-1 y with H from
     central differences of the sensor model (not the filter's analytic Jacobian)."""
     m, ss = _fivebar()
-    est = make_estimator("cekf", m, ss, defaults("cekf"))
+    est = make_estimator("cekf", m, ss, dict(defaults("cekf"), measurement_order=1))  # order 2: test_second_order.py
     z0, zd0 = np.array([0.7, 2.1]), np.array([1.0, -0.5])
     est.reset(2.0, InitialState(z0, zd0, np.full(2, 0.05), np.full(2, 2.0), None))
     x0, P0 = est.x.copy(), est.P.copy()

@@ -48,7 +48,7 @@ CORRECTION_AT = ("reading", "both_ends")
 
 class CEKF(ReducedKalman):
     name = "cekf"
-    DEFAULTS = {"newton_iterations": 5, "correction_at": "reading"}
+    DEFAULTS = {"newton_iterations": 5, "correction_at": "reading", "measurement_order": 2}
 
     @staticmethod
     def validate_config(cfg, file, path):
@@ -197,6 +197,8 @@ class CEKF(ReducedKalman):
         o = np.concatenate([np.asarray(m.value, float) for m in measurements])
         R = self.measurement_covariance(names)
         pred, H, _ = self.model.linearize(names, self.t, self._full())
+        pred2, R = self.second_order(names, pred, R)
+        o = o - (pred2 - pred)  # the second-order mean offset, carried by the reading into the redone step
         y = self.model.residual(names, o, pred)
         S = H @ self.P @ H.T + R
         dist = []
@@ -208,7 +210,7 @@ class CEKF(ReducedKalman):
         result = update_result(accepted, rejected, y[rows], S[np.ix_(rows, rows)])
         result.distances = dist
         o_k = o[rows] if rejected else o  # rows, not names: a sensor may have several readings in a slot
-        R_k = self.measurement_covariance(accepted)
+        R_k = R[np.ix_(rows, rows)] if rejected else R
         # redo the last step with the continuous correction of these readings; a correction
         # that moves the state beyond what a Kalman update can (kalman.move_within_bound,
         # against the prediction) is damped, halving its gain

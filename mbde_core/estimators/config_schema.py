@@ -176,6 +176,8 @@ def validate(name: str, options: dict, file: str = "<config>", path: str = "") -
         raise ConfigError(file, f"{path or name}.transition_jacobian", "must be 'simple' or 'full'")
     if "transition" in cfg and cfg["transition"] not in TRANSITIONS:
         raise ConfigError(file, f"{where}.transition", f"must be one of {', '.join(TRANSITIONS)}, got {cfg['transition']!r}")
+    if "measurement_order" in cfg and cfg["measurement_order"] not in (1, 2):
+        raise ConfigError(file, f"{where}.measurement_order", f"must be 1 or 2, got {cfg['measurement_order']!r}")
     check = getattr(estimator_class(name), "validate_config", None)
     if check is not None:
         check(cfg, file, path or name)

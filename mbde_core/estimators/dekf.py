@@ -38,7 +38,7 @@ from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, posit
 
 class DEKF(InputStates, ReducedKalman):
     name = "dekf"
-    DEFAULTS: dict = {"transition": "heun", "inputs": [], "input_jump_nis": 0.0}  # inputs: auto is opt-in (README)
+    DEFAULTS: dict = {"transition": "heun", "inputs": [], "input_jump_nis": 0.0, "measurement_order": 2}  # inputs: auto is opt-in (README)
     validate_config = staticmethod(validate_inputs)
 
     def __init__(self, mech, sensors, config, rng=None):
@@ -112,8 +112,9 @@ class DEKF(InputStates, ReducedKalman):
             pred, H = self._linearize_inputs(names, st)
         else:
             pred, H, _ = self.model.linearize(names, self.t, st)
-        y = self.model.residual(names, o, pred)
         R = self.measurement_covariance(names)
+        pred, R = self.second_order(names, pred, R)
+        y = self.model.residual(names, o, pred)
         if self.k:
             P = input_jump(self.P, y, H, R, slice(2 * g, None), self._u_sigma0**2, self.config["input_jump_nis"])
             self.input_jumps += P is not self.P

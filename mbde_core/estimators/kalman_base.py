@@ -16,6 +16,7 @@ import numpy as np
 
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.reduced import FullState, ReducedModel
+from mbde_core.estimators.second_order import second_order_terms
 from mbde_core.types import MechanismSnapshot
 
 
@@ -38,6 +39,20 @@ class ReducedKalman(CovarianceInflation, Estimator):
     def measurement_covariance(self, names) -> np.ndarray:
         """Measurement covariance of the named readings (cached per list of names, read-only)."""
         return self.model.noise_covariance(names, self._sigma)
+
+    def second_order(self, names, pred, R):
+        """(pred, R) with the Gaussian second-order filter's terms of the readings at the
+        prediction (``measurement_order: 2``, :mod:`second_order`): the predicted readings
+        + 1/2 tr(T_i P), the measurement covariance + 1/2 tr(T_i P T_l P) (over [z, zd]);
+        unchanged for ``measurement_order: 1`` (paper 003's EKF) or where the position
+        problem of a difference step fails."""
+        if int(self.config.get("measurement_order", 1)) != 2:
+            return pred, R
+        g2 = 2 * self.g
+        terms = second_order_terms(self.model, names, self.t, self.x[:g2], self.q, self.P[:g2, :g2])
+        if terms is None or not (np.all(np.isfinite(terms[0])) and np.all(np.isfinite(terms[1]))):
+            return pred, R
+        return pred + terms[0], R + terms[1]
 
     # -- interface -----------------------------------------------------------------------------
     def reset(self, t: float, init: InitialState) -> None:

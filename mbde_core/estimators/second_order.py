@@ -1,0 +1,53 @@
+"""Second-order measurement terms of the EKFs (option ``measurement_order: 2``).
+
+The EKF's update linearises h about the prediction: E[h(x)] ~ h(x^), Cov[h(x)] ~ H P H^T.
+Where a reading depends on products of states, the terms it drops are not small. A
+rocker gyroscope reads w = G(z) zd (G = d rocker / d crank): at a turning point of the
+crank (zd ~ 0) next to the rocker's dead point (G ~ 0) both entries of H = [G' zd, G]
+vanish, while the mixed second derivative G' does not -- the reading's spread is then
+mostly the second-order part, and its mean is offset by G' P_z,zd. The Gaussian
+second-order filter (Athans, Wishner & Bertolini 1968; Gelb 1974, sec. 6.1; Jazwinski
+1970, sec. 9.3) keeps them: with the Hessians T_i = d^2 h_i / dx^2 at the prediction,
+
+    h(x^) + 1/2 [tr(T_i P)]_i          (the predicted reading), and
+    S = H P H^T + R + 1/2 [tr(T_i P T_l P)]_il   (its covariance).
+
+The Hessians are central differences of the Jacobian H (:meth:`ReducedModel.linearize`) at
+x^ +- eps e_k, 2 x 2g linearisations (with their position problems) per update. The
+UKF's sigma points carry these terms by construction.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+EPS = 1e-5
+
+
+def second_order_terms(model, names, t, x, q_guess, P, eps: float = EPS):
+    """(bias (d,), S_add (d, d)) of the readings ``names`` at x = [z, zd] (2g,) with the
+    covariance P (2g, 2g) of x (module doc). S_add is symmetric PSD by construction (a sum
+    of Gram matrices: tr(T_i P T_l P) = <L^T T_i L, L^T T_l L>_F, P = L L^T)."""
+    g2 = x.shape[0]
+    g = g2 // 2
+    cols = []
+    for k in range(g2):
+        step = eps * max(1.0, abs(float(x[k])))
+        Hs = []
+        for sgn in (1.0, -1.0):
+            xx = x.astype(float).copy()
+            xx[k] += sgn * step
+            st, ok = model.solve_full(t, xx[:g], xx[g:], q_guess)
+            if not ok:
+                return None
+            Hs.append(model.linearize(names, t, st)[1])
+        cols.append((Hs[0] - Hs[1]) / (2.0 * step))
+    T = np.stack(cols, axis=2)                    # T[i, j, k] = d H_ij / d x_k
+    T = 0.5 * (T + T.transpose(0, 2, 1))           # symmetric Hessians
+    bias = 0.5 * np.einsum("ijk,jk->i", T, P)
+    try:
+        L = np.linalg.cholesky(0.5 * (P + P.T))
+    except np.linalg.LinAlgError:
+        w, V = np.linalg.eigh(0.5 * (P + P.T))
+        L = V * np.sqrt(np.clip(w, 0.0, None))
+    B = np.einsum("ji,njk,kl->nil", L, T, L).reshape(T.shape[0], -1)  # L^T T_i L, flattened
+    return bias, 0.5 * (B @ B.T)
