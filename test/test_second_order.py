@@ -129,3 +129,16 @@ def test_cekf_update_after_a_reset_is_the_second_order_formula():
 def test_measurement_order_is_validated():
     with pytest.raises(ConfigError, match="measurement_order"):
         validate("dekf", dict(defaults("dekf"), measurement_order=3))
+
+
+def test_no_second_order_terms_with_input_states():
+    """With input states (``inputs``) the update stays first order (the terms over [z, zd]
+    alone miss the inputs' mixed derivatives; kalman_base.second_order)."""
+    m, ss, x = _case("fourbar_imu")
+    cfg = validate("dekf", dict(defaults("dekf"), inputs=[{"coordinate": m.independent_names[0], "psd": 1.0, "sigma0": 1.0}]))
+    est = make_estimator("dekf", m, ss, cfg)
+    est.reset(0.0, InitialState(x[:1], x[1:], np.array([0.05]), np.array([0.5]), m.q0, None))
+    assert est.k == 1
+    pred, R = np.ones(3), np.eye(3)
+    p2, R2 = est.second_order(list(ss.names), pred, R)
+    assert p2 is pred and R2 is R
