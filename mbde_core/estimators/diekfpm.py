@@ -25,7 +25,7 @@ point where the readings hardly depend on the state (``pf_sim``: the crank at re
 the rocker's dead point, the rocker gyroscope reading G(z) zd with G and zd ~ 0) such
 normal moves, projected, pushed the crank onto the mirrored motion: with Heun and the
 rule's q = 8.2, r = 1e-4 lost the track (mean NEES 2e5, RMSE 0.57 rad), r <= 1e-5 kept it
-(0.83-0.86, 2.1 mrad), r = 1e-6 up to q = 16 (DEKF and errorEKF: 12).
+(0.83-0.86, 2.1 mrad), r = 1e-6 up to q = 16 (errorEKF: 12; DEKF, second order: 50).
 
 Covariance (a documented departure from a literal implementation): the uncertainty is
 carried in tangent coordinates, Pz (2g, 2g), and mapped to q-space as
@@ -81,7 +81,8 @@ from mbde_core.estimators.reduced import ReducedModel
 from mbde_core.estimators.transition import position_step
 from mbde_core.types import MechanismSnapshot
 
-NORMAL_NOISE_RATIO = 1e-6  # W relative to the plant noise (module doc, "Covariance")
+NORMAL_NOISE_RATIO = 1e-6  # W relative to the plant noise (module doc, "Normal freedom")
+
 
 class DIEKFpm(Estimator):
     name = "diekfpm"
