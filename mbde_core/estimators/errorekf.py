@@ -25,6 +25,13 @@ both random walks applied to the simulation as zdd += a + B u, B = dzdd/du =
 and accelerometers see them through dh/da = H_qdd R, dh/du = H_qdd R B. Estimated
 inputs are reported in the snapshot (input_names, inputs, input_cov).
 
+Second order (``measurement_order: 2``, the default since stop 30; paper003.yaml: 1): with
+the error state [dz, dzd] alone (no acceleration offset, no inputs) the predicted readings
+and R gain the Gaussian second-order filter's terms at the simulation state
+(:mod:`second_order`; the gyroscope at ``pf_sim``'s turning point: first order lost the
+crank for q >= 16, second order keeps it at 25). The update then always takes the
+generic path (not :mod:`errorekf_scalar`): about twice the update's cost.
+
 Speed: the simulation state carries its accelerations qdd (the forward dynamics, without
 the estimated offset and inputs), so the integrator's next step and ``estimate`` do not
 evaluate the dynamics again (except with ``ali3p``, whose acceleration is part of its own
@@ -47,6 +54,7 @@ from mbde_core.estimators import errorekf_numba, errorekf_scalar
 from mbde_core.estimators.input_states import input_forces, input_jump, input_specs, validate_inputs
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.kalman import ekf_update
+from mbde_core.estimators.second_order import second_order_terms
 from mbde_core.estimators.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
 
@@ -60,6 +68,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
         "acceleration_bias_psd": 1.0,   # [(unit/s^2)^2 / s] random walk of the acceleration offset
         "inputs": [],                   # [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}] | auto (the rule)
         "input_jump_nis": 0.0,          # NIS above which the inputs may jump by up to sigma0 (0 = off; input_states.py)
+        "measurement_order": 2,         # 2: Gaussian second-order update over [z, zd] (second_order.py) | 1: paper 003
     }
 
     @staticmethod
@@ -289,7 +298,8 @@ class ErrorEKF(CovarianceInflation, Estimator):
     def update(self, measurements, gates=None):
         if self._nb_open:
             self._decide_backend()
-        if self._kernels is not None and errorekf_scalar.applies(self, measurements):
+        second = int(self.config.get("measurement_order", 1)) == 2 and self.dim == 2 * self.g
+        if self._kernels is not None and not second and errorekf_scalar.applies(self, measurements):
             try:
                 res = errorekf_scalar.update(self, measurements, gates)
             except fastpath.SCALAR_ERRORS:
@@ -306,6 +316,13 @@ class ErrorEKF(CovarianceInflation, Estimator):
         qdd = self._accelerations()[1] if uses_qdd else None
         st = self._full()
         pred, Hx, Hqdd = self.model.linearize(names, self.t, st, qdd=qdd, extra_Q=self._extra_Q())
+        Rm = self.model.noise_covariance(names, self._sigma)
+        if second:  # the Gaussian second-order terms at the nominal state (second_order.py)
+            iz = self.mech.independent
+            x = np.concatenate([q[iz], self.state.qd[iz]])
+            terms = second_order_terms(self.model, names, self.t, x, q, self.P)
+            if terms is not None and np.all(np.isfinite(terms[0])) and np.all(np.isfinite(terms[1])):
+                pred, Rm = pred + terms[0], Rm + terms[1]
         y = self.model.residual(names, o, pred)
         if self.dim == 2 * g:
             H = Hx
@@ -318,7 +335,6 @@ class ErrorEKF(CovarianceInflation, Estimator):
                     H[:, 2 * g : 2 * g + na] = Hqdd @ R
                 if self.k:
                     H[:, 2 * g + na :] = Hqdd @ R @ self.model.input_gain(q, self.input_cols)
-        Rm = self.model.noise_covariance(names, self._sigma)
         if self.k:
             P = input_jump(self.P, y, H, Rm, slice(2 * g + na, None), self._u_sigma0**2, self.config["input_jump_nis"])
             self.input_jumps += P is not self.P
