@@ -25,12 +25,15 @@ both random walks applied to the simulation as zdd += a + B u, B = dzdd/du =
 and accelerometers see them through dh/da = H_qdd R, dh/du = H_qdd R B. Estimated
 inputs are reported in the snapshot (input_names, inputs, input_cov).
 
-Second order (``measurement_order: 2``, the default since stop 30; paper003.yaml: 1): with
+Second order (``measurement_order: 2``, opt-in; DEKF and CEKF have it by default): with
 the error state [dz, dzd] alone (no acceleration offset, no inputs) the predicted readings
 and R gain the Gaussian second-order filter's terms at the simulation state
 (:mod:`second_order`; the gyroscope at ``pf_sim``'s turning point: first order lost the
 crank for q >= 16, second order keeps it at 25). The update then always takes the
-generic path (not :mod:`errorekf_scalar`): about twice the update's cost.
+generic path, not :mod:`errorekf_scalar`: measured with ``mbde bench transfer``, CPU per
+run 1.3-5x (four-bar gyroscope 0.09 -> 0.44 s, 1 kHz pendulum encoder 1.6 -> 4.3 s), for
+the same accuracy and NEES on every shipped scenario at the rule's plant noise -- so the
+default stays the fast first order (its margin on ``pf_sim``: the rule's 8.2 against 16).
 
 Speed: the simulation state carries its accelerations qdd (the forward dynamics, without
 the estimated offset and inputs), so the integrator's next step and ``estimate`` do not
@@ -68,7 +71,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
         "acceleration_bias_psd": 1.0,   # [(unit/s^2)^2 / s] random walk of the acceleration offset
         "inputs": [],                   # [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}] | auto (the rule)
         "input_jump_nis": 0.0,          # NIS above which the inputs may jump by up to sigma0 (0 = off; input_states.py)
-        "measurement_order": 2,         # 2: Gaussian second-order update over [z, zd] (second_order.py) | 1: paper 003
+        "measurement_order": 1,         # 1: first order (paper 003; the scalar fast path) | 2: second order (second_order.py)
     }
 
     @staticmethod
