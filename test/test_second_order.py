@@ -97,19 +97,27 @@ def test_gyro_terms_vanish_with_linear_readings():
     assert np.allclose(bias, 0.0, atol=1e-9) and np.allclose(S_add, 0.0, atol=1e-12)
 
 
-def test_cekf_update_after_a_reset_is_the_second_order_formula():
-    """Right after a reset the CEKF fuses by the discrete update: with the default
-    measurement_order 2, x+ = x + P H^T S^-1 (o - h - b), S = H P H^T + R + S_add (b, S_add
-    from the sensor model's second differences)."""
+def _x(est, m):
+    if hasattr(est, "x"):
+        return est.x.copy()
+    return np.concatenate([est.state.q[m.independent], est.state.qd[m.independent]])  # errorEKF
+
+
+@pytest.mark.parametrize("name", ["cekf", "dekf", "errorekf"])
+def test_update_is_the_second_order_formula(name):
+    """With measurement_order 2 (DEKF's and CEKF's default, the errorEKF's option) a first
+    update (the CEKF's right after a reset is the discrete one) is
+    x+ = x + P H^T S^-1 (o - h - b), S = H P H^T + R + S_add, b and S_add from the sensor
+    model's second differences."""
     m, ss, _ = _case("fivebar_gyros")
-    est = make_estimator("cekf", m, ss, defaults("cekf"))
+    est = make_estimator(name, m, ss, dict(defaults(name), measurement_order=2))
     assert defaults("cekf")["measurement_order"] == 2 and defaults("dekf")["measurement_order"] == 2
     z0, zd0 = np.array([0.7, 2.1]), np.array([1.0, -0.5])
     est.reset(2.0, InitialState(z0, zd0, np.full(2, 0.05), np.full(2, 2.0), None))
-    x0, P0 = est.x.copy(), est.P.copy()
+    x0, P0 = _x(est, m), est.P.copy()
     names = ["gyro_coupler1", "gyro_coupler2"]
     model = ReducedModel(m, ss)
-    h = _readings_fn(m, model, names, est.q)
+    h = _readings_fn(m, model, names, est.q if hasattr(est, "q") else est.state.q)
     H = np.empty((2, 4))
     for k in range(4):
         e = np.eye(4)[k] * 1e-6
@@ -120,9 +128,10 @@ def test_cekf_update_after_a_reset_is_the_second_order_formula():
     o = h(np.concatenate([z0, zd0 + np.array([0.6, 0.4])]))
     res = est.update([Measurement(2.0, n, np.array([v])) for n, v in zip(names, o)], {n: 23.9 for n in names})
     assert res.accepted == names
-    S = H @ P0 @ H.T + est.measurement_covariance(names) + S_add
+    R = est.model.noise_covariance(names, est._sigma)
+    S = H @ P0 @ H.T + R + S_add
     dx = P0 @ H.T @ np.linalg.solve(S, o - h(x0) - b)
-    assert np.allclose(est.x - x0, dx, atol=1e-4)  # rad, rad/s
+    assert np.allclose(_x(est, m) - x0, dx, atol=1e-4)  # rad, rad/s
     assert res.logdet == pytest.approx(np.linalg.slogdet(S)[1], abs=1e-3)
 
 
