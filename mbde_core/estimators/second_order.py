@@ -25,7 +25,8 @@ EPS = 1e-5
 
 def second_order_terms(model, names, t, x, q_guess, P, eps: float = EPS):
     """(bias (d,), S_add (d, d)) of the readings ``names`` at x = [z, zd] (2g,) with the
-    covariance P (2g, 2g) of x (module doc). S_add is symmetric PSD by construction (a sum
+    covariance P (2g, 2g) of x (module doc), or None where a difference step's position
+    problem fails (the caller then keeps the first order). S_add is symmetric PSD by construction (a sum
     of Gram matrices: tr(T_i P T_l P) = <L^T T_i L, L^T T_l L>_F, P = L L^T)."""
     g2 = x.shape[0]
     g = g2 // 2
