@@ -26,7 +26,7 @@ EPS = 1e-5
 def second_order_terms(model, names, t, x, q_guess, P, eps: float = EPS):
     """(bias (d,), S_add (d, d)) of the readings ``names`` at x = [z, zd] (2g,) with the
     covariance P (2g, 2g) of x (module doc), or None where a difference step's position
-    problem fails (the caller then keeps the first order). S_add is symmetric PSD by construction (a sum
+    problem fails or the terms are not finite (the caller then keeps the first order). S_add is symmetric PSD by construction (a sum
     of Gram matrices: tr(T_i P T_l P) = <L^T T_i L, L^T T_l L>_F, P = L L^T)."""
     g2 = x.shape[0]
     g = g2 // 2
@@ -51,4 +51,7 @@ def second_order_terms(model, names, t, x, q_guess, P, eps: float = EPS):
         w, V = np.linalg.eigh(0.5 * (P + P.T))
         L = V * np.sqrt(np.clip(w, 0.0, None))
     B = np.einsum("ji,njk,kl->nil", L, T, L).reshape(T.shape[0], -1)  # L^T T_i L, flattened
-    return bias, 0.5 * (B @ B.T)
+    S_add = 0.5 * (B @ B.T)
+    if not (np.all(np.isfinite(bias)) and np.all(np.isfinite(S_add))):
+        return None
+    return bias, S_add
