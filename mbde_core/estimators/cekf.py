@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
+from mbde_core.estimators.input_states import InputStates, validate_inputs
 from mbde_core.estimators.kalman import STEP_HALVINGS, ekf_update, gate_rows, move_within_bound, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.noise import van_loan
@@ -54,9 +55,9 @@ NEWTON_TOL = 1e-12
 CORRECTION_AT = ("reading", "both_ends")
 
 
-class CEKF(ReducedKalman):
+class CEKF(InputStates, ReducedKalman):
     name = "cekf"
-    DEFAULTS = {"newton_iterations": 5, "correction_at": "reading", "measurement_order": 2}
+    DEFAULTS = {"newton_iterations": 5, "correction_at": "reading", "measurement_order": 2, "inputs": []}
 
     @staticmethod
     def validate_config(cfg, file, path):
@@ -64,15 +65,20 @@ class CEKF(ReducedKalman):
 
         if cfg["correction_at"] not in CORRECTION_AT:
             raise ConfigError(file, f"{path}.correction_at", f"must be one of {', '.join(CORRECTION_AT)}")
+        validate_inputs(cfg, file, path)
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
         self._saved = None
         self._x_pred = None
         self._const = {}  # dt -> (A, Qc, Phi, Qd, Jg^-1 without correction) for the simple A
+        self._init_inputs()
 
-    def _linear_part(self, x0, q0, dt):
-        """(A, Qc, Phi, Qd, Jg^-1 of the uncorrected step); constant for the simple A."""
+    def _linear_part(self, x0, q0, dt, st0=None):
+        """(A, Qc, Phi, Qd, Jg^-1 of the uncorrected step); constant for the simple A
+        without inputs."""
+        if self.k:
+            return self._linear_part_inputs(x0, q0, dt, st0)
         simple = self.config["transition_jacobian"] == "simple"
         if simple and dt in self._const:
             return self._const[dt]
@@ -88,42 +94,71 @@ class CEKF(ReducedKalman):
             self._const[dt] = out
         return out
 
+    def _linear_part_inputs(self, x0, q0, dt, st0):
+        """The same for x = [z, zd, u] (module doc): A gains dzd'/du = B(z) (B at st0's R),
+        Qc the inputs' random-walk densities."""
+        g, g2, n = self.g, 2 * self.g, 2 * self.g + self.k
+        A = np.zeros((n, n))
+        A[:g2, :g2] = self.model.transition_jacobian(self.t, x0[:g2], q0, self.config["transition_jacobian"],
+                                                     extra_Q=self.extra_forces())
+        A[g:g2, g2:] = self.input_gain(st0.R)
+        Qc = np.zeros((n, n))
+        pn = self.config["plant_noise"]
+        Qc[:g, :g] = np.eye(g) * pn.get("velocity_psd", 0.0)
+        Qc[g:g2, g:g2] = np.eye(g) * pn["acceleration_psd"]
+        Qc[g2:, g2:] = np.diag(self._u_psd)
+        Phi, Qd = van_loan(A, Qc, dt)
+        return A, Qc, Phi, Qd, np.linalg.inv(np.eye(n) - 0.5 * dt * A)
+
+    def _f_and_h(self, x, st, names, uses_qdd):
+        """(x' without correction, predicted readings or None) at the iterate x (assembled as
+        st): with inputs zdd + B(z) u and u' = 0, the readings with qdd + R B u."""
+        g, g2 = self.g, 2 * self.g
+        if not self.k:
+            h = None if names is None else self.model.predict_measurements(names, st.q, st.qd, st.qdd if uses_qdd else None)
+            return np.concatenate([x[g:], st.zdd]), h
+        dz = self.input_gain(st.R) @ x[g2:]
+        h = None
+        if names is not None:
+            h = self.model.predict_measurements(names, st.q, st.qd, st.qdd + st.R @ dz if uses_qdd else None)
+        return np.concatenate([x[g:g2], st.zdd + dz, np.zeros(self.k)]), h
+
     def _step(self, x0, P0, dt, st0, corr=None, gain=1.0):
         """One trapezoidal step from x0 (assembled as the FullState st0); corr = (names, o, R)
         adds gain K (o - h(x)) to the dynamics (gain < 1: a damped correction, see
         :meth:`update`). Returns (x1, P1, position guess for x1)."""
         g = self.g
+        nx = x0.shape[0]
         model = self.model
-        A, _, Phi, Qd, Jinv = self._linear_part(x0, st0.q, dt)
+        A, _, Phi, Qd, Jinv = self._linear_part(x0, st0.q, dt, st0)
         K = H = None
+        names = uses_qdd = None
         at_end = self.config.get("correction_at", "reading") == "reading"
         if corr is not None:
             names, o, R = corr
             uses_qdd = self.sensors.uses_qdd(names)
-            h0, H, _ = model.linearize(names, self.t, st0)
+            h0, H = self._linearize(names, st0)
             Rc_inv = np.linalg.inv(R * dt)
             K = gain * (P0 @ H.T @ Rc_inv)
             # the correction at both ends of the trapezoid (paper), or only at x1, the time
             # of the reading (the reading is compared with the state of its own time)
-            Jinv = np.linalg.inv(np.eye(2 * g) - 0.5 * dt * A + dt * K @ H if at_end
-                                 else np.eye(2 * g) - 0.5 * dt * (A - K @ H))
+            Jinv = np.linalg.inv(np.eye(nx) - 0.5 * dt * A + dt * K @ H if at_end
+                                 else np.eye(nx) - 0.5 * dt * (A - K @ H))
 
         def F(x, st, h=None):
-            fx = np.concatenate([x[g:], st.zdd])
+            fx, hx = self._f_and_h(x, st, names if (corr is not None and h is None) else None, uses_qdd)
             if corr is not None:
-                if h is None:
-                    h = model.predict_measurements(names, st.q, st.qd, st.qdd if uses_qdd else None)
-                fx = fx + (2.0 if at_end else 1.0) * K @ model.residual(names, o, h)
+                fx = fx + (2.0 if at_end else 1.0) * K @ model.residual(names, o, hx if h is None else h)
             return fx
 
         F0 = F(x0, st0, h0 if corr is not None else None)
         x1 = x0 + Jinv @ (dt * F0)
         if corr is not None and at_end:
-            F0 = np.concatenate([x0[g:], st0.zdd])  # no correction at t_{k-1}
+            F0 = self._f_and_h(x0, st0, None, None)[0]  # no correction at t_{k-1}
         st, guess = st0, model.guess(st0, x1[:g] - x0[:g], second_order=True)
         last = None
         for _ in range(int(self.config.get("newton_iterations", 5))):
-            st, _ok = model.solve_full(self.t, x1[:g], x1[g:], guess)
+            st, _ok = model.solve_full(self.t, x1[:g], x1[g : 2 * g], guess)
             if st.zdd is None or not np.all(np.isfinite(st.zdd)):  # no dynamics at this iterate
                 break
             G = x1 - x0 - 0.5 * dt * (F0 + F(x1, st))
@@ -155,14 +190,22 @@ class CEKF(ReducedKalman):
                 Kd = gain * np.linalg.solve(S, PHt.T).T
             except np.linalg.LinAlgError:
                 Kd = gain * (PHt @ np.linalg.pinv(S))
-            IKH = np.eye(2 * g) - Kd @ H
+            IKH = np.eye(nx) - Kd @ H
             P = IKH @ P @ IKH.T + Kd @ corr[2] @ Kd.T
         P = 0.5 * (P + P.T)
         return x1, P, guess
 
     def reset(self, t, init) -> None:
         super().reset(t, init)
+        self._reset_inputs()
         self._saved = None  # the step an update would redo belongs to the previous track
+
+    def _linearize(self, names, st):
+        """(h, H) of the readings at st (with the inputs applied, :mod:`input_states`)."""
+        if self.k:
+            return self._linearize_inputs(names, st)
+        h, H, _ = self.model.linearize(names, self.t, st)
+        return h, H
 
     def rebase(self, t) -> None:
         super().rebase(t)
@@ -204,7 +247,7 @@ class CEKF(ReducedKalman):
         dims = [self.sensors[n].dim for n in names]
         o = np.concatenate([np.asarray(m.value, float) for m in measurements])
         R = self.measurement_covariance(names)
-        pred, H, _ = self.model.linearize(names, self.t, self._full())
+        pred, H = self._linearize(names, self._full())
         pred2, R = self.second_order(names, pred, R)
         o = o - (pred2 - pred)  # the second-order mean offset, carried by the reading into the redone step
         y = self.model.residual(names, o, pred)
@@ -225,7 +268,7 @@ class CEKF(ReducedKalman):
         predicted = (self.x.copy(), self.P, self.q, self.qd, self.full, self.t)
         x0, P0, q0, qd0, st0, t0, dt = self._saved
         self._saved = None
-        angular = np.concatenate([np.isin(self.mech.independent, self.mech.rel_columns), np.zeros(self.g, bool)])
+        angular = np.concatenate([np.isin(self.mech.independent, self.mech.rel_columns), np.zeros(self.g + self.k, bool)])
         for k in range(STEP_HALVINGS + 1):
             self.x, self.P, self.q, self.qd, self.full, self.t = x0, P0, q0, qd0, st0, t0
             x1, P1, guess = self._step(x0, P0, dt, st0, corr=(accepted, o_k, R_k), gain=0.5**k)
@@ -238,3 +281,6 @@ class CEKF(ReducedKalman):
                 return result
         self.x, self.P, self.q, self.qd, self.full, self.t = predicted  # no consistent correction: not fused
         return UpdateResult([], accepted + rejected, distances=dist)
+
+    def estimate(self):
+        return self.input_snapshot(super().estimate())

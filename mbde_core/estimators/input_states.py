@@ -144,6 +144,23 @@ class InputStates:
             self._Qa_cache[dt] = Q
         return Q
 
+    def _linearize_inputs(self, names, st):
+        """(h, H (d, 2g + k)) of the readings ``names`` at the FullState st with the inputs
+        applied (qdd + R B u, dh/d[z, zd] with the inputs' forces): dh/du = dh/dqdd R B."""
+        g2 = 2 * self.g
+        uses_qdd = self.sensors.uses_qdd(names)
+        extra = self.extra_forces()
+        qdd = None
+        if uses_qdd:
+            B = self.input_gain(st.R)
+            qdd = st.qdd + st.R @ (B @ self.u)
+        pred, Hx, Hqdd = self.model.linearize(names, self.t, st, qdd=qdd, extra_Q=extra if uses_qdd else None)
+        H = np.zeros((Hx.shape[0], g2 + self.k))
+        H[:, :g2] = Hx
+        if uses_qdd:
+            H[:, g2:] = Hqdd @ st.R @ B
+        return pred, H
+
     def input_snapshot(self, snap):
         """The snapshot with the estimated inputs (names, values, covariance)."""
         if self.k:
