@@ -36,12 +36,16 @@ def slider():
     return sc, sc.estimator_mechanism(), sc.estimator_sensors(), scenario_context(sc)
 
 
-@pytest.mark.parametrize("name", ["ukf", "dekf", "errorekf", "viekf"])
+@pytest.mark.parametrize("name", ["ukf", "dekf", "errorekf", "viekf", "cekf"])
 def test_rule_gives_inputs_only_with_force_limits(slider, name):
     sc, mech, sensors, ctx = slider
-    assert defaults(name)["inputs"] == []  # opt-in: the built-in default has no input states
+    # the built-in default: the rule's inputs for DEKF and errorEKF, none (opt-in) for UKF and VI-EKF
+    default_auto = name in ("dekf", "errorekf")
+    assert defaults(name)["inputs"] == (AUTO if default_auto else [])
     opt_in = validate(name, {"inputs": AUTO})
-    assert resolve_config(name, defaults(name), mech, sensors, ctx)["inputs"] == []
+    built_in = resolve_config(name, defaults(name), mech, sensors, ctx)["inputs"]
+    assert [i["coordinate"] for i in built_in] == (["theta"] if default_auto else [])
+    assert resolve_config(name, defaults(name), mech, sensors, None)["inputs"] == []  # no force limits: none
     free = resolve_config(name, opt_in, mech, sensors, None)  # no motor: no inputs
     assert free["inputs"] == []
     auto = resolve_config(name, opt_in, mech, sensors, ctx)
@@ -207,7 +211,7 @@ def test_the_rules_input_tracks_the_slider_crank_from_its_accelerometer(name):
     assert nees <= 6.0, nees
 
 
-@pytest.mark.parametrize("name", ["ukf", "dekf"])
+@pytest.mark.parametrize("name", ["ukf", "dekf", "cekf"])
 def test_an_input_tracks_the_slider_crank_with_its_encoder_nees_in_band(name):
     nees, rmse = _track(name, ["accel_slider", "motor_encoder"], 2.0)
     assert 0.6 <= nees <= 6.0, nees  # [0.3, 3] x 2 degrees of freedom

@@ -42,7 +42,7 @@ from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, posit
 
 class DEKF(InputStates, ReducedKalman):
     name = "dekf"
-    DEFAULTS: dict = {"transition": "heun", "inputs": [], "input_jump_nis": 0.0, "measurement_order": 2}  # inputs: auto is opt-in (README)
+    DEFAULTS: dict = {"transition": "heun", "inputs": "auto", "input_jump_nis": 0.0, "measurement_order": 2}  # inputs: the rule's (none without force limits; README)
     validate_config = staticmethod(validate_inputs)
 
     def __init__(self, mech, sensors, config, rng=None):
@@ -127,22 +127,6 @@ class DEKF(InputStates, ReducedKalman):
         if res.accepted:
             self._assemble_into(self.x + dx, self.q + st.R @ dx[:g])
         return res
-
-    def _linearize_inputs(self, names, st):
-        """(h, H (d, 2g + k)) with the inputs applied: dh/du = dh/dqdd R B."""
-        g2 = 2 * self.g
-        uses_qdd = self.sensors.uses_qdd(names)
-        extra = self.extra_forces()
-        qdd = None
-        if uses_qdd:
-            B = self.input_gain(st.R)
-            qdd = st.qdd + st.R @ (B @ self.u)
-        pred, Hx, Hqdd = self.model.linearize(names, self.t, st, qdd=qdd, extra_Q=extra if uses_qdd else None)
-        H = np.zeros((Hx.shape[0], g2 + self.k))
-        H[:, :g2] = Hx
-        if uses_qdd:
-            H[:, g2:] = Hqdd @ st.R @ B
-        return pred, H
 
     def estimate(self):
         return self.input_snapshot(super().estimate())

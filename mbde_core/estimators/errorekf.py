@@ -69,7 +69,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
         "correction": "exact",          # exact | linear (paper 003 sec. 3.3: dq = R dz, dqd = R dzd)
         "estimate_acceleration": False,
         "acceleration_bias_psd": 1.0,   # [(unit/s^2)^2 / s] random walk of the acceleration offset
-        "inputs": [],                   # [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}] | auto (the rule)
+        "inputs": "auto",               # auto: the rule's (none without force limits) | [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}]
         "input_jump_nis": 0.0,          # NIS above which the inputs may jump by up to sigma0 (0 = off; input_states.py)
         "measurement_order": 1,         # 1: first order (paper 003; the scalar fast path) | 2: second order (second_order.py)
     }
