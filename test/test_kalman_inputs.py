@@ -147,6 +147,31 @@ def test_dekf_input_jacobians_match_finite_differences(slider):
         assert H[0, k] == pytest.approx(col[0], rel=1e-5, abs=1e-6), k
 
 
+def test_cekf_input_states_predict_as_the_dekfs(slider):
+    # the CEKF's trapezoidal step with x = [z, zd, u] against the DEKF's discrete step: the
+    # input's effect on zd agrees to O(dt) [rad/s per N m]; its covariance is Van Loan's,
+    # exact for the simple A: P[zd, u] = dt B P_uu + B psd dt^2 / 2 (the DEKF's Q has no
+    # such cross term: its P[zd, u] is dt B P_uu) [(rad/s) N m]
+    cekf = _filter("cekf", slider)
+    dekf = _filter("dekf", slider, transition="constant_acceleration")
+    B = float(dekf._F(DT)[0][1, 2]) / DT  # rad/s^2 per N m
+    for est in (cekf, dekf):
+        est.P = np.diag([0.003, 0.2, 0.3]) ** 2
+    zero = copy.deepcopy(cekf)
+    zero.x[2] = 0.0
+    zero._assemble_into(zero.x.copy(), zero.q)
+    for est in (cekf, dekf, zero):
+        est.predict(DT)
+    assert (cekf.x[1] - zero.x[1]) / 0.5 == pytest.approx(DT * B, rel=0.02)
+    assert cekf.x[2] == pytest.approx(0.5, abs=1e-12)  # u' = 0
+    assert dekf.P[1, 2] == pytest.approx(DT * B * 0.3**2, rel=1e-9)
+    assert cekf.P[1, 2] == pytest.approx(DT * B * 0.3**2 + B * 90.0 * DT**2 / 2, rel=1e-6)
+    assert cekf.P[2, 2] == pytest.approx(0.3**2 + 90.0 * DT, rel=1e-9)  # (N m)^2: P_uu + psd dt
+    assert np.array_equal(cekf.P, cekf.P.T) and np.linalg.eigvalsh(cekf.P).min() > 0
+    snap = cekf.estimate()
+    assert snap.cov.shape == (2, 2) and snap.input_names == ["theta"] and snap.input_cov.shape == (1, 1)
+
+
 def test_ukf_input_cross_covariance_is_the_dekfs(slider):
     ukf = _filter("ukf", slider, transition="constant_acceleration")
     dekf = _filter("dekf", slider, transition="constant_acceleration")
