@@ -32,6 +32,15 @@ continuous gain K = P H^T (R dt)^-1 and the covariance update all see them. On `
 dead point: H ~ 0, G' not) the first order lost the crank for q >= 8.2 (the rule's value;
 mean NEES 2e5), the second order keeps it up to 25 (0.57-0.66).
 
+Inputs (option ``inputs``, opt-in, :mod:`input_states`): x = [z, zd, u] with
+zd' = f + B(z) u, u' = w_u; A gains dzd'/du = B (at the step's start), Qc the inputs'
+densities (Van Loan then gives P[zd, u] its exact dt^2/2 B psd term, which the DEKF's
+first-order Q leaves out), the readings see qdd + R B u. Measured on the motor-driven
+slider-crank (test/test_kalman_inputs.py): with the motor encoder in the NEES band as the
+DEKF; from the slider accelerometer alone lost when the motor leaves its torque limit
+(~18 ms: the torque drops faster than the random walk follows, as for the DEKF, which
+recovers), so the rule's ``inputs: auto`` is not its default.
+
 Newton-Raphson: the iteration starts from the linearly implicit Euler step
 x1 = x0 + dt Jg^-1 F(x0) (the first Newton step from x0 itself, which also takes the stiff
 correction term K H into account) and stops after ``newton_iterations`` steps or when
