@@ -93,15 +93,24 @@ class CEKF(InputStates, ReducedKalman):
             return self._const[dt]
         g = self.g
         A = self.model.transition_jacobian(self.t, x0, q0, self.config["transition_jacobian"])
-        Qc = np.zeros((2 * g, 2 * g))
-        pn = self.config["plant_noise"]
-        Qc[:g, :g] = np.eye(g) * pn.get("velocity_psd", 0.0)
-        Qc[g:, g:] = np.eye(g) * pn["acceleration_psd"]
+        Qc = self._plant_density()
         Phi, Qd = van_loan(A, Qc, dt)
         out = (A, Qc, Phi, Qd, np.linalg.inv(np.eye(2 * g) - 0.5 * dt * A))
         if simple:
             self._const[dt] = out
         return out
+
+    def _plant_density(self) -> np.ndarray:
+        """Qc of x: the velocity and acceleration noise densities on [z, zd] and, with
+        inputs, their random walks' densities."""
+        g, g2 = self.g, 2 * self.g
+        Qc = np.zeros((g2 + self.k, g2 + self.k))
+        pn = self.config["plant_noise"]
+        Qc[:g, :g] = np.eye(g) * pn.get("velocity_psd", 0.0)
+        Qc[g:g2, g:g2] = np.eye(g) * pn["acceleration_psd"]
+        if self.k:
+            Qc[g2:, g2:] = np.diag(self._u_psd)
+        return Qc
 
     def _linear_part_inputs(self, x0, q0, dt, st0):
         """The same for x = [z, zd, u] (module doc): A gains dzd'/du = B(z) (B at st0's R),
@@ -111,11 +120,7 @@ class CEKF(InputStates, ReducedKalman):
         A[:g2, :g2] = self.model.transition_jacobian(self.t, x0[:g2], q0, self.config["transition_jacobian"],
                                                      extra_Q=self.extra_forces())
         A[g:g2, g2:] = self.input_gain(st0.R)
-        Qc = np.zeros((n, n))
-        pn = self.config["plant_noise"]
-        Qc[:g, :g] = np.eye(g) * pn.get("velocity_psd", 0.0)
-        Qc[g:g2, g:g2] = np.eye(g) * pn["acceleration_psd"]
-        Qc[g2:, g2:] = np.diag(self._u_psd)
+        Qc = self._plant_density()
         Phi, Qd = van_loan(A, Qc, dt)
         return A, Qc, Phi, Qd, np.linalg.inv(np.eye(n) - 0.5 * dt * A)
 

@@ -78,7 +78,7 @@ from mbde_core.engine import dynamics, kinematics
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sensor_variances
 from mbde_core.estimators.kalman import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, update_result
 from mbde_core.estimators.reduced import ReducedModel
-from mbde_core.estimators.transition import position_step
+from mbde_core.estimators.transition import heun_step, position_step
 from mbde_core.types import MechanismSnapshot
 
 NORMAL_NOISE_RATIO = 1e-6  # W relative to the plant noise (module doc, "Normal freedom")
@@ -155,7 +155,7 @@ class DIEKFpm(Estimator):
         self._iso = self._coordinate_noise(T @ Qz @ T.T)
         if self.config.get("transition") == "heun":  # second stage at the constant-acceleration prediction
             qdd1 = self._qdd(q + dt * qd + (0.5 * dt * dt) * qdd, qd + dt * qdd)
-            self.X = np.concatenate([q + dt * qd + (dt * dt / 6.0) * (2.0 * qdd + qdd1), qd + (0.5 * dt) * (qdd + qdd1)])
+            self.X = heun_step(self.X[None], qdd[None], qdd1[None], dt, n)[0]
         else:
             self.X = np.concatenate([position_step(self.config, q, qd, qdd, dt), qd + dt * qdd])
         self.t += dt
