@@ -136,6 +136,8 @@ def test_estimators_without_driver_support_refuse_the_model(crane):
     for name in ("pf", "vipf"):
         est = make_estimator(name, crane, SensorSet(sensors), dict(defaults(name), init="gaussian"))
         assert est.SUPPORTS_DRIVERS
+        refine = est.diagnostics()["refine"]  # no Gaussian follower (pf_refine): the Kalman observers refuse drivers
+        assert refine["estimator"] == "none" and "driving constraints" in refine["reason"]
 
 
 def test_point_position_sensor_jacobian(crane):

@@ -58,6 +58,7 @@ def test_config_defaults_and_errors():
     assert shipped["noise"] == {"position": 0.01, "velocity": 0.5} and shipped["integrator"] == "midpoint"
     assert shipped["proposal"] == "prior" and shipped["particles"] == 100
     assert not shipped["regularisation"]["enabled"] and shipped["recovery"]["lock_nis"] == 0.0
+    assert shipped["refine"]["estimator"] == "none" and defaults("vipf")["refine"]["estimator"] == "ukf"
     with pytest.raises(ConfigError, match=r"vipf\.integrator"):
         validate("vipf", {"integrator": "rk4"}, "f.yaml")
     with pytest.raises(ConfigError, match=r"vipf\.noise\.velocity"):

@@ -409,7 +409,7 @@ def run(args) -> int:
 
         rows, truths = _multidof(args, md_keys)
         mkeys = ["scenario", "dof", "seed", "converged", "t_conv", "converged_abs", "t_conv_abs", "rmse_pf", "rmse_ukf",
-                 "ratio", "p_true_final", "recoveries", "locks", "particles_init", "particles", "sigma_a", "cpu_s", "failed", "error"]
+                 "ratio", "ratio_cloud", "follower_seeds", "p_true_final", "recoveries", "locks", "particles_init", "particles", "sigma_a", "cpu_s", "failed", "error"]
         _write_csv(os.path.join(args.out, "multidof.csv"), rows, mkeys)
         text.append(multidof_table(rows, truths))
         doc["multidof"] = {"runs": args.multidof_runs, "duration_s": args.multidof_duration, "rows": [_clean(r) for r in rows]}

@@ -12,7 +12,8 @@
    :mod:`mbde_core.estimators.noise_rule` for the Kalman observers, the particle filters'
    own defaults) and with the tuned options. The particle filters have no Gaussian
    innovations: their "tuned" variant takes the tuned UKF's density of the same bag
-   (pf: acceleration_sigma = sqrt(q / step); vipf: noise.velocity = sqrt(q)).
+   (pf: acceleration_sigma = sqrt(q / step); vipf: noise.velocity = sqrt(q)), and their
+   Gaussian follower (``refine``) runs with the tuned UKF's options.
 
 Per run: RMSE of z (whole run), steady-state RMSE (t > 1 s after the first estimate),
 mean NEES of [z, zd] against the truth and the acceptance band [0.3, 3] x 2g (2g its
@@ -147,6 +148,10 @@ def _tuned_config(name, scen, tuned):
         cfg["acceleration_sigma"] = math.sqrt(q / pf_step(cfg))
     else:  # vipf: velocity noise density gamma^2 = q
         cfg["noise"] = dict(cfg["noise"], velocity=math.sqrt(q))
+    if cfg["refine"]["estimator"] == "ukf":  # its Gaussian follower: the tuned UKF (as mbde tune writes it)
+        from mbde_core.tuning.output import section
+
+        cfg["refine"] = dict(cfg["refine"], options={k: v for k, v in section(ukf).items() if k != "step"})
     return cfg
 
 

@@ -109,6 +109,9 @@ def _merge(node: Node, base: dict) -> dict:
             out[key] = AUTO if child.value == AUTO else [c.value for c in child.sequence()]
         elif ref == AUTO:  # auto (the rule), a number or one number per coordinate
             out[key] = _auto_or_numbers(child)
+        elif key == "options" and ref == {}:  # another estimator's options (pf refine: validated by its schema)
+            child.mapping()
+            out[key] = child.value
         elif isinstance(ref, dict):
             if ref:
                 out[key] = _merge(child, ref)

@@ -163,9 +163,15 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
     scenario (:func:`scenario_context`) or None."""
     widen = _widened_sensors(name, cfg, sensors)
     motor = name in ("pf", "vipf") and context is not None
-    if not has_auto(cfg) and not widen and not motor:
+    ref = cfg.get("refine") if name in ("pf", "vipf") else None
+    follow = bool(ref) and ref.get("estimator", "none") != "none" and "resolved" not in ref
+    if not has_auto(cfg) and not widen and not motor and not follow:
         return cfg
     out = copy.deepcopy(cfg)
+    if follow:  # the particle filter's Gaussian follower: its own options by this rule (pf_refine)
+        from mbde_core.estimators.pf_refine import follower_config
+
+        out["refine"] = dict(out["refine"], resolved=follower_config(out, mech, sensors, context))
     sc = rule_scales(mech, cfg, context)
     covered, limits = _covered(name, out, mech, context)
     if motor:

@@ -74,7 +74,11 @@ within its gate, and the particles that happen to explain it must not take the w
 
 Outputs (:mod:`pf_outputs`): weighted mean (eq. 19, circular for angles), covariance of
 [z, zd] (PSD by construction), branch probabilities (eq. 20), ``interval(p)``,
-``particles()`` (mbde_msgs/ParticleSet), ``diagnostics()``.
+``particles()`` (mbde_msgs/ParticleSet), ``diagnostics()``. Once the cloud has one mode a
+Gaussian observer (``refine``, default the UKF) is seeded from it and, while the two agree,
+``estimate()`` publishes the follower's state and covariance with the cloud's branch
+probabilities (:mod:`pf_refine`: near rest the cloud's mean is 1.2-2.8x further from the
+truth than a UKF's; the cloud itself stays in ``cloud_estimate()``).
 
 References: Blanco-Claraco et al. 2014 (paper 000: Algorithm 1, eqs. 10-22); Gordon,
 Salmond & Smith 1993 (bootstrap filter); Doucet, Godsill & Andrieu 2000 (optimal and
@@ -102,12 +106,13 @@ from mbde_core.estimators.pf_outputs import ParticleOutputs
 from mbde_core.estimators.pf_parallel import Propagator
 from mbde_core.estimators.pf_resample import ParticleResampling
 from mbde_core.estimators.pf_inject import ParticleInjection
+from mbde_core.estimators.pf_refine import GaussianFollower
 from mbde_core.estimators.pf_update import ParticleUpdate
 
 __all__ = ["ParticleFilter", "check_config", "DEFAULTS", "LOG_UNDERFLOW"]
 
 
-class ParticleFilter(ParticleInjection, ParticleUpdate, ParticleResampling, ParticleOutputs, Estimator):
+class ParticleFilter(GaussianFollower, ParticleInjection, ParticleUpdate, ParticleResampling, ParticleOutputs, Estimator):
     """Particle filter over (z, zd, zdd, B) (see the module docstring).
 
     Parameters: mech (the filter's model), sensors (SensorSet), config (options, see
@@ -192,6 +197,7 @@ class ParticleFilter(ParticleInjection, ParticleUpdate, ParticleResampling, Part
         self._acc_memo = None  # (arrays, qdd with noise) of _accelerations
         nt = cfg.get("threads")
         self.propagator = Propagator(self.integrator, mech, threads=None if nt is None else int(nt))
+        self._init_follower()
         self._alloc()
 
     def expect_steps(self, steps: int) -> None:
@@ -278,6 +284,7 @@ class ParticleFilter(ParticleInjection, ParticleUpdate, ParticleResampling, Part
             self._held_dropped = getattr(self, "_held_dropped", []) + held.names
         self.lost.restart(self.t)
         self.lock.restart(self.t)
+        self._new_cloud()
 
     def _prior_noise(self, N):
         if self.zdd_range is not None:
@@ -366,6 +373,7 @@ class ParticleFilter(ParticleInjection, ParticleUpdate, ParticleResampling, Part
             self._replace_failed(ok)
         if self.branch_check:
             self._check_branches()
+        self._follow_predict(dt)
 
     def _propagate(self, dt: float, extra=None) -> MBState:
         """The deterministic part of the proposal: every particle integrated over dt

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from mbde_core.errors import ConfigError
+from mbde_core.estimators.pf_refine import REFINE_DEFAULTS, check_refine
 from mbde_core.estimators.resampling import SCHEMES
 from mbde_core.expr import ExpressionError, evaluate_value
 
@@ -51,6 +52,7 @@ DEFAULTS = {
                  "lock_nis": 3.0, "lock_time": 0.5, "inject": 0.1},
     "branch_check": True,             # relabel particles whose q left their branch (counted)
     "threads": None,                  # propagation threads; null: MBDE_PF_THREADS or the CPU count (pf_parallel)
+    "refine": dict(REFINE_DEFAULTS),  # a Gaussian observer follows the converged cloud (pf_refine)
 }
 
 
@@ -139,6 +141,7 @@ def check_config(cfg: dict, file: str = "<config>", path: str = "pf", g: int | N
     _count(uni.get("particles"), file, f"{path}.uniform.particles", 0)
     if uni.get("anneal") is not None and not uni["anneal"] >= 0:
         raise ConfigError(file, f"{path}.uniform.anneal", f"must be >= 0 [s], got {uni['anneal']}")
+    check_refine(cfg, file, path)
     br = uni["branches"]
     if not isinstance(br, (list, tuple)) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in br):
         raise ConfigError(file, f"{path}.uniform.branches", f"expected a list of branch labels (integers >= 0), got {br!r}")

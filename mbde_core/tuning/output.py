@@ -10,13 +10,17 @@ The particle filter has no Gaussian innovations, so no innovation likelihood: it
 step, sigma_a = sqrt(q / dt_pf) (the PF adds N(0, sigma_a^2) to zdd over each step, whose
 density is sigma_a^2 dt, :mod:`mbde_core.estimators.pf`), from the first tuned Kalman
 observer (the largest coordinate's q); its sensor sigmas are left alone (the PF widens
-them on purpose against sample impoverishment, paper 000 Table 1).
+them on purpose against sample impoverishment, paper 000 Table 1). Its Gaussian follower
+(``refine``, :mod:`mbde_core.estimators.pf_refine`) becomes the first tuned observer that
+can follow (not the ADE-KF), with that observer's tuned options.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from mbde_core.estimators.pf_refine import FOLLOWERS
 
 KEYS = ("step", "plant_noise", "initial_sigma", "transition", "integrator")
 ADEKF_KEYS = ("r_a", "jump_sigma", "inputs")
@@ -48,9 +52,15 @@ def pf_section(results, pf_step: float) -> tuple[dict, str]:
         return {}, "no Kalman observer was tuned: the PF keeps its defaults"
     q = float(np.max(np.atleast_1d(src.tuned["plant_noise"]["acceleration_psd"])))
     sigma = math.sqrt(q / pf_step)
-    return ({"acceleration_sigma": sigma},
-            f"pf: acceleration_sigma = sqrt(q / step) = sqrt({q:.4g} / {pf_step:g}) from the tuned {src.name} "
-            "(the PF has no Gaussian innovations; its sensor sigmas are left alone)")
+    out = {"acceleration_sigma": sigma}
+    note = ""
+    follower = next((r for r in results if r.name in FOLLOWERS), None)
+    if follower is not None:  # its Gaussian follower (pf_refine) runs as the tuned observer
+        opts = {k: v for k, v in section(follower).items() if k != "step"}  # it steps with the PF
+        out["refine"] = {"estimator": follower.name, "options": opts}
+        note = f"; its follower (refine) is the tuned {follower.name}"
+    return (out, f"pf: acceleration_sigma = sqrt(q / step) = sqrt({q:.4g} / {pf_step:g}) from the tuned {src.name} "
+                 f"(the PF has no Gaussian innovations; its sensor sigmas are left alone){note}")
 
 
 def write_config(path: str, bag: str, window: float, results, pf: tuple[dict, str] | None) -> None:

@@ -1,0 +1,253 @@
+"""A Gaussian observer that follows the particle filter's converged cloud (option ``refine``).
+
+Mixin of :class:`mbde_core.estimators.pf.ParticleFilter`. The particle filter is what
+finds the mechanism from an unknown start: the assembly branch, a multimodal posterior,
+the recovery after a lost track. Once its cloud has one mode, a Gaussian observer on the
+same readings tracks that mode better than a few hundred particles do: near rest, where
+a gyroscope reads ~0 and z is learnt only slowly from the dynamics, the UKF keeps what
+every reading taught it in its covariance while resampling forgets it (measured, ``mbde
+bench pf --only multidof``: the PF cloud's steady-state error of z is 1.2-1.4x, at the
+90th percentile 1.6-2.0x and at worst 2.8-3.7x that of a UKF started at the truth; the
+cloud's spread equals the UKF's, its mean is off). Hence the two-stage design of hybrid
+particle/Kalman localisers (Gustafsson et al. 2002, "Particle filters for positioning,
+navigation and tracking", sec. VII; Thrun, Burgard & Fox 2005, sec. 8.3.4: a particle
+filter for global localisation, a Gaussian one for tracking): the cloud keeps running,
+and while it agrees with the follower the follower's estimate is published.
+
+- **seed** (after every update while no follower runs): the cloud has one mode, i.e. the
+  most probable branch holds ``branch_probability`` of the weight, every independent
+  coordinate's standard deviation is below ``sigma_z`` (angles [rad]; lengths: x the
+  mechanism's length scale), no annealing is under way and the lock detector is quiet;
+  then the follower (``estimator``, a Kalman observer, with ``options`` over its own
+  defaults, ``auto`` resolved by the same rule as ``mbde replay``'s) starts from the
+  cloud's weighted mean on its most probable branch with the cloud's covariance of
+  [z, zd] (x_0 = E[x], P_0 = Cov[x]: the moment-matched Gaussian, the best Gaussian
+  approximation of the cloud in Kullback-Leibler divergence KL(p || N));
+- **follow**: it predicts and updates with the readings the cloud gets (its own gate);
+- **check**: after each update the squared Mahalanobis distance between the two
+  estimates, d^2 = (x_f - x_c)^T (P_f + P_c)^-1 (x_f - x_c) (angles wrapped), is tested
+  against the chi-square quantile ``agree`` of 2g degrees of freedom; failed for
+  ``disagree_time`` seconds in a row, the follower is dropped (counted, ``drops``);
+- **drop** also when the cloud starts over or changes its hypotheses (a uniform
+  re-initialisation, a recovery, a lock injection, a restart hypothesis, a clock jump),
+  when its most probable branch changes, and when the follower's numbers are not finite
+  or its covariance covers the circle (:func:`multistart.is_lost`);
+- **publish** (``estimate()``): with a follower running, z, zd, zdd, q, qd, qdd and the
+  covariance of [z, zd] are the follower's, the branch probabilities the cloud's;
+  otherwise the cloud's (``cloud_estimate()``, always available: eq. 19-20 of paper 000).
+  The particles (``particles()``, RViz) are always the cloud's.
+
+``estimator: none`` turns it off: the estimate is the cloud's, bit-identical to the
+filter without this mixin. A mechanism with time-dependent driving constraints has no
+follower (the Kalman observers do not support them; ``diagnostics()['refine']`` says so).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import chi2
+
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.base import InitialState
+from mbde_core.sensors.base import wrap_angle
+
+REFINE_DEFAULTS = {
+    "estimator": "ukf",          # the follower (a Kalman observer) | none
+    "options": {},               # its options over its defaults ('auto': the rule, as replay)
+    "branch_probability": 0.99,  # seed: the most probable branch's weight at least this ...
+    "sigma_z": 0.2,              # ... and every z's sd below this [rad; lengths: x length scale]
+    "agree": 0.99999,            # chi-square probability of the follower-vs-cloud test
+    "disagree_time": 0.1,        # [s] of failed tests in a row: the follower is dropped
+}
+FOLLOWERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf")
+
+
+def check_refine(cfg: dict, file: str, path: str) -> None:
+    """Validate the ``refine`` options (and the follower's own, by its schema)."""
+    ref = cfg.get("refine")
+    if ref is None:
+        return
+    name = ref.get("estimator", "none")
+    if name not in FOLLOWERS + ("none",):
+        raise ConfigError(file, f"{path}.refine.estimator", f"must be one of {', '.join(FOLLOWERS + ('none',))}, got {name!r}")
+    if not 0.0 < float(ref.get("branch_probability", 0.99)) <= 1.0:
+        raise ConfigError(file, f"{path}.refine.branch_probability", f"a probability in (0, 1], got {ref['branch_probability']}")
+    if not float(ref.get("sigma_z", 0.2)) > 0:
+        raise ConfigError(file, f"{path}.refine.sigma_z", f"must be > 0, got {ref['sigma_z']}")
+    if not 0.0 < float(ref.get("agree", 0.99999)) < 1.0:
+        raise ConfigError(file, f"{path}.refine.agree", f"a chi-square probability in (0, 1), got {ref['agree']}")
+    if not float(ref.get("disagree_time", 0.1)) >= 0:
+        raise ConfigError(file, f"{path}.refine.disagree_time", f"must be >= 0 [s], got {ref['disagree_time']}")
+    opts = ref.get("options") or {}
+    if not isinstance(opts, dict):
+        raise ConfigError(file, f"{path}.refine.options", f"expected a mapping of {name} options, got {opts!r}")
+    if name != "none" and "resolved" not in ref:
+        from mbde_core.estimators.config_schema import validate
+
+        validate(name, opts, file, f"{path}.refine.options")
+
+
+def follower_config(cfg: dict, mech, sensors, context=None) -> dict | None:
+    """The follower's options (None: no follower): ``refine.resolved`` if the rule already
+    resolved them (:func:`noise_rule.resolve_config` with the scenario's context), else
+    ``refine.options`` over the follower's defaults with its ``auto`` options resolved by
+    the rule for ``mech`` and ``sensors``."""
+    ref = cfg.get("refine")
+    if not ref or ref.get("estimator", "none") == "none":
+        return None
+    if "resolved" in ref:
+        return ref["resolved"]
+    from mbde_core.estimators.config_schema import validate
+    from mbde_core.estimators.noise_rule import resolve_config
+
+    name = ref["estimator"]
+    return resolve_config(name, validate(name, ref.get("options") or {}, "<config>", "refine.options"), mech, sensors, context)
+
+
+class GaussianFollower:
+    """The ``refine`` follower of a particle filter (see the module docstring)."""
+
+    def _init_follower(self) -> None:
+        ref = dict(REFINE_DEFAULTS, **(self.config.get("refine") or {}))
+        self._follower = None
+        self._following = False
+        self._generation = getattr(self, "_generation", 0)
+        self.refine_counts = {"seeds": 0, "drops": 0}
+        self.refine_drop_reasons = {"disagree": 0, "restart": 0, "branch": 0, "lost": 0}
+        name = ref["estimator"]
+        self._no_follower = None
+        if name != "none" and getattr(self.mech, "drivers", None):
+            self._no_follower = "driving constraints (the Kalman observers do not support them)"
+            name = "none"
+        if name == "none":
+            return
+        from mbde_core.estimators.registry import estimator_class
+
+        fcfg = follower_config({"refine": ref}, self.mech, self.sensors)
+        self._follower = estimator_class(name)(self.mech, self.sensors, fcfg)  # no randomness
+        self._seed_p = float(ref["branch_probability"])
+        lim = float(ref["sigma_z"])
+        self._seed_sd = np.where(self.angular, lim, lim * self.mech.length_scale)
+        self._agree = float(chi2.ppf(float(ref["agree"]), 2 * self.g))
+        self._disagree_time = float(ref["disagree_time"])
+
+    # -- the cloud's life events -------------------------------------------------------------
+    def _new_cloud(self) -> None:
+        """A new particle set was installed (uniform start, recovery, injection)."""
+        self._generation = getattr(self, "_generation", 0) + 1
+
+    def _drop(self, reason: str) -> None:
+        if self._following:
+            self._following = False
+            self.refine_counts["drops"] += 1
+            self.refine_drop_reasons[reason] += 1
+
+    def rebase(self, t) -> None:
+        super().rebase(t)
+        if self._following:
+            self._follower.rebase(t)
+
+    def add_restart_hypotheses(self, reason, ceiling=None) -> bool:
+        self._drop("restart")
+        return super().add_restart_hypotheses(reason, ceiling)
+
+    # -- follow --------------------------------------------------------------------------------
+    def _follow_predict(self, dt: float) -> None:
+        if self._current():
+            self._follower.predict(dt)
+
+    def update(self, measurements, gates=None):
+        result = super().update(measurements, gates)
+        if self._follower is None:
+            return result
+        if self._current():
+            self._follower.update(measurements, gates)
+            self._check()
+        if not self._following:
+            self._seed()
+        return result
+
+    def _check(self) -> None:
+        from mbde_core.estimators.multistart import is_lost
+
+        f = self._follower.estimate()
+        g = self.g
+        if not (np.all(np.isfinite(f.z)) and np.all(np.isfinite(f.zd)) and np.all(np.isfinite(f.cov))) or is_lost(self, f):
+            self._drop("lost")
+            return
+        c = self.cloud_estimate()
+        if c.branch != self._seeded_branch:
+            self._drop("branch")
+            return
+        dz = f.z - c.z
+        dz = np.where(self.angular, wrap_angle(dz), dz)
+        d = np.concatenate([dz, f.zd - c.zd])
+        S = c.cov + f.cov[: 2 * g, : 2 * g]
+        try:
+            m = float(d @ np.linalg.solve(S, d))
+        except np.linalg.LinAlgError:
+            m = math.inf
+        if m > self._agree:
+            if self._disagree_from is None:
+                self._disagree_from = self.t
+            if self.t - self._disagree_from >= self._disagree_time:
+                self._drop("disagree")
+        else:
+            self._disagree_from = None
+
+    def _seed(self) -> None:
+        if self._anneal_from is not None and self.t - self._anneal_from < self.anneal:
+            return
+        lock = self.lock
+        if lock.limit > 0 and lock.last is not None and lock.last > lock.limit:
+            return
+        c = self.cloud_estimate()
+        if c.branch_probabilities is None or float(np.max(c.branch_probabilities)) < self._seed_p:
+            return
+        g = self.g
+        sd = np.sqrt(np.clip(np.diag(c.cov), 0.0, None))
+        if not (np.all(np.isfinite(sd)) and np.all(sd[:g] <= self._seed_sd)):
+            return
+        f = self._follower
+        f.t = self.t
+        f.reset(self.t, InitialState(c.z, c.zd, sd[:g], sd[g:], c.q, c.branch))
+        f.P[: 2 * g, : 2 * g] = c.cov
+        self._following = True
+        self._seeded_generation = self._generation
+        self._seeded_branch = c.branch
+        self._disagree_from = None
+        self.refine_counts["seeds"] += 1
+
+    # -- publish -------------------------------------------------------------------------------
+    def _current(self) -> bool:
+        """True while a follower runs on the cloud it was seeded from (a new set -- uniform
+        start, recovery, injection, reset -- drops it)."""
+        if self._following and self._generation != self._seeded_generation:
+            self._drop("restart")
+        return self._following
+
+    def cloud_estimate(self):
+        """The cloud's own estimate (paper 000 eqs. 19-20; :class:`pf_outputs.ParticleOutputs`)."""
+        return super().estimate()
+
+    def estimate(self):
+        snap = self.cloud_estimate()
+        if not self._current():
+            return snap
+        f = self._follower.estimate()
+        g = self.g
+        snap.q, snap.qd, snap.qdd = f.q, f.qd, f.qdd
+        snap.z, snap.zd, snap.zdd = f.z, f.zd, f.zdd
+        snap.cov = f.cov[: 2 * g, : 2 * g].copy()
+        return snap
+
+    def diagnostics(self) -> dict:
+        out = super().diagnostics()
+        if self._follower is None:
+            out["refine"] = {"estimator": "none"} if self._no_follower is None else \
+                {"estimator": "none", "reason": self._no_follower}
+        else:
+            out["refine"] = {"estimator": self._follower.name, "following": bool(self._following),
+                             **self.refine_counts, "drop_reasons": dict(self.refine_drop_reasons)}
+        return out

@@ -1,0 +1,141 @@
+"""The particle filter's Gaussian follower (pf_refine, option ``refine``): seeded from the
+converged cloud, published while it agrees, dropped when the cloud starts over or the two
+disagree; ``refine: none`` publishes the cloud; the follower's options are validated by
+its own schema and resolved by the rule with the scenario's context."""
+import copy
+import os
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from mbde_core.bench.common import TruthRecord
+from mbde_core.errors import ConfigError
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.config_schema import defaults, validate
+from mbde_core.estimators.noise_rule import resolve_config, scenario_context
+from mbde_core.estimators.registry import estimator_rng
+from mbde_core.scenario import load_scenario
+
+SCEN = os.path.join(REPO, "config", "scenarios")
+
+
+@pytest.fixture(scope="module")
+def fourbar():
+    truth = TruthRecord(load_scenario(os.path.join(SCEN, "fourbar_gyro.yaml")), 1.5)
+    sc = truth.scenario
+    period = min(s.period for s in sc.sensors)
+    return truth, sc.estimator_mechanism(), sc.estimator_sensors(), truth.measurements(sc.sensors, period, seed=3)
+
+
+def _run(fourbar, cfg, until=1.5, hook=None):
+    """Run a PF on the four-bar's readings (one update per reading stamp); hook(pf, t)
+    after every update. Returns the PF."""
+    truth, mech, sensors, meas = fourbar
+    pf = make_estimator("pf", mech, sensors, cfg, rng=estimator_rng(0, "pf"))
+    init = truth.scenario.estimator_initial_state()
+    pf.reset(meas[0].stamp, init)
+    t = meas[0].stamp
+    for m in meas:
+        if m.stamp > t + 1e-12:
+            pf.predict(m.stamp - t)
+            t = m.stamp
+        if t > until:
+            break
+        pf.update([m])
+        if hook is not None:
+            hook(pf, t)
+    return pf
+
+
+def _err(pf, truth):
+    e = pf.estimate()
+    k = int(np.argmin(np.abs(truth.t - pf.t)))
+    return abs((e.z[0] - truth.z[k, 0] + np.pi) % (2 * np.pi) - np.pi)
+
+
+def test_follower_seeds_on_the_converged_cloud_and_is_published(fourbar):
+    truth = fourbar[0]
+    pf = _run(fourbar, defaults("pf"))
+    d = pf.diagnostics()["refine"]
+    assert d["estimator"] == "ukf" and d["following"] and d["seeds"] >= 1
+    snap, cloud, f = pf.estimate(), pf.cloud_estimate(), pf._follower.estimate()
+    np.testing.assert_array_equal(snap.z, f.z)
+    np.testing.assert_array_equal(snap.cov, f.cov[:2, :2])
+    np.testing.assert_array_equal(snap.branch_probabilities, cloud.branch_probabilities)
+    assert snap.branch == cloud.branch
+    assert np.allclose(snap.cov, snap.cov.T) and np.linalg.eigvalsh(snap.cov).min() > 0
+    assert _err(pf, truth) < 0.05  # rad, on track
+
+
+def test_refine_none_publishes_the_cloud(fourbar):
+    cfg = defaults("pf")
+    cfg["refine"]["estimator"] = "none"
+    pf = _run(fourbar, cfg, until=0.5)
+    snap, cloud = pf.estimate(), pf.cloud_estimate()
+    np.testing.assert_array_equal(snap.z, cloud.z)
+    np.testing.assert_array_equal(snap.cov, cloud.cov)
+    assert pf.diagnostics()["refine"] == {"estimator": "none"}
+
+
+def test_a_follower_that_disagrees_is_dropped_and_seeded_again(fourbar):
+    """A follower pushed 1 rad off the cloud fails the chi-square test: within
+    disagree_time (+ one reading) it is dropped and (the cloud being converged) seeded
+    again from the cloud in the same update."""
+    truth = fourbar[0]
+    state = {}
+
+    def hook(pf, t):
+        if "pushed" not in state and pf._following and t > 0.8:
+            f = pf._follower
+            x = f.x.copy()
+            x[0] += 1.0
+            f._assemble_into(x, f.model.guess(f._full(), x[:1] - f.x[:1]))
+            f.P[:] = np.diag([1e-6, 1e-4])
+            state["pushed"], state["seeds"] = t, pf.refine_counts["seeds"]
+        elif "pushed" in state and "dropped" not in state and pf.refine_counts["drops"]:
+            state["dropped"] = t
+            assert pf.refine_counts["seeds"] == state["seeds"] + 1
+            assert abs(pf.estimate().z[0] - pf.cloud_estimate().z[0]) < 0.05
+
+    pf = _run(fourbar, defaults("pf"), hook=hook)
+    d = pf.diagnostics()["refine"]
+    assert "dropped" in state, d
+    assert state["dropped"] - state["pushed"] <= 0.1 + 0.011
+    assert d["drop_reasons"]["disagree"] + d["drop_reasons"]["lost"] >= 1
+    assert d["seeds"] >= 2 and d["following"]  # seeded again
+    assert _err(pf, truth) < 0.05
+
+
+def test_a_new_cloud_drops_the_follower(fourbar):
+    pf = _run(fourbar, defaults("pf"), until=1.0)
+    assert pf._following
+    pf.reset(pf.t, fourbar[0].scenario.estimator_initial_state())  # a uniform start
+    snap, cloud = pf.estimate(), pf.cloud_estimate()
+    assert not pf._following
+    np.testing.assert_array_equal(snap.z, cloud.z)
+
+
+def test_follower_options_are_validated_by_its_schema():
+    with pytest.raises(ConfigError, match=r"pf\.refine\.estimator"):
+        validate("pf", {"refine": {"estimator": "kalman"}}, "f.yaml", "pf")
+    with pytest.raises(ConfigError, match=r"pf\.refine\.options\.plant_noise\.acceleration_psd"):
+        validate("pf", {"refine": {"options": {"plant_noise": {"acceleration_psd": -1.0}}}}, "f.yaml", "pf")
+    with pytest.raises(ConfigError, match=r"pf\.refine\.options"):
+        validate("pf", {"refine": {"options": {"no_such_option": 1}}}, "f.yaml", "pf")
+    cfg = validate("pf", {"refine": {"estimator": "errorekf", "options": {"plant_noise": {"acceleration_psd": 2.0}}}})
+    assert cfg["refine"]["estimator"] == "errorekf"
+
+
+def test_follower_options_follow_the_rule_with_the_scenario_context():
+    """A motor the model does not know (adekf_slider_crank's speed controller) raises the
+    follower's plant noise exactly as it raises the stand-alone UKF's."""
+    sc = load_scenario(os.path.join(SCEN, "adekf_slider_crank.yaml"))
+    mech, sensors, ctx = sc.estimator_mechanism(), sc.estimator_sensors(), scenario_context(sc)
+    pf_cfg = resolve_config("pf", defaults("pf"), mech, sensors, ctx)
+    ukf_cfg = resolve_config("ukf", defaults("ukf"), mech, sensors, ctx)
+    assert pf_cfg["refine"]["resolved"]["plant_noise"] == ukf_cfg["plant_noise"]
+    no_ctx = resolve_config("ukf", defaults("ukf"), mech, sensors, None)
+    assert ukf_cfg["plant_noise"]["acceleration_psd"] > no_ctx["plant_noise"]["acceleration_psd"]
+    assert "resolved" not in defaults("pf")["refine"]  # the defaults are not touched
