@@ -108,6 +108,32 @@ def test_a_follower_that_disagrees_is_dropped_and_seeded_again(fourbar):
     assert _err(pf, truth) < 0.05
 
 
+def test_a_cloud_that_drifted_is_drawn_again_from_the_follower(fourbar):
+    """The cloud pushed 0.5 rad off (the follower on track): the readings of the
+    disagreement prefer the follower (or the cloud's lock detector fires while the
+    follower's innovations pass its test), so the cloud is drawn again from the follower,
+    which goes on (no drop)."""
+    truth = fourbar[0]
+    state = {}
+
+    def hook(pf, t):
+        if "pushed" not in state and pf._following and t > 0.8:
+            c = pf.cloud_estimate()
+            pf._init_gaussian(InitialState(c.z + 0.5, c.zd, np.full(1, 0.01), np.full(1, 0.1), None, c.branch))
+            pf._seeded_generation = pf._generation  # the follower goes on with the moved cloud
+            state["pushed"] = t
+        elif "pushed" in state and "redrawn" not in state and pf.refine_counts["redraws"]:
+            state["redrawn"] = t
+            assert abs(pf.cloud_estimate().z[0] - pf.estimate().z[0]) < 0.05
+
+    pf = _run(fourbar, defaults("pf"), hook=hook)
+    d = pf.diagnostics()["refine"]
+    assert "redrawn" in state, d
+    assert state["redrawn"] - state["pushed"] <= 0.5 + 0.011  # disagree_time or the lock detector's lock_time
+    assert d["drops"] == 0 and d["following"]
+    assert _err(pf, truth) < 0.05
+
+
 def test_a_new_cloud_drops_the_follower(fourbar):
     pf = _run(fourbar, defaults("pf"), until=1.0)
     assert pf._following
@@ -139,3 +165,25 @@ def test_follower_options_follow_the_rule_with_the_scenario_context():
     no_ctx = resolve_config("ukf", defaults("ukf"), mech, sensors, None)
     assert ukf_cfg["plant_noise"]["acceleration_psd"] > no_ctx["plant_noise"]["acceleration_psd"]
     assert "resolved" not in defaults("pf")["refine"]  # the defaults are not touched
+
+
+def test_tuned_pf_section_gives_the_follower_the_tuned_ukf():
+    """mbde tune's pf section (tuning/output.py): sigma_a from the density and the follower
+    with the tuned UKF's options, a config the PF validates."""
+    from types import SimpleNamespace
+
+    from mbde_core.tuning.output import pf_section
+
+    tuned = dict(defaults("ukf"), step=0.005, plant_noise={"acceleration_psd": 3.0, "velocity_psd": 0.0},
+                 initial_sigma={"z": 0.05, "zd": 0.5})
+    ukf = SimpleNamespace(name="ukf", tuned=tuned)
+    sec, note = pf_section([ukf], 0.005)
+    assert sec["acceleration_sigma"] == pytest.approx((3.0 / 0.005) ** 0.5)
+    assert sec["refine"] == {"estimator": "ukf", "options": {"plant_noise": {"acceleration_psd": 3.0, "velocity_psd": 0.0},
+                                                           "initial_sigma": {"z": 0.05, "zd": 0.5},
+                                                           "transition": "heun"}}
+    assert "follower" in note
+    cfg = validate("pf", sec, "tuned.yaml", "pf")
+    assert cfg["refine"]["options"]["plant_noise"]["acceleration_psd"] == 3.0
+    adekf = SimpleNamespace(name="adekf", tuned=dict(tuned))
+    assert "refine" not in pf_section([adekf], 0.005)[0]  # the ADE-KF does not follow

@@ -27,7 +27,15 @@ and while it agrees with the follower the follower's estimate is published.
 - **check**: after each update the squared Mahalanobis distance between the two
   estimates, d^2 = (x_f - x_c)^T (P_f + P_c)^-1 (x_f - x_c) (angles wrapped), is tested
   against the chi-square quantile ``agree`` of 2g degrees of freedom; failed for
-  ``disagree_time`` seconds in a row, the follower is dropped (counted, ``drops``);
+  ``disagree_time`` seconds in a row, the readings of those seconds decide: each filter's
+  -2 log-likelihood of its innovations, sum of min(NIS, cap) + log det S (the
+  prediction-error score of the multi-start bank, :mod:`multistart`; the cloud's from
+  the Gaussian of its weighted predictions); the cloud better: the follower is dropped
+  (counted, ``drops``) and seeded again from the cloud; the follower better: the cloud is
+  drawn again from the follower's Gaussian on its branch (``redraws``; measured on
+  pf_rig_branch0 seed 17: the cloud drifted 0.1 rad off while the follower stayed with a
+  UKF started at the truth, and was then locked twice); likewise when the cloud's lock
+  detector fires while the follower's innovations pass the same test (:meth:`_inject`);
 - **drop** also when the cloud starts over or changes its hypotheses (a uniform
   re-initialisation, a recovery, a lock injection, a restart hypothesis, a clock jump),
   when its most probable branch changes, and when the follower's numbers are not finite
@@ -113,7 +121,7 @@ class GaussianFollower:
         self._follower = None
         self._following = False
         self._generation = getattr(self, "_generation", 0)
-        self.refine_counts = {"seeds": 0, "drops": 0}
+        self.refine_counts = {"seeds": 0, "drops": 0, "redraws": 0}
         self.refine_drop_reasons = {"disagree": 0, "restart": 0, "branch": 0, "lost": 0}
         name = ref["estimator"]
         self._no_follower = None
@@ -131,6 +139,9 @@ class GaussianFollower:
         self._seed_sd = np.where(self.angular, lim, lim * self.mech.length_scale)
         self._agree = float(chi2.ppf(float(ref["agree"]), 2 * self.g))
         self._disagree_time = float(ref["disagree_time"])
+        from mbde_core.estimators.pf_lock import LockDetector
+
+        self._follower_lock = LockDetector(self.lock.limit, self.lock.slow.T)  # the cloud's test on the follower
 
     # -- the cloud's life events -------------------------------------------------------------
     def _new_cloud(self) -> None:
@@ -162,13 +173,14 @@ class GaussianFollower:
         if self._follower is None:
             return result
         if self._current():
-            self._follower.update(measurements, gates)
-            self._check()
+            fres = self._follower.update(measurements, gates)
+            self._follower_locked = self._follower_lock(self.t, fres.nis, fres.dof)
+            self._check(result, fres)
         if not self._following:
             self._seed()
         return result
 
-    def _check(self) -> None:
+    def _check(self, cloud_result, follower_result) -> None:
         from mbde_core.estimators.multistart import is_lost
 
         f = self._follower.estimate()
@@ -190,11 +202,57 @@ class GaussianFollower:
             m = math.inf
         if m > self._agree:
             if self._disagree_from is None:
-                self._disagree_from = self.t
+                self._disagree_from, self._scores = self.t, [0.0, 0.0]
+            self._scores[0] += self._score(cloud_result, 0)
+            self._scores[1] += self._score(follower_result, 1)
             if self.t - self._disagree_from >= self._disagree_time:
-                self._drop("disagree")
+                if self._scores[1] < self._scores[0]:  # the readings prefer the follower
+                    self._redraw_cloud(f)
+                else:
+                    self._drop("disagree")
+                self._disagree_from = None
         else:
             self._disagree_from = None
+
+    def _inject(self, measurements, prior_logw=None, share=None, reason="lock"):
+        """The cloud's lock detector fired (:mod:`pf_lock`) while a follower runs whose own
+        innovations pass the same test (mean NIS / dof over ``recovery.lock_time`` at most
+        ``lock_nis``): the lock is the cloud's, which is drawn again from the follower
+        (counted in ``locks`` and ``redraws``); otherwise the injection of :mod:`pf_inject`."""
+        if reason == "lock" and self._current() and not self._follower_locked:
+            last = self._follower_lock.last
+            if last is None or last <= self._follower_lock.limit:
+                self.counts["locks"] += 1
+                self.recovery_reasons["lock"] += 1
+                self._redraw_cloud(self._follower.estimate())
+                if self._following:
+                    return
+        return super()._inject(measurements, prior_logw, share, reason)
+
+    def _score(self, res, k: int) -> float:
+        """-2 log-likelihood (+ const) of one update's innovations, min(NIS, cap d) + log det S
+        (the multi-start bank's robust score, :mod:`multistart`); a rejected or unscored
+        update counts cap per reading plus the last log det S of the same filter."""
+        from mbde_core.estimators.multistart import DEFAULT_CAP
+
+        if res.nis is not None and math.isfinite(res.nis) and res.logdet is not None and math.isfinite(res.logdet):
+            self._logdets[k] = res.logdet
+            return min(res.nis, DEFAULT_CAP * max(res.dof, 1)) + res.logdet
+        return DEFAULT_CAP * max(res.dof, len(res.rejected), 1) + self._logdets[k]
+
+    def _redraw_cloud(self, f) -> None:
+        """The follower explained the readings of the disagreement better than the cloud:
+        the cloud is drawn again from the follower's Gaussian on its branch (``init:
+        gaussian``'s draw, independent coordinates), and the follower goes on."""
+        g = self.g
+        sd = np.sqrt(np.clip(np.diag(f.cov[: 2 * g, : 2 * g]), 0.0, None))
+        try:
+            self._init_gaussian(InitialState(f.z, f.zd, sd[:g], sd[g:], f.q, self._seeded_branch))
+        except ValueError:  # the follower's state does not assemble on its branch: the cloud is right
+            self._drop("disagree")
+            return
+        self._seeded_generation = self._generation
+        self.refine_counts["redraws"] += 1
 
     def _seed(self) -> None:
         if self._anneal_from is not None and self.t - self._anneal_from < self.anneal:
@@ -217,6 +275,9 @@ class GaussianFollower:
         self._seeded_generation = self._generation
         self._seeded_branch = c.branch
         self._disagree_from = None
+        self._logdets = [0.0, 0.0]
+        self._follower_lock.restart(self.t)
+        self._follower_locked = False
         self.refine_counts["seeds"] += 1
 
     # -- publish -------------------------------------------------------------------------------
