@@ -109,19 +109,18 @@ def test_a_follower_that_disagrees_is_dropped_and_seeded_again(fourbar):
 
 
 def test_a_cloud_that_drifted_is_drawn_again_from_the_follower(fourbar):
-    """The cloud pushed 0.5 rad off (the follower on track): the readings of the
-    disagreement prefer the follower (or the cloud's lock detector fires while the
-    follower's innovations pass its test), so the cloud is drawn again from the follower,
-    which goes on (no drop)."""
+    """The cloud pushed 0.1 rad off (the follower on track): the readings of the
+    disagreement prefer the follower, so the cloud is drawn again from it, and the
+    follower goes on (no drop, no lock injection)."""
     truth = fourbar[0]
     state = {}
 
     def hook(pf, t):
         if "pushed" not in state and pf._following and t > 0.8:
             c = pf.cloud_estimate()
-            pf._init_gaussian(InitialState(c.z + 0.5, c.zd, np.full(1, 0.01), np.full(1, 0.1), None, c.branch))
+            pf._init_gaussian(InitialState(c.z + 0.1, c.zd, np.full(1, 0.005), np.full(1, 0.05), None, c.branch))
             pf._seeded_generation = pf._generation  # the follower goes on with the moved cloud
-            state["pushed"] = t
+            state["pushed"], state["locks"] = t, pf.counts["locks"]
         elif "pushed" in state and "redrawn" not in state and pf.refine_counts["redraws"]:
             state["redrawn"] = t
             assert abs(pf.cloud_estimate().z[0] - pf.estimate().z[0]) < 0.05
@@ -129,8 +128,8 @@ def test_a_cloud_that_drifted_is_drawn_again_from_the_follower(fourbar):
     pf = _run(fourbar, defaults("pf"), hook=hook)
     d = pf.diagnostics()["refine"]
     assert "redrawn" in state, d
-    assert state["redrawn"] - state["pushed"] <= 0.5 + 0.011  # disagree_time or the lock detector's lock_time
-    assert d["drops"] == 0 and d["following"]
+    assert state["redrawn"] - state["pushed"] <= 0.5  # 0.45 s on this seed: the cloud first half-corrects itself
+    assert d["drops"] == 0 and d["following"] and pf.counts["locks"] == state["locks"]
     assert _err(pf, truth) < 0.05
 
 

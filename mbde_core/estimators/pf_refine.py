@@ -34,8 +34,11 @@ and while it agrees with the follower the follower's estimate is published.
   (counted, ``drops``) and seeded again from the cloud; the follower better: the cloud is
   drawn again from the follower's Gaussian on its branch (``redraws``; measured on
   pf_rig_branch0 seed 17: the cloud drifted 0.1 rad off while the follower stayed with a
-  UKF started at the truth, and was then locked twice); likewise when the cloud's lock
-  detector fires while the follower's innovations pass the same test (:meth:`_inject`);
+  UKF started at the truth, and was then locked twice). A lock of the cloud (:mod:`pf_lock`)
+  is the cloud's own remedy, which drops the follower: redrawing the cloud from a follower
+  whose innovations passed the lock test instead was tried and lost fivebar_encoder seed 9
+  (14 redraws onto a follower 0.1-0.3 rad off, 9 locks; with the injection the cloud
+  found the state at once);
 - **drop** also when the cloud starts over or changes its hypotheses (a uniform
   re-initialisation, a recovery, a lock injection, a restart hypothesis, a clock jump),
   when its most probable branch changes, and when the follower's numbers are not finite
@@ -139,9 +142,6 @@ class GaussianFollower:
         self._seed_sd = np.where(self.angular, lim, lim * self.mech.length_scale)
         self._agree = float(chi2.ppf(float(ref["agree"]), 2 * self.g))
         self._disagree_time = float(ref["disagree_time"])
-        from mbde_core.estimators.pf_lock import LockDetector
-
-        self._follower_lock = LockDetector(self.lock.limit, self.lock.slow.T)  # the cloud's test on the follower
 
     # -- the cloud's life events -------------------------------------------------------------
     def _new_cloud(self) -> None:
@@ -173,9 +173,7 @@ class GaussianFollower:
         if self._follower is None:
             return result
         if self._current():
-            fres = self._follower.update(measurements, gates)
-            self._follower_locked = self._follower_lock(self.t, fres.nis, fres.dof)
-            self._check(result, fres)
+            self._check(result, self._follower.update(measurements, gates))
         if not self._following:
             self._seed()
         return result
@@ -213,21 +211,6 @@ class GaussianFollower:
                 self._disagree_from = None
         else:
             self._disagree_from = None
-
-    def _inject(self, measurements, prior_logw=None, share=None, reason="lock"):
-        """The cloud's lock detector fired (:mod:`pf_lock`) while a follower runs whose own
-        innovations pass the same test (mean NIS / dof over ``recovery.lock_time`` at most
-        ``lock_nis``): the lock is the cloud's, which is drawn again from the follower
-        (counted in ``locks`` and ``redraws``); otherwise the injection of :mod:`pf_inject`."""
-        if reason == "lock" and self._current() and not self._follower_locked:
-            last = self._follower_lock.last
-            if last is None or last <= self._follower_lock.limit:
-                self.counts["locks"] += 1
-                self.recovery_reasons["lock"] += 1
-                self._redraw_cloud(self._follower.estimate())
-                if self._following:
-                    return
-        return super()._inject(measurements, prior_logw, share, reason)
 
     def _score(self, res, k: int) -> float:
         """-2 log-likelihood (+ const) of one update's innovations, min(NIS, cap d) + log det S
@@ -276,8 +259,6 @@ class GaussianFollower:
         self._seeded_branch = c.branch
         self._disagree_from = None
         self._logdets = [0.0, 0.0]
-        self._follower_lock.restart(self.t)
-        self._follower_locked = False
         self.refine_counts["seeds"] += 1
 
     # -- publish -------------------------------------------------------------------------------
