@@ -8,11 +8,12 @@ a gyroscope reads ~0 and z is learnt only slowly from the dynamics, the UKF keep
 every reading taught it in its covariance while resampling forgets it (measured, ``mbde
 bench pf --only multidof``: the PF cloud's steady-state error of z is 1.2-1.4x, at the
 90th percentile 1.6-2.0x and at worst 2.8-3.7x that of a UKF started at the truth; the
-cloud's spread equals the UKF's, its mean is off). Hence the two-stage design of hybrid
-particle/Kalman localisers (Gustafsson et al. 2002, "Particle filters for positioning,
-navigation and tracking", sec. VII; Thrun, Burgard & Fox 2005, sec. 8.3.4: a particle
-filter for global localisation, a Gaussian one for tracking): the cloud keeps running,
-and while it agrees with the follower the follower's estimate is published.
+cloud's spread equals the UKF's, its mean is off). Hence a two-stage design, as hybrid
+localisers use a particle filter for global localisation and a Gaussian filter for
+tracking (cf. Thrun, Burgard & Fox 2005, Probabilistic Robotics, on Markov/MCL versus
+EKF localisation; Gustafsson et al. 2002, "Particle filters for positioning, navigation
+and tracking", on handing the linear-Gaussian part to a Kalman filter): the cloud keeps
+running, and while it agrees with the follower the follower's estimate is published.
 
 - **seed** (after every update while no follower runs): the cloud has one mode, i.e. the
   most probable branch holds ``branch_probability`` of the weight, every independent
@@ -69,7 +70,7 @@ REFINE_DEFAULTS = {
     "branch_probability": 0.99,  # seed: the most probable branch's weight at least this ...
     "sigma_z": 0.2,              # ... and every z's sd below this [rad; lengths: x length scale]
     "agree": 0.99999,            # chi-square probability of the follower-vs-cloud test
-    "disagree_time": 0.1,        # [s] of failed tests in a row: the follower is dropped
+    "disagree_time": 0.1,        # [s] of failed tests in a row: the readings decide (drop or redraw)
 }
 FOLLOWERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf")
 
