@@ -61,6 +61,25 @@ DEFAULT_CAP = 25.0
 ENERGY_MARGIN = 0.25  # of the range of V: the margin of the energy ceiling (energy_ceiling)
 
 
+def scored(res) -> bool:
+    """Whether an update's NIS and log det S are finite (a score of its own readings)."""
+    return res.nis is not None and math.isfinite(res.nis) and res.logdet is not None and math.isfinite(res.logdet)
+
+
+def accepted_score(res, cap: float, logdet: float) -> float:
+    """-2 log-likelihood (+ const) of an update's accepted readings: min(NIS, cap) + log det S,
+    with the filter's last log det S ``logdet`` (and cap) when they are not finite (module
+    doc; also the particle filter's follower's test, :mod:`pf_refine`); 0 if none was accepted."""
+    if not res.accepted:
+        return 0.0
+    return min(res.nis, cap) + res.logdet if scored(res) else cap + logdet
+
+
+def rejected_score(res, cap: float, logdet: float) -> float:
+    """What the update's gate-rejected readings cost: cap + log det S each (module doc)."""
+    return (cap + logdet) * len(res.rejected) if res.rejected else 0.0
+
+
 def is_lost(est, snap) -> bool:
     """True if the estimate ``snap`` of ``est`` says the mechanism is lost (module doc)."""
     if snap.cov is None:
@@ -234,17 +253,15 @@ class MultiStart:
                 self.scores[k] = math.inf
                 continue
             results[k] = res
-            if res.accepted:
-                ok = res.nis is not None and math.isfinite(res.nis) and res.logdet is not None and math.isfinite(res.logdet)
-                if ok:
-                    self.logdet[k] = res.logdet
-                    self.known[k] = True
-                self.scores[k] += (min(res.nis, self.cap) if ok else self.cap) + self.logdet[k]
+            if res.accepted and scored(res):
+                self.logdet[k] = res.logdet
+                self.known[k] = True
+            self.scores[k] += accepted_score(res, self.cap, self.logdet[k])
         seen = [r.logdet for r in results if r is not None and r.accepted and r.logdet is not None and math.isfinite(r.logdet)]
         ref = max(seen) if seen else 0.0
         for k, res in enumerate(results):
-            if res is not None and res.rejected:
-                self.scores[k] += (self.cap + (self.logdet[k] if self.known[k] else max(ref, self.logdet[k]))) * len(res.rejected)
+            if res is not None:
+                self.scores[k] += rejected_score(res, self.cap, self.logdet[k] if self.known[k] else max(ref, self.logdet[k]))
         self.best = self._admissible_best()
         best = results[self.best]
         return best if best is not None else UpdateResult([], [m.sensor for m in measurements])

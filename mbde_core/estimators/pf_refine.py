@@ -214,15 +214,16 @@ class GaussianFollower:
             self._disagree_from = None
 
     def _score(self, res, k: int) -> float:
-        """-2 log-likelihood (+ const) of one update's innovations, min(NIS, cap d) + log det S
-        (the multi-start bank's robust score, :mod:`multistart`); a rejected or unscored
-        update counts cap per reading plus the last log det S of the same filter."""
-        from mbde_core.estimators.multistart import DEFAULT_CAP
+        """-2 log-likelihood (+ const) of one update's innovations by the multi-start bank's
+        robust score (:func:`multistart.accepted_score`, :func:`multistart.rejected_score`):
+        accepted readings min(NIS, cap d) + log det S, each rejected one cap d + the last
+        log det S of the same filter (cap = the bank's, d = the update's degrees of freedom)."""
+        from mbde_core.estimators.multistart import DEFAULT_CAP, accepted_score, rejected_score, scored
 
-        if res.nis is not None and math.isfinite(res.nis) and res.logdet is not None and math.isfinite(res.logdet):
+        cap = DEFAULT_CAP * max(res.dof, 1)
+        if res.accepted and scored(res):
             self._logdets[k] = res.logdet
-            return min(res.nis, DEFAULT_CAP * max(res.dof, 1)) + res.logdet
-        return DEFAULT_CAP * max(res.dof, len(res.rejected), 1) + self._logdets[k]
+        return accepted_score(res, cap, self._logdets[k]) + rejected_score(res, cap, self._logdets[k])
 
     def _redraw_cloud(self, f) -> None:
         """The follower explained the readings of the disagreement better than the cloud:

@@ -27,7 +27,11 @@ al. 2001 sec. 3.2, with the readings' noise as weights). Verdicts:
   estimator without input states on a linkage with unknown forces of known bounds (a
   motor: ``rule.force_limits`` or a scenario's speed controller) is ``weak`` too (it can
   only take them as plant noise: no Kalman observer without inputs tracks the paper-004
-  slider-crank, ``mbde bench transfer``).
+  slider-crank, ``mbde bench transfer``);
+- ``weak`` too when the readings cannot tell the motion from its mirror image about a line
+  through the fixed points (:mod:`symmetry`: a slider accelerometer along its track with an
+  unknown motor, paper 004's slider-crank): the sign of the motion comes only from the
+  initial state.
 
 A weak case gives one warning line (stdout of ``mbde replay``, metrics.json
 "suitability", the live node's /diagnostics); the run goes on.
@@ -40,6 +44,7 @@ import numpy as np
 
 from mbde_core.errors import MbdeError
 from mbde_core.estimators.input_states import INPUT_OBSERVERS
+from mbde_core.estimators.symmetry import mirror_ambiguity
 
 HORIZON = 0.5        # s
 RANK_RTOL = 1e-10    # eigenvalues of the prior-scaled information, relative to the largest
@@ -165,7 +170,25 @@ def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float
         out = Suitability("weak", f"{name}: unknown forces up to {limits} (N, N m) act on the linkage and {name} has no "
                                   "input states: it can only treat them as plant noise (use adekf, dekf or errorekf with their "
                                   "default `inputs: auto`, or ukf or viekf with it)", rank, 2 * g, worst, ratio, horizon)
+    everywhere = force_limits is not None and bool(np.all(np.asarray(force_limits) > 0))
+    mirror = mirror_ambiguity(mech, sensors, everywhere)
+    if mirror is not None:
+        out = _with_mirror(name, mech, out, mirror, used, everywhere)
     return out
+
+
+def _with_mirror(name: str, mech, base: Suitability, mirror, used: str, everywhere: bool) -> Suitability:
+    """``weak`` with the mirror ambiguity (:mod:`symmetry`) added to the verdict's line."""
+    zs = ", ".join(mech.independent_names)
+    why = "an unknown force on every coordinate explains either" if everywhere else "the model's forces are mirror symmetric too"
+    msg = (f"{name}: the readings of {used} are the same for the motion and its mirror image about "
+           f"{mirror.describe(mech)} ({zs} mirrored; {why}): an estimator that does not know the initial state "
+           "(pf's uniform start) ends on either with equal chance, one that loses track may come back on the mirror; "
+           "start from the known initial state or add a sensor that tells them apart (a gyroscope or an encoder)")
+    if base.level != "ok":
+        msg = base.message + "; also " + msg.split(": ", 1)[1]
+    return Suitability("weak" if base.level == "ok" else base.level, msg, base.rank, base.n, base.worst_lambda,
+                       base.sigma_ratio, base.horizon)
 
 
 def _estimates_inputs(name: str, est) -> bool:
