@@ -58,7 +58,7 @@ gyroscope likelihood (pf_update.ROBUST_K) keeps the readings from pulling it bac
 the robust likelihood once the cloud's spread is < 0.05 of the prior's re-acquires 6 of 6
 such seeds (pf 18/20, vipf 19/20 over seeds 0-19) but the outliers it guards against then
 cost vipf on pf_rig_branch1 1.11 -> 1.60x (a target miss): not done. Restarting the
-annealing alone changes nothing on a 1-DOF linkage (``uniform.anneal`` = 0.3 s x (g - 1) =
+annealing alone changes nothing on a 1-DOF linkage (``uniform.anneal`` = 0.3 s x g (g - 1) / 2 =
 0). On fourbar_gyro (spread 0.43-0.71 of the prior's) and pf_rig_branch1 (0.25-0.3), where
 the injection recovers within 0.2 s, the cloud bridges the gap and injects as before; so
 does the 0.3 s silence of test_pf_faults.

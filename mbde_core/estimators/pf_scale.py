@@ -43,13 +43,21 @@ assembled configurations (every branch; :mod:`pf_init`):
   ratio of two runs (e.g. ``mbde bench faults``' outliers, 2 % of the readings rejected)
   ranged 0.4-2.6; at 300 per DOF, seeds 0-9: 0.011-0.018 rad clean, per-seed ratio with
   those 2 % dropped 0.89-1.88 (median 1.08), pooled RMSE 0.0140 clean / 0.0161 dropped.
-- ``uniform.anneal`` = ``ANNEAL_PER_DOF`` (0.3 s) x (g - 1): the likelihood is tempered,
+- ``uniform.anneal`` = ``ANNEAL_PER_PAIR`` (0.3 s) x g (g - 1) / 2, per pair of independent
+  coordinates (0, 0.3, 0.9 s for 1, 2, 3 DOF): the likelihood is tempered,
   ll x beta with beta rising linearly from 0.1 to 1 over that time after a uniform
   (re)initialisation (annealing, Neal 2001; Deutscher, Blake & Reid 2000), so that a
   multi-DOF posterior's modes are explored before the weights commit: on the five-bar with
   gyroscopes the mirrored motion on the other branch fits the first 0.2 s about as well
   as the truth, and without annealing 1 run in 8 committed to it. One DOF needs none
-  (paper 000's rig identifies its branch in < 0.1 s).
+  (paper 000's rig identifies its branch in < 0.1 s). Three DOF need more than twice two's:
+  the 3-DOF loop with gyroscopes released at rest (``sixbar_loop3_gyro``) reads ~0 rad/s
+  for its first 0.3 s, so its readings give the initial accelerations f(z) (3 numbers)
+  and several z fit them; with 0.6 s (0.3 s x (g - 1), the rule before stop 33) the
+  weights committed to a wrong one at 0.3-0.4 s in 8 of 20 runs (found again by the lock
+  detector and a recovery at 0.8-1.3 s, then 5-100x the UKF's error after 1 s); with
+  0.9 s the 10 hardest seeds of those 20 converged by 0.68-0.76 s, without a lock
+  (``mbde bench pf --only multidof``, README).
 - ``uniform.particles`` (a uniform (re)initialisation) = K x C_z x C_zd, clipped to
   [``INIT_MIN``, ``INIT_MAX``]: K branches, C_z = ``CELLS``^g cells of z unless the
   position readings (encoders, slider positions: at least g channels) place every
@@ -71,7 +79,7 @@ PARTICLES_PER_DOF = 300
 VIPF_PARTICLES_PER_DOF = 300  # as the PF: at 100 vipf's seed-to-seed spread on fourbar_gyro was 3x (above)
 CELLS = 48                 # z cells per coordinate of a uniform start (~0.13 rad on the circle)
 VELOCITY_CELLS = 16        # zd cells per coordinate when no reading gives zd
-ANNEAL_PER_DOF = 0.3       # [s] of tempered likelihood per degree of freedom beyond the first
+ANNEAL_PER_PAIR = 0.3      # [s] of tempered likelihood per pair of independent coordinates
 INIT_MIN = 1000
 INIT_MAX = 100_000
 
@@ -151,8 +159,9 @@ def sensor_covariance(sensor, mech) -> np.ndarray:
 
 
 def anneal_time(g: int) -> float:
-    """Seconds of tempered likelihood after a uniform start: ANNEAL_PER_DOF x (g - 1)."""
-    return ANNEAL_PER_DOF * max(int(g) - 1, 0)
+    """Seconds of tempered likelihood after a uniform start: ANNEAL_PER_PAIR x g (g - 1) / 2."""
+    g = max(int(g), 1)
+    return ANNEAL_PER_PAIR * g * (g - 1) / 2
 
 
 def channels(sensors):
