@@ -182,7 +182,7 @@ def _with_mirror(name: str, mech, base: Suitability, mirror, used: str, everywhe
     zs = ", ".join(mech.independent_names)
     why = "an unknown force on every coordinate explains either" if everywhere else "the model's forces are mirror symmetric too"
     msg = (f"{name}: the readings of {used} are the same for the motion and its mirror image about "
-           f"{mirror.describe(mech)} ({zs} mirrored; {why}): an estimator that does not know the initial state "
+           f"{mirror.describe()} ({zs} mirrored; {why}): an estimator that does not know the initial state "
            "(pf's uniform start) ends on either with equal chance, one that loses track may come back on the mirror; "
            "start from the known initial state or add a sensor that tells them apart (a gyroscope or an encoder)")
     if base.level != "ok":

@@ -25,8 +25,9 @@ equal to within 1e-6 of its noise sigma (or 1e-9 absolute), and, without an unkn
 on every coordinate, the model's accelerations at the mirrored state must be the mirrored
 accelerations. Then no estimator can know the sign of the motion from the readings
 alone: one that starts without knowing it (the particle filter's uniform start) ends on
-either with equal chance, one that loses track may come back on the mirror (Isidori 1995
-sec. 1.2: indistinguishable states; here a discrete symmetry of the whole output map).
+either with equal chance, one that loses track may come back on the mirror (the two are
+indistinguishable states in the sense of Hermann & Krener 1977, "Nonlinear controllability
+and observability", IEEE TAC 22(5); here by a discrete symmetry of the whole output map).
 """
 from __future__ import annotations
 
@@ -84,13 +85,14 @@ class Mirror:
             out.append(vm)
         return tuple(out)
 
-    def describe(self, mech) -> str:
+    def describe(self) -> str:
         return f"the line through ({self.c[0]:g}, {self.c[1]:g}) along ({self.u[0]:.3g}, {self.u[1]:.3g})"
 
 
 def candidate_lines(mech) -> list[Mirror]:
     """Lines that map the fixed points and slider tracks onto themselves (module doc)."""
-    fixed = [i for i in range(mech.n_points) if i not in set(mech.moving_points)]
+    moving = set(int(i) for i in mech.moving_points)
+    fixed = [i for i in range(mech.n_points) if i not in moving]
     xy = np.asarray(mech.fixed_xy, float)[fixed]
     dirs = []
     if len(xy) >= 2:
