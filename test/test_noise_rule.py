@@ -37,6 +37,15 @@ def test_scales_match_the_pendulum_closed_form(pendulum):
     assert limited.a_f[0] == pytest.approx(2.0 / inertia, rel=1e-9)
 
 
+def test_holding_force_rate_matches_the_pendulum_closed_form(pendulum):
+    """The torque that holds the rod at a constant speed v is tau = m g L/2 sin z (a single
+    hinge: no velocity terms), d tau/dt = m g L/2 v cos z: RMS over a turn m g L v / (2 sqrt 2)."""
+    m, L, grav = 0.5, 0.5, 9.81
+    for speed in (None, [20.0]):
+        sc = mechanism_scales(pendulum, speed=speed)
+        assert sc.f_r[0] == pytest.approx(m * grav * L * sc.v[0] / (2 * math.sqrt(2)), rel=0.01)  # N m/s
+
+
 def test_step_lands_readings_on_the_grid(pendulum):
     sc = mechanism_scales(pendulum)
     h_max = min(0.005, 0.05 / float(sc.w[0]))

@@ -55,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.input_states import InputStates, validate_inputs
+from mbde_core.estimators.input_states import InputStates, jump_variance, project_inputs, validate_inputs
 from mbde_core.estimators.kalman import STEP_HALVINGS, ekf_update, gate_rows, move_within_bound, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.noise import van_loan
@@ -66,7 +66,8 @@ CORRECTION_AT = ("reading", "both_ends")
 
 class CEKF(InputStates, ReducedKalman):
     name = "cekf"
-    DEFAULTS = {"newton_iterations": 5, "correction_at": "reading", "measurement_order": 2, "inputs": []}
+    DEFAULTS = {"newton_iterations": 5, "correction_at": "reading", "measurement_order": 2, "inputs": [],
+                "input_jump_nis": 0.0}
 
     @staticmethod
     def validate_config(cfg, file, path):
@@ -265,6 +266,8 @@ class CEKF(InputStates, ReducedKalman):
         pred2, R = self.second_order(names, pred, R)
         o = o - (pred2 - pred)  # the second-order mean offset, carried by the reading into the redone step
         y = self.model.residual(names, o, pred)
+        if self.k and self.config.get("input_jump_nis"):
+            self._input_jump(y, H, R)
         S = H @ self.P @ H.T + R
         dist = []
         accepted, rejected, rows = gate_rows(names, dims, y, S, gates, dist)
@@ -286,6 +289,8 @@ class CEKF(InputStates, ReducedKalman):
         for k in range(STEP_HALVINGS + 1):
             self.x, self.P, self.q, self.qd, self.full, self.t = x0, P0, q0, qd0, st0, t0
             x1, P1, guess = self._step(x0, P0, dt, st0, corr=(accepted, o_k, R_k), gain=0.5**k)
+            if self.k:  # the inputs within their limits (input_states.project_inputs)
+                x1 = project_inputs(x1, P1, np.arange(2 * self.g, 2 * self.g + self.k), 0.0, self._u_limit)
             d = x1 - self._x_pred
             d = np.where(angular, (d + np.pi) % (2.0 * np.pi) - np.pi, d)
             if move_within_bound(d, predicted[1], result.nis, result.dof) and np.all(np.isfinite(P1)):
@@ -295,6 +300,25 @@ class CEKF(InputStates, ReducedKalman):
                 return result
         self.x, self.P, self.q, self.qd, self.full, self.t = predicted  # no consistent correction: not fused
         return UpdateResult([], accepted + rejected, distances=dist)
+
+    def _input_jump(self, y, H, R) -> None:
+        """Raise the inputs' variances when the readings ask for a jump
+        (:func:`~mbde_core.estimators.input_states.jump_variance`): at the current time and,
+        by the same amount, at the start of the step the update redoes (the inputs jumped
+        within it)."""
+        g2 = 2 * self.g
+        idx = np.arange(g2, g2 + self.k)
+        Pa = self.P[idx, idx]
+        V = jump_variance(Pa, y, H @ self.P @ H.T + R, H[:, g2:], self._u_sigma0**2, self.config["input_jump_nis"])
+        if V is None:
+            return
+        self.P = self.P.copy()
+        self.P[idx, idx] = V
+        if self._saved is not None:
+            P0 = self._saved[1].copy()
+            P0[idx, idx] += V - Pa
+            self._saved = (self._saved[0], P0) + self._saved[2:]
+        self.input_jumps += 1
 
     def estimate(self):
         return self.input_snapshot(super().estimate())

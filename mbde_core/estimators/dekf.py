@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbde_core.estimators.input_states import InputStates, input_jump, validate_inputs
+from mbde_core.estimators.input_states import InputStates, input_jump, project_inputs, validate_inputs
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, position_step
@@ -124,6 +124,8 @@ class DEKF(InputStates, ReducedKalman):
             self.input_jumps += P is not self.P
             self.P = P
         dx, self.P, res = ekf_update(self.x, self.P, names, dims, y, H, R, gates)
+        if res.accepted and self.k:  # the inputs within their limits (input_states.project_inputs)
+            dx = project_inputs(dx, self.P, np.arange(2 * g, 2 * g + self.k), self.u, self._u_limit)
         if res.accepted:
             self._assemble_into(self.x + dx, self.q + st.R @ dx[:g])
         return res

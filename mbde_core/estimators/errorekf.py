@@ -54,7 +54,7 @@ from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import errorekf_numba, errorekf_scalar
-from mbde_core.estimators.input_states import input_forces, input_jump, input_specs, validate_inputs
+from mbde_core.estimators.input_states import input_forces, input_jump, input_limits, input_specs, project_inputs, validate_inputs
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.second_order import second_order_terms
@@ -70,7 +70,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
         "estimate_acceleration": False,
         "acceleration_bias_psd": 1.0,   # [(unit/s^2)^2 / s] random walk of the acceleration offset
         "inputs": "auto",               # auto: the rule's (none without force limits) | [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}]
-        "input_jump_nis": 0.0,          # NIS above which the inputs may jump by up to sigma0 (0 = off; input_states.py)
+        "input_jump_nis": 16.0,         # NIS above which the inputs may jump by up to sigma0 (0 = off; input_states.py)
         "measurement_order": 1,         # 1: first order (paper 003; the scalar fast path) | 2: second order (second_order.py)
     }
 
@@ -97,6 +97,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
             raise ConfigError("<estimator config>", "errorekf.inputs", str(exc.args[0])) from None
         self.k = len(self.input_cols)
         self._u_sigma0 = np.array([float(s.get("sigma0", 1.0)) for s in self.input_specs])
+        self._u_limit = input_limits(self.input_specs)
         self.input_jumps = 0
         self.na = g if self.acc else 0
         self.dim = 2 * g + self.na + self.k
@@ -343,6 +344,8 @@ class ErrorEKF(CovarianceInflation, Estimator):
             self.input_jumps += P is not self.P
             self.P = P
         dx, self.P, res = ekf_update(np.zeros(self.dim), self.P, names, dims, y, H, Rm, gates)
+        if res.accepted and self.k:  # the inputs within their limits (input_states.project_inputs)
+            dx = project_inputs(dx, self.P, np.arange(2 * g + na, self.dim), self.u, self._u_limit)
         if res.accepted:
             self._correct(dx)
         return res

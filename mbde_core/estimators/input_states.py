@@ -29,7 +29,7 @@ import numpy as np
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.noise_rule import AUTO, INPUT_OBSERVERS  # noqa: F401 (re-exported)
 
-INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial")
+INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial", "limit")
 
 
 def input_forces(n: int, cols, u) -> np.ndarray:
@@ -63,7 +63,7 @@ def validate_inputs(cfg: dict, file: str, path: str) -> None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ConfigError(file, f"{where}.{key}", f"a number, got {value!r}")
-            if (key == "psd" and value < 0) or (key == "sigma0" and value <= 0):
+            if (key == "psd" and value < 0) or (key in ("sigma0", "limit") and value <= 0):
                 raise ConfigError(file, f"{where}.{key}", f"must be {'>= 0' if key == 'psd' else '> 0'}, got {value}")
 
 
@@ -89,6 +89,7 @@ class InputStates:
         self.k = len(self.input_cols)
         self._u_psd = np.array([float(s.get("psd", 1.0)) for s in self.input_specs])
         self._u_sigma0 = np.array([float(s.get("sigma0", 1.0)) for s in self.input_specs])
+        self._u_limit = input_limits(self.input_specs)
         E = np.zeros((mech.n, self.k))
         E[self.input_cols, np.arange(self.k)] = 1.0
         self._E = E
@@ -171,27 +172,53 @@ class InputStates:
         return snap
 
 
-def input_jump(P, y, H, R, cols: slice, jump_var, jump_nis: float):
-    """P with the inputs' variances raised when a reading says they jumped (the ADE-KF's
-    test, :meth:`~mbde_core.estimators.adekf_jumps.InputJumps._input_jump`), or P itself.
+def input_limits(specs) -> np.ndarray:
+    """(k,) the inputs' bounds |u_j| <= limit_j (inf where a spec has none)."""
+    return np.array([float(s.get("limit", np.inf)) for s in specs])
+
+
+def project_inputs(x, P, idx, u, limit):
+    """x moved so that the inputs u + x[idx] stay within +-limit (the force limits: a motor
+    cannot exceed its torque limit): the excess e (k,) is removed along P's columns, the
+    estimate projection of a Kalman filter with an active inequality constraint (Simon &
+    Chia 2002, eq. 9 with W = P^-1): x <- x - P[:, idx] P[idx, idx]^-1 e, which sets the
+    inputs on the bound and moves the states correlated with them accordingly (a torque
+    cannot be over its limit, so neither is the speed change it would have caused). P is
+    kept (the bound is one-sided: the inputs may still move back inside). x unchanged if
+    inside."""
+    v = u + x[idx]
+    e = v - np.clip(v, -limit, limit)
+    if not e.any() or not np.isfinite(e).all():
+        return x
+    try:
+        return x - P[:, idx] @ np.linalg.solve(P[np.ix_(idx, idx)], e)
+    except np.linalg.LinAlgError:
+        x = x.copy()
+        x[idx] -= e
+        return x
+
+
+def jump_variance(P_a, y, S0, Ha, jump_var, jump_nis: float):
+    """The inputs' variances V (k,) after a jump a reading asks for (the ADE-KF's test,
+    :meth:`~mbde_core.estimators.adekf_jumps.InputJumps._input_jump`), or None.
 
     z and zd cannot jump within a step, the inputs can (a saturating speed controller at a
     change of its target: the random walk, tuned for their smooth part, lags the step and
-    the gate rejects the readings that show it). With S0 = H P H^T + R and H_a the inputs'
-    columns of H, the least-squares jump d = (H_a^T S0^-1 H_a)^-1 H_a^T S0^-1 y, variance
-    V = min(d^2, jump_var) (jump_var = sigma0^2: the rule's force limit F^2), and
-    S1 = S0 + H_a V H_a^T: if y^T S0^-1 y > jump_nis and y^T S1^-1 y + ln det S1 <
-    y^T S0^-1 y + ln det S0 (a generalised likelihood ratio), the inputs' variances are
-    raised to at least V before the update (and its gate). jump_nis 0: never."""
+    the gate rejects the readings that show it). With the innovation y, its covariance S0
+    and H_a the inputs' columns of the measurement Jacobian (or of the statistical
+    linearisation Pxy^T P^-1 of a UKF), the least-squares jump is
+    d = (H_a^T S0^-1 H_a)^-1 H_a^T S0^-1 y, its variance V = min(d^2, jump_var)
+    (jump_var = sigma0^2: the rule's force limit F^2), and S1 = S0 + H_a V H_a^T: if
+    y^T S0^-1 y > jump_nis and y^T S1^-1 y + ln det S1 < y^T S0^-1 y + ln det S0 (a
+    generalised likelihood ratio), the inputs' variances P_a (k,) are raised to at least V
+    before the update (and its gate). jump_nis 0: never."""
     if not jump_nis:
-        return P
+        return None
     try:
-        S0 = H @ P @ H.T + R
         Si_y = np.linalg.solve(S0, y)
         d0 = float(y @ Si_y)
         if not d0 > jump_nis:
-            return P
-        Ha = H[:, cols]
+            return None
         Si_Ha = np.linalg.solve(S0, Ha)
         d = np.linalg.lstsq(Ha.T @ Si_Ha, Ha.T @ Si_y, rcond=None)[0]
         V = np.minimum(d * d, jump_var)
@@ -199,10 +226,21 @@ def input_jump(P, y, H, R, cols: slice, jump_var, jump_nis: float):
         d1 = float(y @ np.linalg.solve(S1, y))
         l0, l1 = np.linalg.slogdet(S0)[1], np.linalg.slogdet(S1)[1]
     except np.linalg.LinAlgError:
-        return P
+        return None
     if not d1 + l1 < d0 + l0:
+        return None
+    return np.maximum(P_a, V)
+
+
+def input_jump(P, y, H, R, cols: slice, jump_var, jump_nis: float):
+    """P with the inputs' variances raised when a reading says they jumped
+    (:func:`jump_variance`, S0 = H P H^T + R), or P itself."""
+    if not jump_nis:
         return P
     idx = np.arange(P.shape[0])[cols]
+    V = jump_variance(P[idx, idx], y, H @ P @ H.T + R, H[:, cols], jump_var, jump_nis)
+    if V is None:
+        return P
     P = P.copy()
-    P[idx, idx] = np.maximum(P[idx, idx], V)
+    P[idx, idx] = V
     return P

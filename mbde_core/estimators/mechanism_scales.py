@@ -21,6 +21,11 @@ estimator's model alone (no data):
   target, the initial speed) if larger;
 - a_v (g,): the RMS of the velocity-dependent accelerations -(R^T M R)^-1 R^T M R'zd at
   zd = v (centripetal and Coriolis terms);
+- f_r (g,): the RMS rate [N m/s or N/s] of the holding force, the generalized force
+  tau(z) = -(R^T M R) zdd(z, v) that keeps the linkage at speed v against the known forces
+  and the velocity terms (what a speed-controlled motor supplies, its ripple: twice per
+  turn on a slider-crank), along each coordinate's own sweep, d tau_k/dt = v_k d tau_k/dz_k
+  by finite differences between neighbouring samples (the input states' density, :mod:`noise_rule`);
 - a = sqrt(a_g^2 + a_v^2 + a_f^2): the typical size of zdd;
 - ell (g,): the unit of motion, 1 rad for angles, the longest body for lengths;
 - w_g = sqrt(a_g / ell) [1/s]: the pendulum frequency of the known forces (the time
@@ -50,6 +55,7 @@ class MechanismScales:
     v: np.ndarray
     m_z: np.ndarray
     ell: np.ndarray
+    f_r: np.ndarray
     samples: int
     configurations: np.ndarray  # (K, n) the swept configurations (for sensor scales)
 
@@ -66,8 +72,10 @@ class MechanismScales:
         return np.maximum(self.a / np.maximum(self.v, 1e-12), W_FLOOR)
 
 
-def sweep(mech, samples: int = SAMPLES, t: float = 0.0) -> np.ndarray:
-    """Configurations (K, n): q0 and each independent coordinate swept from it (module doc)."""
+def sweep(mech, samples: int = SAMPLES, t: float = 0.0, runs: list | None = None) -> np.ndarray:
+    """Configurations (K, n): q0 and each independent coordinate swept from it (module doc).
+    ``runs``, if given, receives one (k, dz, rows) per sweep: coordinate k, step dz, and
+    the rows of the returned array, in order from q0 (row 0)."""
     angle = np.isin(mech.independent, mech.rel_columns)
     z0 = mech.q0[mech.independent]
     out = [mech.q0.copy()]
@@ -75,6 +83,7 @@ def sweep(mech, samples: int = SAMPLES, t: float = 0.0) -> np.ndarray:
         span = 2 * np.pi if angle[k] else 2 * mech.length_scale
         for sign in (1.0, -1.0):
             q = mech.q0.copy()
+            rows = [0]
             for i in range(samples // 2 * SUBSTEPS):
                 z = z0.copy()
                 z[k] += sign * span * (i + 1) / (samples * SUBSTEPS)
@@ -83,8 +92,24 @@ def sweep(mech, samples: int = SAMPLES, t: float = 0.0) -> np.ndarray:
                     break
                 q = q_new
                 if (i + 1) % SUBSTEPS == 0:
+                    rows.append(len(out))
                     out.append(q.copy())
+            if runs is not None:
+                runs.append((k, sign * span / samples, rows))
     return np.array(out)
+
+
+def holding_force_rate(runs, tau, v) -> np.ndarray:
+    """f_r (g,) (module doc): the RMS over each coordinate's sweeps of v_k d tau_k/dz_k, tau
+    (K, g) the holding forces at the swept configurations (0 where a sweep has one sample)."""
+    g = tau.shape[1]
+    sq, count = np.zeros(g), np.zeros(g)
+    for k, dz, rows in runs:
+        if len(rows) > 1:
+            rate = v[k] * np.diff(tau[rows, k]) / dz
+            sq[k] += float(rate @ rate)
+            count[k] += rate.size
+    return np.sqrt(sq / np.maximum(count, 1))
 
 
 def mechanism_scales(mech, force_limits=None, speed=None, t: float = 0.0) -> MechanismScales:
@@ -99,7 +124,8 @@ def mechanism_scales(mech, force_limits=None, speed=None, t: float = 0.0) -> Mec
     cache = mech.__dict__.setdefault("_scales_cache", {})
     if key in cache:
         return cache[key]
-    Q = sweep(mech, t=t)
+    runs: list = []
+    Q = sweep(mech, t=t, runs=runs)
     rest = dynamics.evaluate(mech, t, Q, np.zeros_like(Q))
     a_g = np.sqrt(np.mean(rest.zdd**2, axis=0))
     m_z = np.median(np.einsum("nii->ni", rest.Mbar), axis=0)
@@ -109,11 +135,12 @@ def mechanism_scales(mech, force_limits=None, speed=None, t: float = 0.0) -> Mec
     if np.any(v > 0):
         moving = dynamics.evaluate(mech, t, Q, np.einsum("nij,j->ni", rest.R, v))
         a_v = np.sqrt(np.mean((moving.zdd - rest.zdd) ** 2, axis=0))
+        f_r = holding_force_rate(runs, -np.einsum("kij,kj->ki", rest.Mbar, moving.zdd), v)
     else:
-        a_v = np.zeros(g)
+        a_v = f_r = np.zeros(g)
     angle = np.isin(mech.independent, mech.rel_columns)
     ell = np.where(angle, 1.0, float(mech.length_scale))
-    out = MechanismScales(a_g, a_v, fl / m_z, v, m_z, ell, len(Q), Q)
+    out = MechanismScales(a_g, a_v, fl / m_z, v, m_z, ell, f_r, len(Q), Q)
     cache[key] = out
     return out
 

@@ -49,17 +49,24 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   the inputs' ``sigma0`` = F_c, with F_c the largest force limit, or eps m_z a_g (the model
   error as a generalized force) without one. On the paper-004 slider-crank (5 N m motor
   at 40-60 rad/s, 1 kHz): r_a = 0.09 (N m)^2, against the hand-tuned 0.05 of adekf.yaml.
-- ``inputs: auto`` (the observers with input states, UKF, DEKF, errorEKF, VI-EKF,
+- ``inputs: auto`` (the observers with input states, UKF, DEKF, errorEKF, VI-EKF, CEKF,
   :mod:`input_states`): one random-walk generalized force per force-limited independent
   coordinate k, sigma0 = F_k (its limit) and density psd = r_a / dt = (F_k w' dt)^2 / dt,
-  the ADE-KF's per-step increment as a density (:func:`auto_inputs`); on those
-  coordinates a_f leaves q_force and the accelerometer widening (its unknown force is
-  the input's; with an input on every coordinate the accelerometers are widened for
-  gravity only, as for the ADE-KF), the other terms are the estimator's own (q_model,
-  its q_disc). Without force limits: no inputs and every value as above. An explicit
-  ``inputs`` list is used as given, the a_f terms leaving the coordinates it names (with
-  ``inputs: []`` they stay). On the paper-004
-  slider-crank: psd = 90 (N m)^2/s, sigma0 = 5 N m, q = 2.7 rad^2/s^3 (was 1.4e5) and the
+  the ADE-KF's per-step increment as a density (:func:`auto_inputs`); with input jumps
+  (``input_jump_nis`` > 0: the steps of a saturating controller are the jumps' part) the
+  random walk is left the smooth part, psd = (f_r,k^2 + (eps F_k w')^2) dt, the per-step
+  increment of the holding force's ripple (f_r, :mod:`mechanism_scales`: the rate of the
+  force that keeps the linkage at speed v, what a speed-controlled motor supplies) plus
+  eps of the limit's rate. On those coordinates a_f leaves q_force and the accelerometer
+  widening (its unknown force is the input's; with an input on every coordinate the
+  accelerometers are widened for gravity only, as for the ADE-KF), the other terms are
+  the estimator's own (q_model, its q_disc). Without force limits: no inputs and every
+  value as above. An explicit ``inputs`` list is used as given, the a_f terms leaving the
+  coordinates it names (with ``inputs: []`` they stay). On the paper-004 slider-crank
+  (5 N m motor, 40-60 rad/s): psd = 90 (N m)^2/s, or 28.8 with jumps (f_r = 167 N m/s at
+  60 rad/s: the holding torque's RMS 1.32 N m, at twice the crank speed; the simulated
+  motor's torque about its mean: 0.62 / 0.96 / 1.37 N m at 40 / 50 / 60 rad/s, the holding
+  torque's 0.59 / 0.92 / 1.32), sigma0 = 5 N m, q = 2.7 rad^2/s^3 (was 1.4e5) and the
   slider accelerometer's 0.05 m/s^2 (was widened to 133).
 
 The transitions' orders (z update, zd update) are given by :func:`transition_orders`.
@@ -192,7 +199,9 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
     if name == "adekf":
         _adekf_inputs(out, sc, mech)
     if out.get("inputs") == AUTO:
-        out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]))
+        eps = float((out.get("rule") or {}).get("model_error", MODEL_ERROR))
+        jumps = bool(out.get("input_jump_nis"))
+        out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]), eps if jumps else None)
     if widen:
         from mbde_core.estimators.sensor_scales import widened_sigmas
 
@@ -224,14 +233,20 @@ def input_rate(sc) -> float:
     return float(np.max(np.maximum(sc.w, sc.v / sc.ell)))
 
 
-def auto_inputs(mech, sc, limits, step: float) -> list:
-    """``inputs: auto`` of the observers with input states (errorekf, viekf, ukf, dekf):
-    one random-walk generalized force per force-limited independent coordinate (limits
-    (g,) > 0), sigma0 = F (its limit) and psd = r_a / step = (F w')^2 step, the ADE-KF's
-    per-step increment (F w' step)^2 as a density (module doc); [] without force limits."""
+def auto_inputs(mech, sc, limits, step: float, eps: float | None = None) -> list:
+    """``inputs: auto`` of the observers with input states (errorekf, viekf, ukf, dekf, cekf):
+    one random-walk generalized force per force-limited independent coordinate k (limits
+    (g,) > 0), sigma0 = F_k (its limit) and the density of the per-step increment
+    (module doc): psd = (F_k w')^2 step, the limit's rate (the ADE-KF's r_a / step), or,
+    with input jumps (``eps`` given: the model error), psd = (f_r,k^2 + (eps F_k w')^2)
+    step, the holding force's ripple plus eps of the limit's rate; [] without force limits."""
     w = input_rate(sc)
-    return [{"coordinate": name, "psd": (float(F) * w) ** 2 * step, "sigma0": float(F)}
-            for name, F in zip(mech.independent_names, limits) if F > 0]
+    if eps is None:
+        rates = [float(F) * w for F in limits]
+    else:
+        rates = [math.hypot(float(fr), eps * float(F) * w) for F, fr in zip(limits, sc.f_r)]
+    return [{"coordinate": name, "psd": r * r * step, "sigma0": float(F), "limit": float(F)}
+            for name, F, r in zip(mech.independent_names, limits, rates) if F > 0]
 
 
 def _widened_sensors(name: str, cfg: dict, sensors) -> list[str]:

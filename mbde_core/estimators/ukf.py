@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.input_states import InputStates, validate_inputs
+from mbde_core.estimators.input_states import InputStates, jump_variance, project_inputs, validate_inputs
 from mbde_core.engine.linalg import solve_one
 from mbde_core.estimators.kalman import cholesky_floats, cholesky, gate, update_result
 from mbde_core.estimators.kalman_base import ReducedKalman
@@ -43,7 +43,7 @@ from mbde_core.sensors.base import wrap_angle
 class UKF(InputStates, ReducedKalman):
     name = "ukf"
     DEFAULTS = {"alpha": 1.0, "beta": 2.0, "kappa": -1.0,  # kappa < 0: Julier's 3 - L
-                "transition": "heun", "inputs": []}  # auto: opt-in
+                "transition": "heun", "inputs": "auto", "input_jump_nis": 16.0}  # inputs: the rule's (none without force limits)
     validate_config = staticmethod(validate_inputs)
 
     def __init__(self, mech, sensors, config, rng=None):
@@ -162,6 +162,8 @@ class UKF(InputStates, ReducedKalman):
         S = dYw @ dY + R
         Pxy = (dX.T * self.Wc) @ dY
         y = self.model.residual(names, o, y_mean)
+        if self.k and self.config.get("input_jump_nis"):
+            S, Pxy = self._input_jump(y, S, Pxy)
         dist = []
         accepted, rejected, rows = gate(names, dims, y, S, gates, dist)
         if rows is not None:
@@ -177,13 +179,42 @@ class UKF(InputStates, ReducedKalman):
             P = self.P - K @ S @ K.T
         self.P = 0.5 * (P + P.T)
         dx = K @ y
+        if self.k:  # the inputs within their limits (input_states.project_inputs)
+            dx = project_inputs(dx, self.P, np.arange(2 * g, 2 * g + self.k), self.u, self._u_limit)
         self._assemble_into(self.x + dx, self.model.guess(self._full(), dx[:g]))
         res = update_result(accepted, rejected, y, S)
         res.distances = dist
         return res
 
+    def _input_jump(self, y, S, Pxy):
+        """(S, Pxy) after a jump of the inputs the readings ask for (:func:`jump_variance`),
+        P's input variances raised in place of the sigma points' (their readings are linear
+        in the added spread to first order): with the statistical linearisation
+        H = Pxy^T P^-1 (Lefebvre et al. 2002) and dV the added variances on the inputs' rows,
+        P += E dV E^T, Pxy += E dV H_a^T, S += H_a dV H_a^T."""
+        g2 = 2 * self.g
+        try:
+            Ha = np.linalg.solve(self.P, Pxy)[g2:].T
+        except np.linalg.LinAlgError:
+            return S, Pxy
+        idx = np.arange(g2, g2 + self.k)
+        Pa = self.P[idx, idx]
+        V = jump_variance(Pa, y, S, Ha, self._u_sigma0**2, self.config["input_jump_nis"])
+        if V is None:
+            return S, Pxy
+        dV = V - Pa
+        self.P = self.P.copy()
+        self.P[idx, idx] = V
+        Pxy = Pxy.copy()
+        Pxy[g2:] += dV[:, None] * Ha.T
+        self.input_jumps += 1
+        return S + (Ha * dV) @ Ha.T, Pxy
+
     def estimate(self):
         return self.input_snapshot(super().estimate())
 
     def diagnostics(self) -> dict:
-        return {"assembly_failures": self.failures, "sigma_point_failures": self.sigma_failures}
+        out = {"assembly_failures": self.failures, "sigma_point_failures": self.sigma_failures}
+        if self.k:
+            out["input_jumps"] = self.input_jumps
+        return out

@@ -39,7 +39,7 @@ VI_INTEGRATORS = ("midpoint", "symplectic_euler")
 
 class VIEKF(ErrorEKF):
     name = "viekf"
-    DEFAULTS = dict(ErrorEKF.DEFAULTS, integrator="midpoint", inputs=[])  # inputs: auto is opt-in (README)
+    DEFAULTS = dict(ErrorEKF.DEFAULTS, integrator="midpoint", inputs=[], input_jump_nis=0.0)  # inputs: auto is opt-in (README)
 
     @staticmethod
     def validate_config(cfg, file, path):
