@@ -155,12 +155,17 @@ def test_follower_options_are_validated_by_its_schema():
 
 def test_follower_options_follow_the_rule_with_the_scenario_context():
     """A motor the model does not know (adekf_slider_crank's speed controller) raises the
-    follower's plant noise exactly as it raises the stand-alone UKF's."""
+    follower's plant noise exactly as it raises that of a stand-alone UKF without input
+    states (the follower shares the cloud's model: the motor is acceleration noise, no
+    input state, unless its options give ``inputs``)."""
     sc = load_scenario(os.path.join(SCEN, "adekf_slider_crank.yaml"))
     mech, sensors, ctx = sc.estimator_mechanism(), sc.estimator_sensors(), scenario_context(sc)
     pf_cfg = resolve_config("pf", defaults("pf"), mech, sensors, ctx)
-    ukf_cfg = resolve_config("ukf", defaults("ukf"), mech, sensors, ctx)
+    ukf_cfg = resolve_config("ukf", validate("ukf", {"inputs": []}), mech, sensors, ctx)
+    assert pf_cfg["refine"]["resolved"]["inputs"] == []
     assert pf_cfg["refine"]["resolved"]["plant_noise"] == ukf_cfg["plant_noise"]
+    with_input = resolve_config("pf", validate("pf", {"refine": {"options": {"inputs": "auto"}}}), mech, sensors, ctx)
+    assert [i["coordinate"] for i in with_input["refine"]["resolved"]["inputs"]] == ["theta"]  # given: kept
     no_ctx = resolve_config("ukf", defaults("ukf"), mech, sensors, None)
     assert ukf_cfg["plant_noise"]["acceleration_psd"] > no_ctx["plant_noise"]["acceleration_psd"]
     assert "resolved" not in defaults("pf")["refine"]  # the defaults are not touched
