@@ -1,10 +1,17 @@
-"""Unknown generalized-force inputs as random-walk states of the [z, zd] observers (UKF, DEKF).
+"""Unknown generalized-force inputs as random-walk states of the [z, zd] observers (UKF,
+DEKF, CEKF; the errorEKF and VI-EKF use the same options and functions).
 
 Option ``inputs`` (the same schema as the errorEKF's, :mod:`errorekf`): a list of
-``{coordinate: name, psd: [(N m)^2/s or N^2/s], sigma0: [N m or N], initial: value}``,
-one generalized force u_j on the named coordinate q_c(j) each, or ``auto`` (the default):
-the default-tuning rule adds one per force-limited independent coordinate
-(:func:`~mbde_core.estimators.noise_rule.auto_inputs`; none without force limits).
+``{coordinate: name, psd: [(N m)^2/s or N^2/s], sigma0: [N m or N], initial: value,
+limit: [N m or N]}``, one generalized force u_j on the named coordinate q_c(j) each, or
+``auto``: the default-tuning rule adds one per force-limited independent coordinate
+(:func:`~mbde_core.estimators.noise_rule.auto_inputs`; none without force limits), with
+``limit`` = sigma0 = the force limit. Two additions to paper 004's random walk:
+
+- ``input_jump_nis`` (:func:`jump_variance`): a reading the random walk cannot explain
+  but a jump of the inputs can raises their variances before the update;
+- ``limit`` (:func:`project_inputs`): |u_j| <= limit_j (a motor's torque limit); an update
+  that would take an input beyond it is projected back along P.
 
 The state becomes x = [z, zd, u] (2g + k), with (paper 004 eqs. 30-33, the ADE-KF's
 random-walk input model, here on the [z, zd] observers of paper 003 sec. 3.1)

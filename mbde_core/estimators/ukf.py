@@ -22,9 +22,15 @@ predictor of the path from the previous mean. Cholesky factors of the small cova
 the readings of gyroscopes and accelerometers at the few sigma points
 (:mod:`ukf_readings`); a single innovation channel uses scalar algebra.
 
-Inputs (option ``inputs``, :mod:`input_states`): x = [z, zd, u], L = 2g + k; each sigma
-point's accelerations gain B(z_i) u_i (B from R at its configuration; qdd += R B u), u
-is carried unchanged through the prediction and gains diag(psd) dt of plant noise.
+Inputs (option ``inputs``, :mod:`input_states`; ``auto`` by default: none without force
+limits): x = [z, zd, u], L = 2g + k; each sigma point's accelerations gain B(z_i) u_i (B
+from R at its configuration; qdd += R B u), u is carried unchanged through the
+prediction and gains diag(psd) dt of plant noise. Input jumps (``input_jump_nis``,
+:meth:`UKF._input_jump`) test the statistical linearisation of the readings, and an
+update beyond an input's ``limit`` is projected back (:func:`input_states.project_inputs`).
+On adekf_slider_crank (5 N m motor, slider accelerometer) the UKF with the input but
+without jumps lost the crank where the motor leaves its limit at 18 ms (RMSE 1.3 rad);
+with jumps and the bound: 0.0103 rad, mean NEES 2.1.
 """
 from __future__ import annotations
 
