@@ -88,6 +88,9 @@ class DEKF(InputStates, ReducedKalman):
         return st.zdd + self.input_gain(st.R) @ self.u
 
     def predict(self, dt: float) -> None:
+        self._predict_both(self._predict_one, dt)
+
+    def _predict_one(self, dt: float) -> None:
         g, g2 = self.g, 2 * self.g
         st = self._full()
         F, Qd = self._F(dt)
@@ -105,8 +108,8 @@ class DEKF(InputStates, ReducedKalman):
         self.t += dt
         self._assemble_into(x, self.q + dt * self.qd + (0.5 * dt * dt) * st.rd)
 
-    def update(self, measurements, gates=None):
-        g = self.g
+    def _innovation(self, measurements):
+        """(names, dims, y, H, R, FullState) of the readings at the current state."""
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]
         o = np.concatenate([np.asarray(m.value, float) for m in measurements]) if len(measurements) > 1 \
@@ -118,16 +121,31 @@ class DEKF(InputStates, ReducedKalman):
             pred, H, _ = self.model.linearize(names, self.t, st)
         R = self.measurement_covariance(names)
         pred, R = self.second_order(names, pred, R)
-        y = self.model.residual(names, o, pred)
+        return names, dims, self.model.residual(names, o, pred), H, R, st
+
+    def _innovation_cov(self, measurements):
+        """(y, S) of the readings at the current state (jump_hypothesis)."""
+        _, _, y, H, R, _ = self._innovation(measurements)
+        return y, H @ self.P @ H.T + R
+
+    def update(self, measurements, gates=None):
+        g = self.g
+        self._decide(measurements)
+        names, dims, y, H, R, st = self._innovation(measurements)
+        before = None
         if self.k:
             P = input_jump(self.P, y, H, R, slice(2 * g, None), self._u_sigma0**2, self.config["input_jump_nis"])
-            self.input_jumps += P is not self.P
+            if P is not self.P:
+                self.input_jumps += 1
+                before = self._state_tuple()
             self.P = P
         dx, self.P, res = ekf_update(self.x, self.P, names, dims, y, H, R, gates)
         if res.accepted and self.k:  # the inputs within their limits (input_states.project_inputs)
             dx = project_inputs(dx, self.P, np.arange(2 * g, 2 * g + self.k), self.u, self._u_limit)
         if res.accepted:
             self._assemble_into(self.x + dx, self.q + st.R @ dx[:g])
+            if before is not None:
+                self._keep_alternative(before)
         return res
 
     def estimate(self):
@@ -137,4 +155,5 @@ class DEKF(InputStates, ReducedKalman):
         out = super().diagnostics()
         if self.k:
             out["input_jumps"] = self.input_jumps
+            out["jumps_undone"] = self.jumps_undone
         return out

@@ -23,7 +23,10 @@ offset a (g,) and input forces u (k generalized forces on the listed coordinates
 both random walks applied to the simulation as zdd += a + B u, B = dzdd/du =
 (R^T M R)^{-1} R^T E. Then F gains the blocks dzd' = da + B du and dz' (via dt^2/2),
 and accelerometers see them through dh/da = H_qdd R, dh/du = H_qdd R B. Estimated
-inputs are reported in the snapshot (input_names, inputs, input_cov).
+inputs are reported in the snapshot (input_names, inputs, input_cov). The inputs may
+jump (``input_jump_nis``, on by default: :func:`input_states.jump_variance`), the next
+reading deciding jump or outlier (:mod:`jump_hypothesis`), and stay within their
+``limit`` (:func:`input_states.project_inputs`).
 
 Second order (``measurement_order: 2``, opt-in; DEKF and CEKF have it by default): with
 the error state [dz, dzd] alone (no acceleration offset, no inputs) the predicted readings
@@ -56,13 +59,14 @@ from mbde_core.errors import ConfigError
 from mbde_core.estimators import errorekf_numba, errorekf_scalar
 from mbde_core.estimators.input_states import input_forces, input_jump, input_limits, input_specs, project_inputs, validate_inputs
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
+from mbde_core.estimators.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.second_order import second_order_terms
 from mbde_core.estimators.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
 
 
-class ErrorEKF(CovarianceInflation, Estimator):
+class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
     name = "errorekf"
     DEFAULTS = {
         "integrator": "rk4",            # paper 003: euler (config/estimators/paper003.yaml)
@@ -159,6 +163,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
     # -- interface ----------------------------------------------------------------------------
     def reset(self, t: float, init: InitialState) -> None:
         self.t = float(t)
+        self._alt = None
         g = self.g
         guess = self.mech.q0 if init.q_hint is None else init.q_hint
         q, ok = kinematics.solve_position(self.mech, init.z, guess)
@@ -215,7 +220,12 @@ class ErrorEKF(CovarianceInflation, Estimator):
             Qd[2 * g + na :, 2 * g + na :] = np.diag(psd * dt)
         return F, Qd
 
+    HYPOTHESIS = ("state", "full", "P", "a", "u")  # jump_hypothesis: the state of a hypothesis
+
     def predict(self, dt: float) -> None:
+        self._predict_both(self._predict_one, dt)
+
+    def _predict_one(self, dt: float) -> None:
         if self._nb_open:
             self._decide_backend()
         q = self.state.q
@@ -311,6 +321,33 @@ class ErrorEKF(CovarianceInflation, Estimator):
             if res is not None:
                 return res
         g, na = self.g, self.na
+        self._decide(measurements)
+        names, dims, y, H, Rm = self._innovation(measurements)
+        before = None
+        if self.k:
+            P = input_jump(self.P, y, H, Rm, slice(2 * g + na, None), self._u_sigma0**2, self.config["input_jump_nis"])
+            if P is not self.P:
+                self.input_jumps += 1
+                before = self._state_tuple()
+            self.P = P
+        dx, self.P, res = ekf_update(np.zeros(self.dim), self.P, names, dims, y, H, Rm, gates)
+        if res.accepted and self.k:  # the inputs within their limits (input_states.project_inputs)
+            dx = project_inputs(dx, self.P, np.arange(2 * g + na, self.dim), self.u, self._u_limit)
+        if res.accepted:
+            self._correct(dx)
+            if before is not None:
+                self._keep_alternative(before)
+        return res
+
+    def _innovation_cov(self, measurements):
+        """(y, S) of the readings at the current state (jump_hypothesis)."""
+        _, _, y, H, Rm = self._innovation(measurements)
+        return y, H @ self.P @ H.T + Rm
+
+    def _innovation(self, measurements):
+        """(names, dims, y, H, R) of the readings at the current state."""
+        g, na = self.g, self.na
+        second = int(self.config.get("measurement_order", 1)) == 2 and self.dim == 2 * g
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]
         o = np.concatenate([np.asarray(m.value, float) for m in measurements]) if len(measurements) > 1 \
@@ -339,16 +376,7 @@ class ErrorEKF(CovarianceInflation, Estimator):
                     H[:, 2 * g : 2 * g + na] = Hqdd @ R
                 if self.k:
                     H[:, 2 * g + na :] = Hqdd @ R @ self.model.input_gain(q, self.input_cols)
-        if self.k:
-            P = input_jump(self.P, y, H, Rm, slice(2 * g + na, None), self._u_sigma0**2, self.config["input_jump_nis"])
-            self.input_jumps += P is not self.P
-            self.P = P
-        dx, self.P, res = ekf_update(np.zeros(self.dim), self.P, names, dims, y, H, Rm, gates)
-        if res.accepted and self.k:  # the inputs within their limits (input_states.project_inputs)
-            dx = project_inputs(dx, self.P, np.arange(2 * g + na, self.dim), self.u, self._u_limit)
-        if res.accepted:
-            self._correct(dx)
-        return res
+        return names, dims, y, H, Rm
 
     def _correct(self, dx):
         """Feed the estimated errors back to the simulation (error state back to zero)."""
@@ -393,5 +421,5 @@ class ErrorEKF(CovarianceInflation, Estimator):
 
     def diagnostics(self) -> dict:
         if self.k:
-            return {"assembly_failures": self.failures, "input_jumps": self.input_jumps}
+            return {"assembly_failures": self.failures, "input_jumps": self.input_jumps, "jumps_undone": self.jumps_undone}
         return {"assembly_failures": self.failures}

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.errors import ConfigError
+from mbde_core.estimators.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.noise_rule import AUTO, INPUT_OBSERVERS  # noqa: F401 (re-exported)
 
 INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial", "limit")
@@ -81,10 +82,14 @@ def input_specs(config: dict) -> list:
     return [] if items == AUTO or not items else list(items)
 
 
-class InputStates:
+class InputStates(JumpHypothesis):
     """Mixin of a :class:`~mbde_core.estimators.kalman_base.ReducedKalman` observer:
     the k input states after [z, zd] (module doc). Call :meth:`_init_inputs` in
-    ``__init__`` and :meth:`_reset_inputs` after the base class's ``reset``."""
+    ``__init__`` and :meth:`_reset_inputs` after the base class's ``reset``; a jump's
+    reading is decided at the next update (:mod:`jump_hypothesis`, the observers that
+    predict through ``_predict_both``)."""
+
+    HYPOTHESIS = ("x", "P", "q", "qd", "full")
 
     def _init_inputs(self) -> None:
         mech = self.mech
@@ -105,6 +110,7 @@ class InputStates:
 
     def _reset_inputs(self) -> None:
         """x = [z, zd, u0], P = diag(P_[z, zd], sigma0^2) (after the base reset)."""
+        self._alt = None
         if not self.k:
             return
         g2 = 2 * self.g

@@ -53,7 +53,7 @@ class VIEKF(ErrorEKF):
         self.midpoint = config["integrator"] == "midpoint"
         self.linearisation_failures = 0
 
-    def predict(self, dt: float) -> None:
+    def _predict_one(self, dt: float) -> None:
         g, na = self.g, self.na
         q0, qd0 = self.state.q, self.state.qd
         F, Qd = self._F_and_Q(dt, q0)  # Euler F (fallback) and Sigma^P
