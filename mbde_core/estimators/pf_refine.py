@@ -114,9 +114,7 @@ def follower_config(cfg: dict, mech, sensors, context=None) -> dict | None:
     if "resolved" in ref:
         return ref["resolved"]
     from mbde_core.estimators.config_schema import validate
-    from mbde_core.estimators.noise_rule import resolve_config
-
-    from mbde_core.estimators.noise_rule import INPUT_OBSERVERS
+    from mbde_core.estimators.noise_rule import INPUT_OBSERVERS, resolve_config
 
     name = ref["estimator"]
     opts = dict(ref.get("options") or {})
