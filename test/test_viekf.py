@@ -103,3 +103,40 @@ def test_cases_beyond_the_paper(case, bound_deg):
         zt = truth.at(np.round(t / 1e-3) * 1e-3)[0]
         out[name] = float(np.degrees(np.sqrt(np.mean(wrap_angle(z - zt) ** 2))))
     assert out["viekf"] < bound_deg and out["viekf"] < 1.2 * out["errorekf"] + 0.05, out
+
+
+def test_structured_transition_with_an_input_equals_finite_differences_of_the_prediction():
+    """With an input u on the crank of paper 004's slider-crank, the [z, zd] block of the
+    VI-EKF's F is the derivative of its own prediction (the variational step with the
+    extra acceleration B(z0) u, B re-evaluated at the perturbed start), by central
+    differences; without d(B u)/dz0 its dzd1/dz0 was 20 % off here."""
+    from mbde_core.engine import kinematics
+    from mbde_core.engine.integrators import MBState, get_integrator
+
+    sc = load_scenario(config_path("scenarios", "adekf_slider_crank.yaml"))
+    mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
+    inputs = [{"coordinate": "theta", "psd": 10.0, "sigma0": 5.0}]
+    est = make_estimator("viekf", mech, sensors, validate("viekf", {"inputs": inputs}))
+    col = mech.coordinate_index("theta")
+    z0, zd0, u, h = 1.0, 60.0, 2.0, 0.001  # rad, rad/s, N m, s
+
+    def prediction(z, zd):
+        q = kinematics.solve_position(mech, np.array([z]), mech.q0)[0]
+        qd = kinematics.velocity(mech, q, np.array([zd]))
+        v = est.model.input_gain(q, [col]) @ np.array([u])
+        st = get_integrator("midpoint").step(mech, 0.0, MBState(q, qd), h, extra_zdd=v)
+        return np.array([st.q[mech.independent][0], st.qd[mech.independent][0]])
+
+    eps = np.array([1e-6, 1e-5])
+    J = np.column_stack([(prediction(z0 + eps[0], zd0) - prediction(z0 - eps[0], zd0)) / (2 * eps[0]),
+                         (prediction(z0, zd0 + eps[1]) - prediction(z0, zd0 - eps[1])) / (2 * eps[1])])
+    q0 = kinematics.solve_position(mech, np.array([z0]), mech.q0)[0]
+    est.reset(0.0, InitialState(np.array([z0]), np.array([zd0]), np.full(1, 0.05), np.full(1, 0.5), q0, None))
+    est.u = np.array([u])
+    P0 = np.diag([1e-4, 1e-2, 0.0])  # [rad^2, (rad/s)^2, (N m)^2]: the input known
+    est.P = P0.copy()
+    est.predict(h)
+    Qd = est._F_and_Q(h, q0)[1]
+    F = np.zeros((3, 3))
+    F[:2, :2], F[2, 2] = J, 1.0
+    np.testing.assert_allclose(est.P, F @ P0 @ F.T + Qd, rtol=1e-4, atol=1e-12)
