@@ -44,6 +44,7 @@ import numpy as np
 from collections import deque
 
 from mbde_core.estimators.chi2 import chi2_ppf
+from mbde_core.estimators.input_states import jump_variance
 from mbde_core.estimators.kalman import gate_rows, innovation_stats
 
 CONSISTENCY_WINDOW = 256   # fused readings in the median of the consistency c
@@ -121,35 +122,15 @@ class InputJumps:
         self._alt = None
 
     def _input_jump(self, y, H, R) -> None:
-        """Let the inputs jump when a reading says so (an extension of the paper's random walk).
-
-        With S0 = H P H^T + R and H_a the inputs' columns of H, the least-squares jump that
-        explains the innovation is d = (H_a^T S0^-1 H_a)^-1 H_a^T S0^-1 y; its variance is
-        taken as V = diag(min(d^2, jump_sigma^2)). Test (a generalised likelihood ratio of
-        "no jump" against "jump", S1 = S0 + H_a V H_a^T): if y^T S0^-1 y > ``jump_nis`` and
-        y^T S1^-1 y + ln det S1 < y^T S0^-1 y + ln det S0, the inputs' variances are raised
-        to at least V before the update. Near a dead centre, where the sensors do not see
-        the inputs (H_a ~ 0), S1 ~ S0 and nothing jumps.
+        """Let the inputs jump when a reading says so (an extension of the paper's random walk):
+        the generalised likelihood-ratio test of :func:`input_states.jump_variance` with
+        S0 = H P H^T + R, V <= ``jump_sigma``^2. Near a dead centre, where the sensors do not
+        see the inputs (H_a ~ 0), S1 ~ S0 and nothing jumps.
         """
         g2 = 2 * self.g
-        S0 = H @ self.P @ H.T + R
-        Ha = H[:, g2 : g2 + self.na]
-        try:
-            Si_y = np.linalg.solve(S0, y)
-            d0 = float(y @ Si_y)
-            if not d0 > self.jump_nis:
-                return
-            Si_Ha = np.linalg.solve(S0, Ha)
-            d = np.linalg.lstsq(Ha.T @ Si_Ha, Ha.T @ Si_y, rcond=None)[0]
-            V = np.minimum(d * d, self.jump_var)
-            S1 = S0 + (Ha * V) @ Ha.T
-            d1 = float(y @ np.linalg.solve(S1, y))
-            l0 = np.linalg.slogdet(S0)[1]
-            l1 = np.linalg.slogdet(S1)[1]
-        except np.linalg.LinAlgError:
-            return
-        if d1 + l1 < d0 + l0:
-            idx = np.arange(g2, g2 + self.na)
+        idx = np.arange(g2, g2 + self.na)
+        V = jump_variance(self.P[idx, idx], y, H @ self.P @ H.T + R, H[:, g2 : g2 + self.na], self.jump_var, self.jump_nis)
+        if V is not None:
             self.P = self.P.copy()
-            self.P[idx, idx] = np.maximum(self.P[idx, idx], V)
+            self.P[idx, idx] = V
             self.jumps += 1

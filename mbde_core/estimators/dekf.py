@@ -35,12 +35,13 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.estimators.input_states import InputStates, input_jump, project_inputs, validate_inputs
+from mbde_core.estimators.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.kalman import ekf_update
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.transition import TRANSITION_DEFAULT, heun_step, position_step
 
 
-class DEKF(InputStates, ReducedKalman):
+class DEKF(JumpHypothesis, InputStates, ReducedKalman):
     name = "dekf"
     DEFAULTS: dict = {"transition": "heun", "inputs": "auto", "input_jump_nis": 0.0, "measurement_order": 2}  # inputs: the rule's (none without force limits; README)
     validate_config = staticmethod(validate_inputs)
@@ -50,9 +51,12 @@ class DEKF(InputStates, ReducedKalman):
         self._F_cache = {}
         self._init_inputs()
 
+    HYPOTHESIS = ("x", "P", "q", "qd", "full")  # jump_hypothesis: the state of a hypothesis
+
     def reset(self, t, init) -> None:
         super().reset(t, init)
         self._reset_inputs()
+        self._alt = None
 
     def _F(self, dt):
         """(F, Sigma^P) for the step dt."""

@@ -34,7 +34,6 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.noise_rule import AUTO, INPUT_OBSERVERS  # noqa: F401 (re-exported)
 
 INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial", "limit")
@@ -82,14 +81,10 @@ def input_specs(config: dict) -> list:
     return [] if items == AUTO or not items else list(items)
 
 
-class InputStates(JumpHypothesis):
+class InputStates:
     """Mixin of a :class:`~mbde_core.estimators.kalman_base.ReducedKalman` observer:
     the k input states after [z, zd] (module doc). Call :meth:`_init_inputs` in
-    ``__init__`` and :meth:`_reset_inputs` after the base class's ``reset``; a jump's
-    reading is decided at the next update (:mod:`jump_hypothesis`, the observers that
-    predict through ``_predict_both``)."""
-
-    HYPOTHESIS = ("x", "P", "q", "qd", "full")
+    ``__init__`` and :meth:`_reset_inputs` after the base class's ``reset``."""
 
     def _init_inputs(self) -> None:
         mech = self.mech
@@ -110,7 +105,6 @@ class InputStates(JumpHypothesis):
 
     def _reset_inputs(self) -> None:
         """x = [z, zd, u0], P = diag(P_[z, zd], sigma0^2) (after the base reset)."""
-        self._alt = None
         if not self.k:
             return
         g2 = 2 * self.g

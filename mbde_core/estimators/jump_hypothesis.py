@@ -25,6 +25,8 @@ import math
 
 import numpy as np
 
+from mbde_core.estimators.kalman import innovation_stats
+
 
 class JumpHypothesis:
     HYPOTHESIS: tuple = ()
@@ -57,13 +59,8 @@ class JumpHypothesis:
     def _score(self, measurements) -> float:
         """-2 log-likelihood (without 2 pi) of the readings at the current state; inf if
         S is not positive definite."""
-        y, S = self._innovation_cov(measurements)
-        try:
-            L = np.linalg.cholesky(0.5 * (S + S.T))
-        except np.linalg.LinAlgError:
-            return math.inf
-        w = np.linalg.solve(L, y)
-        val = float(w @ w) + 2.0 * float(np.sum(np.log(np.diag(L))))
+        nis, _, logdet = innovation_stats(*self._innovation_cov(measurements))  # NaN: S not positive definite
+        val = nis + logdet
         return val if math.isfinite(val) else math.inf
 
     def _decide(self, measurements) -> None:

@@ -90,6 +90,11 @@ RULE_DEFAULTS = {"model_error": MODEL_ERROR, "force_limits": {}}
 INPUT_OBSERVERS = ("errorekf", "viekf", "ukf", "dekf", "cekf")  # the [z, zd] observers with input states
 
 
+def model_error(cfg: dict) -> float:
+    """eps of the options ``cfg`` (``rule.model_error``, default MODEL_ERROR)."""
+    return float((cfg.get("rule") or {}).get("model_error", MODEL_ERROR))
+
+
 def has_auto(cfg: dict) -> bool:
     """Whether any option of ``cfg`` (nested) is ``auto``."""
     for v in cfg.values():
@@ -149,7 +154,7 @@ def auto_step(sc, sensors) -> float:
 def auto_psd(name: str, cfg: dict, sc, dt: float, covered=None) -> tuple[np.ndarray, np.ndarray]:
     """(acceleration_psd, velocity_psd) (g,) of the rule (module doc); covered (g,) bool:
     the coordinates whose unknown forces are input states (no q_force there)."""
-    eps = float((cfg.get("rule") or {}).get("model_error", MODEL_ERROR))
+    eps = model_error(cfg)
     pz, pv = transition_orders(name, cfg)
     if name == "adekf":
         dt = dt / max(1, int(cfg.get("substeps", 1)))
@@ -199,13 +204,12 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
     if name == "adekf":
         _adekf_inputs(out, sc, mech)
     if out.get("inputs") == AUTO:
-        eps = float((out.get("rule") or {}).get("model_error", MODEL_ERROR))
         jumps = bool(out.get("input_jump_nis"))
-        out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]), eps if jumps else None)
+        out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]), model_error(out) if jumps else None)
     if widen:
         from mbde_core.estimators.sensor_scales import widened_sigmas
 
-        eps = float((out.get("rule") or {}).get("model_error", MODEL_ERROR))
+        eps = model_error(out)
         all_inputs = name == "adekf" or (covered is not None and bool(covered.all()))
         a_f = None if covered is None else np.where(covered, 0.0, sc.a_f)
         out["sensor_sigma"] = dict(out.get("sensor_sigma") or {})
@@ -251,7 +255,7 @@ def auto_inputs(mech, sc, limits, step: float, eps: float | None = None) -> list
 
 def _widened_sensors(name: str, cfg: dict, sensors) -> list[str]:
     """Acceleration-reading sensors whose sigma the rule widens (not listed in sensor_sigma)."""
-    if name in ("pf", "vipf") or not (cfg.get("rule") or {}).get("model_error", MODEL_ERROR):
+    if name in ("pf", "vipf") or not model_error(cfg):
         return []
     if "sensor_sigma" not in cfg:
         return []
@@ -260,7 +264,7 @@ def _widened_sensors(name: str, cfg: dict, sensors) -> list[str]:
 
 
 def _adekf_inputs(out: dict, sc, mech) -> None:
-    eps = float((out.get("rule") or {}).get("model_error", MODEL_ERROR))
+    eps = model_error(out)
     F_c = float(np.max(np.maximum(sc.a_f * sc.m_z, eps * sc.m_z * sc.a_g)))
     w = input_rate(sc)  # an input that depends on z changes at rate v
     if out.get("r_a") == AUTO:
