@@ -106,37 +106,61 @@ def test_cases_beyond_the_paper(case, bound_deg):
 
 
 def test_structured_transition_with_an_input_equals_finite_differences_of_the_prediction():
-    """With an input u on the crank of paper 004's slider-crank, the [z, zd] block of the
+    """With an input u on the crank of paper 004's slider-crank (``structured: always``), the
     VI-EKF's F is the derivative of its own prediction (the variational step with the
-    extra acceleration B(z0) u, B re-evaluated at the perturbed start), by central
-    differences; without d(B u)/dz0 its dzd1/dz0 was 20 % off here."""
+    generalized force E u) with respect to z, zd and u, by central differences."""
     from mbde_core.engine import kinematics
     from mbde_core.engine.integrators import MBState, get_integrator
 
     sc = load_scenario(config_path("scenarios", "adekf_slider_crank.yaml"))
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
     inputs = [{"coordinate": "theta", "psd": 10.0, "sigma0": 5.0}]
-    est = make_estimator("viekf", mech, sensors, validate("viekf", {"inputs": inputs}))
+    est = make_estimator("viekf", mech, sensors, validate("viekf", {"inputs": inputs, "structured": "always"}))
     col = mech.coordinate_index("theta")
-    z0, zd0, u, h = 1.0, 60.0, 2.0, 0.001  # rad, rad/s, N m, s
+    z0, zd0, u0, h = 1.0, 60.0, 2.0, 0.001  # rad, rad/s, N m, s
 
-    def prediction(z, zd):
+    def prediction(z, zd, u):
         q = kinematics.solve_position(mech, np.array([z]), mech.q0)[0]
         qd = kinematics.velocity(mech, q, np.array([zd]))
-        v = est.model.input_gain(q, [col]) @ np.array([u])
-        st = get_integrator("midpoint").step(mech, 0.0, MBState(q, qd), h, extra_zdd=v)
+        fe = np.zeros(mech.n)
+        fe[col] = u
+        st = get_integrator("midpoint").step(mech, 0.0, MBState(q, qd), h, extra_force=fe)
         return np.array([st.q[mech.independent][0], st.qd[mech.independent][0]])
 
-    eps = np.array([1e-6, 1e-5])
-    J = np.column_stack([(prediction(z0 + eps[0], zd0) - prediction(z0 - eps[0], zd0)) / (2 * eps[0]),
-                         (prediction(z0, zd0 + eps[1]) - prediction(z0, zd0 - eps[1])) / (2 * eps[1])])
+    x0, eps = np.array([z0, zd0, u0]), np.array([1e-6, 1e-5, 1e-5])
+    J = np.column_stack([(prediction(*(x0 + e)) - prediction(*(x0 - e))) / (2 * e[k])
+                         for k, e in enumerate(np.diag(eps))])
     q0 = kinematics.solve_position(mech, np.array([z0]), mech.q0)[0]
     est.reset(0.0, InitialState(np.array([z0]), np.array([zd0]), np.full(1, 0.05), np.full(1, 0.5), q0, None))
-    est.u = np.array([u])
-    P0 = np.diag([1e-4, 1e-2, 0.0])  # [rad^2, (rad/s)^2, (N m)^2]: the input known
+    est.u = np.array([u0])
+    P0 = np.diag([1e-4, 1e-2, 1e-2])  # [rad^2, (rad/s)^2, (N m)^2]
     est.P = P0.copy()
     est.predict(h)
     Qd = est._F_and_Q(h, q0)[1]
-    F = np.zeros((3, 3))
-    F[:2, :2], F[2, 2] = J, 1.0
+    F = np.eye(3)
+    F[:2, :] = J
     np.testing.assert_allclose(est.P, F @ P0 @ F.T + Qd, rtol=1e-4, atol=1e-12)
+
+
+def test_structured_auto_takes_the_euler_block_with_estimated_inputs():
+    """``structured: without_inputs`` (the default): the step's exact [z, zd] block without inputs,
+    paper 003's Euler block with them (the inputs' column stays the exact one)."""
+    from mbde_core.engine import kinematics
+
+    sc = load_scenario(config_path("scenarios", "adekf_slider_crank.yaml"))
+    mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
+    h = 0.001
+    blocks = {}
+    for label, inputs in (("none", []), ("motor", [{"coordinate": "theta", "psd": 10.0, "sigma0": 5.0}])):
+        est = make_estimator("viekf", mech, sensors, validate("viekf", {"inputs": inputs}))
+        q0 = kinematics.solve_position(mech, np.array([1.0]), mech.q0)[0]
+        est.reset(0.0, InitialState(np.array([1.0]), np.array([60.0]), np.full(1, 0.05), np.full(1, 0.5), q0, None))
+        k = est.k
+        P0 = np.zeros((2 + k, 2 + k))
+        P0[0, 0] = 1e-4  # only z uncertain: P[:2, 0] / 1e-4 is F's z-column
+        est.P = P0
+        est.predict(h)
+        Qd = est._F_and_Q(h, q0)[1]
+        blocks[label] = (est.P - Qd)[:2, 0] / 1e-4
+    np.testing.assert_allclose(blocks["motor"], [1.0, 0.0], atol=1e-9)  # Euler: z1 = z0 + h zd0, zd1 = zd0
+    assert abs(blocks["none"][0] - 1.0) > 1e-4 and abs(blocks["none"][1]) > 1.0  # the exact step's dzd1/dz0 ~ 1.6 1/s

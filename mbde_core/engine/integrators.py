@@ -366,8 +366,10 @@ class _Variational:
     def params(self, mech, h):
         return variational.VIParams(h, self.midpoint, self.tol * max(1.0, mech.length_scale), self.max_iter)
 
-    def step(self, mech, t, state: MBState, h, extra_zdd=None) -> MBState:
-        return variational.run(mech, t, state, self.params(mech, h), extra_zdd)
+    def step(self, mech, t, state: MBState, h, extra_zdd=None, extra_force=None) -> MBState:
+        """``extra_force`` (n,) or (N, n): a generalized force held over the step
+        (:mod:`variational`)."""
+        return variational.run(mech, t, state, self.params(mech, h), extra_zdd, extra_force=extra_force)
 
     def step_noisy(self, mech, t, state: MBState, h, dz=None, dzd=None, extra_zdd=None) -> MBState:
         """The stochastic step of paper 002 eqs. 5-6: position increment dz = sigma dW1 and

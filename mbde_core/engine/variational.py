@@ -42,7 +42,12 @@ symplectic Euler rule after the step, eq. 5)::
     SE:        w = h zd0 + s1,              zd1 = Mbar1^-1 R1^T [M (q1 - q0 - R0 s1)/h + h F] + s2
 
 (the discrete velocity in F is (q1 - q0 - R0 s1)/h). ``extra_zdd`` v (g,) is the
-constant extra force M R0 v during the step, which changes zdd by v (paper 000 eq. 11).
+constant extra force M R0 v during the step, which changes zdd by v (paper 000 eq. 11);
+``extra_force`` fe (n,) a generalized force held over the step (a motor torque E u on
+its coordinate: it enters both residuals as itself, R0^T fe and R1^T fe, where
+M R0 Mbar0^-1 R0^T fe, the same force as an acceleration at q0, would enter the momentum
+at q1 as R1^T M R0 Mbar0^-1 R0^T fe: 1e-3 rad/s per 1 ms step at 2 N m and 60 rad/s on
+the paper-004 slider-crank, a drift the size of the plant noise).
 
 Speed: the same algorithm text runs on one state (Python floats through the generated
 scalar kernels), on a batch (batch-last arrays through the vector kernels; M R0, Mbar0
@@ -353,11 +358,11 @@ class _GenericVI(_BatchVI):
 # the algorithm
 
 
-def vi_algorithm(B, iz, t, P: VIParams, q0, qd0, qdd0, v, s1, s2):
+def vi_algorithm(B, iz, t, P: VIParams, q0, qd0, qdd0, v, s1, s2, fe=None):
     """One variational step on backend B: (q1, qd1, qdd1, ok, R1 kernel rows, ctx1).
 
-    q0, qd0, qdd0 (or None): n values; v, s1, s2: g values or None (see the module
-    docstring).
+    q0, qd0, qdd0 (or None): n values; v, s1, s2: g values or None; fe: n values or None,
+    a generalized force held over the step (see the module docstring).
     """
     h = P.h
     mech = B.mech
@@ -379,6 +384,8 @@ def vi_algorithm(B, iz, t, P: VIParams, q0, qd0, qdd0, v, s1, s2):
     if s2 is not None and P.midpoint:
         w = B.axpy(w, 0.5 * h, s2)
     Qe = None if v is None else B.rdot(B0, v)  # the extra force M R0 v
+    if fe is not None:  # plus the generalized force fe
+        Qe = fe if Qe is None else B.add(Qe, fe)
     loads = bool(mech.loads)
     stiff = P.midpoint and (mech.loads.position_dependent or mech.loads.velocity_dependent)
     tf = t + 0.5 * h if P.midpoint else t + h
@@ -452,7 +459,7 @@ def _noise(x, N, g):
     return None if x is None else np.asarray(x, dtype=float).reshape(N, g)
 
 
-def run(mech, t, state, P: VIParams, extra_zdd=None, s1=None, s2=None):
+def run(mech, t, state, P: VIParams, extra_zdd=None, s1=None, s2=None, extra_force=None):
     """The step on the best backend: MBState (single: arrays (n,); batch: (N, n), with
     ``aux`` the kernel context at q1 when the batch ran in one piece)."""
     from mbde_core.engine.integrators import MBState
@@ -464,12 +471,13 @@ def run(mech, t, state, P: VIParams, extra_zdd=None, s1=None, s2=None):
     qd = np.asarray(state.qd, dtype=float).reshape(N, n)
     qdd = None if state.qdd is None else np.asarray(state.qdd, dtype=float).reshape(N, n)
     v, a, b = (_noise(x, N, g) for x in (extra_zdd, s1, s2))
+    fe = _noise(extra_force, N, n)
     qb = q.reshape(N, n)
     if K is not None and N <= fastpath.SMALL_BATCH:
         try:
             S = _SingleVI.of(mech, K)
             res = [vi_algorithm(S, K.iz, t, P, qb[k].tolist(), qd[k].tolist(), None if qdd is None else qdd[k].tolist(),
-                                *(None if x is None else x[k].tolist() for x in (v, a, b))) for k in range(N)]
+                                *(None if x is None else x[k].tolist() for x in (v, a, b, fe))) for k in range(N)]
             out = [np.array([r[i] for r in res], dtype=float).reshape(N, n) for i in range(3)]
             ok = np.array([bool(r[3]) for r in res])
             if single:
@@ -478,7 +486,7 @@ def run(mech, t, state, P: VIParams, extra_zdd=None, s1=None, s2=None):
         except fastpath.SCALAR_ERRORS:
             pass  # the batched code decides (exactly singular, non-finite)
     vec = step_backends.Batch.vec
-    args = [vec(qb), vec(qd), None if qdd is None else vec(qdd)] + [None if x is None else vec(x) for x in (v, a, b)]
+    args = [vec(qb), vec(qd), None if qdd is None else vec(qdd)] + [None if x is None else vec(x) for x in (v, a, b, fe)]
     if K is None:
         q1, qd1, qdd1, ok, _, _ = vi_algorithm(_GenericVI(mech, N), mech.independent, t, P, *args)
         return MBState.make(q1.T, qd1.T, qdd1.T, ok, single)

@@ -84,10 +84,13 @@ def position_hessian(mech, q, R) -> np.ndarray:
     return S
 
 
-def step_jacobian(mech, t: float, h: float, midpoint: bool, q0, qd0, q1, qd1, a=None):
+def step_jacobian(mech, t: float, h: float, midpoint: bool, q0, qd0, q1, qd1, a=None, force=None, E=None):
     """(Fx (2g, 2g), Fa (2g, g)): d(z1, zd1)/d(z0, zd0) and d(z1, zd1)/da of the variational
     step from (q0, qd0) to its result (q1, qd1) (single states (n,)), a: the acceleration
-    offset of the step (g,) or None (zero)."""
+    offset of the step (g,) or None (zero), force: the step's generalized force fe (n,)
+    (``extra_force`` of :func:`variational.run`) or None. With E (n, k), the columns of
+    fe = E u: (Fx, Fa, Fu), Fu = d(z1, zd1)/du (2g, k): dPhi1/du = -c_h R0^T E,
+    dPhi2/du = -c_p R1^T E (fe constant over the step: no z0-terms)."""
     M = np.asarray(mech.M, dtype=float)
     iz = mech.independent
     g = mech.dof
@@ -102,6 +105,8 @@ def step_jacobian(mech, t: float, h: float, midpoint: bool, q0, qd0, q1, qd1, a=
     else:
         tf, qa = t + h, q1
     F = mech.forces(tf, qa, va) + M @ R0 @ a
+    if force is not None:
+        F = F + np.asarray(force, dtype=float)
     if mech.loads:
         Kq, C = mech.force_jacobians(tf, qa, va)
     else:  # gravity only: constant
@@ -131,7 +136,13 @@ def step_jacobian(mech, t: float, h: float, midpoint: bool, q0, qd0, q1, qd1, a=
     for l in range(g):
         Sl = S1[:, :, l]
         D[:, l] += Sl.T @ MR1 @ zd1 + MR1.T @ Sl @ zd1 - Sl.T @ b1
+    if E is not None:
+        E = np.asarray(E, dtype=float)
+        P1 = np.hstack([P1, -c_h * (R0.T @ E)])
+        P2 = np.hstack([P2, -c_p * (R1.T @ E)])
     dz1 = -np.linalg.solve(A, P1)
     dzd1 = -np.linalg.solve(Mbar1, P2 + D @ dz1)
     J = np.vstack([dz1, dzd1])
+    if E is not None:
+        return J[:, : 2 * g], J[:, 2 * g : 3 * g], J[:, 3 * g :]
     return J[:, : 2 * g], J[:, 2 * g :]
