@@ -39,8 +39,8 @@ def slider():
 @pytest.mark.parametrize("name", ["ukf", "dekf", "errorekf", "viekf", "cekf"])
 def test_rule_gives_inputs_only_with_force_limits(slider, name):
     sc, mech, sensors, ctx = slider
-    # the built-in default: the rule's inputs for the UKF, DEKF and errorEKF, none (opt-in) for VI-EKF and CEKF
-    default_auto = name in ("ukf", "dekf", "errorekf")
+    # the built-in default: the rule's inputs for the UKF, DEKF, errorEKF and VI-EKF, none (opt-in) for the CEKF
+    default_auto = name in ("ukf", "dekf", "errorekf", "viekf")
     assert defaults(name)["inputs"] == (AUTO if default_auto else [])
     opt_in = validate(name, {"inputs": AUTO, "input_jump_nis": 0.0})  # without jumps: the limit's rate
     built_in = resolve_config(name, defaults(name), mech, sensors, ctx)["inputs"]
@@ -314,7 +314,7 @@ def test_ukf_jump_matches_the_ekf_jump_on_a_linear_reading():
     np.testing.assert_allclose(S, H @ P1 @ H.T + R, rtol=1e-9)
 
 
-@pytest.mark.parametrize("name", ["errorekf", "dekf"])
+@pytest.mark.parametrize("name", ["errorekf", "dekf", "diekfpm"])
 def test_an_outlier_that_asked_for_a_jump_is_undone_at_the_next_reading(name):
     # the same readings twice, one of them replaced by a 20 m/s^2 outlier (400 sigma) in
     # one run and dropped in the other: the outlier asks for a jump, the next reading

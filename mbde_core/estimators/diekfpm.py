@@ -76,6 +76,7 @@ import numpy as np
 
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sensor_variances
+from mbde_core.estimators.diekfpm_inputs import DependentInputs, validate_dependent_inputs
 from mbde_core.estimators.kalman import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, update_result
 from mbde_core.estimators.reduced import ReducedModel
 from mbde_core.estimators.transition import heun_step, position_step
@@ -84,13 +85,14 @@ from mbde_core.types import MechanismSnapshot
 NORMAL_NOISE_RATIO = 1e-6  # W relative to the plant noise (module doc, "Normal freedom")
 
 
-class DIEKFpm(Estimator):
+class DIEKFpm(DependentInputs, Estimator):
     name = "diekfpm"
     # transition_jacobian: full by default (the common default is paper 003's simple F; see
     # the module doc, "Covariance": at rest at the rocker's dead point the full A is what
     # ties the crank angle to the readings)
     DEFAULTS = {"iterations": 3, "normal_noise_ratio": NORMAL_NOISE_RATIO, "transition": "heun",
-                "transition_jacobian": "full"}
+                "transition_jacobian": "full", "inputs": "auto", "input_jump_nis": 16.0}  # inputs: diekfpm_inputs.py
+    validate_config = staticmethod(validate_dependent_inputs)
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)
@@ -101,6 +103,7 @@ class DIEKFpm(Estimator):
         self._iso = np.zeros((2 * self.n, 2 * self.n))
         self._sigma = sensor_variances(config)
         self._T_at = None  # (X, T) of the last projected mean
+        self._init_inputs()
 
     def reset(self, t: float, init: InitialState) -> None:
         self.t = float(t)
@@ -112,9 +115,10 @@ class DIEKFpm(Estimator):
         self.X = np.concatenate([q, qd])
         g = self.mech.dof
         Pz = np.diag(np.concatenate([np.broadcast_to(init.sigma_z, (g,)), np.broadcast_to(init.sigma_zd, (g,))]) ** 2)
-        self.Pz = Pz
+        self.Pz = Pz = self._reset_inputs(Pz)
         T = self._T(q, qd)
-        self.P = T @ Pz @ T.T
+        Ta = self._Ta(T)
+        self.P = Ta @ Pz @ Ta.T
         Qz = self.plant_noise(float(self.config["step"]))
         self._iso = self._coordinate_noise(T @ Qz @ T.T)
         self._T_at = None
@@ -129,6 +133,10 @@ class DIEKFpm(Estimator):
         T[n:, g:] = st.R
         return T
 
+    def _Ta(self, T):
+        """blockdiag(T, I_k): [X, u] over [z, zd, u] (T itself without inputs)."""
+        return self._augment(T, np.eye(self.k))
+
     def _coordinate_noise(self, Qq):
         """Isotropic q-space noise with the per-coordinate average of the tangent noise Qq."""
         n = self.n
@@ -137,16 +145,27 @@ class DIEKFpm(Estimator):
         vel = r * np.trace(Qq[n:, n:]) / n
         return np.diag(np.concatenate([np.full(n, pos), np.full(n, vel)]))
 
-    def _qdd(self, q, qd):
-        return dynamics.forward(self.mech, self.t, q, qd)[1]
+    def _qdd(self, q, qd, u=None):
+        return dynamics.forward(self.mech, self.t, q, qd, extra_Q=self._forces(u))[1]
+
+    HYPOTHESIS = ("X", "u", "Pz", "P", "_iso", "_T_at")  # jump_hypothesis: the state of a hypothesis
 
     def predict(self, dt: float) -> None:
+        self._predict_both(self._predict_one, dt)
+
+    def _predict_one(self, dt: float) -> None:
         n = self.n
         q, qd = self.X[:n], self.X[n:]
         qdd = self._qdd(q, qd)
         g = self.mech.dof
         Qz = self.plant_noise(dt)
-        if self.config.get("transition_jacobian", "simple") == "full":
+        full = self.config.get("transition_jacobian", "simple") == "full"
+        if self.k:
+            Fz = np.eye(2 * g) + dt * self._transition_jacobian() if full else _propagate(np.eye(2 * g), dt, g)
+            Fz = self._input_transition(Fz, q, dt)
+            self.Pz = Fz @ self.Pz @ Fz.T + self._input_noise(Qz, dt)
+            self.Pz = 0.5 * (self.Pz + self.Pz.T)
+        elif full:
             Fz = np.eye(2 * g) + dt * self._transition_jacobian()
             self.Pz = Fz @ self.Pz @ Fz.T + Qz
         else:
@@ -166,7 +185,7 @@ class DIEKFpm(Estimator):
         reduced model's central differences, as DEKF, CEKF and the errorEKF take it)."""
         n, iz = self.n, self.mech.independent
         x = np.concatenate([self.X[:n][iz], self.X[n:][iz]])
-        return self.model.transition_jacobian(self.t, x, self.X[:n], "full")
+        return self.model.transition_jacobian(self.t, x, self.X[:n], "full", extra_Q=self._forces())
 
     def _prior_T(self, X):
         """T at X (reused when X is the last projected mean)."""
@@ -177,28 +196,30 @@ class DIEKFpm(Estimator):
     def _augmented(self, names, X, constraints: bool = True):
         """h'(X) and H'(X) for the named sensors plus (optionally) the constraints."""
         n = self.n
-        q, qd = X[:n], X[n:]
+        q, qd, u = X[:n], X[n:2 * n], (X[2 * n:] if self.k else None)
         uses_qdd = self.sensors.uses_qdd(names) if names else False
-        qdd = self._qdd(q, qd) if uses_qdd else None
+        qdd = self._qdd(q, qd, u) if uses_qdd else None
         h_parts, H_parts = [], []
         if names:
             hs, Hq, Hqd, Hqdd = self.model.sensor_terms(names, q, qd, qdd)
             h_parts.append(hs)
             if uses_qdd:
-                dqdd = np.zeros((n, 2 * n))
-                for k in range(2 * n):
+                dqdd = np.zeros((n, len(X)))
+                for k in range(len(X)):
                     e = 1e-6 * max(1.0, abs(X[k]))
                     Xp, Xm = X.copy(), X.copy()
                     Xp[k] += e
                     Xm[k] -= e
-                    dqdd[:, k] = (self._qdd(Xp[:n], Xp[n:]) - self._qdd(Xm[:n], Xm[n:])) / (2 * e)
-                Hsens = np.concatenate([Hq, Hqd], axis=1) + Hqdd @ dqdd
+                    dqdd[:, k] = (self._qdd(Xp[:n], Xp[n:2 * n], Xp[2 * n:] if self.k else None)
+                                  - self._qdd(Xm[:n], Xm[n:2 * n], Xm[2 * n:] if self.k else None)) / (2 * e)
+                Hsens = np.concatenate([Hq, Hqd, np.zeros((Hq.shape[0], self.k))], axis=1) + Hqdd @ dqdd
             else:
-                Hsens = np.concatenate([Hq, Hqd], axis=1)
+                Hsens = np.concatenate([Hq, Hqd, np.zeros((Hq.shape[0], self.k))], axis=1)
             H_parts.append(Hsens)
         if not constraints:
             return np.concatenate(h_parts), np.concatenate(H_parts, axis=0)
-        hc, Hc = self._constraints(X, jacobian=True)
+        hc, Hc = self._constraints(X[:2 * n], jacobian=True)
+        Hc = np.concatenate([Hc, np.zeros((Hc.shape[0], self.k))], axis=1)
         return np.concatenate(h_parts + [hc]), np.concatenate(H_parts + [Hc], axis=0)
 
     def _constraints(self, X, jacobian: bool):
@@ -220,12 +241,13 @@ class DIEKFpm(Estimator):
     def _iterated_update(self, names, o, Rs, gates):
         """Iterated sensor update + perfect-measurement constraint projection (docstring)."""
         n = self.n
-        X_prior = self.X.copy()
+        X_prior = np.concatenate([self.X, self.u]) if self.k else self.X.copy()  # [X, u]
         # Prior covariance without the O(dt) tangent->normal leak of the Euler step:
         # tangent part (orthogonal projection at the prior) + isotropic normal freedom.
-        T0 = self._prior_T(self.X)
-        P = T0 @ self.Pz @ T0.T + self._iso
+        T0 = self._Ta(self._prior_T(self.X))
+        P = T0 @ self.Pz @ T0.T + self._augment(self._iso, np.zeros((self.k, self.k)))
         result = UpdateResult()
+        jumped = None  # the state before an input jump (jump_hypothesis)
         X = X_prior.copy()
         first = None  # (K, H, R) of the first (EKF) pass over the accepted readings
         ds = len(o)
@@ -236,6 +258,11 @@ class DIEKFpm(Estimator):
                 h, H = self._augmented(names, X, constraints=False)
                 y = self.model.residual(names, o, h)
                 S = H @ P @ H.T + Rs
+                before = self._state_tuple() if it == 0 and self.k else None
+                if before is not None and self._input_jump(y, S, H):  # Pz's input variances raised
+                    P = T0 @ self.Pz @ T0.T + self._augment(self._iso, np.zeros((self.k, self.k)))
+                    S = H @ P @ H.T + Rs
+                    jumped = before
                 if it == 0:
                     dist = []
                     accepted, rejected, srows = gate_rows(names, dims, y, S, gates, dist)
@@ -249,6 +276,8 @@ class DIEKFpm(Estimator):
                 if it == 0:
                     first = (K, Hr, Rs[np.ix_(srows, srows)])
                 X = X_prior + K @ (yr - Hr @ (X_prior - X))
+        if first is not None and self.k:  # the inputs within their limits
+            X = self._bound_inputs(X, P)
         if first is None:
             X, P_info = self._project(X), P
         else:
@@ -256,6 +285,8 @@ class DIEKFpm(Estimator):
             if X is None:  # no step along the update is consistent: the readings are not fused
                 result = UpdateResult([], result.accepted + result.rejected, distances=result.distances)
                 X, P_info = self._project(X_prior), P
+        if self.k:
+            X, self.u = X[:2 * n], X[2 * n:].copy()
         self.X = X
         # Covariance: the sensors' information, then the orthogonal projection onto the
         # tangent space of both constraint manifolds at the new mean (the perfect
@@ -267,6 +298,7 @@ class DIEKFpm(Estimator):
             Tp = np.linalg.solve(TtT, T.T)  # pinv(T): full column rank
         except np.linalg.LinAlgError:
             Tp = np.linalg.pinv(T)
+        Tp, T = self._Ta(Tp), self._Ta(T)
         Pz = Tp @ P_info @ Tp.T
         Pz = 0.5 * (Pz + Pz.T)
         if not np.all(np.isfinite(Pz)):  # T overflowed (a singular configuration): keep the prior's
@@ -278,6 +310,8 @@ class DIEKFpm(Estimator):
             w, V = np.linalg.eigh(Pz)
             self.Pz = (V * np.clip(w, 0.0, None)) @ V.T
         self.P = T @ self.Pz @ T.T
+        if jumped is not None and result.accepted:
+            self._keep_alternative(jumped)
         return result
 
     def _checked_step(self, X_prior, X, P, first, result):
@@ -297,9 +331,9 @@ class DIEKFpm(Estimator):
         (I - a K H) P (I - a K H)^T + a^2 K R K^T.
         """
         K, H, R = first
-        n, iz = self.n, self.mech.independent
-        idx = np.concatenate([iz, n + iz])
-        angular = np.concatenate([np.isin(iz, self.mech.rel_columns), np.zeros(len(iz), bool)])
+        n, iz, k = self.n, self.mech.independent, self.k
+        idx = np.concatenate([iz, n + iz, 2 * n + np.arange(k)])
+        angular = np.concatenate([np.isin(iz, self.mech.rel_columns), np.zeros(len(iz) + k, bool)])
         step = X - X_prior
         for k in range(STEP_HALVINGS + 1):
             a = 0.5**k
@@ -310,13 +344,16 @@ class DIEKFpm(Estimator):
             d = Xa[idx] - X_prior[idx]
             d = np.where(angular, (d + np.pi) % (2.0 * np.pi) - np.pi, d)
             if move_within_bound(d, self.Pz, result.nis, result.dof):
-                IKH = np.eye(2 * n) - a * (K @ H)
+                IKH = np.eye(len(X_prior)) - a * (K @ H)
                 return Xa, IKH @ P @ IKH.T + (a * a) * (K @ R @ K.T)
         return None, None
 
     def _project(self, X):
         """Perfect measurements Phi = 0, Phi_q qd = 0 as an iterated (Gauss-Newton) update
-        with the isotropic normal covariance W: X <- X - W H^T (H W H^T)^-1 h_c(X)."""
+        with the isotropic normal covariance W: X <- X - W H^T (H W H^T)^-1 h_c(X) (the
+        inputs of [X, u], if any, are kept)."""
+        if len(X) > 2 * self.n:
+            return np.concatenate([self._project(X[: 2 * self.n]), X[2 * self.n:]])
         W = np.diag(self._iso)
         W = np.where(W > 0, W, 1.0)
         tol = 1e-14 * max(1.0, self.mech.length_scale**2)
@@ -331,24 +368,29 @@ class DIEKFpm(Estimator):
 
     def reacquire(self, inflation: float) -> None:
         """Re-acquisition (:meth:`Estimator.reacquire`): Pz and P = T Pz T^T scaled."""
+        self._alt = None  # jump_hypothesis: the held alternative dropped
         self.Pz = self.Pz * float(inflation)
         self.P = self.P * float(inflation)
 
-    def update(self, measurements, gates=None):
+    def _readings(self, measurements):
+        """(names, o, R) of the readings."""
         names = [mm.sensor for mm in measurements]
         o = np.concatenate([np.asarray(mm.value, float) for mm in measurements])
         over = {nm: np.full(self.sensors[nm].dim, self._sigma[nm]) for nm in names if nm in self._sigma}
-        Rs = self.model.covariance(names, over)
-        return self._iterated_update(names, o, Rs, gates)
+        return names, o, self.model.covariance(names, over)
+
+    def update(self, measurements, gates=None):
+        self._decide(measurements)
+        return self._iterated_update(*self._readings(measurements), gates)
 
     def estimate(self) -> MechanismSnapshot:
         n = self.n
         q, qd = self.X[:n].copy(), self.X[n:].copy()
-        zdd, qdd = dynamics.forward(self.mech, self.t, q, qd)
+        zdd, qdd = dynamics.forward(self.mech, self.t, q, qd, extra_Q=self._forces())
         iz = self.mech.independent
         idx = np.concatenate([iz, n + iz])
-        return MechanismSnapshot(stamp=self.t, q=q, qd=qd, qdd=qdd, z=q[iz].copy(), zd=qd[iz].copy(), zdd=zdd,
-                                 cov=self.P[np.ix_(idx, idx)].copy())
+        return self.input_snapshot(MechanismSnapshot(stamp=self.t, q=q, qd=qd, qdd=qdd, z=q[iz].copy(),
+                                                     zd=qd[iz].copy(), zdd=zdd, cov=self.P[np.ix_(idx, idx)].copy()))
 
 
 def _propagate(P, dt, g):

@@ -87,7 +87,7 @@ STEP_TURN = 0.05   # rad per step at the motion's frequency
 SIGMA_Z = 0.05     # of ell
 SIGMA_ZD = 0.05    # of v
 RULE_DEFAULTS = {"model_error": MODEL_ERROR, "force_limits": {}}
-INPUT_OBSERVERS = ("errorekf", "viekf", "ukf", "dekf", "cekf")  # the [z, zd] observers with input states
+INPUT_OBSERVERS = ("errorekf", "viekf", "ukf", "dekf", "cekf", "diekfpm")  # the [z, zd] observers with input states
 
 
 def model_error(cfg: dict) -> float:
