@@ -99,3 +99,15 @@ def test_diekfpm_input_tracks_the_slider_crank_with_its_encoder():
     nees, rmse = _track("diekfpm", ["accel_slider", "motor_encoder"], 2.0)
     assert 0.6 <= nees <= 6.0, nees
     assert rmse < 0.002, rmse  # rad (encoder: 8192 counts per turn)
+
+
+def test_diekfpm_simple_transition_with_inputs_is_the_euler_block(slider):
+    """``transition_jacobian: simple`` with inputs: Pz propagates with F = [[1, dt, dt^2/2 B],
+    [0, 1, dt B], [0, 0, 1]] plus the plant noise, so a z-only prior maps to F's first
+    column e_1 (F F^T, as a first version had, gives dt = 1e-3 in the zd row)."""
+    di = _diekfpm(slider)
+    di.config = dict(di.config, transition_jacobian="simple")
+    di.Pz = np.diag([1e-4, 0.0, 0.0])
+    Qz = di._input_noise(di.plant_noise(DT), DT)
+    di.predict(DT)
+    np.testing.assert_allclose((di.Pz - Qz)[:, 0] / 1e-4, [1.0, 0.0, 0.0], atol=1e-4)  # T's round trip: 5e-6

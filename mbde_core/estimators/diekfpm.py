@@ -79,7 +79,7 @@ from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sen
 from mbde_core.estimators.diekfpm_inputs import DependentInputs, validate_dependent_inputs
 from mbde_core.estimators.kalman import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, update_result
 from mbde_core.estimators.reduced import ReducedModel
-from mbde_core.estimators.transition import heun_step, position_step
+from mbde_core.estimators.transition import euler_covariance, heun_step, position_step
 from mbde_core.types import MechanismSnapshot
 
 NORMAL_NOISE_RATIO = 1e-6  # W relative to the plant noise (module doc, "Normal freedom")
@@ -161,7 +161,8 @@ class DIEKFpm(DependentInputs, Estimator):
         Qz = self.plant_noise(dt)
         full = self.config.get("transition_jacobian", "simple") == "full"
         if self.k:
-            Fz = np.eye(2 * g) + dt * self._transition_jacobian() if full else _propagate(np.eye(2 * g), dt, g)
+            Fz = np.eye(2 * g)
+            Fz += dt * self._transition_jacobian() if full else np.eye(2 * g, k=g) * dt  # else [[I, dt I], [0, I]]
             Fz = self._input_transition(Fz, q, dt)
             self.Pz = Fz @ self.Pz @ Fz.T + self._input_noise(Qz, dt)
             self.Pz = 0.5 * (self.Pz + self.Pz.T)
@@ -169,7 +170,7 @@ class DIEKFpm(DependentInputs, Estimator):
             Fz = np.eye(2 * g) + dt * self._transition_jacobian()
             self.Pz = Fz @ self.Pz @ Fz.T + Qz
         else:
-            self.Pz = _propagate(self.Pz, dt, g) + Qz
+            self.Pz = euler_covariance(self.Pz, dt, g) + Qz
         T = self._prior_T(self.X)
         self._iso = self._coordinate_noise(T @ Qz @ T.T)
         if self.config.get("transition") == "heun":  # second stage at the constant-acceleration prediction
@@ -392,14 +393,3 @@ class DIEKFpm(DependentInputs, Estimator):
         return self.input_snapshot(MechanismSnapshot(stamp=self.t, q=q, qd=qd, qdd=qdd, z=q[iz].copy(),
                                                      zd=qd[iz].copy(), zdd=zdd, cov=self.P[np.ix_(idx, idx)].copy()))
 
-
-def _propagate(P, dt, g):
-    """Fz P Fz^T with Fz = [[I, dt I], [0, I]] (the Euler step of z, zd), by blocks."""
-    A, B, C = P[:g, :g], P[:g, g:], P[g:, g:]
-    out = np.empty_like(P)
-    Bc = B + dt * C
-    out[:g, :g] = A + dt * (B + B.T) + dt * dt * C
-    out[:g, g:] = Bc
-    out[g:, :g] = Bc.T
-    out[g:, g:] = C
-    return out

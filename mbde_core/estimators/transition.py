@@ -20,7 +20,8 @@
   peaks at a consistent density, so ``mbde tune`` finds it.
 
 The transition Jacobian (``transition_jacobian``) is unchanged (the dt^2/2 df/dx terms are
-second order).
+second order). :func:`euler_covariance` propagates a covariance of [z, zd] with the simple
+one, [[I, dt I], [0, I]], by blocks (the DIEKFpm's ``transition_jacobian: simple``).
 """
 from __future__ import annotations
 
@@ -44,3 +45,15 @@ def position_step(config: dict, z, zd, zdd, dt: float):
     if config.get("transition", TRANSITION_DEFAULT) == "euler":
         return z + dt * zd
     return z + dt * zd + (0.5 * dt * dt) * zdd
+
+
+def euler_covariance(P, dt, g):
+    """Fz P Fz^T with Fz = [[I, dt I], [0, I]] (the Euler step of z, zd), by blocks."""
+    A, B, C = P[:g, :g], P[:g, g:], P[g:, g:]
+    out = np.empty_like(P)
+    Bc = B + dt * C
+    out[:g, :g] = A + dt * (B + B.T) + dt * dt * C
+    out[:g, g:] = Bc
+    out[g:, :g] = Bc.T
+    out[g:, g:] = C
+    return out
