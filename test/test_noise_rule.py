@@ -46,6 +46,23 @@ def test_holding_force_rate_matches_the_pendulum_closed_form(pendulum):
         assert sc.f_r[0] == pytest.approx(m * grav * L * sc.v[0] / (2 * math.sqrt(2)), rel=0.01)  # N m/s
 
 
+def test_input_ripple_is_capped_by_the_force_limits_rate(pendulum):
+    """With input jumps the rule's input density follows the holding torque's ripple f_r,
+    but a motor of limit F cannot supply one that changes faster than its limit's rate
+    F w': psd = (min(f_r, F w')^2 + (eps F w')^2) step [(N m)^2/s]."""
+    from mbde_core.estimators.noise_rule import auto_inputs, input_rate
+
+    sc = mechanism_scales(pendulum, speed=[20.0])  # f_r = m g L v / (2 sqrt 2) = 8.7 N m/s
+    w, step, eps = input_rate(sc), 0.001, 0.1
+    for F in (0.01, 100.0):  # N m: far below and far above the ripple
+        [inp] = auto_inputs(pendulum, sc, np.array([F]), step, eps)
+        fr = min(float(sc.f_r[0]), F * w)
+        assert inp["psd"] == pytest.approx((fr**2 + (eps * F * w) ** 2) * step, rel=1e-12)
+    [small] = auto_inputs(pendulum, sc, np.array([0.01]), step, eps)
+    [plain] = auto_inputs(pendulum, sc, np.array([0.01]), step)  # without jumps: the limit's rate
+    assert small["psd"] <= plain["psd"] * (1 + eps**2) + 1e-15
+
+
 def test_step_lands_readings_on_the_grid(pendulum):
     sc = mechanism_scales(pendulum)
     h_max = min(0.005, 0.05 / float(sc.w[0]))
