@@ -54,10 +54,11 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   coordinate k, sigma0 = F_k (its limit) and density psd = r_a / dt = (F_k w' dt)^2 / dt,
   the ADE-KF's per-step increment as a density (:func:`auto_inputs`); with input jumps
   (``input_jump_nis`` > 0: the steps of a saturating controller are the jumps' part) the
-  random walk is left the smooth part, psd = (f_r,k^2 + (eps F_k w')^2) dt, the per-step
-  increment of the holding force's ripple (f_r, :mod:`mechanism_scales`: the rate of the
-  force that keeps the linkage at speed v, what a speed-controlled motor supplies) plus
-  eps of the limit's rate. On those coordinates a_f leaves q_force and the accelerometer
+  random walk is left the smooth part, psd = (min(f_r,k, F_k w')^2 + (eps F_k w')^2) dt,
+  the per-step increment of the holding force's ripple (f_r, :mod:`mechanism_scales`: the
+  rate of the force that keeps the linkage at speed v, what a speed-controlled motor
+  supplies; capped at the limit's rate, which a motor of limit F cannot exceed) plus eps
+  of the limit's rate. On those coordinates a_f leaves q_force and the accelerometer
   widening (its unknown force is the input's; with an input on every coordinate the
   accelerometers are widened for gravity only, as for the ADE-KF), the other terms are
   the estimator's own (q_model, its q_disc). Without force limits: no inputs and every
