@@ -155,9 +155,3 @@ class DEKF(JumpHypothesis, InputStates, ReducedKalman):
     def estimate(self):
         return self.input_snapshot(super().estimate())
 
-    def diagnostics(self) -> dict:
-        out = super().diagnostics()
-        if self.k:
-            out["input_jumps"] = self.input_jumps
-            out["jumps_undone"] = self.jumps_undone
-        return out

@@ -193,6 +193,13 @@ class DIEKFpm(DependentInputs, Estimator):
         x = np.concatenate([self.X[:n][iz], self.X[n:][iz]])
         return self.model.transition_jacobian(self.t, x, self.X[:n], "full", extra_Q=self._forces())
 
+    def _prior_P(self):
+        """The q-space prior covariance of [X, u] without the O(dt) tangent->normal leak of the
+        Euler step: the tangent part T_a Pz T_a^T (orthogonal projection at the prior) plus
+        the isotropic normal freedom W (none on the inputs)."""
+        T0 = self._Ta(self._prior_T(self.X))
+        return T0 @ self.Pz @ T0.T + self._augment(self._iso, np.zeros((self.k, self.k)))
+
     def _prior_T(self, X):
         """T at X (reused when X is the last projected mean)."""
         if self._T_at is not None and self._T_at[0] is X:
@@ -248,10 +255,7 @@ class DIEKFpm(DependentInputs, Estimator):
         """Iterated sensor update + perfect-measurement constraint projection (docstring)."""
         n = self.n
         X_prior = np.concatenate([self.X, self.u]) if self.k else self.X.copy()  # [X, u]
-        # Prior covariance without the O(dt) tangent->normal leak of the Euler step:
-        # tangent part (orthogonal projection at the prior) + isotropic normal freedom.
-        T0 = self._Ta(self._prior_T(self.X))
-        P = T0 @ self.Pz @ T0.T + self._augment(self._iso, np.zeros((self.k, self.k)))
+        P = self._prior_P()
         result = UpdateResult()
         jumped = None  # the state before an input jump (jump_hypothesis)
         X = X_prior.copy()
@@ -266,7 +270,7 @@ class DIEKFpm(DependentInputs, Estimator):
                 S = H @ P @ H.T + Rs
                 before = self._state_tuple() if it == 0 and self.k else None
                 if before is not None and self._input_jump(y, S, H):  # Pz's input variances raised
-                    P = T0 @ self.Pz @ T0.T + self._augment(self._iso, np.zeros((self.k, self.k)))
+                    P = self._prior_P()
                     S = H @ P @ H.T + Rs
                     jumped = before
                 if it == 0:

@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbde_core.errors import ConfigError
-from mbde_core.estimators.jump_hypothesis import JumpHypothesis
-from mbde_core.estimators.input_states import (input_forces, input_limits, input_specs, jump_variance,
+from mbde_core.estimators.input_states import (init_input_attributes, input_forces, jump_variance, project_inputs,
                                                validate_inputs as validate_dependent_inputs)  # noqa: F401 (the schema)
+from mbde_core.estimators.jump_hypothesis import JumpHypothesis
 
 
 class DependentInputs(JumpHypothesis):
@@ -35,22 +34,12 @@ class DependentInputs(JumpHypothesis):
     :meth:`_init_inputs` in ``__init__``; the filter keeps ``self.u`` beside ``self.X``."""
 
     def _init_inputs(self) -> None:
-        mech = self.mech
-        self.input_specs = input_specs(self.config)
-        try:
-            self.input_cols = [mech.coordinate_index(s["coordinate"]) for s in self.input_specs]
-        except (KeyError, IndexError) as exc:
-            raise ConfigError("<estimator config>", f"{self.name}.inputs", str(exc.args[0])) from None
-        self.k = len(self.input_cols)
-        self._u_psd = np.array([float(s.get("psd", 1.0)) for s in self.input_specs])
-        self._u_sigma0 = np.array([float(s.get("sigma0", 1.0)) for s in self.input_specs])
-        self._u_limit = input_limits(self.input_specs)
-        self.u = np.array([float(s.get("initial", 0.0)) for s in self.input_specs])
-        self.input_jumps = 0  # updates at which the inputs jumped (_input_jump)
+        init_input_attributes(self)
+        self.u = self._u_initial.copy()
 
     def _reset_inputs(self, Pz: np.ndarray) -> np.ndarray:
         """u = the configured initial values; Pz of [z, zd] widened by diag(sigma0^2)."""
-        self.u = np.array([float(s.get("initial", 0.0)) for s in self.input_specs])
+        self.u = self._u_initial.copy()
         return self._augment(Pz, np.diag(self._u_sigma0**2))
 
     def _augment(self, M: np.ndarray, Mu: np.ndarray) -> np.ndarray:
@@ -103,29 +92,19 @@ class DependentInputs(JumpHypothesis):
     def _innovation_cov(self, measurements):
         """(y, S) of the readings at the current state, [X, u] (jump_hypothesis)."""
         names, o, Rs = self._readings(measurements)
-        T0 = self._Ta(self._prior_T(self.X))
-        P = T0 @ self.Pz @ T0.T + self._augment(self._iso, np.zeros((self.k, self.k)))
+        P = self._prior_P()
         Xa = np.concatenate([self.X, self.u]) if self.k else self.X
         h, H = self._augmented(names, Xa, constraints=False)
         return self.model.residual(names, o, h), H @ P @ H.T + Rs
 
     def _bound_inputs(self, Xa: np.ndarray, P: np.ndarray) -> np.ndarray:
         """[X, u] with u within its limits (projected along P, input_states.project_inputs)."""
-        from mbde_core.estimators.input_states import project_inputs
-
         if not self.k or not np.isfinite(self._u_limit).any():
             return Xa
         m = Xa.shape[0] - self.k
         idx = np.arange(m, m + self.k)
         dx = project_inputs(np.zeros_like(Xa), P, idx, Xa[idx], self._u_limit)
         return Xa + dx
-
-    def diagnostics(self) -> dict:
-        out = super().diagnostics()
-        if self.k:
-            out["input_jumps"] = self.input_jumps
-            out["jumps_undone"] = self.jumps_undone
-        return out
 
     def input_snapshot(self, snap):
         """The snapshot with the estimated inputs (names, values, covariance)."""

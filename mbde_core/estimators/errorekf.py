@@ -57,7 +57,7 @@ from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import errorekf_numba, errorekf_scalar
-from mbde_core.estimators.input_states import input_forces, input_jump, input_limits, input_specs, project_inputs, validate_inputs
+from mbde_core.estimators.input_states import init_input_attributes, input_forces, input_jump, project_inputs, validate_inputs
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.kalman import ekf_update
@@ -94,15 +94,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         self.integrator = get_integrator(config["integrator"])
         self.g = g = mech.dof
         self.acc = bool(config.get("estimate_acceleration", False))
-        self.input_specs = input_specs(config)
-        try:
-            self.input_cols = [mech.coordinate_index(s["coordinate"]) for s in self.input_specs]
-        except (KeyError, IndexError) as exc:
-            raise ConfigError("<estimator config>", "errorekf.inputs", str(exc.args[0])) from None
-        self.k = len(self.input_cols)
-        self._u_sigma0 = np.array([float(s.get("sigma0", 1.0)) for s in self.input_specs])
-        self._u_limit = input_limits(self.input_specs)
-        self.input_jumps = 0
+        init_input_attributes(self)
         self.na = g if self.acc else 0
         self.dim = 2 * g + self.na + self.k
         self.a = np.zeros(g)
@@ -172,12 +164,12 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         qd = kinematics.velocity(self.mech, q, init.zd)
         self.state = MBState(q, qd)
         self.a = np.zeros(g)
-        self.u = np.array([float(s.get("initial", 0.0)) for s in self.input_specs])
+        self.u = self._u_initial.copy()
         diag = [np.broadcast_to(init.sigma_z, (g,)), np.broadcast_to(init.sigma_zd, (g,))]
         if self.acc:
             diag.append(np.full(g, float(self.config.get("acceleration_sigma0", 1.0))))
         if self.k:
-            diag.append(np.array([float(s.get("sigma0", 1.0)) for s in self.input_specs]))
+            diag.append(self._u_sigma0)
         self.P = np.diag(np.concatenate(diag) ** 2)
         self.failures = 0
         self.full = None
@@ -216,8 +208,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         if na:
             Qd[2 * g : 2 * g + na, 2 * g : 2 * g + na] = np.eye(g) * float(self.config["acceleration_bias_psd"]) * dt
         if k:
-            psd = np.array([float(s.get("psd", 1.0)) for s in self.input_specs])
-            Qd[2 * g + na :, 2 * g + na :] = np.diag(psd * dt)
+            Qd[2 * g + na :, 2 * g + na :] = np.diag(self._u_psd * dt)
         return F, Qd
 
     HYPOTHESIS = ("state", "full", "P", "a", "u")  # jump_hypothesis: the state of a hypothesis
@@ -420,6 +411,4 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         return snap
 
     def diagnostics(self) -> dict:
-        if self.k:
-            return {"assembly_failures": self.failures, "input_jumps": self.input_jumps, "jumps_undone": self.jumps_undone}
-        return {"assembly_failures": self.failures}
+        return {"assembly_failures": self.failures, **super().diagnostics()}  # + the jumps (jump_hypothesis)

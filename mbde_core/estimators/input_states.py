@@ -81,35 +81,42 @@ def input_specs(config: dict) -> list:
     return [] if items == AUTO or not items else list(items)
 
 
+def init_input_attributes(est) -> None:
+    """The inputs of ``est.config`` on the estimator ``est`` (mech, config, name): input_specs,
+    input_cols (their natural coordinates), k, _u_psd, _u_sigma0, _u_initial, _u_limit (k,),
+    _E (n, k) (the unit columns: generalized forces E u) and the jump counter; a coordinate
+    the mechanism does not have is a ConfigError at ``<name>.inputs``."""
+    mech = est.mech
+    specs = input_specs(est.config)
+    try:
+        cols = [mech.coordinate_index(s["coordinate"]) for s in specs]
+    except (KeyError, IndexError) as exc:
+        raise ConfigError("<estimator config>", f"{est.name}.inputs", str(exc.args[0])) from None
+    est.input_specs, est.input_cols, est.k = specs, cols, len(cols)
+    est._u_psd = np.array([float(s.get("psd", 1.0)) for s in specs])
+    est._u_sigma0 = np.array([float(s.get("sigma0", 1.0)) for s in specs])
+    est._u_initial = np.array([float(s.get("initial", 0.0)) for s in specs])
+    est._u_limit = input_limits(specs)
+    est._E = np.zeros((mech.n, len(cols)))
+    est._E[cols, np.arange(len(cols))] = 1.0
+    est.input_jumps = 0  # updates at which the inputs jumped
+
+
 class InputStates:
     """Mixin of a :class:`~mbde_core.estimators.kalman_base.ReducedKalman` observer:
     the k input states after [z, zd] (module doc). Call :meth:`_init_inputs` in
     ``__init__`` and :meth:`_reset_inputs` after the base class's ``reset``."""
 
     def _init_inputs(self) -> None:
-        mech = self.mech
-        self.input_specs = input_specs(self.config)
-        try:
-            self.input_cols = [mech.coordinate_index(s["coordinate"]) for s in self.input_specs]
-        except (KeyError, IndexError) as exc:
-            raise ConfigError("<estimator config>", f"{self.name}.inputs", str(exc.args[0])) from None
-        self.k = len(self.input_cols)
-        self._u_psd = np.array([float(s.get("psd", 1.0)) for s in self.input_specs])
-        self._u_sigma0 = np.array([float(s.get("sigma0", 1.0)) for s in self.input_specs])
-        self._u_limit = input_limits(self.input_specs)
-        E = np.zeros((mech.n, self.k))
-        E[self.input_cols, np.arange(self.k)] = 1.0
-        self._E = E
+        init_input_attributes(self)
         self._Qa_cache: dict = {}
-        self.input_jumps = 0  # updates at which the inputs jumped (input_jump)
 
     def _reset_inputs(self) -> None:
         """x = [z, zd, u0], P = diag(P_[z, zd], sigma0^2) (after the base reset)."""
         if not self.k:
             return
         g2 = 2 * self.g
-        u0 = np.array([float(s.get("initial", 0.0)) for s in self.input_specs])
-        self.x = np.concatenate([self.x, u0])
+        self.x = np.concatenate([self.x, self._u_initial])
         P = np.zeros((g2 + self.k, g2 + self.k))
         P[:g2, :g2] = self.P
         P[g2:, g2:] = np.diag(self._u_sigma0**2)

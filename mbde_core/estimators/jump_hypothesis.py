@@ -77,6 +77,14 @@ class JumpHypothesis:
             self._swap()
         self._alt = None
 
+    def diagnostics(self) -> dict:
+        """The estimator's numbers plus, with inputs, the jumps and the ones undone."""
+        out = super().diagnostics()
+        if getattr(self, "k", 0):
+            out["input_jumps"] = self.input_jumps
+            out["jumps_undone"] = self.jumps_undone
+        return out
+
     def reacquire(self, inflation: float) -> None:
         self._alt = None
         super().reacquire(inflation)

@@ -83,8 +83,6 @@ class VIEKF(ErrorEKF):
         self.structured = (not self.k) if structured == STRUCTURED[0] else structured == "always"
         self.midpoint = config["integrator"] == "midpoint"
         self.linearisation_failures = 0
-        self._E = np.zeros((mech.n, self.k))  # the inputs' generalized-force columns: fe = E u
-        self._E[self.input_cols, np.arange(self.k)] = 1.0
 
     def _predict_one(self, dt: float) -> None:
         g, na = self.g, self.na
