@@ -285,10 +285,14 @@ def test_cekf_fuses_the_readings_right_after_a_reset():
     gap bank's candidates (reset when the readings resume) skipped their first reading:
     no correction of their guessed velocities and no score, and on fivebar_gyro the kept
     open-loop member, ~pi off in the first crank, won the bank (-661.5 against -638.3).
-    Now they get the discrete EKF update: checked against x+ = x + P H^T S^-1 y with H from
-    central differences of the sensor model (not the filter's analytic Jacobian)."""
+    Now they get the discrete EKF update (since stop 36 every update of the default
+    ``correction_at: reading`` is a correction of the current state, whose first Newton
+    step is that update; newton_iterations 0 stops there): checked against
+    x+ = x + P H^T S^-1 y with H from central differences of the sensor model (not the
+    filter's analytic Jacobian)."""
     m, ss = _fivebar()
-    est = make_estimator("cekf", m, ss, dict(defaults("cekf"), measurement_order=1))  # order 2: test_second_order.py
+    est = make_estimator("cekf", m, ss, dict(defaults("cekf"), measurement_order=1,  # order 2: test_second_order.py
+                                             newton_iterations=0))
     z0, zd0 = np.array([0.7, 2.1]), np.array([1.0, -0.5])
     est.reset(2.0, InitialState(z0, zd0, np.full(2, 0.05), np.full(2, 2.0), None))
     x0, P0 = est.x.copy(), est.P.copy()
@@ -316,7 +320,7 @@ def test_cekf_fuses_the_readings_right_after_a_reset():
     assert np.allclose(est.x - x0, dx, atol=1e-5)  # rad, rad/s
     assert np.allclose(est.P, (np.eye(4) - P0 @ H.T @ np.linalg.solve(S, H)) @ P0, atol=1e-8)
     assert res.logdet == pytest.approx(np.linalg.slogdet(S)[1], abs=1e-4)
-    est.predict(0.005)  # the next update redoes this step with the continuous correction, as before
+    est.predict(0.005)  # with both_ends the next update redoes this step with the continuous correction
     assert est._saved is not None
 
 

@@ -39,8 +39,8 @@ def slider():
 @pytest.mark.parametrize("name", ["ukf", "dekf", "errorekf", "viekf", "cekf"])
 def test_rule_gives_inputs_only_with_force_limits(slider, name):
     sc, mech, sensors, ctx = slider
-    # the built-in default: the rule's inputs for the UKF, DEKF, errorEKF and VI-EKF, none (opt-in) for the CEKF
-    default_auto = name in ("ukf", "dekf", "errorekf", "viekf")
+    # the built-in default: the rule's inputs for every one of them (the CEKF's since stop 36)
+    default_auto = True
     assert defaults(name)["inputs"] == (AUTO if default_auto else [])
     opt_in = validate(name, {"inputs": AUTO, "input_jump_nis": 0.0})  # without jumps: the limit's rate
     built_in = resolve_config(name, defaults(name), mech, sensors, ctx)["inputs"]
@@ -178,6 +178,39 @@ def test_cekf_input_states_predict_as_the_dekfs(slider):
     assert snap.cov.shape == (2, 2) and snap.input_names == ["theta"] and snap.input_cov.shape == (1, 1)
 
 
+@pytest.mark.parametrize("iterations", [0, 5])
+def test_cekf_corrects_at_the_readings_time(slider, iterations):
+    # correction_at: reading (stop 36): after the trapezoidal prediction x^-, P^-, the
+    # correction x' = K (o - h(x)) over the step by implicit Euler with K of the reading's
+    # time, x1 = x^- + P^- H^T R^-1 (o - h(x1)) (H at x^-); its first Newton step is the
+    # discrete Kalman update, the next ones solve the nonlinear equation; the covariance is
+    # the Joseph update with H at x^-
+    from mbde_core.types import Measurement
+
+    est = _filter("cekf", slider, measurement_order=1, input_jump_nis=0.0, newton_iterations=iterations)
+    est.P = np.diag([0.1, 2.0, 0.01]) ** 2  # a wide angle: the correction moves it along h's curvature
+    est.predict(DT)
+    names = ["accel_slider"]
+    x_pred, P = est.x.copy(), est.P.copy()
+    h, H = est._linearize(names, est._full())
+    R = est.measurement_covariance(names)
+    o = h + 30.0  # m/s^2: ~3 sigma of the prediction (S = 10.5^2), so that h's curvature shows
+    res = est.update([Measurement(DT, "accel_slider", o)], gates=None)
+    assert res.accepted == names
+    S = H @ P @ H.T + R
+    K = P @ H.T @ np.linalg.inv(S)
+    P_joseph = (np.eye(3) - K @ H) @ P @ (np.eye(3) - K @ H).T + K @ R @ K.T
+    np.testing.assert_allclose(est.P, P_joseph, rtol=1e-9, atol=1e-15)
+    move = est.x - x_pred
+    if iterations == 0:
+        np.testing.assert_allclose(move, K @ (o - h), rtol=1e-9)
+    else:
+        h1, _ = est._linearize(names, est._full())
+        G = move - P @ H.T @ np.linalg.solve(R, o - h1)
+        assert np.max(np.abs(G / move)) < 1e-6
+        assert np.max(np.abs(move / (K @ (o - h)) - 1.0)) > 1e-3  # h is not linear over the move
+
+
 def test_ukf_input_cross_covariance_is_the_dekfs(slider):
     ukf = _filter("ukf", slider, transition="constant_acceleration")
     dekf = _filter("dekf", slider, transition="constant_acceleration")
@@ -234,7 +267,7 @@ def _track(name, sensor_names, duration, cfg_options=None):
     return float(np.mean(nees)), float(np.sqrt(np.mean(np.square(err))))
 
 
-@pytest.mark.parametrize("name", ["dekf", "errorekf", "ukf"])
+@pytest.mark.parametrize("name", ["dekf", "errorekf", "ukf", "cekf"])
 def test_the_rules_input_tracks_the_slider_crank_from_its_accelerometer(name):
     # 5 s: the motor saturates at the start and at the speed step at 3.33 s (the input
     # jumps); without the input the crank is lost (RMSE 1.8 rad), and so is the UKF with
