@@ -25,7 +25,7 @@ def run():
     return sc, simulate(sc)
 
 
-@pytest.mark.parametrize("name", ["ukf", "errorekf", "viekf", "diekfpm"])
+@pytest.mark.parametrize("name", ["ukf", "errorekf", "viekf", "diekfpm", "cekf", "dekf"])
 def test_a_declared_motor_on_the_five_bar_keeps_the_observers_consistent(run, name):
     from mbde_core.estimators.base import InitialState
     from mbde_core.estimators.registry import make_estimator
