@@ -39,7 +39,8 @@ state moved along H of t_k, and the filter lost the crank (with input states; RM
 with K, H of t_k but the correction inside the trapezoid (its dt/2 A (x1 - x^-) term moves zd
 by dt/2 B du for an input correction du, which the covariance update does not know) it
 tracked with a bias of +0.012 rad (mean NEES 22.5 with input jumps, 10.7 without);
-split, 0.0086 rad and 3.16 (band [0.6, 6]; README, Defaults that transfer). The nine other shipped scenarios: mean NEES within 17 %, RMSE within 11 % of before.
+split, 0.0086 rad and 3.16 (band [0.6, 6]; README, Defaults that transfer). The nine
+other shipped scenarios: mean NEES within 17 %, RMSE within 11 % of before.
 
 Second order (``measurement_order: 2``, the default since stop 30; paper003.yaml: 1): the
 reading and R are those of the Gaussian second-order filter at the prediction
@@ -60,8 +61,8 @@ jumps 0.021 rad and 5.07).
 Newton-Raphson (the dynamics' step): the iteration starts from the linearly implicit Euler
 step x1 = x0 + dt Jg^-1 F(x0) (the first Newton step from x0 itself, which with
 ``both_ends`` also takes the stiff correction term K H into account) and stops after
-``newton_iterations`` steps or when converged: the step dx satisfies |dx| < 1e-12 max(1, |x1|), or the remaining error
-estimated from the observed contraction theta = |dx_k| / |dx_{k-1}| of the (linearly
+``newton_iterations`` steps or when converged: the step dx satisfies
+|dx| < 1e-12 max(1, |x1|), or the remaining error estimated from the observed contraction theta = |dx_k| / |dx_{k-1}| of the (linearly
 convergent) iteration, theta / (1 - theta) |dx_k|, does (theta < 1/2). All F evaluations
 of a step use the dynamics at the step's start time. Each iterate's full state comes
 from a position problem started from the previous iterate's q + R dz. The correction's
@@ -73,7 +74,8 @@ import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.input_states import InputStates, jump_variance, project_inputs, validate_inputs
-from mbde_core.estimators.kalman import STEP_HALVINGS, ekf_update, gate_rows, move_within_bound, update_result
+from mbde_core.estimators.kalman import (STEP_HALVINGS, ekf_update, gate_rows, move_within_bound,
+                                         update_result)
 from mbde_core.estimators.kalman_base import ReducedKalman
 from mbde_core.estimators.noise import van_loan
 
