@@ -64,9 +64,10 @@ step x1 = x0 + dt Jg^-1 F(x0) (the first Newton step from x0 itself, which with
 ``newton_iterations`` steps or when converged: the step dx satisfies
 |dx| < 1e-12 max(1, |x1|), or the remaining error estimated from the observed contraction
 theta = |dx_k| / |dx_{k-1}| of the (linearly convergent) iteration,
-theta / (1 - theta) |dx_k|, does (theta < 1/2). All F evaluations of a step use the dynamics at the step's start time. Each iterate's full state comes
-from a position problem started from the previous iterate's q + R dz. The correction's
-Newton iteration (``reading``) stops by the same rules.
+theta / (1 - theta) |dx_k|, does (theta < 1/2). All F evaluations of a step use the
+dynamics at the step's start time. Each iterate's full state comes from a position
+problem started from the previous iterate's q + R dz. The correction's Newton iteration
+(``reading``) stops by the same rules.
 """
 from __future__ import annotations
 
