@@ -168,8 +168,8 @@ def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float
             and not _estimates_inputs(name, est):
         limits = ", ".join(f"{n} {f:g}" for n, f in zip(mech.independent_names, force_limits) if f > 0)
         out = Suitability("weak", f"{name}: unknown forces up to {limits} (N, N m) act on the linkage and {name} has no "
-                                  "input states: it can only treat them as plant noise (use adekf, dekf or errorekf with their "
-                                  "default `inputs: auto`, or ukf or viekf with it)", rank, 2 * g, worst, ratio, horizon)
+                                  "input states: it can only treat them as plant noise (use adekf, or a Kalman observer -- ukf, "
+                                  "errorekf, viekf, dekf, cekf, diekfpm -- with its default `inputs: auto`)", rank, 2 * g, worst, ratio, horizon)
     everywhere = force_limits is not None and bool(np.all(np.asarray(force_limits) > 0))
     mirror = mirror_ambiguity(mech, sensors, everywhere)
     if mirror is not None:
