@@ -35,7 +35,7 @@ setup(
     description="Multibody-dynamics-based state estimation for planar mechanisms (ROS 2)",
     license="BSD-3-Clause",
     python_requires=">=3.10",
-    packages=find_packages(include=["mbde_core", "mbde_core.*", "mbde_nodes", "mbde_nodes.*"]),
+    packages=find_packages(include=["mbde_core", "mbde_core.*", "mbde_nodes", "mbde_nodes.*", "mbde_bench", "mbde_bench.*"]),
     include_package_data=True,
     package_data={"mbde_core": ["data/*", "data/**/*"]},
     data_files=[
@@ -72,6 +72,8 @@ setup(
     entry_points={
         "console_scripts": ["mbde = mbde_core.cli:main"]
         + [f"{name} = {target}" for name, target in NODES],
+        # subcommands of `mbde` that live outside the core (mbde_core/cli/main.py)
+        "mbde.commands": ["bench = mbde_bench.cli"],
     },
     zip_safe=True,
 )

@@ -269,7 +269,7 @@ def test_observability_cli():
 # configuration
 # ------------------------------------------------------------------------------------------
 def test_config_file_and_errors(tmp_path):
-    from mbde_core.estimators.config_schema import load_estimator_configs, validate
+    from mbde_core.estimators.options.schema import load_estimator_configs, validate
 
     cfg = load_estimator_configs(CONFIG, ["adekf"])["adekf"]
     assert cfg["map"] == "exact" and cfg["step"] == 0.001 and cfg["r_a"] > 0
@@ -298,9 +298,9 @@ def test_config_file_and_errors(tmp_path):
 # ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def slider_run():
-    from mbde_core.bench.adekf import run_adekf, slider_metrics
+    from mbde_bench.adekf import run_adekf, slider_metrics
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.config_schema import load_estimator_configs
+    from mbde_core.estimators.options.schema import load_estimator_configs
     from mbde_core.scenario.scenario import load_scenario
     from mbde_core.simulator import run as simulate
     from mbde_core.types import Measurement

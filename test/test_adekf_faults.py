@@ -29,14 +29,14 @@ SCENARIO = os.path.join(REPO, "config", "scenarios", "adekf_slider_crank.yaml")
 
 @pytest.fixture(scope="module")
 def slider(tmp_path_factory):
-    from mbde_core.bench.common import simulate_scenario_bag
+    from mbde_bench.common import simulate_scenario_bag
 
     _, inputs = simulate_scenario_bag(SCENARIO, 5.0, str(tmp_path_factory.mktemp("adekf_faults")))
     return inputs
 
 
 def _run(inputs, fault):
-    from mbde_core.estimators.config_schema import load_estimator_configs
+    from mbde_core.estimators.options.schema import load_estimator_configs
     from mbde_core.replay.runner import run_estimator
 
     target = next(iter(inputs.sensors)).name
@@ -78,7 +78,7 @@ def test_fault_targets(slider, clean, fault, key, limit):
 
 
 def test_state_box_bounds_mean_and_covariance():
-    from mbde_core.estimators.adekf_bounds import SPEED_BOUND, StateBox
+    from mbde_core.estimators.kalman.adekf_bounds import SPEED_BOUND, StateBox
     from mbde_core.minimal.augmented import parse_inputs
     from mbde_core.scenario.scenario import load_scenario
 
@@ -99,7 +99,7 @@ def test_state_box_bounds_mean_and_covariance():
 
 
 def test_gate_distance_overflows_to_inf_not_an_exception():
-    from mbde_core.estimators.kalman import gate_rows
+    from mbde_core.estimators.kalman.algebra import gate_rows
 
     acc, rej, rows = gate_rows(["a"], [1], np.array([1e200]), np.array([[1e-10]]), {"a": 25.0})
     assert acc == [] and rej == ["a"] and rows.size == 0

@@ -5,8 +5,10 @@ import math
 
 import pytest
 
-from mbde_core.bench.common import config_path, simulate_scenario_bag
-from mbde_core.bench.transfer_runs import _psd, run_task
+from mbde_bench.common import simulate_scenario_bag
+
+from mbde_core.config.paths import config_path
+from mbde_bench.transfer_runs import _psd, run_task
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ def test_other_shapes_do_not_match_and_big_endian_is_refused():
 
 def test_estimate_encoder_equals_per_message_path_across_shape_changes():
     from mbde_core.model.mechanism import load_mechanism
-    from mbde_core.bench.common import config_path
+    from mbde_core.config.paths import config_path
 
     mech = load_mechanism(config_path("mechanisms", "fourbar.yaml"))
     rng = np.random.default_rng(3)
@@ -87,7 +87,7 @@ def test_part_file_round_trip(tmp_path):
 @pytest.mark.parametrize("scen", ["fourbar_imu", "adekf_slider_crank", "fourbar_encoder"])
 def test_simulation_bag_equals_per_message_builders(scen, tmp_path):
     """mbde simulate's batched writing gives the bytes of the per-message builders, in event order."""
-    from mbde_core.bench.common import config_path
+    from mbde_core.config.paths import config_path
     from mbde_core.rosio.bag import BagReader
     from mbde_core.scenario import load_scenario
     from mbde_core.simulator.bag import sensor_message_builder, write_simulation_bag
@@ -118,7 +118,7 @@ def test_tf_batches_equal_per_message_path(scen):
     """The replay's /tf bytes (batched, viewables.EstimateView) equal tf_message + rosbags."""
     from types import SimpleNamespace
 
-    from mbde_core.bench.common import config_path
+    from mbde_core.config.paths import config_path
     from mbde_core.engine import kinematics
     from mbde_core.replay.viewables import EstimateView
     from mbde_core.rosio.tf import TF_MESSAGE, tf_message

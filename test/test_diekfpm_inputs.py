@@ -1,4 +1,4 @@
-"""Input states of the DIEKFpm (mbde_core/estimators/diekfpm_inputs.py) on paper 004's
+"""Input states of the DIEKFpm (mbde_core/estimators/kalman/diekfpm_inputs.py) on paper 004's
 motor-driven slider-crank: the rule's defaults, the prediction against the DEKF's, and
 tracking from the slider accelerometer alone."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.config_schema import defaults, validate
-from mbde_core.estimators.noise_rule import AUTO, resolve_config
+from mbde_core.estimators.options.schema import defaults, validate
+from mbde_core.estimators.options.rule import AUTO, resolve_config
 from test_kalman_inputs import DT, _filter, _track, slider  # noqa: F401 (slider: the fixture)
 
 

@@ -13,8 +13,8 @@ from conftest import mech_path
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import defaults, validate
-from mbde_core.estimators.noise_rule import resolve_config
+from mbde_core.estimators.options.schema import defaults, validate
+from mbde_core.estimators.options.rule import resolve_config
 from mbde_core.estimators.registry import make_estimator
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors

@@ -1,4 +1,4 @@
-"""The errorEKF's compiled single-state path (:mod:`mbde_core.estimators.errorekf_numba`)
+"""The errorEKF's compiled single-state path (:mod:`mbde_core.estimators.kalman.errorekf_numba`)
 equals the Python one (:func:`mbde_core.engine.rk4_single.rk4_step`, errorekf_scalar):
 
 - ``rk4_one`` called with one state against ``rk4_step`` (four-bar, five-bar 2 DOF,
@@ -18,9 +18,10 @@ from conftest import COUPLER_GYRO, random_states
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.engine import dynamics, fastpath, numba_kernels
 from mbde_core.engine.rk4_single import rk4_step
-from mbde_core.estimators import errorekf_numba, make_estimator
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.kalman import errorekf_numba
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import load_estimator_configs
+from mbde_core.estimators.options.schema import load_estimator_configs
 from mbde_core.sensors.config import load_sensors
 from mbde_core.types import Measurement
 

@@ -16,9 +16,9 @@ from mbde_core.engine import dynamics, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import defaults
-from mbde_core.estimators.reduced import ReducedModel
-from mbde_core.estimators.stage import EstimatorStage
+from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.kalman.reduced import ReducedModel
+from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors
 from mbde_core.types import Measurement
@@ -183,7 +183,7 @@ def test_observer_variants_track(fourbar_case, name, changes, fused):
 
 def test_errorekf_correction_option_is_validated():
     from mbde_core.errors import ConfigError
-    from mbde_core.estimators.config_schema import validate
+    from mbde_core.estimators.options.schema import validate
 
     assert validate("errorekf", {"correction": "linear"}, "est.yaml", "errorekf")["correction"] == "linear"
     with pytest.raises(ConfigError) as e:

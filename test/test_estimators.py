@@ -20,10 +20,10 @@ from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import defaults
-from mbde_core.estimators.metrics import chi2_band, evaluate_run, truth_at
+from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.assess.metrics import chi2_band, evaluate_run, truth_at
 from mbde_core.estimators.noise import kinematic_plant_noise, van_loan
-from mbde_core.estimators.stage import EstimatorStage
+from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors
 from mbde_core.types import Measurement

@@ -18,10 +18,10 @@ from conftest import mech_path, run_mbde
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import GATE, defaults
-from mbde_core.estimators.pf_gate import predictive_d2
+from mbde_core.estimators.options.schema import GATE, defaults
+from mbde_core.estimators.particle.gate import predictive_d2
 from mbde_core.estimators.registry import ESTIMATOR_NAMES
-from mbde_core.estimators.stage import EstimatorStage
+from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.faults.kinds import FAULT_NAMES, inject
 from mbde_core.faults.score import errors
 from mbde_core.model.mechanism import load_mechanism
@@ -222,7 +222,7 @@ def test_backward_jump_to_the_first_stamp_while_the_mechanism_moved_on(rig):
 def test_gap_bank_keeps_the_prediction_as_a_hypothesis(rig):
     """After a silence the open-loop prediction is one member of the bank (the estimator
     itself, member 0), next to candidates over its 3-sigma range, also when not lost."""
-    from mbde_core.estimators import multistart
+    from mbde_core.estimators.stage import multistart
 
     m, ss, ms, truth = rig
     seen = []
@@ -249,8 +249,8 @@ def test_gap_bank_keeps_the_prediction_as_a_hypothesis(rig):
 def test_energy_ceiling_of_a_passive_mechanism_only(rig):
     """A linkage under gravity alone cannot gain energy: the ceiling is its energy plus
     ENERGY_MARGIN x range(V); with unknown forces expected (force limits) there is none."""
-    from mbde_core.estimators.mechanism_scales import mechanism_scales
-    from mbde_core.estimators.multistart import ENERGY_MARGIN, energy_ceiling
+    from mbde_core.estimators.options.mechanism_scales import mechanism_scales
+    from mbde_core.estimators.stage.multistart import ENERGY_MARGIN, energy_ceiling
 
     m, ss, _, _ = rig
     est = make_estimator("dekf", m, ss, defaults("dekf"))
@@ -273,7 +273,7 @@ def test_bank_emits_the_best_candidate_within_the_energy_ceiling():
     best overall if none is within it)."""
     import types
 
-    from mbde_core.estimators.multistart import MultiStart
+    from mbde_core.estimators.stage.multistart import MultiStart
 
     class Member:
         def __init__(self, energy):
@@ -349,7 +349,7 @@ def test_reacquisition_rule_runs_of_mostly_rejected_readings():
     outliers and a short burst (then accepted readings) never do."""
     from types import SimpleNamespace
 
-    from mbde_core.estimators.stage_guards import Reacquisition
+    from mbde_core.estimators.stage.guards import Reacquisition
 
     def feed(pattern, dt=0.005):  # pattern: 'r' rejected, 'a' accepted reading of one sensor
         rule = Reacquisition(10, 0.2)
@@ -404,7 +404,7 @@ def test_pf_gate_is_the_mahalanobis_gate_for_a_gaussian_cloud():
 def test_pf_gate_kernel_smooths_a_sparse_cloud():
     """A uniform cloud spaced 0.01 read with noise 0.0005: a reading between two particles
     is no outlier once the kernel is widened (kernel_whitening), and stays one outside."""
-    from mbde_core.estimators.pf_gate import kernel_whitening
+    from mbde_core.estimators.particle.gate import kernel_whitening
 
     pred = np.linspace(-np.pi, np.pi, 629)[:, None]
     logw = np.full(len(pred), -np.log(len(pred)))

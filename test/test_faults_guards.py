@@ -21,8 +21,8 @@ from conftest import mech_path
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import defaults
-from mbde_core.estimators.reduced import ReducedModel
+from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.kalman.reduced import ReducedModel
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors
 from mbde_core.types import Measurement
@@ -127,7 +127,7 @@ def test_cekf_correction_is_bounded_like_a_kalman_update():
     """fourbar_imu, 50 % dropouts: one CEKF correction with NIS 890 took the crank rate from
     -6.8 to +90.7 rad/s (prior sd 0.12 rad/s); later Pz overflowed and S was singular
     (LinAlgError). The correction is now damped until its move satisfies the Kalman bound."""
-    from mbde_core.estimators.kalman import STEP_BOUND
+    from mbde_core.estimators.kalman.algebra import STEP_BOUND
 
     m = load_mechanism(mech_path("fourbar"))
     ss = load_sensors(parse_yaml("""
@@ -159,7 +159,7 @@ def test_stage_restarts_a_diverged_estimate_instead_of_emitting_it():
     step and overflowed (201 non-finite estimates). The stage never emits a non-finite
     estimate: it restarts the filter from the initial guess (counted: diverged) and
     re-acquires at the next reading."""
-    from mbde_core.estimators.stage import EstimatorStage
+    from mbde_core.estimators.stage.core import EstimatorStage
 
     m = load_mechanism(mech_path("fourbar"))
     ss = load_sensors(parse_yaml("- {name: enc, type: encoder, body: crank, rate: 200, noise: {sigma: 1*pi/180}}"), m)
@@ -188,7 +188,7 @@ def _feed(gate, d2s, dt=0.005, t0=0.0):
 def test_adaptive_gate_scale_is_the_inconsistency_of_the_filter():
     """Innovations N(0, c S): d^2 = c chi2(1); the scale estimates c (a consistent filter
     keeps 1), so the gate again rejects ~1e-6 of them; outliers in the window do not move it."""
-    from mbde_core.estimators.stage_guards import WARMUP_SCALE, AdaptiveGate
+    from mbde_core.estimators.stage.guards import WARMUP_SCALE, AdaptiveGate
 
     rng = np.random.default_rng(0)
     for c in (1.0, 30.0):
@@ -206,7 +206,7 @@ def test_adaptive_gate_scale_is_the_inconsistency_of_the_filter():
 
 
 def test_adaptive_gate_persist_believes_a_sensor_that_keeps_disagreeing():
-    from mbde_core.estimators.stage_guards import AdaptiveGate
+    from mbde_core.estimators.stage.guards import AdaptiveGate
 
     gate = AdaptiveGate({"s": 23.9}, {"s": 1}, 0.0, 2)  # no window: the fixed threshold from the start
     seen = []
@@ -226,7 +226,7 @@ def test_adaptive_gate_keeps_an_overconfident_filter_corrected():
     scale's size depends on the default plant noise: ~25 with a fixed sigma_a, ~170 with the
     auto rule's smaller one; it is bounded, not a guess.)"""
     from mbde_core.engine.integrators import MBState, get_integrator
-    from mbde_core.estimators.stage import EstimatorStage
+    from mbde_core.estimators.stage.core import EstimatorStage
 
     m = load_mechanism(mech_path("fourbar"))
     ss = load_sensors(parse_yaml("- {name: enc, type: encoder, body: crank, rate: 200, noise: {sigma: 1*pi/180}}"), m)
@@ -264,7 +264,7 @@ def test_adaptive_gate_keeps_an_overconfident_filter_corrected():
 
 
 def test_two_channel_gate_distance_equals_the_solve():
-    from mbde_core.estimators.kalman import gate_rows
+    from mbde_core.estimators.kalman.algebra import gate_rows
 
     rng = np.random.default_rng(5)
     for _ in range(20):
@@ -327,7 +327,7 @@ def test_cekf_fuses_the_readings_right_after_a_reset():
 def test_gap_bank_scores_the_first_reading_of_every_cekf_member():
     """The bank's score (sum of min(NIS, cap) + log det S) counts every member's first
     reading after the gap: the candidates reset at t, the kept estimator predicted to t."""
-    from mbde_core.estimators.multistart import MultiStart
+    from mbde_core.estimators.stage.multistart import MultiStart
 
     m, ss = _fivebar()
     est = make_estimator("cekf", m, ss, defaults("cekf"))

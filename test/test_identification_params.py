@@ -165,7 +165,7 @@ def test_identifiability_finds_the_mass_gravity_null_direction():
 
 def test_identification_config_section(tmp_path):
     from mbde_core.errors import ConfigError
-    from mbde_core.estimators.config_schema import load_estimator_configs
+    from mbde_core.estimators.options.schema import load_estimator_configs
     from mbde_core.identification.config import load_identification_config
 
     path = tmp_path / "est.yaml"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from mbde_core.estimators.config_schema import validate
-from mbde_core.estimators.noise_rule import resolve_config
+from mbde_core.estimators.options.schema import validate
+from mbde_core.estimators.options.rule import resolve_config
 
 SCENARIO = f"{REPO}/config/scenarios/fivebar_gyro.yaml"
 

@@ -21,8 +21,8 @@ import pytest
 
 from conftest import REPO
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.config_schema import defaults, validate
-from mbde_core.estimators.noise_rule import AUTO, resolve_config, rule_scales, scenario_context
+from mbde_core.estimators.options.schema import defaults, validate
+from mbde_core.estimators.options.rule import AUTO, resolve_config, rule_scales, scenario_context
 
 SCENARIO = f"{REPO}/config/scenarios/adekf_slider_crank.yaml"
 DT = 0.001
@@ -288,7 +288,7 @@ def test_an_input_tracks_the_slider_crank_with_its_encoder_nees_in_band(name):
 
 
 def test_input_jump_raises_the_input_variance_only_for_a_large_innovation():
-    from mbde_core.estimators.input_states import input_jump
+    from mbde_core.estimators.kalman.input_states import input_jump
 
     P = np.diag([1e-4, 1e-2, 0.01])  # [rad^2, (rad/s)^2, (N m)^2]
     H = np.array([[50.0, 2.0, 17.0]])  # m/s^2 per rad, per rad/s, per N m
@@ -309,7 +309,7 @@ def test_input_projection_is_the_constrained_least_squares_estimate():
     # scipy's SLSQP, not by the formula
     from scipy.optimize import minimize
 
-    from mbde_core.estimators.input_states import project_inputs
+    from mbde_core.estimators.kalman.input_states import project_inputs
 
     P = np.array([[4.0, 1.5, 0.3], [1.5, 1.0, 0.1], [0.3, 0.1, 0.5]])
     x = np.array([2.0, 0.5, -0.3])  # an update's correction; the input was u0 = 4.8 N m before it
@@ -328,8 +328,8 @@ def test_input_projection_is_the_constrained_least_squares_estimate():
 def test_ukf_jump_matches_the_ekf_jump_on_a_linear_reading():
     # a linear reading y = H x: the UKF's statistical linearisation Pxy^T P^-1 is H, so its
     # jump raises P, Pxy and S as the EKF's (P H^T and H P H^T + R with the raised P)
-    from mbde_core.estimators.input_states import input_jump
-    from mbde_core.estimators.ukf import UKF
+    from mbde_core.estimators.kalman.input_states import input_jump
+    from mbde_core.estimators.kalman.ukf import UKF
 
     P = np.array([[1e-4, 2e-4, 0.0], [2e-4, 1e-2, 1e-3], [0.0, 1e-3, 0.01]])
     H = np.array([[50.0, 2.0, 17.0]])

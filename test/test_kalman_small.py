@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from mbde_core.estimators.kalman import cholesky, innovation_stats
+from mbde_core.estimators.kalman.algebra import cholesky, innovation_stats
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])

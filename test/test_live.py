@@ -17,7 +17,7 @@ from mbde_core.live.diagnostics import ERROR, OK, WARN, diagnostic_array, level_
 from mbde_core.live.drivers import DriverSet
 from mbde_core.live.estimator import EstimatorOptions, LiveEstimator, load_config
 from mbde_core.live.model_source import from_description, load_source, scenario_for_mechanism
-from mbde_core.live.paths import resolve
+from mbde_core.config.paths import resolve
 from mbde_core.live.simulator import PacedSimulation, sensor_grid_steps, truth_messages, with_truth_period
 from mbde_core.rosio.bag import BagReader
 from mbde_core.rosio.convert import string_from_msg

@@ -1,4 +1,4 @@
-"""The default-tuning rule (mbde_core/estimators/noise_rule.py, mechanism_scales.py,
+"""The default-tuning rule (mbde_core/estimators/options/rule.py, mechanism_scales.py,
 sensor_scales.py, transition.py): scales against the pendulum's closed form, the step
 and override rules, the transitions' exactness, and defaults that are consistent (mean
 NEES within [0.3, 3] x 2g) on shipped scenarios the old numbers did not fit."""
@@ -11,9 +11,9 @@ import pytest
 
 from conftest import REPO, mech_path
 from mbde_core.config.yamlnode import parse_yaml
-from mbde_core.estimators.config_schema import defaults, load_estimator_configs, validate
-from mbde_core.estimators.mechanism_scales import mechanism_scales
-from mbde_core.estimators.noise_rule import AUTO, auto_step, resolve_config
+from mbde_core.estimators.options.schema import defaults, load_estimator_configs, validate
+from mbde_core.estimators.options.mechanism_scales import mechanism_scales
+from mbde_core.estimators.options.rule import AUTO, auto_step, resolve_config
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors
 
@@ -50,7 +50,7 @@ def test_input_ripple_is_capped_by_the_force_limits_rate(pendulum):
     """With input jumps the rule's input density follows the holding torque's ripple f_r,
     but a motor of limit F cannot supply one that changes faster than its limit's rate
     F w': psd = (min(f_r, F w')^2 + (eps F w')^2) step [(N m)^2/s]."""
-    from mbde_core.estimators.noise_rule import auto_inputs, input_rate
+    from mbde_core.estimators.options.rule import auto_inputs, input_rate
 
     sc = mechanism_scales(pendulum, speed=[20.0])  # f_r = m g L v / (2 sqrt 2) = 8.7 N m/s
     w, step, eps = input_rate(sc), 0.001, 0.1
@@ -110,7 +110,7 @@ def test_accelerometer_is_widened_by_the_model_error(pendulum):
 
 
 def test_transitions_are_exact_for_their_accelerations():
-    from mbde_core.estimators.transition import heun_step, position_step
+    from mbde_core.estimators.kalman.transition import heun_step, position_step
 
     z, zd, a, j, dt = np.array([[0.3]]), np.array([[2.0]]), np.array([[-4.0]]), 7.0, 0.01
     exact = z + zd * dt + a * dt**2 / 2  # constant acceleration

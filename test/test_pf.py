@@ -12,9 +12,9 @@ from conftest import REPO, run_mbde
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import defaults, load_estimator_configs
-from mbde_core.estimators.resampling import SCHEMES, resample
-from mbde_core.estimators.stage import EstimatorStage
+from mbde_core.estimators.options.schema import defaults, load_estimator_configs
+from mbde_core.estimators.particle.resampling import SCHEMES, resample
+from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.scenario import load_scenario
 from mbde_core.sensors.base import wrap_angle
 from mbde_core.simulator import run as simulate_run
@@ -345,7 +345,7 @@ def test_bench_pf_smoke(tmp_path):
 
 
 def test_published_covariance_is_symmetric_positive_definite_and_nees_never_negative(sims):
-    from mbde_core.estimators.metrics import nees
+    from mbde_core.estimators.assess.metrics import nees
 
     sc, res, meas = sims[0]
     cfg = defaults("pf")

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from mbde_core.bench.common import TruthRecord
-from mbde_core.bench.pf_multidof import RMSE_RATIO, _run_filter, convergence_time, steady_rmse
+from mbde_bench.common import TruthRecord
+from mbde_bench.pf_multidof import RMSE_RATIO, _run_filter, convergence_time, steady_rmse
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import defaults
-from mbde_core.estimators.pf_lock import LockDetector
+from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.particle.lock import LockDetector
 from mbde_core.scenario import load_scenario
 
 SCEN = os.path.join(REPO, "config", "scenarios")
@@ -58,7 +58,7 @@ def test_convergence_window_is_relative_to_the_reference_where_it_is_off():
 def test_defaults_follow_the_mechanism():
     """pf_scale: sigma_a = 0.5 x RMS model acceleration, the velocity bound covers what the
     mechanism reaches when released at rest, the particle counts follow DOF and sensors."""
-    from mbde_core.estimators import pf_scale
+    from mbde_core.estimators.particle import scales as pf_scale
 
     out = {}
     for name in ("pf_sim", "fourbar_gyro", "fivebar_gyro", "fivebar_encoder"):
@@ -127,7 +127,7 @@ def test_lock_injection_recovers_a_wrong_start():
     cfg["init"] = "gaussian"
     cfg["recovery"].update(ess_fraction=0.0, log_likelihood_floor=-1e300)
     est = make_estimator("pf", sc.estimator_mechanism(), sc.estimator_sensors(), cfg, rng=np.random.default_rng(1))
-    from mbde_core.estimators.stage import EstimatorStage
+    from mbde_core.estimators.stage.core import EstimatorStage
 
     wrong = InitialState(truth.z[0] + 1.0, truth.zd[0], np.full(1, 0.01), np.full(1, 0.05), None, 0)
     rows = []

@@ -1,9 +1,9 @@
-"""The numba moments of the particle filter's estimate (mbde_core.estimators.pf_numba)
+"""The numba moments of the particle filter's estimate (mbde_core.estimators.particle.compiled)
 against the numpy path: same values to rounding, deterministic for any thread count."""
 import numpy as np
 import pytest
 
-from mbde_core.estimators import pf_numba
+from mbde_core.estimators.particle import compiled as pf_numba
 
 pytestmark = pytest.mark.skipif(pf_numba.kernels() is None, reason="numba is not importable")
 
@@ -59,14 +59,14 @@ def test_moments_thread_count_does_not_change_bits():
 
 def test_filter_estimate_numba_vs_numpy(monkeypatch):
     """The four-bar filter's estimate with the numba moments equals the numpy path's to rounding."""
-    from mbde_core.bench.common import config_path
+    from mbde_core.config.paths import config_path
     from mbde_core.estimators import make_estimator
     from mbde_core.scenario import load_scenario
 
     sc = load_scenario(config_path("scenarios", "pf_sim.yaml"))
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.config_schema import defaults
+    from mbde_core.estimators.options.schema import defaults
 
     cfg = defaults("pf")
     cfg.update(init="gaussian", particles=6000)

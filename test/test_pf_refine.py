@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from mbde_core.bench.common import TruthRecord
+from mbde_bench.common import TruthRecord
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import defaults, validate
-from mbde_core.estimators.noise_rule import resolve_config, scenario_context
+from mbde_core.estimators.options.schema import defaults, validate
+from mbde_core.estimators.options.rule import resolve_config, scenario_context
 from mbde_core.estimators.registry import estimator_rng
 from mbde_core.scenario import load_scenario
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, run_mbde
-from mbde_core.bench.common import config_path
-from mbde_core.estimators.config_schema import load_estimator_configs
+from mbde_core.config.paths import config_path
+from mbde_core.estimators.options.schema import load_estimator_configs
 from mbde_core.replay import pipeline, worker
 from mbde_core.replay.inputs import load_inputs
 from mbde_core.replay.runner import evaluate, run_estimator

@@ -74,9 +74,10 @@ def test_dask_local_cluster_matches_serial(cluster):
 
 def test_bench_accuracy_task_on_dask_matches_serial(cluster):
     """The accuracy benchmark's variants (truth shared by scatter) on 2 workers = serial."""
-    from mbde_core.bench import accuracy
-    from mbde_core.bench.common import TruthRecord, config_path
-    from mbde_core.estimators.config_schema import load_estimator_configs
+    from mbde_bench import accuracy
+    from mbde_bench.common import TruthRecord
+    from mbde_core.config.paths import config_path
+    from mbde_core.estimators.options.schema import load_estimator_configs
     from mbde_core.scenario import load_scenario
 
     truths = {"fourbar_gyro": TruthRecord(load_scenario(config_path("scenarios", "fourbar_gyro.yaml")), 0.2)}
@@ -97,8 +98,8 @@ def test_bench_accuracy_task_on_dask_matches_serial(cluster):
 
 def test_replay_on_dask_matches_serial(cluster, tmp_path):
     """mbde replay's (bag, estimator) tasks on the cluster: same metrics and estimates bag."""
-    from mbde_core.bench.common import config_path
-    from mbde_core.estimators.config_schema import load_estimator_configs
+    from mbde_core.config.paths import config_path
+    from mbde_core.estimators.options.schema import load_estimator_configs
     from mbde_core.replay import pipeline
     from mbde_core.rosio.bag import BagReader
     from mbde_core.scenario import load_scenario

@@ -4,7 +4,7 @@
   it) against the RK4 algorithm text on the ``Single`` backend (a one-row batch runs it):
   the same operations, so the same bits, for one- and two-dof mechanisms, with and
   without carried accelerations and extra accelerations;
-- the errorEKF's scalar update (:mod:`mbde_core.estimators.errorekf_scalar`) against its
+- the errorEKF's scalar update (:mod:`mbde_core.estimators.kalman.errorekf_scalar`) against its
   generic update (numpy Kalman update, ReducedModel.linearize, solve_full): equal to
   rounding, accepted and gated readings;
 - ``Gyroscope.linearize_floats`` against the batched ``h`` and ``jacobians``.
@@ -18,9 +18,10 @@ import pytest
 from mbde_core.engine import dynamics, fastpath
 from mbde_core.engine.integrators import MBState, RK4
 from mbde_core.engine.rk4_single import rk4_step
-from mbde_core.estimators import errorekf_scalar, make_estimator
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.kalman import errorekf_scalar
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import load_estimator_configs
+from mbde_core.estimators.options.schema import load_estimator_configs
 from conftest import COUPLER_GYRO, random_states
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.sensors.config import load_sensors

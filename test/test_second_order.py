@@ -1,5 +1,5 @@
 """The Gaussian second-order update terms (``measurement_order: 2`` of DEKF and CEKF,
-mbde_core/estimators/second_order.py), checked against what they did not produce: the
+mbde_core/estimators/kalman/second_order.py), checked against what they did not produce: the
 Hessians of the readings from second differences of the sensor model itself (not of the
 filter's Jacobian), and the update formula written out."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ from conftest import mech_path
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import defaults, validate
-from mbde_core.estimators.reduced import ReducedModel
-from mbde_core.estimators.second_order import second_order_terms
+from mbde_core.estimators.options.schema import defaults, validate
+from mbde_core.estimators.kalman.reduced import ReducedModel
+from mbde_core.estimators.kalman.second_order import second_order_terms
 from mbde_core.errors import ConfigError
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors

@@ -222,7 +222,7 @@ def test_ukf_sigma_readings_equal_batched_h(mech_name):
     """The UKF's float readings at its few sigma points (estimators.ukf_readings) equal the
     sensors' batched h to rounding, for every sensor (gyroscopes and accelerometers on floats,
     the others batched), bodies with a fixed basis point included (the four-bar's crank)."""
-    from mbde_core.estimators.ukf_readings import SigmaReadings
+    from mbde_core.estimators.kalman.ukf_readings import SigmaReadings
 
     m = load_mechanism(mech_path(mech_name))
     text = SENSORS.get(mech_name) or "".join(

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from conftest import REPO, run_mbde
-from mbde_core.bench.common import TruthRecord, config_path
+from mbde_bench.common import TruthRecord
+from mbde_core.config.paths import config_path
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import defaults
-from mbde_core.estimators.metrics import chi2_band, coordinate_errors
-from mbde_core.estimators.stage import EstimatorStage
+from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.assess.metrics import chi2_band, coordinate_errors
+from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.rosio.bag import BagReader
 from mbde_core.scenario import load_scenario
 from mbde_core.trajectory.smoother import BatchSmoother
@@ -76,7 +77,7 @@ def test_nees_in_band_on_runs_of_its_own_model(case, runs):
     NEES of [z, zd] sampled every 0.3 s lies in the chi-square band of 2g degrees of freedom
     (measured 1.86 of 2 and 4.23 of 4). The paper-003 truths have no acceleration noise:
     there the NEES is below 2g (``mbde bench accuracy --gravity-errors 0``)."""
-    from mbde_core.bench.smoother import model_nees
+    from mbde_bench.smoother import model_nees
 
     r = model_nees(case, runs, 3.0)
     assert r["band"][0] <= r["mean_nees"] <= r["band"][1], r

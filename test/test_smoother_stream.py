@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, run_mbde
-from mbde_core.bench.common import TruthRecord, config_path
+from mbde_bench.common import TruthRecord
+from mbde_core.config.paths import config_path
 from mbde_core.estimators.base import InitialState
 from mbde_core.scenario import load_scenario
 from mbde_core.trajectory.readings import ReadingsStream, bin_readings
@@ -110,9 +111,9 @@ def test_streamed_smooth_equals_the_windows_in_memory(bag, tmp_path, monkeypatch
     truth read ahead of a window (1.75 s here) is kept even beyond replay's bound for a
     silent filter (lowered to 500 samples, 0.5 s here)."""
     from mbde_core.replay import evaluation
-    from mbde_core.bench.smoother_cli import read_estimates
-    from mbde_core.estimators.config_schema import defaults
-    from mbde_core.estimators.metrics import coordinate_errors, truth_at
+    from mbde_bench.smoother_cli import read_estimates
+    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
     from mbde_core.replay.inputs import load_inputs
     from mbde_core.replay.runner import initial_state
     from mbde_core.replay.smoothing import smooth_bag
@@ -154,7 +155,7 @@ def test_reference_file_interpolates_as_truth_at(tmp_path):
     """The --reference smoother file (written part by part, read back around each group of
     stamps) gives what truth_at gives over the whole arrays: stamps on and between grid
     points, out of order, far apart (separate reads) and outside the run (clamped)."""
-    from mbde_core.estimators.metrics import truth_at
+    from mbde_core.estimators.assess.metrics import truth_at
     from mbde_core.replay.reference import ReferenceWriter
 
     rng = np.random.default_rng(3)

@@ -1,4 +1,4 @@
-"""Suitability of a sensor set for an estimator (mbde_core/estimators/suitability.py).
+"""Suitability of a sensor set for an estimator (mbde_core/estimators/assess/suitability.py).
 
 Analytic cases on the shipped pendulum (rod about its hinge, z = theta): an encoder reads
 theta (observable); a gyroscope reads theta' only, and without gravity nothing in the
@@ -19,7 +19,7 @@ import yaml
 from conftest import REPO, mech_path, run_mbde
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.suitability import UnsuitableError, assess, information, precheck
+from mbde_core.estimators.assess.suitability import UnsuitableError, assess, information, precheck
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors
 

@@ -1,4 +1,4 @@
-"""Mirror ambiguity (mbde_core/estimators/symmetry.py), against the closed form.
+"""Mirror ambiguity (mbde_core/estimators/assess/symmetry.py), against the closed form.
 
 The centred slider-crank (paper 004's rig, crank L1 about A = origin, rod L2, slider on
 y = 0): x(theta) = L1 cos(theta) + sqrt(L2^2 - L1^2 sin(theta)^2) is even in theta, so a
@@ -17,8 +17,8 @@ import pytest
 from conftest import mech_path
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.suitability import assess
-from mbde_core.estimators.symmetry import candidate_lines, mirror_ambiguity
+from mbde_core.estimators.assess.suitability import assess
+from mbde_core.estimators.assess.symmetry import candidate_lines, mirror_ambiguity
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors
 

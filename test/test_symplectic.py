@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from mbde_core.symplectic import oscillator as osc
-from mbde_core.symplectic.riccati import (DiscreteKalman, EulerRiccatiKalman, LinearModel, SymplecticKalman,
+from mbde_bench.symplectic import oscillator as osc
+from mbde_bench.symplectic.riccati import (DiscreteKalman, EulerRiccatiKalman, LinearModel, SymplecticKalman,
                                           euler_riccati_step, exact_map, fractional_update, symplectic_defect,
                                           symplectic_euler_map, transition)
 

@@ -71,7 +71,7 @@ def test_tune_recovers_a_known_plant_noise_density(shaken_bag, tmp_path):
 
 def test_likelihood_is_the_prediction_error_sum(shaken_bag):
     """Independent check of the sum: the same run's innovations recomputed from its records."""
-    from mbde_core.estimators.config_schema import defaults
+    from mbde_core.estimators.options.schema import defaults
     from mbde_core.replay.inputs import load_inputs
     from mbde_core.replay.runner import resolved_config, run_estimator
     from mbde_core.tuning.likelihood import LOG_2PI, innovation_fit, tuning_config

@@ -137,8 +137,8 @@ def test_midpoint_step_with_a_motor_torque_has_no_drift():
     step's mean zd error against a fine RK4 reference (50 substeps, B(z) u re-evaluated)
     is < 1e-4 rad/s per step; as the acceleration B(z0) u held over the step it was
     -1.1e-3 rad/s per step (the size of the plant noise's 0.05 rad/s)."""
-    from mbde_core.bench.common import config_path
-    from mbde_core.estimators.reduced import ReducedModel
+    from mbde_core.config.paths import config_path
+    from mbde_core.estimators.kalman.reduced import ReducedModel
     from mbde_core.scenario import load_scenario
 
     m = load_scenario(config_path("scenarios", "adekf_slider_crank.yaml")).estimator_mechanism()

@@ -2,13 +2,15 @@
 import numpy as np
 import pytest
 
-from mbde_core.bench.common import TruthRecord, config_path
+from mbde_bench.common import TruthRecord
+
+from mbde_core.config.paths import config_path
 from mbde_core.engine.vi_linearize import step_jacobian
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import defaults, validate
-from mbde_core.estimators.stage import EstimatorStage
+from mbde_core.estimators.options.schema import defaults, validate
+from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.scenario import load_scenario
 from mbde_core.sensors.base import wrap_angle
 

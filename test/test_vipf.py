@@ -9,8 +9,8 @@ from conftest import REPO
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.config_schema import defaults, load_estimator_configs, validate
-from mbde_core.estimators.stage import EstimatorStage
+from mbde_core.estimators.options.schema import defaults, load_estimator_configs, validate
+from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.scenario import load_scenario
 from mbde_core.sensors.base import wrap_angle
 from mbde_core.simulator import run as simulate_run

@@ -52,7 +52,7 @@ def run(args) -> int:
     import numpy as np
 
     from mbde_core.errors import DataError
-    from mbde_core.estimators.config_schema import defaults, load_estimator_configs
+    from mbde_core.estimators.options.schema import defaults, load_estimator_configs
     from mbde_core.minimal import make_map
     from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
     from mbde_core.minimal.observability import observability_along, steady_states

@@ -59,7 +59,7 @@ def run(args) -> int:
     from mbde_core import runs
     from mbde_core.cli.outputs import prepare_output_dir, results_like
     from mbde_core.errors import DataError
-    from mbde_core.estimators.config_schema import load_estimator_configs
+    from mbde_core.estimators.options.schema import load_estimator_configs
     from mbde_core.estimators.registry import ESTIMATOR_NAMES
     from mbde_core.replay.outputs import summary_table
     from mbde_core.replay.pipeline import find_bags, replay, summary_rows, summary_text

@@ -44,8 +44,8 @@ def run(args) -> int:
 
     from mbde_core import runs
     from mbde_core.errors import DataError
-    from mbde_core.estimators.config_schema import load_estimator_configs
-    from mbde_core.estimators.suitability import precheck
+    from mbde_core.estimators.options.schema import load_estimator_configs
+    from mbde_core.estimators.assess.suitability import precheck
     from mbde_core.replay.inputs import load_inputs
     from mbde_core.replay.runner import resolved_config
     from mbde_core.tuning import output

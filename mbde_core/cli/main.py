@@ -42,13 +42,36 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("render", "mbde_core.cli.cmd_render", "animate bags (truth, estimates, PF hypotheses, ellipses) into a GIF/PNG, no RViz needed"),
     ("learn-map", "mbde_core.cli.cmd_learn_map", "train the ADE-KF's learned minimal-coordinate map (tanh MLP) of a mechanism"),
     ("adekf-observability", "mbde_core.cli.cmd_adekf_observability", "PBH observability test of the ADE-KF (states + inputs) for a set of sensors"),
-    ("bench", "mbde_core.cli.cmd_bench", "benchmarks: accuracy, speed, pf, adekf, identify, replay, vi, smoother, faults, transfer (tables, CSV/JSON, figures)"),
     ("bag-info", "mbde_core.cli.cmd_bag_info", "list a ROS 2 bag's topics, types, message counts, rates and duration"),
 ]
 
 
-def _top_parser() -> argparse.ArgumentParser:
-    lines = "\n".join(f"  {name:<22} {helptext}" for name, _, helptext in COMMANDS)
+# Commands of other installed packages: the ``mbde.commands`` entry-point group, name =
+# module (e.g. ``bench = mbde_bench.cli``, whose HELP is its one-line help). The core never
+# imports those packages by name.
+PLUGIN_GROUP = "mbde.commands"
+
+
+def _commands() -> list[tuple[str, str, str]]:
+    """COMMANDS, then the plugins' commands (their modules imported for their HELP)."""
+    from importlib.metadata import entry_points
+
+    out = list(COMMANDS)
+    names = {c[0] for c in out}
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        if ep.name in names:
+            continue
+        try:
+            helptext = getattr(importlib.import_module(ep.value), "HELP", ep.name)
+        except ImportError:  # a plugin whose package is not importable here
+            continue
+        out.append((ep.name, ep.value, helptext))
+        names.add(ep.name)
+    return out
+
+
+def _top_parser(commands) -> argparse.ArgumentParser:
+    lines = "\n".join(f"  {name:<22} {helptext}" for name, _, helptext in commands)
     p = OneLineParser(
         prog="mbde",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -63,8 +86,10 @@ def _top_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     table = {name: (module, helptext) for name, module, helptext in COMMANDS}
+    if argv and argv[0] not in table:
+        table = {name: (module, helptext) for name, module, helptext in _commands()}
     if not argv or argv[0] not in table:
-        parser = _top_parser()
+        parser = _top_parser(_commands())
         args, _ = parser.parse_known_args(argv)
         if args.version:
             from mbde_core import __version__

@@ -3,7 +3,7 @@
 Why: the numpy path (:mod:`mbde_core.engine.fastpath`, ``vector`` kernels) runs a
 batched RK4 step as ~10^3 numpy operations on (N,) rows. Each is fast, but the Python
 glue between them holds the GIL, so a thread pool over particle chunks does not scale
-(:mod:`mbde_core.estimators.pf_parallel`), and at N = 1e5 the ~100 live temporaries fall
+(:mod:`mbde_core.estimators.particle.propagate`), and at N = 1e5 the ~100 live temporaries fall
 out of the caches. Here the mechanism's ``scalar`` kernels (the same generated text,
 :mod:`mbde_core.model.codegen`) are compiled by numba together with the RK4 algorithm
 written for one particle (:mod:`mbde_core.engine.numba_source`), and a ``prange`` loop
@@ -35,7 +35,7 @@ the first use of a mechanism on a machine compiles (~10-20 s for the four-bar on
 2-core machine; later processes load it in ~0.5 s). Compiled modules are shared per
 process by text.
 
-Threads: ``threads`` (default :func:`mbde_core.estimators.pf_parallel.default_threads`:
+Threads: ``threads`` (default :func:`mbde_core.estimators.particle.propagate.default_threads`:
 the CPU count or ``MBDE_PF_THREADS``). The set is cut into ``threads`` contiguous ranges
 (boundaries N i / threads); the calling thread steps the first and a small thread pool
 (:mod:`mbde_core.engine.thread_pools`, fork-safe) the others, each through
@@ -47,7 +47,7 @@ second core stayed mostly idle: four-bar, 1e4 particles, idle 2-core machine, rk
 per step on two threads against 4.4 on one (process CPU / wall 1.2); the GNU OpenMP layer
 gave 2.0 ms but is not fork-safe (the benches and replay fork worker processes). Own
 threads: see ``mbde bench pf --only speed``. For the PF's numba moments
-(:mod:`mbde_core.estimators.pf_numba`) the layer stays ``workqueue`` unless
+(:mod:`mbde_core.estimators.particle.compiled`) the layer stays ``workqueue`` unless
 ``NUMBA_THREADING_LAYER`` says otherwise; calls into it are serialised by a lock (that
 layer must not be entered from two threads at once).
 

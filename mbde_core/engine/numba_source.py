@@ -22,7 +22,7 @@ design). The text is made of
   :func:`mbde_core.engine.numba_kernels.rk4_step`), batch-last (n, N) like the numpy
   path, writing the outputs and the kernel context at the result (sin/cos, the Jacobian
   entries, R, batch-last);
-- for the errorEKF of one state (:mod:`mbde_core.estimators.errorekf_numba`, which calls
+- for the errorEKF of one state (:mod:`mbde_core.estimators.kalman.errorekf_numba`, which calls
   ``rk4_one`` directly): ``correct_one`` (position problem + ``post``), and, when the
   kernels have ``jdot`` and ``dsolve``, ``hrow`` (the measurement row of a one-channel
   sensor) and ``update_one`` (row, gate, gain, Joseph form, correction in one call).
@@ -362,7 +362,7 @@ def update_one(xs, qd, tr, J, R, hq, hqd, yv, r, P, gate, tv):
 
 def _hrow(K) -> str:
     """``hrow``: the errorEKF's measurement row of a one-channel sensor (the operations of
-    :func:`mbde_core.estimators.errorekf_scalar.measurement_row` in the same order)::
+    :func:`mbde_core.estimators.kalman.errorekf_scalar.measurement_row` in the same order)::
 
         H = [h_q R + h_qd (dqd/dz),  h_qd R],  Phi_q,d (dqd/dz)_k,d = -D(R_k, qd),
         D(u, v) = [(Phi_q)'(u + v) (u + v) - (Phi_q)'(u - v) (u - v)] / 4.

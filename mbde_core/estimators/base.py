@@ -4,7 +4,7 @@ An estimator works on a fixed step: ``predict(dt)`` advances its state from ``t`
 ``t + dt`` with the multibody model; ``update(measurements, gates)`` fuses the readings
 taken at the current time; ``estimate()`` returns a :class:`MechanismSnapshot` with z, zd,
 zdd, the full q, qd, qdd, the covariance of [z, zd], branch probabilities where
-meaningful, and estimated inputs. The :class:`mbde_core.estimators.stage.EstimatorStage`
+meaningful, and estimated inputs. The :class:`mbde_core.estimators.stage.core.EstimatorStage`
 drives this interface both in ``mbde replay`` and in the live ROS node.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ class UpdateResult:
     dimensions); innovation: the stacked innovation y (for whiteness tests); logdet:
     log det S (NIS + logdet = -2 log-likelihood of the innovation + const); distances:
     (sensor name, squared Mahalanobis distance) of every gated reading, accepted or not,
-    in reading order (the stage's gate scale, :mod:`~mbde_core.estimators.stage_guards`).
+    in reading order (the stage's gate scale, :mod:`~mbde_core.estimators.stage.guards`).
     """
 
     accepted: list[str] = field(default_factory=list)

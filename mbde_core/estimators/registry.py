@@ -8,15 +8,15 @@ import numpy as np
 
 # name -> (module, class)
 _TABLE = {
-    "ukf": ("mbde_core.estimators.ukf", "UKF"),
-    "errorekf": ("mbde_core.estimators.errorekf", "ErrorEKF"),
-    "viekf": ("mbde_core.estimators.viekf", "VIEKF"),
-    "dekf": ("mbde_core.estimators.dekf", "DEKF"),
-    "cekf": ("mbde_core.estimators.cekf", "CEKF"),
-    "diekfpm": ("mbde_core.estimators.diekfpm", "DIEKFpm"),
-    "pf": ("mbde_core.estimators.pf", "ParticleFilter"),
-    "vipf": ("mbde_core.estimators.vipf", "VIParticleFilter"),
-    "adekf": ("mbde_core.estimators.adekf", "ADEKF"),
+    "ukf": ("mbde_core.estimators.kalman.ukf", "UKF"),
+    "errorekf": ("mbde_core.estimators.kalman.errorekf", "ErrorEKF"),
+    "viekf": ("mbde_core.estimators.kalman.viekf", "VIEKF"),
+    "dekf": ("mbde_core.estimators.kalman.dekf", "DEKF"),
+    "cekf": ("mbde_core.estimators.kalman.cekf", "CEKF"),
+    "diekfpm": ("mbde_core.estimators.kalman.diekfpm", "DIEKFpm"),
+    "pf": ("mbde_core.estimators.particle.filter", "ParticleFilter"),
+    "vipf": ("mbde_core.estimators.particle.vipf", "VIParticleFilter"),
+    "adekf": ("mbde_core.estimators.kalman.adekf", "ADEKF"),
 }
 ESTIMATOR_NAMES = tuple(_TABLE)
 
@@ -30,9 +30,9 @@ def estimator_class(name: str):
 
 def make_estimator(name: str, mech, sensors, config: dict, rng=None, context=None):
     """Build estimator ``name`` for a mechanism model and its sensors; ``auto`` options are
-    resolved by the default-tuning rule (:func:`~mbde_core.estimators.noise_rule.resolve_config`,
+    resolved by the default-tuning rule (:func:`~mbde_core.estimators.options.rule.resolve_config`,
     context: a scenario's rule inputs) and the estimator's ``config`` holds the numbers."""
-    from mbde_core.estimators.noise_rule import resolve_config
+    from mbde_core.estimators.options.rule import resolve_config
 
     return estimator_class(name)(mech, sensors, resolve_config(name, config, mech, sensors, context), rng)
 

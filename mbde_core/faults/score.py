@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from mbde_core.estimators.metrics import coordinate_errors, nees, truth_at
+from mbde_core.estimators.assess.metrics import coordinate_errors, nees, truth_at
 
 RECOVERY_FACTOR = 3.0
 RECOVERY_FLOOR = 1e-3

@@ -342,7 +342,7 @@ def _solve_stage(jp, problems, X, u, sigma_start, cfg, opt, say, log) -> dict:
 
 def _outputs(jp, X, rows, recordings):
     """Per recording: trajectory, normalised residuals per sensor, their whiteness."""
-    from mbde_core.estimators.metrics import whiteness
+    from mbde_core.estimators.assess.metrics import whiteness
 
     g = jp.g
     trajs, resid, white = [], [], {}

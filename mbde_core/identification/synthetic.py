@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mbde_core.bench.common import config_path
+from mbde_core.config.paths import config_path
 from mbde_core.config.yamlnode import Node, read_yaml
 from mbde_core.types import Measurement
 

@@ -9,7 +9,7 @@
 - :mod:`simulator`: real-time pacing of :func:`mbde_core.simulator.simulate`.
 - :mod:`drivers`: virtual sensor drivers sampling the ground truth.
 - :mod:`estimator`: the estimator node's core around
-  :class:`mbde_core.estimators.stage.EstimatorStage` (the stage ``mbde replay`` runs).
+  :class:`mbde_core.estimators.stage.core.EstimatorStage` (the stage ``mbde replay`` runs).
 - :mod:`diagnostics`: diagnostic_msgs/DiagnosticArray building (ROS-free).
 - :mod:`topics`: the topic names and types every node publishes / subscribes.
 

@@ -1,9 +1,9 @@
 """Core of the ``estimator`` node: the replay stage fed from subscriptions (ROS-free).
 
 :class:`LiveEstimator` owns the estimator and its
-:class:`~mbde_core.estimators.stage.EstimatorStage` -- the stage ``mbde replay`` runs,
+:class:`~mbde_core.estimators.stage.core.EstimatorStage` -- the stage ``mbde replay`` runs,
 built the same way (model, sensors and initial guess from the scenario / description,
-options validated by :mod:`mbde_core.estimators.config_schema`, seeded generator) -- and
+options validated by :mod:`mbde_core.estimators.options.schema`, seeded generator) -- and
 turns its steps into messages through a message factory. The node only forwards
 messages and clock readings to it and publishes what it hands back; the pure-Python
 tests drive it with ``rosbags`` messages and compare it with ``mbde replay``.
@@ -84,7 +84,7 @@ class LiveEstimator:
 
     def __init__(self, scenario, options: EstimatorOptions, factory, publish, log=None, wall=_time.monotonic):
         from mbde_core.estimators import estimator_rng, make_estimator
-        from mbde_core.estimators.stage import StageCounters
+        from mbde_core.estimators.stage.core import StageCounters
         from mbde_core.replay.runner import initial_state
 
         self.scenario = scenario
@@ -99,13 +99,13 @@ class LiveEstimator:
             raise ConfigError(scenario.file, "sensors", "the model has no sensors: nothing to estimate from")
         from dataclasses import replace
 
-        from mbde_core.estimators.noise_rule import resolve_config, scenario_context
+        from mbde_core.estimators.options.rule import resolve_config, scenario_context
 
         # `auto` options from the default-tuning rule, as `mbde replay` resolves them
         options = replace(options, config=resolve_config(options.name, options.config, self.mech, self.sensors,
                                                          scenario_context(scenario)))
         self.opt = options
-        from mbde_core.estimators.suitability import precheck
+        from mbde_core.estimators.assess.suitability import precheck
 
         precheck(options.name, self.sensors)  # a meaningless pair: one line, exit status 2
         init = scenario.estimator_initial_state()
@@ -121,8 +121,8 @@ class LiveEstimator:
             raise ConfigError("<parameters>", "estimator",
                               f"estimator {options.name!r} is not available in this installation ({exc})") from None
         self.step = float(options.config["step"])
-        from mbde_core.estimators.noise_rule import force_limits
-        from mbde_core.estimators.suitability import assess
+        from mbde_core.estimators.options.rule import force_limits
+        from mbde_core.estimators.assess.suitability import assess
 
         # observability of [z, zd] (and inputs) at the initial state, as `mbde replay` reports it
         self.suitability = assess(options.name, self.mech, self.sensors, self.initial, self.step, self.est,
@@ -168,7 +168,7 @@ class LiveEstimator:
 
     # -- stage ------------------------------------------------------------------------------
     def _new_stage(self) -> None:
-        from mbde_core.estimators.stage import EstimatorStage
+        from mbde_core.estimators.stage.core import EstimatorStage
 
         cfg = self.opt.config
         self.stage = EstimatorStage.from_config(self.est, cfg, lambda t: self.initial,

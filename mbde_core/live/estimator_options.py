@@ -3,7 +3,7 @@
 :class:`EstimatorOptions` are the node parameters that shape
 :class:`~mbde_core.live.estimator.LiveEstimator` (:mod:`mbde_core.live.params`);
 :func:`load_config` reads and validates the estimator's options file as ``mbde replay
---config`` does (:mod:`mbde_core.estimators.config_schema`).
+--config`` does (:mod:`mbde_core.estimators.options.schema`).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class EstimatorOptions:
 def default_config_file(name: str) -> str | None:
     """The shipped options of estimator ``name``: ``estimators/<name>.yaml`` if the package
     has one, else ``estimators/default.yaml`` (None if neither exists)."""
-    from mbde_core.live.paths import config_dirs
+    from mbde_core.config.paths import config_dirs
 
     for rel in (f"estimators/{name}.yaml", "estimators/default.yaml"):
         for base in config_dirs():
@@ -56,8 +56,8 @@ def default_config_file(name: str) -> str | None:
 def load_config(name: str, config_file: str = "") -> dict:
     """Validated options of estimator ``name`` from a config file ('' = the shipped one,
     :func:`default_config_file`; options it does not set keep the estimator's defaults)."""
-    from mbde_core.estimators.config_schema import load_estimator_configs
-    from mbde_core.live.paths import resolve
+    from mbde_core.estimators.options.schema import load_estimator_configs
+    from mbde_core.config.paths import resolve
 
     path = resolve(config_file, "estimator config file") if config_file else default_config_file(name)
     try:

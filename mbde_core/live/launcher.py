@@ -23,7 +23,7 @@ from mbde_core.errors import ConfigError
 
 def params_file(node: str) -> str:
     """The package's parameter file of a node (config/params/<node>.yaml)."""
-    from mbde_core.live.paths import config_dirs
+    from mbde_core.config.paths import config_dirs
 
     for base in config_dirs():
         path = os.path.join(base, "params", node + ".yaml")

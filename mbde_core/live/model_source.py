@@ -14,7 +14,7 @@ import math
 import os
 
 from mbde_core.errors import ConfigError
-from mbde_core.live.paths import resolve
+from mbde_core.config.paths import resolve
 
 
 def scenario_for_mechanism(mechanism_file: str, sensors_file: str | None = None):

@@ -10,7 +10,7 @@ Conventions: every parameter is read-only (set at start: ``--ros-args -p``, a pa
 file, or a launch file); an integer where a double is expected is accepted (``-p rate:=200``
 works, unlike plain rclpy); ``''`` / ``0`` / ``-1`` mean "automatic" where stated.
 Relative file paths are looked up in the current directory, then in the package's
-``config/`` folder (``estimators/default.yaml``), see :mod:`mbde_core.live.paths`.
+``config/`` folder (``estimators/default.yaml``), see :mod:`mbde_core.config.paths`.
 
 A ROS parameter file holds ``<node name or /**>: {ros__parameters: {...}}`` sections;
 ``config/params/<executable>.yaml`` belongs to that executable.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mbde_core.errors import ConfigError, MbdeError
-from mbde_core.estimators.stage import STAGE_DEFAULTS
+from mbde_core.estimators.stage.core import STAGE_DEFAULTS
 
 TYPES = ("string", "bool", "integer", "double", "string_array")
 

@@ -2,7 +2,7 @@
 
 q = g_n(z) solves Phi(q) = 0 with q[independent] = z (Newton-Raphson from a guess, which
 keeps the assembly branch). Differentiating Phi(g_n(z)) = 0 (D(u, v) = u^T Phi_qq v, the
-symmetric bilinear form of :meth:`mbde_core.estimators.reduced.ReducedModel.bilinear_many`,
+symmetric bilinear form of :meth:`mbde_core.estimators.kalman.reduced.ReducedModel.bilinear_many`,
 obtained by polarisation of the engine's (Phi_q)' qd; T(u, v, w) = Phi_qqq[u, v, w])::
 
     Phi_q g_i = 0                                  -> g_i   = R[:, i]          (velocity problem)

@@ -3,7 +3,7 @@ with the records of an estimator (:mod:`mbde_core.replay.worker`) or of the batc
 smoother (:mod:`mbde_core.replay.smoothing`), with memory bounded whatever the bag's length.
 
 :class:`StreamEvaluator` holds the emitted records until the ground truth has passed
-their stamps, then a batch at a time evaluates them (:class:`~mbde_core.estimators.metrics.RunMetrics`,
+their stamps, then a batch at a time evaluates them (:class:`~mbde_core.estimators.assess.metrics.RunMetrics`,
 convergence, inputs; against the bag's ground truth or a smoother reference, see
 :mod:`mbde_core.replay.reference`) and hands them to a :class:`RunOutput`: serialised
 (:class:`~mbde_core.replay.encode.EstimateEncoder`) into the run's part file and thinned
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from mbde_core.estimators.metrics import RunMetrics, coordinate_errors, record_arrays, reference_nees
+from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, reference_nees
 from mbde_core.replay.encode import EstimateEncoder, PartWriter
 from mbde_core.replay.source import TruthWindow
 

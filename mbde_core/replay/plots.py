@@ -140,7 +140,7 @@ def has_branch_probabilities(series: dict) -> bool:
 
 def series_of_records(inputs, run) -> dict:
     """The plot series (see :func:`plot_run`) of an in-memory run against inputs.truth."""
-    from mbde_core.estimators.metrics import coordinate_errors, nees, record_arrays, truth_at
+    from mbde_core.estimators.assess.metrics import coordinate_errors, nees, record_arrays, truth_at
 
     mech = inputs.mechanism
     a = record_arrays(run.records)

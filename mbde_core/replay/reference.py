@@ -53,7 +53,7 @@ class ReferenceWriter:
 
 class ReferenceTrajectory:
     """The smoothed trajectory in a :class:`ReferenceWriter` file; :meth:`at` gives it at
-    estimate stamps (linear interpolation as :func:`~mbde_core.estimators.metrics.truth_at`,
+    estimate stamps (linear interpolation as :func:`~mbde_core.estimators.assess.metrics.truth_at`,
     exact on the smoother's grid, which is the filters' when the steps agree), reading
     only the rows around each group of stamps."""
 
@@ -73,7 +73,7 @@ class ReferenceTrajectory:
 
     def at(self, stamps) -> dict:
         """{z, zd, zdd (K, g), cov (K, 2g, 2g) or None, effort None} at ``stamps`` (K,)."""
-        from mbde_core.estimators.metrics import truth_at
+        from mbde_core.estimators.assess.metrics import truth_at
 
         stamps = np.asarray(stamps, dtype=float)
         g, K = self.g, len(stamps)

@@ -86,7 +86,7 @@ class SmoothedStream:
 
 
 def _records(part, cost: float):
-    from mbde_core.estimators.stage import StepRecord
+    from mbde_core.estimators.stage.core import StepRecord
 
     return (StepRecord(part.snapshot(i), None, cost) for i in range(len(part)))
 

@@ -215,7 +215,7 @@ class TruthWindow:
     """The ground truth near the estimates being evaluated: samples are appended in time
     order and dropped once no later estimate can need them. :meth:`at` interpolates
     linearly (angles unwrapped over the window, then wrapped), as
-    :func:`mbde_core.estimators.metrics.truth_at` does over a whole series."""
+    :func:`mbde_core.estimators.assess.metrics.truth_at` does over a whole series."""
 
     def __init__(self, angular: np.ndarray):
         self.angular = np.asarray(angular, bool)
@@ -233,7 +233,7 @@ class TruthWindow:
 
     def at(self, stamps: np.ndarray, fields=("z", "zd", "zdd")) -> dict:
         """{field: (K, .) truth at stamps} (+ 'effort' if every sample has it, else None)."""
-        from mbde_core.estimators.metrics import truth_at
+        from mbde_core.estimators.assess.metrics import truth_at
 
         t = np.array(self.t)
         out = {}

@@ -5,7 +5,7 @@ The bag is read chunk by chunk (:class:`mbde_core.replay.source.Stream`); readin
 one at a time into the estimator's stage, exactly as :func:`mbde_core.replay.runner.run_estimator`
 (and the live node) feed them; the emitted estimates wait only until the ground truth
 has passed their stamps, then a batch at a time they are evaluated
-(:class:`~mbde_core.estimators.metrics.RunMetrics`), serialised
+(:class:`~mbde_core.estimators.assess.metrics.RunMetrics`), serialised
 (:class:`~mbde_core.replay.encode.EstimateEncoder`) into the estimator's part file and
 thinned for the plots (at most ``SERIES_POINTS`` steps). Memory therefore stays bounded
 whatever the length of the bag. The estimator's random generator depends on (seed,
@@ -65,7 +65,7 @@ def replay_task(shared, task: ReplayTask) -> EstimatorResult:
 def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     from mbde_core.estimators import make_estimator
     from mbde_core.estimators.registry import estimator_rng
-    from mbde_core.estimators.stage import STAGE_DEFAULTS, EstimatorStage
+    from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
     from mbde_core.replay.runner import GuardedStage, initial_state, resolved_config
 
     t_wall, t_cpu = time.perf_counter(), time.process_time()

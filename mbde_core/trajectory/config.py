@@ -47,7 +47,7 @@ def smoother_defaults() -> dict:
 
 def validate_smoother(options, file: str = "<config>", path: str = "smoother") -> dict:
     """Defaults merged with ``options`` and checked (ConfigError naming file and key)."""
-    from mbde_core.estimators.config_schema import merge_options
+    from mbde_core.estimators.options.schema import merge_options
     from mbde_core.estimators.registry import ESTIMATOR_NAMES
     from mbde_core.trajectory.factors import SCHEMES
 
@@ -83,7 +83,7 @@ def validate_smoother(options, file: str = "<config>", path: str = "smoother") -
 def load_smoother_config(path) -> tuple[dict, dict]:
     """(smoother options, options of its initial-guess filter) from an estimator config
     file (None: defaults)."""
-    from mbde_core.estimators.config_schema import defaults, validate
+    from mbde_core.estimators.options.schema import defaults, validate
 
     if path is None:
         cfg = smoother_defaults()

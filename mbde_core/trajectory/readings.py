@@ -1,7 +1,7 @@
 """Readings on the trajectory's time grid, as compact arrays per sensor.
 
 Grid: t_i = t0 + i dt, i = 0..N-1, with t0 the stamp of the first valid reading and
-dt the smoother's step: the grid of :class:`mbde_core.estimators.stage.EstimatorStage`,
+dt the smoother's step: the grid of :class:`mbde_core.estimators.stage.core.EstimatorStage`,
 so the smoothed states share the stamps of the filters' estimates. A reading stamped t
 belongs to step round((t - t0) / dt), as in the stage (readings between grid points are
 fused at the nearest one, as the filters do).

@@ -6,7 +6,7 @@ every state x_i = [z_i, zd_i, zdd_i] of the run with the assembly branch fixed:
 1. readings are put on the grid of the filters (:mod:`.readings`; bad ones counted and
    skipped);
 2. a forward filter (``initial_guess``, errorEKF by default) runs over the same readings
-   through its :class:`~mbde_core.estimators.stage.EstimatorStage`: its estimates (z, zd,
+   through its :class:`~mbde_core.estimators.stage.core.EstimatorStage`: its estimates (z, zd,
    zdd and q, which carries the branch) are the initial guess, so the solver starts near
    the solution;
 3. Levenberg-Marquardt on the banded normal equations (:mod:`.solver`) solves the sparse
@@ -74,7 +74,7 @@ class BatchSmoother:
     plant noise becomes the smoother's own, the model the smoother fits)."""
 
     def __init__(self, mech, sensors, config: dict | None = None, guess_config: dict | None = None):
-        from mbde_core.estimators.config_schema import defaults
+        from mbde_core.estimators.options.schema import defaults
 
         self.mech = mech
         self.sensors = sensors
@@ -171,7 +171,7 @@ class ForwardGuess:
 
     def __init__(self, smoother: BatchSmoother, readings: Readings, init: InitialState, end: float | None = None):
         from mbde_core.estimators import make_estimator
-        from mbde_core.estimators.stage import EstimatorStage
+        from mbde_core.estimators.stage.core import EstimatorStage
 
         self.sm, self.readings, self.init = smoother, readings, init
         name = smoother.config["initial_guess"]

@@ -9,7 +9,7 @@ readings given the noise parameters theta is the prediction-error decomposition
 (Schweppe 1965; Ljung 1999 ch. 7; Bar-Shalom et al. 2001 sec. 5.2.5): too little plant
 noise makes the innovations larger than S predicts (large NIS), too much inflates
 log det S. No ground truth is involved. The filter runs through its
-:class:`~mbde_core.estimators.stage.EstimatorStage` exactly as in ``mbde replay``, with
+:class:`~mbde_core.estimators.stage.core.EstimatorStage` exactly as in ``mbde replay``, with
 the Mahalanobis gate off (a gated reading would leave the sum and favour bad candidates)
 on the readings of a window of the bag.
 """
@@ -65,7 +65,7 @@ def innovation_fit(source, readings, name: str, cfg: dict, seed: int = 0) -> Inn
     source's model, sensors and initial guess, as ``mbde replay``) and sum its innovation
     log-likelihood (module doc)."""
     from mbde_core.estimators import estimator_rng, make_estimator
-    from mbde_core.estimators.stage import STAGE_DEFAULTS, EstimatorStage
+    from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
     from mbde_core.replay.runner import initial_state
 
     fit = InnovationFit()

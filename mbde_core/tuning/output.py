@@ -8,10 +8,10 @@ sigmas, and the ADE-KF's input noise), so ``mbde replay --config`` and the estim
 The particle filter has no Gaussian innovations, so no innovation likelihood: its
 ``acceleration_sigma`` is written as the Kalman-tuned density's equivalent for its own
 step, sigma_a = sqrt(q / dt_pf) (the PF adds N(0, sigma_a^2) to zdd over each step, whose
-density is sigma_a^2 dt, :mod:`mbde_core.estimators.pf`), from the first tuned Kalman
+density is sigma_a^2 dt, :mod:`mbde_core.estimators.particle.filter`), from the first tuned Kalman
 observer (the largest coordinate's q); its sensor sigmas are left alone (the PF widens
 them on purpose against sample impoverishment, paper 000 Table 1). Its Gaussian follower
-(``refine``, :mod:`mbde_core.estimators.pf_refine`) becomes the first tuned observer that
+(``refine``, :mod:`mbde_core.estimators.particle.refine`) becomes the first tuned observer that
 can follow (not the ADE-KF), with that observer's tuned options.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from mbde_core.estimators.pf_refine import FOLLOWERS
+from mbde_core.estimators.particle.refine import FOLLOWERS
 
 KEYS = ("step", "plant_noise", "initial_sigma", "transition", "integrator")
 ADEKF_KEYS = ("r_a", "jump_sigma", "inputs")

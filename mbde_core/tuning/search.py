@@ -3,7 +3,7 @@
 Prediction-error method (Ljung 1999 ch. 7): theta maximises the innovation
 log-likelihood of :mod:`~mbde_core.tuning.likelihood`, each evaluation one filter run
 over the readings. The parameters are log10 factors on the starting values (the
-config's, by default the default-tuning rule's, :mod:`~mbde_core.estimators.noise_rule`):
+config's, by default the default-tuning rule's, :mod:`~mbde_core.estimators.options.rule`):
 
 - f_q on the plant noise (``acceleration_psd`` and ``velocity_psd`` scaled together, all
   coordinates by the same factor: the rule fixes their ratios);

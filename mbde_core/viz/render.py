@@ -98,7 +98,7 @@ def load_tracks(bags, mechanism_file: str | None = None):
 
     truth_mech = est_mech = None
     if mechanism_file:
-        from mbde_core.live.paths import resolve
+        from mbde_core.config.paths import resolve
 
         truth_mech = est_mech = load_mechanism(resolve(mechanism_file, "mechanism file"))
     tracks: dict[str, Track] = {}
@@ -265,7 +265,7 @@ def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, s
         raise DataError(f"--out {out}: write a .gif (animation) or a .png (one frame)")
     truth_mech, est_mech, tracks = load_tracks(bags, mechanism_file)
     if estimators:
-        from mbde_core.estimators.config_schema import load_estimator_configs
+        from mbde_core.estimators.options.schema import load_estimator_configs
         from mbde_core.replay.inputs import load_inputs
         from mbde_core.replay.runner import run_estimator
 

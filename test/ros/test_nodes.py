@@ -71,7 +71,13 @@ PARTICLE_FILTERS = ("pf", "vipf")  # publish ~/particles and the ESS in their di
 
 
 def present(name: str) -> bool:
-    return importlib.util.find_spec(f"mbde_core.estimators.{name}") is not None
+    from mbde_core.estimators.registry import estimator_class
+
+    try:
+        estimator_class(name)
+    except (KeyError, ImportError):
+        return False
+    return True
 
 
 PRESENT = [n for n in CASES if present(n)]
@@ -246,7 +252,7 @@ def test_estimator_tracks_simulated_ground_truth(name, node_processes, probe, ro
     assert len(gt) >= 0.95 * n_truth and len(readings) >= 0.7 * n_truth
     assert est_js, f"no {ns}/joint_states\n{est.logs()}"
     rms, worst, n = tracking_error(est_js, gt, z_name)
-    from mbde_core.estimators.noise_rule import resolve_config, scenario_context
+    from mbde_core.estimators.options.rule import resolve_config, scenario_context
 
     cfg = resolve_config(name, load_config(name, ""), scenario.estimator_mechanism(), scenario.estimator_sensors(),
                          scenario_context(scenario))  # `step: auto`, resolved as the node resolves it

@@ -1,1 +1,0 @@
-"""Speed benchmarks (command modules printing tables; never run by the test suite)."""

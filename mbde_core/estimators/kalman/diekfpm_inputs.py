@@ -1,0 +1,116 @@
+"""Unknown generalized-force inputs of the DIEKFpm (:mod:`diekfpm`): the random-walk input
+states of :mod:`input_states` (paper 004 eqs. 30-33) on the dependent-coordinate filter.
+
+The inputs u (k) follow the dependent state X = [q, qd]: the estimate is [X, u] (2n + k)
+and the tangent covariance Pz is that of [z, zd, u] (2g + k). With E (n, k) the unit
+columns of the inputs' coordinates::
+
+    qdd = the R-matrix dynamics with the generalized forces E u,
+    u' = w_u,    E[w_u w_u^T] = diag(psd) delta(t),
+
+so the prediction's accelerations (both Heun stages) include the inputs, the transition
+of [z, zd, u] gains dz+/du = dt^2/2 B (0 for ``transition: euler``), dzd+/du = dt B,
+B = (R^T M R)^-1 R^T E (as the DEKF), the plant noise diag(psd) dt for u, and the
+iterated update works on [X, u] with T_a = blockdiag(T, I_k) (the constraints do not
+involve u; the readings see it through qdd: dh/du by the same central differences as
+dh/dX). ``limit`` bounds the inputs after each update (:func:`input_states.project_inputs`);
+``input_jump_nis`` raises their variances before an update whose reading asks for a jump
+(:func:`input_states.jump_variance`, on the first pass's innovation), and the next
+reading decides between that jump and an outlier (:mod:`jump_hypothesis`, as the DEKF
+and errorEKF: without it ``mbde bench faults`` on adekf_slider_crank lost the crank at
+the outliers, 164x the clean RMSE).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mbde_core.estimators.kalman.input_states import (init_input_attributes, input_forces, jump_variance, project_inputs,
+                                               validate_inputs as validate_dependent_inputs)  # noqa: F401 (the schema)
+from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
+
+
+class DependentInputs(JumpHypothesis):
+    """Mixin of :class:`~mbde_core.estimators.kalman.diekfpm.DIEKFpm` (module doc): call
+    :meth:`_init_inputs` in ``__init__``; the filter keeps ``self.u`` beside ``self.X``."""
+
+    def _init_inputs(self) -> None:
+        init_input_attributes(self)
+        self.u = self._u_initial.copy()
+
+    def _reset_inputs(self, Pz: np.ndarray) -> np.ndarray:
+        """u = the configured initial values; Pz of [z, zd] widened by diag(sigma0^2)."""
+        self.u = self._u_initial.copy()
+        return self._augment(Pz, np.diag(self._u_sigma0**2))
+
+    def _augment(self, M: np.ndarray, Mu: np.ndarray) -> np.ndarray:
+        """blockdiag(M, Mu) (M itself without inputs)."""
+        if not self.k:
+            return M
+        a, b = M.shape
+        out = np.zeros((a + Mu.shape[0], b + Mu.shape[1]))
+        out[:a, :b] = M
+        out[a:, b:] = Mu
+        return out
+
+    def _forces(self, u=None):
+        """The inputs' generalized forces E u (n,) (None without inputs)."""
+        if not self.k:
+            return None
+        return input_forces(self.mech.n, self.input_cols, self.u if u is None else u)
+
+    def _input_transition(self, Fz: np.ndarray, q: np.ndarray, dt: float) -> np.ndarray:
+        """Fz (2g, 2g) of [z, zd] extended to [z, zd, u] (module doc)."""
+        if not self.k:
+            return Fz
+        g = self.mech.dof
+        F = self._augment(Fz, np.eye(self.k))
+        B = self.model.input_gain(q, self.input_cols)
+        if self.config.get("transition", "heun") != "euler":
+            F[:g, 2 * g:] = (0.5 * dt * dt) * B
+        F[g:2 * g, 2 * g:] = dt * B
+        return F
+
+    def _input_noise(self, Qz: np.ndarray, dt: float) -> np.ndarray:
+        return self._augment(Qz, np.diag(self._u_psd * dt))
+
+    def _input_jump(self, y, S, H) -> bool:
+        """Whether the reading (innovation y, its covariance S, Jacobian H over [X, u]) asks
+        for a jump of the inputs (:func:`input_states.jump_variance`, ``input_jump_nis``);
+        if so Pz's input variances are raised to it."""
+        jn = float(self.config.get("input_jump_nis", 0.0))
+        if not jn:
+            return False
+        idx = np.arange(2 * self.mech.dof, 2 * self.mech.dof + self.k)
+        V = jump_variance(self.Pz[idx, idx], y, S, H[:, -self.k:], self._u_sigma0**2, jn)
+        if V is None:
+            return False
+        self.Pz = self.Pz.copy()
+        self.Pz[idx, idx] = V
+        self.input_jumps += 1
+        return True
+
+    def _innovation_cov(self, measurements):
+        """(y, S) of the readings at the current state, [X, u] (jump_hypothesis)."""
+        names, o, Rs = self._readings(measurements)
+        P = self._prior_P()
+        Xa = np.concatenate([self.X, self.u]) if self.k else self.X
+        h, H = self._augmented(names, Xa, constraints=False)
+        return self.model.residual(names, o, h), H @ P @ H.T + Rs
+
+    def _bound_inputs(self, Xa: np.ndarray, P: np.ndarray) -> np.ndarray:
+        """[X, u] with u within its limits (projected along P, input_states.project_inputs)."""
+        if not self.k or not np.isfinite(self._u_limit).any():
+            return Xa
+        m = Xa.shape[0] - self.k
+        idx = np.arange(m, m + self.k)
+        dx = project_inputs(np.zeros_like(Xa), P, idx, Xa[idx], self._u_limit)
+        return Xa + dx
+
+    def input_snapshot(self, snap):
+        """The snapshot with the estimated inputs (names, values, covariance)."""
+        if self.k:
+            g2 = 2 * self.mech.dof
+            snap.input_names = [self.mech.coordinate_names[c] for c in self.input_cols]
+            snap.inputs = self.u.copy()
+            snap.input_cov = self.Pz[g2:, g2:].copy()
+        return snap

@@ -1,0 +1,260 @@
+"""Unknown generalized-force inputs as random-walk states of the [z, zd] observers (UKF,
+DEKF, CEKF; the errorEKF and VI-EKF use the same options and functions).
+
+Option ``inputs`` (the same schema as the errorEKF's, :mod:`errorekf`): a list of
+``{coordinate: name, psd: [(N m)^2/s or N^2/s], sigma0: [N m or N], initial: value,
+limit: [N m or N]}``, one generalized force u_j on the named coordinate q_c(j) each, or
+``auto``: the default-tuning rule adds one per force-limited independent coordinate
+(:func:`~mbde_core.estimators.options.rule.auto_inputs`; none without force limits), with
+``limit`` = sigma0 = the force limit. Two additions to paper 004's random walk:
+
+- ``input_jump_nis`` (:func:`jump_variance`): a reading the random walk cannot explain
+  but a jump of the inputs can raises their variances before the update;
+- ``limit`` (:func:`project_inputs`): |u_j| <= limit_j (a motor's torque limit); an update
+  that would take an input beyond it is projected back along P.
+
+The state becomes x = [z, zd, u] (2g + k), with (paper 004 eqs. 30-33, the ADE-KF's
+random-walk input model, here on the [z, zd] observers of paper 003 sec. 3.1)
+
+    z' = zd,   zd' = f(z, zd) + B(z) u,   u' = w_u,   E[w_u w_u^T] = diag(psd) delta(t),
+
+B(z) = dzdd/du = (R^T M R)^-1 R^T E (E (n, k): the unit columns of the input
+coordinates; the R-matrix dynamics are linear in the applied forces, so the accelerations
+with the inputs are those without plus B u, qdd gaining R B u). The discrete plant noise
+is block diagonal, Sigma^P (2g, 2g) of the ``plant_noise`` option and diag(psd) dt for u
+(the increment of a random walk over dt); every covariance is propagated as
+F P F^T + Q (DEKF) or as the weighted outer products of sigma points plus Q (UKF), and
+symmetrised, so it stays symmetric PSD by construction. The estimate's covariance (and
+the NEES) is that of [z, zd] as without inputs; the inputs are reported in the snapshot
+(input_names, inputs, input_cov). With ``inputs: []`` (k = 0) the filters run exactly
+the code they ran before inputs existed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.options.rule import AUTO, INPUT_OBSERVERS  # noqa: F401 (re-exported)
+
+INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial", "limit")
+
+
+def input_forces(n: int, cols, u) -> np.ndarray:
+    """The generalized forces (n,) of the inputs u (k,) acting on the coordinates ``cols``."""
+    Q = np.zeros(n)
+    Q[cols] = u
+    return Q
+
+
+def validate_inputs(cfg: dict, file: str, path: str) -> None:
+    """The ``inputs`` option: ``auto`` or a list of {coordinate, psd >= 0, sigma0 > 0, initial}."""
+    jn = cfg.get("input_jump_nis", 0.0)
+    if isinstance(jn, bool) or not isinstance(jn, (int, float)) or jn < 0:
+        raise ConfigError(file, f"{path}.input_jump_nis", f"must be >= 0 (0 = off), got {jn!r}")
+    items = cfg.get("inputs", [])
+    if items == AUTO:
+        return
+    if not isinstance(items, list):
+        raise ConfigError(file, f"{path}.inputs",
+                          f"a list of inputs or {AUTO!r}, e.g. [{{coordinate: theta, psd: 10.0, sigma0: 1.0}}]")
+    for k, item in enumerate(items):
+        where = f"{path}.inputs[{k}]"
+        if not isinstance(item, dict) or "coordinate" not in item:
+            raise ConfigError(file, where, "expected {coordinate: name, psd: value, sigma0: value}")
+        for key, value in item.items():
+            if key not in INPUT_KEYS:
+                raise ConfigError(file, f"{where}.{key}", f"unknown key (choose from {', '.join(INPUT_KEYS)})")
+            if key == "coordinate":
+                if not isinstance(value, str):
+                    raise ConfigError(file, f"{where}.coordinate", f"a coordinate name, got {value!r}")
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(file, f"{where}.{key}", f"a number, got {value!r}")
+            if (key == "psd" and value < 0) or (key in ("sigma0", "limit") and value <= 0):
+                raise ConfigError(file, f"{where}.{key}", f"must be {'>= 0' if key == 'psd' else '> 0'}, got {value}")
+
+
+def input_specs(config: dict) -> list:
+    """The configured inputs (``auto`` not resolved by the rule, i.e. built without a
+    mechanism's context: none)."""
+    items = config.get("inputs", [])
+    return [] if items == AUTO or not items else list(items)
+
+
+def init_input_attributes(est) -> None:
+    """The inputs of ``est.config`` on the estimator ``est`` (mech, config, name): input_specs,
+    input_cols (their natural coordinates), k, _u_psd, _u_sigma0, _u_initial, _u_limit (k,),
+    _E (n, k) (the unit columns: generalized forces E u) and the jump counter; a coordinate
+    the mechanism does not have is a ConfigError at ``<name>.inputs``."""
+    mech = est.mech
+    specs = input_specs(est.config)
+    try:
+        cols = [mech.coordinate_index(s["coordinate"]) for s in specs]
+    except (KeyError, IndexError) as exc:
+        raise ConfigError("<estimator config>", f"{est.name}.inputs", str(exc.args[0])) from None
+    est.input_specs, est.input_cols, est.k = specs, cols, len(cols)
+    est._u_psd = np.array([float(s.get("psd", 1.0)) for s in specs])
+    est._u_sigma0 = np.array([float(s.get("sigma0", 1.0)) for s in specs])
+    est._u_initial = np.array([float(s.get("initial", 0.0)) for s in specs])
+    est._u_limit = input_limits(specs)
+    est._E = np.zeros((mech.n, len(cols)))
+    est._E[cols, np.arange(len(cols))] = 1.0
+    est.input_jumps = 0  # updates at which the inputs jumped
+
+
+class InputStates:
+    """Mixin of a :class:`~mbde_core.estimators.kalman.base.ReducedKalman` observer:
+    the k input states after [z, zd] (module doc). Call :meth:`_init_inputs` in
+    ``__init__`` and :meth:`_reset_inputs` after the base class's ``reset``."""
+
+    def _init_inputs(self) -> None:
+        init_input_attributes(self)
+        self._Qa_cache: dict = {}
+
+    def _reset_inputs(self) -> None:
+        """x = [z, zd, u0], P = diag(P_[z, zd], sigma0^2) (after the base reset)."""
+        if not self.k:
+            return
+        g2 = 2 * self.g
+        self.x = np.concatenate([self.x, self._u_initial])
+        P = np.zeros((g2 + self.k, g2 + self.k))
+        P[:g2, :g2] = self.P
+        P[g2:, g2:] = np.diag(self._u_sigma0**2)
+        self.P = P
+
+    @property
+    def u(self) -> np.ndarray:
+        return self.x[2 * self.g:]
+
+    def input_gain(self, R) -> np.ndarray:
+        """B = dzdd/du = (R^T M R)^-1 R^T E: (g, k) for R (n, g), (N, g, k) for R (N, n, g)."""
+        M = self.mech.M
+        Rt = np.swapaxes(R, -1, -2)
+        return np.linalg.solve(Rt @ M @ R, Rt @ self._E)
+
+    def extra_forces(self):
+        """The estimated generalized forces (n,) on the model (None without inputs)."""
+        return input_forces(self.mech.n, self.input_cols, self.u) if self.k else None
+
+    def with_inputs(self, q, zdd, qdd, U):
+        """(zdd, qdd) of a batch of states (N rows: q (N, n), zdd (N, g), qdd (N, n) or
+        None, inputs U (N, k)) with the inputs' accelerations B u added (qdd += R B u)."""
+        from mbde_core.engine import kinematics
+
+        R = kinematics.r_matrix(self.mech, q)
+        dz = np.einsum("igk,ik->ig", self.input_gain(R), U)
+        zdd = zdd + dz
+        if qdd is not None:
+            qdd = qdd + np.einsum("ing,ig->in", R, dz)
+        return zdd, qdd
+
+    def augmented_noise(self, dt: float) -> np.ndarray:
+        """Sigma^P of [z, zd, u] over dt: the plant noise and diag(psd) dt (cached per dt)."""
+        Q = self._Qa_cache.get(dt)
+        if Q is None:
+            g2 = 2 * self.g
+            Q = np.zeros((g2 + self.k, g2 + self.k))
+            Q[:g2, :g2] = self.plant_noise(dt)
+            Q[g2:, g2:] = np.diag(self._u_psd * dt)
+            self._Qa_cache[dt] = Q
+        return Q
+
+    def _linearize_inputs(self, names, st):
+        """(h, H (d, 2g + k)) of the readings ``names`` at the FullState st with the inputs
+        applied (qdd + R B u, dh/d[z, zd] with the inputs' forces): dh/du = dh/dqdd R B."""
+        g2 = 2 * self.g
+        uses_qdd = self.sensors.uses_qdd(names)
+        extra = self.extra_forces()
+        qdd = None
+        if uses_qdd:
+            B = self.input_gain(st.R)
+            qdd = st.qdd + st.R @ (B @ self.u)
+        pred, Hx, Hqdd = self.model.linearize(names, self.t, st, qdd=qdd, extra_Q=extra if uses_qdd else None)
+        H = np.zeros((Hx.shape[0], g2 + self.k))
+        H[:, :g2] = Hx
+        if uses_qdd:
+            H[:, g2:] = Hqdd @ st.R @ B
+        return pred, H
+
+    def input_snapshot(self, snap):
+        """The snapshot with the estimated inputs (names, values, covariance)."""
+        if self.k:
+            g2 = 2 * self.g
+            snap.input_names = [self.mech.coordinate_names[c] for c in self.input_cols]
+            snap.inputs = self.u.copy()
+            snap.input_cov = self.P[g2:, g2:].copy()
+        return snap
+
+
+def input_limits(specs) -> np.ndarray:
+    """(k,) the inputs' bounds |u_j| <= limit_j (inf where a spec has none)."""
+    return np.array([float(s.get("limit", np.inf)) for s in specs])
+
+
+def project_inputs(x, P, idx, u, limit):
+    """x moved so that the inputs u + x[idx] stay within +-limit (the force limits: a motor
+    cannot exceed its torque limit): the excess e (k,) is removed along P's columns, the
+    estimate projection of a Kalman filter with an active inequality constraint (Simon &
+    Chia 2002, eq. 9 with W = P^-1): x <- x - P[:, idx] P[idx, idx]^-1 e, which sets the
+    inputs on the bound and moves the states correlated with them accordingly (a torque
+    cannot be over its limit, so neither is the speed change it would have caused). P is
+    kept (the bound is one-sided: the inputs may still move back inside). x unchanged if
+    inside."""
+    v = u + x[idx]
+    e = v - np.clip(v, -limit, limit)
+    if not e.any() or not np.isfinite(e).all():
+        return x
+    try:
+        return x - P[:, idx] @ np.linalg.solve(P[np.ix_(idx, idx)], e)
+    except np.linalg.LinAlgError:
+        x = x.copy()
+        x[idx] -= e
+        return x
+
+
+def jump_variance(P_a, y, S0, Ha, jump_var, jump_nis: float):
+    """The inputs' variances V (k,) after a jump a reading asks for (the ADE-KF's test,
+    :meth:`~mbde_core.estimators.kalman.adekf_jumps.InputJumps._input_jump`), or None.
+
+    z and zd cannot jump within a step, the inputs can (a saturating speed controller at a
+    change of its target: the random walk, tuned for their smooth part, lags the step and
+    the gate rejects the readings that show it). With the innovation y, its covariance S0
+    and H_a the inputs' columns of the measurement Jacobian (or of the statistical
+    linearisation Pxy^T P^-1 of a UKF), the least-squares jump is
+    d = (H_a^T S0^-1 H_a)^-1 H_a^T S0^-1 y, its variance V = min(d^2, jump_var)
+    (jump_var = sigma0^2: the rule's force limit F^2), and S1 = S0 + H_a V H_a^T: if
+    y^T S0^-1 y > jump_nis and y^T S1^-1 y + ln det S1 < y^T S0^-1 y + ln det S0 (a
+    generalised likelihood ratio), the inputs' variances P_a (k,) are raised to at least V
+    before the update (and its gate). jump_nis 0: never."""
+    if not jump_nis:
+        return None
+    try:
+        Si_y = np.linalg.solve(S0, y)
+        d0 = float(y @ Si_y)
+        if not d0 > jump_nis:
+            return None
+        Si_Ha = np.linalg.solve(S0, Ha)
+        d = np.linalg.lstsq(Ha.T @ Si_Ha, Ha.T @ Si_y, rcond=None)[0]
+        V = np.minimum(d * d, jump_var)
+        S1 = S0 + (Ha * V) @ Ha.T
+        d1 = float(y @ np.linalg.solve(S1, y))
+        l0, l1 = np.linalg.slogdet(S0)[1], np.linalg.slogdet(S1)[1]
+    except np.linalg.LinAlgError:
+        return None
+    if not d1 + l1 < d0 + l0:
+        return None
+    return np.maximum(P_a, V)
+
+
+def input_jump(P, y, H, R, cols: slice, jump_var, jump_nis: float):
+    """P with the inputs' variances raised when a reading says they jumped
+    (:func:`jump_variance`, S0 = H P H^T + R), or P itself."""
+    if not jump_nis:
+        return P
+    idx = np.arange(P.shape[0])[cols]
+    V = jump_variance(P[idx, idx], y, H @ P @ H.T + R, H[:, cols], jump_var, jump_nis)
+    if V is None:
+        return P
+    P = P.copy()
+    P[idx, idx] = V
+    return P

@@ -1,0 +1,321 @@
+"""The default-tuning rule: filter step, plant noise, initial and sensor sigmas from the
+mechanism and its sensors (the options whose value is ``auto``).
+
+An option set to ``auto`` (the built-in default, and ``config/estimators/default.yaml``)
+is replaced, when the estimator is built for a mechanism and its sensors, by this rule;
+an explicit number in a user config overrides it (e.g. ``config/estimators/paper003.yaml``,
+the numbers of paper 003's benchmark). Scales (:mod:`mechanism_scales`, all per
+independent coordinate, in its units): a_g the RMS acceleration of the known forces at
+rest, a the RMS total acceleration (with the velocity terms at the characteristic speed v
+and the force limits a_f), w_g = sqrt(a_g / ell), w = a / v, ell = 1 rad (angles) or the
+longest body (lengths). Inputs of the rule (option ``rule``): ``model_error`` eps
+(default 0.1: the known forces are trusted to 10 %, e.g. paper 003's gravity error of
+1 m/s^2) and ``force_limits`` {coordinate: F_max} (unknown motor or hand forces [N, N m],
+also taken from a simulated scenario's speed controller ``torque_limit`` and target speed).
+
+- ``step``: h_max = min(5 ms, 0.05 / max w) (the motion turns by ~0.05 rad per step at
+  its frequency), then the fastest sensor period T divided into whole steps,
+  step = T / ceil(T / h_max): readings land on the grid (a 1 kHz encoder fused on a 5 ms
+  grid is fused up to 2.5 ms off its stamp: mean NEES 170-4e5 on ``pendulum_release``);
+- ``plant_noise.acceleration_psd`` q = q_model + q_force + q_disc [unit^2/s^3]:
+  q_model = (eps a_g)^2 / w_g -- a model error of eps times the known accelerations,
+  correlated over the pendulum time 1/w_g, as white noise of the same low-frequency
+  power (the density of a process of variance s^2 and correlation time tau is ~s^2 tau);
+  q_force = a_f^2 / w -- the unknown forces up to their limits over the motion's time
+  scale; q_disc = 0.75 a^2 w dt^2 for a transition whose velocity update is first order
+  (forward Euler, ``constant_acceleration``: local zd error dt^2/2 zddd), 0 for second and
+  higher orders (Heun, trapezoidal, midpoint, rk4). The 0.75 is the forward-Euler value
+  of the position error (below) times w dt, calibrated on ``pf_sim`` (the UKF with the
+  constant-acceleration transition needs q ~ 3 at 2.5 ms, ~15 at 5 ms);
+- ``plant_noise.velocity_psd`` = a^2 dt^3 / 4 for a transition whose position update is
+  first order (forward Euler, symplectic Euler): its local error dt^2/2 zdd in z as white
+  noise on z' (density (dt^2 a / 2)^2 / dt); 0 otherwise;
+- ``initial_sigma``: z = 0.05 ell (3 deg, or 5 % of the longest body), zd = 0.05 v;
+- ``sensor_sigma`` of every sensor that reads accelerations (accelerometers, IMUs) and is
+  not listed: the channels that depend on zdd or read gravity are widened by the model's
+  error in predicting them (:mod:`sensor_scales`),
+  sigma^2 = sigma_noise^2 + (eps rms(h))^2 f / w_g + sum_k (rms(dh/dzdd_k) a_f,k)^2,
+  f the sensor's rate: a model error shows in an accelerometer's reading directly
+  (gravity, and every unmodelled force through zdd), not only through the state, and it
+  persists over 1/w_g, i.e. over f / w_g readings (without the widening: mean NEES 6e3
+  on ``fourbar_imu``);
+- ADE-KF (``adekf``): its unknown inputs absorb the force errors, so no q_force and the
+  accelerometers are widened for the gravity term only; q_model stays (an input random
+  walk lags a force that depends on z), q_disc is the forward-Euler zd error in full,
+  (a w)^2 dt^3 / 4, and the position error goes to ``velocity_psd`` as above (0.0014 on
+  the paper-004 slider-crank, the hand-tuned 3e-4 of adekf.yaml); ``r_a`` =
+  (F_c w' dt)^2, the per-step increment of an input of size F_c that changes at
+  w' = max(w, v / ell) (the rate at which a z-dependent force changes), ``jump_sigma`` and
+  the inputs' ``sigma0`` = F_c, with F_c the largest force limit, or eps m_z a_g (the model
+  error as a generalized force) without one. On the paper-004 slider-crank (5 N m motor
+  at 40-60 rad/s, 1 kHz): r_a = 0.09 (N m)^2, against the hand-tuned 0.05 of adekf.yaml.
+- ``inputs: auto`` (the observers with input states, UKF, DEKF, errorEKF, VI-EKF, CEKF,
+  :mod:`input_states`): one random-walk generalized force per force-limited independent
+  coordinate k, sigma0 = F_k (its limit) and density psd = r_a / dt = (F_k w' dt)^2 / dt,
+  the ADE-KF's per-step increment as a density (:func:`auto_inputs`); with input jumps
+  (``input_jump_nis`` > 0: the steps of a saturating controller are the jumps' part) the
+  random walk is left the smooth part, psd = (min(f_r,k, F_k w')^2 + (eps F_k w')^2) dt,
+  the per-step increment of the holding force's ripple (f_r, :mod:`mechanism_scales`: the
+  rate of the force that keeps the linkage at speed v, what a speed-controlled motor
+  supplies; capped at the limit's rate, which a motor of limit F cannot exceed) plus eps
+  of the limit's rate. On those coordinates a_f leaves q_force and the accelerometer
+  widening (its unknown force is the input's; with an input on every coordinate the
+  accelerometers are widened for gravity only, as for the ADE-KF), the other terms are
+  the estimator's own (q_model, its q_disc). Without force limits: no inputs and every
+  value as above. An explicit ``inputs`` list is used as given, the a_f terms leaving the
+  coordinates it names (with ``inputs: []`` they stay). On the paper-004 slider-crank
+  (5 N m motor, 40-60 rad/s): psd = 90 (N m)^2/s, or 28.8 with jumps (f_r = 167 N m/s at
+  60 rad/s: the holding torque's RMS 1.32 N m, at twice the crank speed; the simulated
+  motor's torque about its mean: 0.62 / 0.96 / 1.37 N m at 40 / 50 / 60 rad/s, the holding
+  torque's 0.59 / 0.92 / 1.32), sigma0 = 5 N m, q = 2.7 rad^2/s^3 (was 1.4e5) and the
+  slider accelerometer's 0.05 m/s^2 (was widened to 133).
+
+The transitions' orders (z update, zd update) are given by :func:`transition_orders`.
+The shipped scenarios' values and what they give are in the README (Defaults that
+transfer, ``mbde bench transfer``).
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+
+AUTO = "auto"
+MODEL_ERROR = 0.1
+STEP_MAX = 0.005   # s
+STEP_TURN = 0.05   # rad per step at the motion's frequency
+SIGMA_Z = 0.05     # of ell
+SIGMA_ZD = 0.05    # of v
+RULE_DEFAULTS = {"model_error": MODEL_ERROR, "force_limits": {}}
+INPUT_OBSERVERS = ("errorekf", "viekf", "ukf", "dekf", "cekf", "diekfpm")  # the [z, zd] observers with input states
+
+
+def model_error(cfg: dict) -> float:
+    """eps of the options ``cfg`` (``rule.model_error``, default MODEL_ERROR)."""
+    return float((cfg.get("rule") or {}).get("model_error", MODEL_ERROR))
+
+
+def has_auto(cfg: dict) -> bool:
+    """Whether any option of ``cfg`` (nested) is ``auto``."""
+    for v in cfg.values():
+        if v == AUTO or (isinstance(v, dict) and has_auto(v)):
+            return True
+    return False
+
+
+def transition_orders(name: str, cfg: dict) -> tuple[int, int]:
+    """(order of the z update, order of the zd update) of the estimator's transition: the
+    local errors are O(dt^(p+1)) (for q_disc and the velocity noise)."""
+    if name in ("ukf", "dekf", "diekfpm"):
+        return {"euler": (1, 1), "constant_acceleration": (2, 1), "heun": (2, 2)}[cfg.get("transition", "euler")]
+    if name in ("errorekf", "viekf"):
+        from mbde_core.engine.integrators import get_integrator
+
+        p = int(getattr(get_integrator(cfg.get("integrator", "euler")), "order", 2))
+        return (p, p)
+    if name == "adekf":
+        return (1, 1)
+    return (2, 2)
+
+
+def force_limits(mech, cfg: dict, context=None) -> np.ndarray:
+    """(g,) unknown-force bounds on the independent coordinates: the config's
+    ``rule.force_limits`` (by coordinate name) over the context's (a scenario's motor)."""
+    out = np.zeros(mech.dof)
+    if context is not None and context.get("force_limits") is not None:
+        out = np.maximum(out, np.asarray(context["force_limits"], float))
+    names = list(mech.independent_names)
+    for key, value in ((cfg.get("rule") or {}).get("force_limits") or {}).items():
+        if key not in names:
+            from mbde_core.errors import ConfigError
+
+            raise ConfigError("<estimator config>", f"rule.force_limits.{key}",
+                              f"not an independent coordinate (choose from {', '.join(names)})")
+        out[names.index(key)] = float(value)
+    return out
+
+
+def rule_scales(mech, cfg: dict, context=None):
+    from mbde_core.estimators.options.mechanism_scales import mechanism_scales
+
+    speed = None if context is None else context.get("speed")
+    return mechanism_scales(mech, force_limits(mech, cfg, context), speed)
+
+
+def auto_step(sc, sensors) -> float:
+    h_max = min(STEP_MAX, STEP_TURN / float(np.max(sc.w)))
+    periods = [1.0 / s.rate for s in sensors if getattr(s, "rate", 0) and s.rate > 0]
+    if not periods:
+        return h_max
+    T = min(periods)
+    return T / math.ceil(T / h_max - 1e-9)
+
+
+def auto_psd(name: str, cfg: dict, sc, dt: float, covered=None) -> tuple[np.ndarray, np.ndarray]:
+    """(acceleration_psd, velocity_psd) (g,) of the rule (module doc); covered (g,) bool:
+    the coordinates whose unknown forces are input states (no q_force there)."""
+    eps = model_error(cfg)
+    pz, pv = transition_orders(name, cfg)
+    if name == "adekf":
+        dt = dt / max(1, int(cfg.get("substeps", 1)))
+    a, w = sc.a, sc.w
+    q_vel = a**2 * dt**3 / 4.0 if pz == 1 else 0.0 * a
+    q_model = (eps * sc.a_g) ** 2 / sc.w_g
+    if name == "adekf":  # its inputs absorb the unknown forces; the zd error of its Euler step
+        return q_model + (a * w) ** 2 * dt**3 / 4.0, q_vel
+    q_disc = 0.75 * a**2 * w * dt**2 if pv == 1 else 0.0 * a
+    a_f = sc.a_f if covered is None else np.where(covered, 0.0, sc.a_f)
+    return q_model + a_f**2 / sc.w + q_disc, q_vel
+
+
+def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
+    """A copy of the validated options ``cfg`` with every ``auto`` replaced by the rule
+    (module doc) for ``mech`` and ``sensors``; ``cfg`` itself if nothing is ``auto`` and
+    no sensor is widened. context: {"force_limits": (g,), "speed": (g,)} from a
+    scenario (:func:`scenario_context`) or None."""
+    widen = _widened_sensors(name, cfg, sensors)
+    motor = name in ("pf", "vipf") and context is not None
+    ref = cfg.get("refine") if name in ("pf", "vipf") else None
+    follow = bool(ref) and ref.get("estimator", "none") != "none" and "resolved" not in ref
+    if not has_auto(cfg) and not widen and not motor and not follow:
+        return cfg
+    out = copy.deepcopy(cfg)
+    if follow:  # the particle filter's Gaussian follower: its own options by this rule (pf_refine)
+        from mbde_core.estimators.particle.refine import follower_config
+
+        out["refine"] = dict(out["refine"], resolved=follower_config(out, mech, sensors, context))
+    sc = rule_scales(mech, cfg, context)
+    covered, limits = _covered(name, out, mech, context)
+    if motor:
+        _particle_motor(out, sc)
+    if out.get("step") == AUTO:
+        out["step"] = auto_step(sc, sensors)
+    pn = out.get("plant_noise") or {}
+    q_acc, q_vel = auto_psd(name, out, sc, float(out["step"]), covered)
+    if pn.get("acceleration_psd") == AUTO:
+        pn["acceleration_psd"] = _scalar_or_list(q_acc)
+    if pn.get("velocity_psd") == AUTO:
+        pn["velocity_psd"] = _scalar_or_list(q_vel)
+    sig = out.get("initial_sigma") or {}
+    if sig.get("z") == AUTO:
+        sig["z"] = _scalar_or_list(SIGMA_Z * sc.ell)
+    if sig.get("zd") == AUTO:
+        sig["zd"] = _scalar_or_list(SIGMA_ZD * sc.v)
+    if name == "adekf":
+        _adekf_inputs(out, sc, mech)
+    if out.get("inputs") == AUTO:
+        jumps = bool(out.get("input_jump_nis"))
+        out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]), model_error(out) if jumps else None)
+    if widen:
+        from mbde_core.estimators.options.sensor_scales import widened_sigmas
+
+        eps = model_error(out)
+        all_inputs = name == "adekf" or (covered is not None and bool(covered.all()))
+        a_f = None if covered is None else np.where(covered, 0.0, sc.a_f)
+        out["sensor_sigma"] = dict(out.get("sensor_sigma") or {})
+        out["sensor_sigma"].update(widened_sigmas(mech, sensors, widen, sc, eps, gravity_only=all_inputs, a_f=a_f))
+    return out
+
+
+def _covered(name: str, cfg: dict, mech, context):
+    """(covered (g,) bool or None, force limits (g,) or None): the force-limited independent
+    coordinates whose unknown force is an input state -- every one for ``inputs: auto``,
+    those an explicit list names otherwise (None: no input states)."""
+    items = cfg.get("inputs")
+    if name not in INPUT_OBSERVERS or not items:
+        return None, None
+    limits = force_limits(mech, cfg, context)
+    if items == AUTO:
+        return limits > 0, limits
+    named = {str(i.get("coordinate")) for i in items if isinstance(i, dict)}
+    return (limits > 0) & np.array([n in named for n in mech.independent_names]), limits
+
+
+def input_rate(sc) -> float:
+    """w' = max(w, v / ell): the rate at which an input that depends on z changes (the
+    ADE-KF's rule, module doc)."""
+    return float(np.max(np.maximum(sc.w, sc.v / sc.ell)))
+
+
+def auto_inputs(mech, sc, limits, step: float, eps: float | None = None) -> list:
+    """``inputs: auto`` of the observers with input states (errorekf, viekf, ukf, dekf, cekf):
+    one random-walk generalized force per force-limited independent coordinate k (limits
+    (g,) > 0), sigma0 = F_k (its limit) and the density of the per-step increment
+    (module doc): psd = (F_k w')^2 step, the limit's rate (the ADE-KF's r_a / step), or,
+    with input jumps (``eps`` given: the model error), psd = (min(f_r,k, F_k w')^2 +
+    (eps F_k w')^2) step, the holding force's ripple plus eps of the limit's rate; [] without
+    force limits. The ripple is capped at the limit's rate: a motor of limit F cannot supply
+    a holding force that changes faster (without the cap, a 1 N m limit on the five-bar's
+    cranks, whose gravity holding torque changes at 2300 N m/s, gave psd 5500 (N m)^2/s, a
+    random-walk step of 2.3 N m per 1 ms, and the UKF lost the linkage, mean NEES 8.5e3)."""
+    w = input_rate(sc)
+    if eps is None:
+        rates = [float(F) * w for F in limits]
+    else:
+        rates = [math.hypot(min(float(fr), float(F) * w), eps * float(F) * w) for F, fr in zip(limits, sc.f_r)]
+    return [{"coordinate": name, "psd": r * r * step, "sigma0": float(F), "limit": float(F)}
+            for name, F, r in zip(mech.independent_names, limits, rates) if F > 0]
+
+
+def _widened_sensors(name: str, cfg: dict, sensors) -> list[str]:
+    """Acceleration-reading sensors whose sigma the rule widens (not listed in sensor_sigma)."""
+    if name in ("pf", "vipf") or not model_error(cfg):
+        return []
+    if "sensor_sigma" not in cfg:
+        return []
+    listed = cfg.get("sensor_sigma") or {}
+    return [s.name for s in sensors if getattr(s, "uses_qdd", False) and s.name not in listed]
+
+
+def _adekf_inputs(out: dict, sc, mech) -> None:
+    eps = model_error(out)
+    F_c = float(np.max(np.maximum(sc.a_f * sc.m_z, eps * sc.m_z * sc.a_g)))
+    w = input_rate(sc)  # an input that depends on z changes at rate v
+    if out.get("r_a") == AUTO:
+        out["r_a"] = (F_c * w * float(out["step"])) ** 2
+        if not out.get("inputs"):  # one generalized force per independent coordinate, sigma0 = F_c
+            out["inputs"] = [{"coordinate": n, "sigma0": F_c} for n in mech.independent_names]
+    if out.get("jump_sigma") == AUTO:
+        out["jump_sigma"] = F_c
+
+
+def _particle_motor(out: dict, sc) -> None:
+    """A motor the model does not know (a scenario's speed controller, ``context``) for the
+    particle filters, whose own rules (:mod:`pf_scale`) see only the model's forces: the
+    uniform start's velocity range covers 1.25 x the characteristic speed v (which
+    includes the motor's target speed), and the acceleration noise covers the motor's
+    torque, sigma_a = sqrt((0.5 a_g)^2 + max a_f^2) (a_g: the RMS acceleration of the known
+    forces, a_f: the torque limit over the reduced mass). Explicit options stay."""
+    from mbde_core.estimators.particle.scales import ACCEL_FRACTION, VELOCITY_MARGIN
+
+    uni = out.get("uniform")
+    if isinstance(uni, dict) and not uni.get("zd") and np.any(sc.v > 0):
+        uni["zd"] = [[-float(w), float(w)] for w in VELOCITY_MARGIN * sc.v]
+    if out.get("acceleration_sigma", 0.0) is None and np.any(sc.a_f > 0):
+        a_g = ACCEL_FRACTION * float(np.sqrt(np.mean(sc.a_g**2)))
+        out["acceleration_sigma"] = float(math.hypot(a_g, float(np.max(sc.a_f))))
+
+
+def _scalar_or_list(v: np.ndarray):
+    v = np.asarray(v, float)
+    return float(v[0]) if np.allclose(v, v[0], rtol=1e-12, atol=0) else [float(x) for x in v]
+
+
+def scenario_context(scenario) -> dict | None:
+    """Rule inputs a simulated scenario adds: its speed controller's torque limit and
+    largest target speed on the driven independent coordinate (None without one)."""
+    ctl = getattr(scenario, "controller", None)
+    if ctl is None:
+        return None
+    mech = scenario.estimator_mechanism()
+    ind = list(np.asarray(mech.independent))
+    if ctl.coordinate not in ind:
+        return None
+    k = ind.index(ctl.coordinate)
+    fl, sp = np.zeros(mech.dof), np.zeros(mech.dof)
+    if math.isfinite(ctl.torque_limit):
+        fl[k] = ctl.torque_limit
+    ts = np.linspace(0.0, float(scenario.duration), 201)
+    sp[k] = max(abs(float(ctl.target(t))) for t in ts)
+    return {"force_limits": fl, "speed": sp}

@@ -1,0 +1,212 @@
+"""Options of every estimator, with defaults, units and validation (config/estimators/*.yaml).
+
+An estimator config file is a mapping ``<estimator name>: {options}``; unknown keys,
+wrong types and out-of-range values give one-line ConfigErrors naming file and key path.
+Common options (all Kalman observers):
+
+- ``step``: filter step [s] (paper 003: 0.005);
+- ``plant_noise``: ``acceleration_psd`` [(unit/s^2)^2 s] spectral density of the white
+  acceleration noise on zdd (unmodelled forces/model errors; a number, or one per
+  independent coordinate), ``velocity_psd`` [(unit/s)^2 s] on z'; discretised with Van Loan;
+- ``initial_sigma``: ``z`` [unit], ``zd`` [unit/s]: initial standard deviations;
+- ``sensor_sigma``: sensor name -> standard deviation assumed by the filter, a number or
+  one per channel (default: the sensor's noise model; acceleration-reading sensors
+  widened by the rule);
+- ``transition_jacobian``: ``simple`` (paper 003 eq. 13) or ``full``;
+- ``rule``: inputs of the default-tuning rule, ``model_error`` (relative error of the
+  known forces, default 0.1) and ``force_limits`` {coordinate: bound of unknown forces};
+- ``inputs`` (UKF, DEKF, errorEKF, VI-EKF): unknown generalized forces as random-walk
+  states, ``auto`` (default: the rule's, one per force-limited coordinate) or a list of
+  {coordinate, psd, sigma0, initial} (:mod:`~mbde_core.estimators.kalman.input_states`, whose
+  ``validate_inputs`` checks it; errors name ``<estimator>.inputs[k].<key>``).
+
+``step``, ``acceleration_psd`` and ``initial_sigma`` default to ``auto``: the rule of
+:mod:`~mbde_core.estimators.options.rule` computes them from the mechanism and its sensors
+when the estimator is built (:func:`~mbde_core.estimators.options.rule.resolve_config`);
+an explicit number overrides it.
+
+Options of every estimator (the stage's outlier protection, :mod:`stage`):
+
+- ``gate``: chi-square probability of the per-reading Mahalanobis gate (0 = off). Default
+  ``GATE`` = 1 - 1e-6: a reading is rejected when its squared Mahalanobis distance
+  y^T S^-1 y exceeds the chi2(d) quantile (23.9 for d = 1: 4.9 sigma; 27.6 for d = 2),
+  which a consistent filter's clean readings do with probability 1e-6. robot_localization
+  (the anchor) sets its ``<sensor>_rejection_threshold`` in standard deviations and
+  rejects when y^T S^-1 y >= threshold^2, off by default; 0.999999 is its threshold
+  4.9 for one channel. Measured false rejections on clean data: ``mbde bench faults``
+  (README). The particle filters have the likelihood version of the same test
+  (:mod:`~mbde_core.estimators.particle.gate`).
+- ``gate_window`` [s]: the threshold is scaled by the filter's measured inconsistency, the
+  median of the squared distances of the last ``gate_window`` seconds over the chi-square
+  median, at least 1 (0 = the fixed threshold;
+  :class:`~mbde_core.estimators.stage.guards.AdaptiveGate`);
+- ``gate_persist``: a sensor whose readings exceeded the gate that many times in a row is
+  believed, its readings fused ungated until one agrees again (0 = never, the default).
+- ``reacquire``: the gate's re-acquisition rule: after ``rejections`` rejections of one
+  sensor's readings, spanning at least ``time`` [s], in a run that starts with a
+  rejection and in which rejections outnumber acceptances (``stage_guards``), the
+  estimator widens its uncertainty (Kalman covariances x ``inflation``; the particle
+  filter re-initialises), so that a real jump of the state is not rejected forever. A
+  Kalman observer whose covariance then (or after a sensor gap) covers the circle is
+  lost: it re-acquires with a bank of ``candidates`` copies started on a grid of states,
+  the best fit to the readings over ``window`` [s] wins (:mod:`multistart`; 0 = off).
+"""
+from __future__ import annotations
+
+import copy
+
+from mbde_core.config.yamlnode import Node, read_yaml
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.options.rule import AUTO, RULE_DEFAULTS
+from mbde_core.estimators.kalman.transition import TRANSITIONS
+
+COMMON = {
+    "step": AUTO,
+    "plant_noise": {"acceleration_psd": AUTO, "velocity_psd": AUTO},
+    "initial_sigma": {"z": AUTO, "zd": AUTO},
+    "sensor_sigma": {},
+    "transition_jacobian": "simple",
+    "rule": copy.deepcopy(RULE_DEFAULTS),
+}
+# the step of estimators that do not use COMMON (particle filters): the rule's, as the others'
+FIXED_STEP = AUTO
+GATE = 0.999999
+STAGE = {
+    "gate": GATE,
+    "gate_window": 0.5,
+    "gate_persist": 0,
+    "reacquire": {"rejections": 10, "time": 0.2, "inflation": 100.0, "candidates": 64, "window": 0.3},
+}
+
+# Sections of the same file validated by the offline tools that own them (not observers):
+# ``smoother`` by mbde_core.trajectory.config, ``identification`` by mbde_core.identification.config.
+OFFLINE_SECTIONS = ("smoother", "identification")
+
+
+def defaults(name: str) -> dict:
+    """Complete default options of an estimator: COMMON (if the class uses them) + the
+    class attribute ``DEFAULTS`` of its estimator class."""
+    from mbde_core.estimators.registry import estimator_class
+
+    cls = estimator_class(name)
+    out = copy.deepcopy(COMMON) if getattr(cls, "USES_COMMON", True) else {"step": FIXED_STEP}
+    out.update(copy.deepcopy(STAGE))
+    out.update(copy.deepcopy(getattr(cls, "DEFAULTS", {})))
+    return out
+
+
+def merge_options(node: Node, base: dict) -> dict:
+    """Options of ``node`` merged over the defaults ``base`` (types and keys checked)."""
+    return _merge(node, base)
+
+
+def _merge(node: Node, base: dict) -> dict:
+    out = copy.deepcopy(base)
+    node.mapping(optional=tuple(base))
+    for key, child in node.items():
+        ref = base[key]
+        if key == "inputs":  # unknown inputs: a list of mappings, or auto (the rule's, input_states.py)
+            out[key] = AUTO if child.value == AUTO else [c.value for c in child.sequence()]
+        elif ref == AUTO:  # auto (the rule), a number or one number per coordinate
+            out[key] = _auto_or_numbers(child)
+        elif key == "options" and ref == {}:  # another estimator's options (pf refine: validated by its schema)
+            child.mapping()
+            out[key] = child.value
+        elif isinstance(ref, dict):
+            if ref:
+                out[key] = _merge(child, ref)
+            else:  # free-form mapping (e.g. sensor_sigma: name -> sigma, or one per channel)
+                out[key] = {k: _numbers(c, positive=True) for k, c in child.items()}
+        elif isinstance(ref, bool):
+            out[key] = child.boolean()
+        elif isinstance(ref, (int, float)) or ref is None:
+            out[key] = child.number() if child.value is not None else None
+        elif isinstance(ref, str):
+            out[key] = child.string()
+        elif isinstance(ref, list):
+            out[key] = [c.value for c in child.sequence()]
+        else:  # pragma: no cover
+            out[key] = child.value
+    return out
+
+
+def _numbers(node: Node, positive: bool = False):
+    """A number, or a non-empty list of numbers (one per coordinate or channel)."""
+    if isinstance(node.value, list):
+        return [c.number(positive=positive) for c in node.sequence(min_len=1)]
+    return node.number(positive=positive)
+
+
+def _auto_or_numbers(node: Node):
+    if node.value == AUTO:
+        return AUTO
+    return _numbers(node)  # a number (or expression), or a list; `auto` is handled above
+
+
+def _nonnegative(value) -> bool:
+    if value == AUTO:
+        return True
+    vals = value if isinstance(value, list) else [value]
+    return all(v is not None and v >= 0 for v in vals)
+
+
+def validate(name: str, options: dict, file: str = "<config>", path: str = "") -> dict:
+    """Merge user options over defaults and validate them."""
+    from mbde_core.estimators.registry import estimator_class
+
+    cfg = _merge(Node(options or {}, file, path or name), defaults(name))
+    where = path or name
+    if isinstance(cfg["step"], list) or not (cfg["step"] == AUTO or cfg["step"] > 0):
+        raise ConfigError(file, f"{where}.step", f"must be > 0 or {AUTO!r}, got {cfg['step']}")
+    for group in ("plant_noise", "initial_sigma"):
+        for key, value in (cfg.get(group) or {}).items():
+            if not _nonnegative(value):
+                raise ConfigError(file, f"{where}.{group}.{key}", f"must be >= 0, got {value}")
+    rule = cfg.get("rule")
+    if rule is not None and not 0 <= rule["model_error"] < 10:
+        raise ConfigError(file, f"{where}.rule.model_error", f"a relative error in [0, 10), got {rule['model_error']}")
+    if not 0.0 <= cfg.get("gate", 0.0) < 1:
+        raise ConfigError(file, f"{path or name}.gate", "a chi-square probability in [0, 1)")
+    if not cfg.get("gate_window", 0.0) >= 0:
+        raise ConfigError(file, f"{where}.gate_window", f"must be >= 0 [s], got {cfg.get('gate_window')}")
+    if not (isinstance(cfg.get("gate_persist", 0), (int, float)) and cfg.get("gate_persist", 0) >= 0):
+        raise ConfigError(file, f"{where}.gate_persist", f"must be >= 0 (readings), got {cfg.get('gate_persist')}")
+    rq = cfg["reacquire"]
+    for key, low in (("rejections", 1), ("time", 0), ("inflation", 1), ("candidates", 0), ("window", 0)):
+        if not (rq[key] is not None and rq[key] >= low):
+            raise ConfigError(file, f"{where}.reacquire.{key}", f"must be >= {low}, got {rq[key]}")
+    if cfg.get("transition_jacobian", "simple") not in ("simple", "full"):
+        raise ConfigError(file, f"{path or name}.transition_jacobian", "must be 'simple' or 'full'")
+    if "transition" in cfg and cfg["transition"] not in TRANSITIONS:
+        raise ConfigError(file, f"{where}.transition", f"must be one of {', '.join(TRANSITIONS)}, got {cfg['transition']!r}")
+    if "measurement_order" in cfg and cfg["measurement_order"] not in (1, 2):
+        raise ConfigError(file, f"{where}.measurement_order", f"must be 1 or 2, got {cfg['measurement_order']!r}")
+    check = getattr(estimator_class(name), "validate_config", None)
+    if check is not None:
+        check(cfg, file, path or name)
+    return cfg
+
+
+def load_estimator_configs(path, names) -> dict[str, dict]:
+    """Validated options for each requested estimator from a config file (others: defaults)."""
+    out = {n: defaults(n) for n in names}
+    if path is None:
+        return out
+    root = read_yaml(path)
+    root.mapping()
+    from mbde_core.estimators.registry import ESTIMATOR_NAMES
+
+    for key, child in root.items():
+        if key in OFFLINE_SECTIONS:
+            continue
+        if key not in ESTIMATOR_NAMES:
+            raise child.error(f"unknown estimator (choose from {', '.join(ESTIMATOR_NAMES + OFFLINE_SECTIONS)})")
+        try:
+            cfg = validate(key, child.value, root.file, key)  # every section, used now or not
+        except ModuleNotFoundError:  # an estimator whose optional dependency is missing
+            if key in names:
+                raise
+            continue
+        if key in names:
+            out[key] = cfg
+    return out

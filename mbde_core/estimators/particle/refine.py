@@ -1,0 +1,303 @@
+"""A Gaussian observer that follows the particle filter's converged cloud (option ``refine``).
+
+Mixin of :class:`mbde_core.estimators.particle.filter.ParticleFilter`. The particle filter is what
+finds the mechanism from an unknown start: the assembly branch, a multimodal posterior,
+the recovery after a lost track. Once its cloud has one mode, a Gaussian observer on the
+same readings tracks that mode better than a few hundred particles do: near rest, where
+a gyroscope reads ~0 and z is learnt only slowly from the dynamics, the UKF keeps what
+every reading taught it in its covariance while resampling forgets it (measured, ``mbde
+bench pf --only multidof``: the PF cloud's steady-state error of z is 1.2-1.4x, at the
+90th percentile 1.6-2.0x and at worst 2.8-3.7x that of a UKF started at the truth; the
+cloud's spread equals the UKF's, its mean is off). Hence a two-stage design, as hybrid
+localisers use a particle filter for global localisation and a Gaussian filter for
+tracking (cf. Thrun, Burgard & Fox 2005, Probabilistic Robotics, on Markov/MCL versus
+EKF localisation; Gustafsson et al. 2002, "Particle filters for positioning, navigation
+and tracking", on handing the linear-Gaussian part to a Kalman filter): the cloud keeps
+running, and while it agrees with the follower the follower's estimate is published.
+
+- **seed** (after every update while no follower runs): the cloud has one mode, i.e. the
+  most probable branch holds ``branch_probability`` of the weight, every independent
+  coordinate's standard deviation is below ``sigma_z`` (angles [rad]; lengths: x the
+  mechanism's length scale), no annealing is under way and the lock detector is quiet;
+  then the follower (``estimator``, a Kalman observer, with ``options`` over its own
+  defaults, ``auto`` resolved by the same rule as ``mbde replay``'s; no input states
+  unless ``options`` give ``inputs``: it shares the cloud's model, in which an unknown
+  motor is acceleration noise -- with the UKF's default input on adekf_slider_crank the
+  particle filter's RMSE went from 0.57 to 1.82 rad) starts from the
+  cloud's weighted mean on its most probable branch with the cloud's covariance of
+  [z, zd] (x_0 = E[x], P_0 = Cov[x]: the moment-matched Gaussian, the best Gaussian
+  approximation of the cloud in Kullback-Leibler divergence KL(p || N));
+- **follow**: it predicts and updates with the readings the cloud gets (its own gate);
+- **check**: after each update the squared Mahalanobis distance between the two
+  estimates, d^2 = (x_f - x_c)^T (P_f + P_c)^-1 (x_f - x_c) (angles wrapped), is tested
+  against the chi-square quantile ``agree`` of 2g degrees of freedom; failed for
+  ``disagree_time`` seconds in a row, the readings of those seconds decide: each filter's
+  -2 log-likelihood of its innovations, sum of min(NIS, cap) + log det S (the
+  prediction-error score of the multi-start bank, :mod:`multistart`; the cloud's from
+  the Gaussian of its weighted predictions); the cloud better: the follower is dropped
+  (counted, ``drops``) and seeded again from the cloud; the follower better: the cloud is
+  drawn again from the follower's Gaussian on its branch (``redraws``; measured on
+  pf_rig_branch0 seed 17: the cloud drifted 0.1 rad off while the follower stayed with a
+  UKF started at the truth, and was then locked twice). A lock of the cloud (:mod:`pf_lock`)
+  is the cloud's own remedy, which drops the follower: redrawing the cloud from a follower
+  whose innovations passed the lock test instead was tried and lost fivebar_encoder seed 9
+  (14 redraws onto a follower 0.1-0.3 rad off, 9 locks; with the injection the cloud
+  found the state at once);
+- **drop** also when the cloud starts over or changes its hypotheses (a uniform
+  re-initialisation, a recovery, a lock injection, a restart hypothesis, a clock jump),
+  when its most probable branch changes, and when the follower's numbers are not finite
+  or its covariance covers the circle (:func:`multistart.is_lost`);
+- **publish** (``estimate()``): with a follower running, z, zd, zdd, q, qd, qdd and the
+  covariance of [z, zd] are the follower's, the branch probabilities the cloud's;
+  otherwise the cloud's (``cloud_estimate()``, always available: eq. 19-20 of paper 000).
+  The particles (``particles()``, RViz) are always the cloud's.
+
+``estimator: none`` turns it off: the estimate is the cloud's, bit-identical to the
+filter without this mixin. A mechanism with time-dependent driving constraints has no
+follower (the Kalman observers do not support them; ``diagnostics()['refine']`` says so).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import chi2
+
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.base import InitialState
+from mbde_core.sensors.base import wrap_angle
+
+REFINE_DEFAULTS = {
+    "estimator": "ukf",          # the follower (a Kalman observer) | none
+    "options": {},               # its options over its defaults ('auto': the rule, as replay; inputs: [] unless given)
+    "branch_probability": 0.99,  # seed: the most probable branch's weight at least this ...
+    "sigma_z": 0.2,              # ... and every z's sd below this [rad; lengths: x length scale]
+    "agree": 0.99999,            # chi-square probability of the follower-vs-cloud test
+    "disagree_time": 0.1,        # [s] of failed tests in a row: the readings decide (drop or redraw)
+}
+FOLLOWERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf")
+
+
+def check_refine(cfg: dict, file: str, path: str) -> None:
+    """Validate the ``refine`` options (and the follower's own, by its schema)."""
+    ref = cfg.get("refine")
+    if ref is None:
+        return
+    name = ref.get("estimator", "none")
+    if name not in FOLLOWERS + ("none",):
+        raise ConfigError(file, f"{path}.refine.estimator", f"must be one of {', '.join(FOLLOWERS + ('none',))}, got {name!r}")
+    if not 0.0 < float(ref.get("branch_probability", 0.99)) <= 1.0:
+        raise ConfigError(file, f"{path}.refine.branch_probability", f"a probability in (0, 1], got {ref['branch_probability']}")
+    if not float(ref.get("sigma_z", 0.2)) > 0:
+        raise ConfigError(file, f"{path}.refine.sigma_z", f"must be > 0, got {ref['sigma_z']}")
+    if not 0.0 < float(ref.get("agree", 0.99999)) < 1.0:
+        raise ConfigError(file, f"{path}.refine.agree", f"a chi-square probability in (0, 1), got {ref['agree']}")
+    if not float(ref.get("disagree_time", 0.1)) >= 0:
+        raise ConfigError(file, f"{path}.refine.disagree_time", f"must be >= 0 [s], got {ref['disagree_time']}")
+    opts = ref.get("options") or {}
+    if not isinstance(opts, dict):
+        raise ConfigError(file, f"{path}.refine.options", f"expected a mapping of {name} options, got {opts!r}")
+    if name != "none" and "resolved" not in ref:
+        from mbde_core.estimators.options.schema import validate
+
+        validate(name, opts, file, f"{path}.refine.options")
+
+
+def follower_config(cfg: dict, mech, sensors, context=None) -> dict | None:
+    """The follower's options (None: no follower): ``refine.resolved`` if the rule already
+    resolved them (:func:`noise_rule.resolve_config` with the scenario's context), else
+    ``refine.options`` over the follower's defaults with its ``auto`` options resolved by
+    the rule for ``mech`` and ``sensors``."""
+    ref = cfg.get("refine")
+    if not ref or ref.get("estimator", "none") == "none":
+        return None
+    if "resolved" in ref:
+        return ref["resolved"]
+    from mbde_core.estimators.options.schema import validate
+    from mbde_core.estimators.options.rule import INPUT_OBSERVERS, resolve_config
+
+    name = ref["estimator"]
+    opts = dict(ref.get("options") or {})
+    if name in INPUT_OBSERVERS:  # the cloud's model: an unknown motor is acceleration noise, not an input state
+        opts.setdefault("inputs", [])
+    return resolve_config(name, validate(name, opts, "<config>", "refine.options"), mech, sensors, context)
+
+
+class GaussianFollower:
+    """The ``refine`` follower of a particle filter (see the module docstring)."""
+
+    def _init_follower(self) -> None:
+        ref = dict(REFINE_DEFAULTS, **(self.config.get("refine") or {}))
+        self._follower = None
+        self._following = False
+        self._generation = getattr(self, "_generation", 0)
+        self.refine_counts = {"seeds": 0, "drops": 0, "redraws": 0}
+        self.refine_drop_reasons = {"disagree": 0, "restart": 0, "branch": 0, "lost": 0}
+        name = ref["estimator"]
+        self._no_follower = None
+        if name != "none" and getattr(self.mech, "drivers", None):
+            self._no_follower = "driving constraints (the Kalman observers do not support them)"
+            name = "none"
+        if name == "none":
+            return
+        from mbde_core.estimators.registry import estimator_class
+
+        fcfg = follower_config({"refine": ref}, self.mech, self.sensors)
+        self._follower = estimator_class(name)(self.mech, self.sensors, fcfg)  # no randomness
+        self._seed_p = float(ref["branch_probability"])
+        lim = float(ref["sigma_z"])
+        self._seed_sd = np.where(self.angular, lim, lim * self.mech.length_scale)
+        self._agree = float(chi2.ppf(float(ref["agree"]), 2 * self.g))
+        self._disagree_time = float(ref["disagree_time"])
+
+    # -- the cloud's life events -------------------------------------------------------------
+    def _new_cloud(self) -> None:
+        """A new particle set was installed (uniform start, recovery, injection)."""
+        self._generation = getattr(self, "_generation", 0) + 1
+
+    def _drop(self, reason: str) -> None:
+        if self._following:
+            self._following = False
+            self.refine_counts["drops"] += 1
+            self.refine_drop_reasons[reason] += 1
+
+    def rebase(self, t) -> None:
+        super().rebase(t)
+        if self._following:
+            self._follower.rebase(t)
+
+    def add_restart_hypotheses(self, reason, ceiling=None) -> bool:
+        self._drop("restart")
+        return super().add_restart_hypotheses(reason, ceiling)
+
+    # -- follow --------------------------------------------------------------------------------
+    def _follow_predict(self, dt: float) -> None:
+        if self._current():
+            self._follower.predict(dt)
+
+    def update(self, measurements, gates=None):
+        result = super().update(measurements, gates)
+        if self._follower is None:
+            return result
+        if self._current():
+            self._check(result, self._follower.update(measurements, gates))
+        if not self._following:
+            self._seed()
+        return result
+
+    def _check(self, cloud_result, follower_result) -> None:
+        from mbde_core.estimators.stage.multistart import is_lost
+
+        f = self._follower.estimate()
+        g = self.g
+        if not (np.all(np.isfinite(f.z)) and np.all(np.isfinite(f.zd)) and np.all(np.isfinite(f.cov))) or is_lost(self, f):
+            self._drop("lost")
+            return
+        c = self.cloud_estimate()
+        if c.branch != self._seeded_branch:
+            self._drop("branch")
+            return
+        dz = f.z - c.z
+        dz = np.where(self.angular, wrap_angle(dz), dz)
+        d = np.concatenate([dz, f.zd - c.zd])
+        S = c.cov + f.cov[: 2 * g, : 2 * g]
+        try:
+            m = float(d @ np.linalg.solve(S, d))
+        except np.linalg.LinAlgError:
+            m = math.inf
+        if m > self._agree:
+            if self._disagree_from is None:
+                self._disagree_from, self._scores = self.t, [0.0, 0.0]
+            self._scores[0] += self._score(cloud_result, 0)
+            self._scores[1] += self._score(follower_result, 1)
+            if self.t - self._disagree_from >= self._disagree_time:
+                if self._scores[1] < self._scores[0]:  # the readings prefer the follower
+                    self._redraw_cloud(f)
+                else:
+                    self._drop("disagree")
+                self._disagree_from = None
+        else:
+            self._disagree_from = None
+
+    def _score(self, res, k: int) -> float:
+        """-2 log-likelihood (+ const) of one update's innovations by the multi-start bank's
+        robust score (:func:`multistart.accepted_score`, :func:`multistart.rejected_score`):
+        accepted readings min(NIS, cap d) + log det S, each rejected one cap d + the last
+        log det S of the same filter (cap = the bank's, d = the update's degrees of freedom)."""
+        from mbde_core.estimators.stage.multistart import DEFAULT_CAP, accepted_score, rejected_score, scored
+
+        cap = DEFAULT_CAP * max(res.dof, 1)
+        if res.accepted and scored(res):
+            self._logdets[k] = res.logdet
+        return accepted_score(res, cap, self._logdets[k]) + rejected_score(res, cap, self._logdets[k])
+
+    def _redraw_cloud(self, f) -> None:
+        """The follower explained the readings of the disagreement better than the cloud:
+        the cloud is drawn again from the follower's Gaussian on its branch (``init:
+        gaussian``'s draw, independent coordinates), and the follower goes on."""
+        g = self.g
+        sd = np.sqrt(np.clip(np.diag(f.cov[: 2 * g, : 2 * g]), 0.0, None))
+        try:
+            self._init_gaussian(InitialState(f.z, f.zd, sd[:g], sd[g:], f.q, self._seeded_branch))
+        except ValueError:  # the follower's state does not assemble on its branch: the cloud is right
+            self._drop("disagree")
+            return
+        self._seeded_generation = self._generation
+        self.refine_counts["redraws"] += 1
+
+    def _seed(self) -> None:
+        if self._anneal_from is not None and self.t - self._anneal_from < self.anneal:
+            return
+        lock = self.lock
+        if lock.limit > 0 and lock.last is not None and lock.last > lock.limit:
+            return
+        c = self.cloud_estimate()
+        if c.branch_probabilities is None or float(np.max(c.branch_probabilities)) < self._seed_p:
+            return
+        g = self.g
+        sd = np.sqrt(np.clip(np.diag(c.cov), 0.0, None))
+        if not (np.all(np.isfinite(sd)) and np.all(sd[:g] <= self._seed_sd)):
+            return
+        f = self._follower
+        f.t = self.t
+        f.reset(self.t, InitialState(c.z, c.zd, sd[:g], sd[g:], c.q, c.branch))
+        f.P[: 2 * g, : 2 * g] = c.cov
+        self._following = True
+        self._seeded_generation = self._generation
+        self._seeded_branch = c.branch
+        self._disagree_from = None
+        self._logdets = [0.0, 0.0]
+        self.refine_counts["seeds"] += 1
+
+    # -- publish -------------------------------------------------------------------------------
+    def _current(self) -> bool:
+        """True while a follower runs on the cloud it was seeded from (a new set -- uniform
+        start, recovery, injection, reset -- drops it)."""
+        if self._following and self._generation != self._seeded_generation:
+            self._drop("restart")
+        return self._following
+
+    def cloud_estimate(self):
+        """The cloud's own estimate (paper 000 eqs. 19-20; :class:`pf_outputs.ParticleOutputs`)."""
+        return super().estimate()
+
+    def estimate(self):
+        snap = self.cloud_estimate()
+        if not self._current():
+            return snap
+        f = self._follower.estimate()
+        g = self.g
+        snap.q, snap.qd, snap.qdd = f.q, f.qd, f.qdd
+        snap.z, snap.zd, snap.zdd = f.z, f.zd, f.zdd
+        snap.cov = f.cov[: 2 * g, : 2 * g].copy()
+        return snap
+
+    def diagnostics(self) -> dict:
+        out = super().diagnostics()
+        if self._follower is None:
+            out["refine"] = {"estimator": "none"} if self._no_follower is None else \
+                {"estimator": "none", "reason": self._no_follower}
+        else:
+            out["refine"] = {"estimator": self._follower.name, "following": bool(self._following),
+                             **self.refine_counts, "drop_reasons": dict(self.refine_drop_reasons)}
+        return out

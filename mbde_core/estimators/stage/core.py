@@ -1,0 +1,468 @@
+"""EstimatorStage: drives an estimator on a fixed step with asynchronous multirate sensors.
+
+The same stage runs inside ``mbde replay`` (fed from a bag in arrival order) and inside
+the live ROS node (fed from subscriptions), so both produce identical results -- and
+detect, count and handle every anomaly of the readings identically -- for the same input.
+
+Time grid: t_k = t_0 + k dt, with t_0 the stamp of the first accepted measurement. A
+reading stamped t belongs to the slot k = round((t - t_0)/dt). The stage predicts the
+estimator slot by slot; when a slot closes (a reading of a later slot arrives, or
+``advance_to``/``flush`` is called) all readings of that slot are fused in one update,
+in stamp order, and the estimate of t_k is emitted. Slots without readings are pure
+predictions (also emitted). Feeding readings one by one or in batches therefore gives
+bit-identical results.
+
+Robustness (each case counted in ``counters``, nothing crashes, see also
+:mod:`mbde_core.estimators.stage.guards`):
+
+- unknown sensor names and non-finite stamps/values are skipped (``unknown_sensor``,
+  ``non_finite``);
+- a ``reorder_window`` [s] buffers readings so that small arrival-order inversions
+  between topics are re-sorted; a reading older than the current slot is still
+  ``out_of_order`` (skipped);
+- duplicate stamps: a second reading of one sensor with the stamp of its previous one
+  is skipped (``duplicates``): the first is fused;
+- backward time jumps (a reading older than the filter time by more than
+  ``backward_jump`` s: a clock step or a bag loop), counted in ``resets`` with the jump's
+  size (``backward_jump_last``, ``backward_jump_max`` [s]): the readings of the old time
+  are finished, then the estimator restarts at the new time. Either the clock stepped
+  while the mechanism moved on (the track goes on: its state and covariance, predicted
+  to one sensor period after its last reading, at the new time, :meth:`Estimator.rebase`)
+  or the motion restarted with it (``ros2 bag play --loop``, a restarted simulation: the
+  initial guess). The stamps cannot tell (a clock stepping back by the elapsed time lands
+  on the first stamp, as a loop does; a node started mid-recording sees a loop go further
+  back), so with the multi-start bank on (the Kalman family) both run side by side for
+  ``reacquire.window`` and the readings decide (:meth:`EstimatorStage._two_hypotheses`).
+  Without it: back to (within ``LOOP_TOLERANCE`` of) the first stamp ever seen, the
+  initial guess; elsewhere the track goes on and restarts from the initial guess if its
+  readings are then rejected until the re-acquisition rule fires;
+- readings far in the future (stamped more than ``backward_jump`` s after the stream)
+  wait for the next reading: one in the same new time confirms a forward jump (then
+  handled as a gap), one in the old time makes it a ``future`` reading (skipped);
+- a forward gap longer than ``max_gap`` seconds restarts from the initial guess
+  (``gap_resets``) instead of predicting through it; shorter gaps are predicted through;
+- the per-reading Mahalanobis gate (chi-square probability ``gate``, on by default in
+  every estimator's options) rejects outliers inside the estimator's update
+  (``rejected_gate``), with a re-acquisition rule (``reacquisitions``): a run of mostly
+  rejected readings of a sensor makes the estimator widen its uncertainty;
+- a local observer (Kalman family) that is lost after a long-gap restart or a
+  re-acquisition (its covariance covers the circle) re-acquires globally with a
+  multi-start bank (:mod:`~mbde_core.estimators.stage.multistart`, ``multistarts``); after a
+  gap predicted through (longer than ``LOST_CHECK_GAP``) the open-loop prediction is one
+  member of such a bank, next to candidates over its 3-sigma range (every state if lost);
+- an estimate or covariance that is no longer finite (a lost filter predicted open loop
+  until its numbers overflowed) is never emitted: the estimator restarts from the
+  initial guess at the same time, as after a long gap (``diverged``);
+- after every restart or re-acquisition the time until the filter agrees with its
+  readings again is measured (``reconvergence_last``, ``reconvergence_max`` [s]).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from mbde_core.estimators.base import InitialState, UpdateResult
+from mbde_core.estimators.chi2 import chi2_ppf
+from mbde_core.estimators.stage.multistart import MultiStart
+from mbde_core.estimators.stage.guards import (AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence,
+                                               finite_snapshot)
+from mbde_core.estimators.stage.recovery import LOST_CHECK_GAP, StageRecovery
+from mbde_core.types import MechanismSnapshot, Measurement
+
+# Stage options shared by `mbde replay` and the live node (node parameters of the same names)
+STAGE_DEFAULTS = {"reorder_window": 0.02, "backward_jump": 1.0, "max_gap": 10.0}
+DUPLICATE_TOLERANCE = 1e-9  # s: equal stamps
+
+
+@dataclass
+class StepRecord:
+    """One emitted grid step: the estimate, the update result (None if no readings), cost [s]."""
+
+    estimate: MechanismSnapshot
+    update: UpdateResult | None
+    cost: float
+
+
+@dataclass
+class StageCounters:
+    received: int = 0
+    fused: int = 0
+    rejected_gate: int = 0
+    gate_scale_max: float = 1.0       # largest scale of a gate threshold (stage_guards.AdaptiveGate)
+    gate_believed: int = 0            # readings over the gate fused: their sensor persisted (AdaptiveGate)
+    reacquisitions: int = 0
+    multistarts: int = 0
+    out_of_order: int = 0
+    duplicates: int = 0
+    future: int = 0
+    non_finite: int = 0
+    unknown_sensor: int = 0
+    resets: int = 0                   # backward time jumps
+    backward_jump_last: float = 0.0   # s
+    backward_jump_max: float = 0.0    # s
+    gap_resets: int = 0
+    diverged: int = 0                 # restarts of an estimate or covariance that overflowed
+    reconvergence_last: float | None = None  # s
+    reconvergence_max: float = 0.0    # s
+    steps: int = 0
+    per_sensor_fused: dict = field(default_factory=dict)
+    per_sensor_rejected: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class EstimatorStage(StageRecovery):
+    """Fixed-step driver of one estimator.
+
+    Parameters
+    ----------
+    estimator: an :class:`mbde_core.estimators.base.Estimator`.
+    step: filter step [s].
+    initial: callable ``t -> InitialState`` used at start and after resets.
+    gate: chi-square probability of the Mahalanobis gate (0 = off), a float for every
+        sensor or a dict sensor -> probability.
+    gate_window: [s] window of the gate's scale (:class:`~mbde_core.estimators.stage.guards.AdaptiveGate`);
+        0 = the fixed chi-square threshold.
+    gate_persist: readings of a sensor over the gate in a row after which its next readings
+        are fused ungated until one agrees again (0 = never).
+    reacquire: re-acquisition rule of the gate, {rejections, time, inflation} (see
+        :class:`~mbde_core.estimators.stage.guards.Reacquisition`); None = off.
+    backward_jump, max_gap, reorder_window [s]: see the module docstring.
+    on_step: optional callback(StepRecord) for every emitted grid step.
+    keep: keep the emitted StepRecords in ``self.records`` (replay) or not (live).
+    """
+
+    def __init__(self, estimator, step: float, initial: Callable[[float], InitialState], *,
+                 gate=0.0, gate_window: float = 0.0, gate_persist: int = 0, reacquire: dict | None = None, backward_jump: float = 1.0,
+                 max_gap: float = 10.0,
+                 reorder_window: float = 0.0, on_step: Callable[[StepRecord], None] | None = None,
+                 keep: bool = True):
+        if step == "auto":  # the step the estimator resolved (noise_rule)
+            step = estimator.config["step"]
+        if not step > 0:
+            raise ValueError("step must be > 0")
+        self.est = estimator
+        self.sensors = estimator.sensors
+        self.dt = float(step)
+        self.initial = initial
+        self.backward_jump = float(backward_jump)
+        self.max_gap = float(max_gap)
+        self.reorder_window = float(reorder_window)
+        self.on_step = on_step
+        self.keep = keep
+        self.records: list[StepRecord] = []
+        self.counters = StageCounters()
+        self.gates = self._gates(gate)
+        dims = {s.name: s.dim for s in self.sensors}
+        adapt = self.gates and (gate_window > 0 or gate_persist > 0)
+        self.gate_adapt = AdaptiveGate(self.gates, dims, gate_window, gate_persist) if adapt else None
+        rq = reacquire or {}
+        self.reacq = Reacquisition(rq.get("rejections", 1), rq.get("time", 0.0)) if reacquire else None
+        self.inflation = float(rq.get("inflation", 100.0))
+        self.bank_size = int(rq.get("candidates", 0)) if getattr(estimator, "LOCAL", True) else 0
+        self.bank_window = float(rq.get("window", 0.3))
+        self._bank: MultiStart | None = None
+        self.first: float | None = None  # stamp of the first reading ever (a loop jumps back to it)
+        self.reconv = Reconvergence()
+        self.guard = ForwardJumpGuard(self.backward_jump)
+        self._seq = itertools.count()
+        self._period: dict[str, float] = {}  # sensor -> last interval between its readings [s]
+        self.reset()
+
+    @classmethod
+    def from_config(cls, estimator, config: dict, initial, **kw) -> "EstimatorStage":
+        """The stage of an estimator with validated options ``config`` (step, gate,
+        reacquire; a step ``auto`` is the one the estimator resolved, :mod:`noise_rule`); kw:
+        the other constructor arguments (stage options, on_step, keep)."""
+        return cls(estimator, config["step"], initial, gate=config.get("gate", 0.0),
+                   gate_window=config.get("gate_window", 0.0), gate_persist=config.get("gate_persist", 0),
+                   reacquire=config.get("reacquire"), **kw)
+
+    def _gates(self, gate) -> dict[str, float]:
+        probs = gate if isinstance(gate, dict) else {s.name: gate for s in self.sensors}
+        out = {}
+        for s in self.sensors:
+            p = float(probs.get(s.name, 0.0) or 0.0)
+            if p > 0:
+                out[s.name] = float(chi2_ppf(p, s.dim))
+        return out
+
+    # -- state -------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget everything (including buffered readings); the next reading starts a new grid."""
+        self._heap = []
+        self._latest = -math.inf
+        self.t0: float | None = None
+        self.k: int = -1  # current slot index (estimator is at t0 + k dt)
+        self.pending: list[Measurement] = []
+        self._in_flight: Measurement | None = None  # see _process
+        self._last_stamp: dict[str, float] = {}
+        self._after_jump = False  # restarted warm after a backward jump, not re-converged yet
+        self._seen_zd = None  # zd of the last estimate that fused readings (multi-start after a silence)
+        self._unknown = False  # restarted after a divergence: re-acquire globally at the next reading
+        self.guard.drop_all()
+        if self.reacq is not None:
+            self.reacq.clear()
+
+    def buffered(self) -> list[Measurement]:
+        """Readings fed but not yet fused, oldest first: those waiting for the current
+        slot to close, the reorder buffer and, after a failure of the current track's
+        filter steps, the reading whose processing it interrupted (not the readings of
+        the failed update itself)."""
+        out = list(self.pending)
+        if self._in_flight is not None:
+            out.append(self._in_flight)
+        return out + [m for _, _, m in sorted(self._heap, key=lambda item: item[:2])]
+
+    def requeue(self, readings) -> None:
+        """Buffer readings again (already counted as received), e.g. :meth:`buffered` of a
+        previous stage."""
+        for m in readings:
+            heapq.heappush(self._heap, (m.stamp, next(self._seq), m))
+            self._latest = max(self._latest, m.stamp)
+
+    def restart(self) -> None:
+        """After an estimator failure: forget the track (the next reading starts a new one
+        from the initial guess) but keep the readings not yet fused (:meth:`buffered`)."""
+        carry, held = self.buffered(), self.guard.suspects
+        self.reset()
+        self.requeue(carry)
+        self.guard.suspects = held  # still waiting for a reading to decide
+
+    @property
+    def time(self) -> float | None:
+        return None if self.t0 is None else self.t0 + self.k * self.dt
+
+    @property
+    def newest(self) -> float | None:
+        """Newest stamp of the stream (readings held as possibly from the future excluded)."""
+        return self._latest if math.isfinite(self._latest) else None
+
+    @property
+    def _active(self):
+        """What the filter steps run on: the estimator, or its multi-start bank meanwhile."""
+        return self.est if self._bank is None else self._bank
+
+    def _start(self, t: float, init: InitialState | None = None) -> None:
+        if self.first is None:
+            self.first = t
+        self.t0 = t
+        self.k = 0
+        self.pending = []
+        self._last_stamp = {}
+        self._bank = None
+        self._seen_zd = None
+        self.est.reset(t, self.initial(t) if init is None else init)
+        if self.reacq is not None:
+            self.reacq.clear()
+        if self.gate_adapt is not None:
+            self.gate_adapt.clear()
+
+    # -- input -------------------------------------------------------------------------------
+    def feed(self, measurements) -> None:
+        """Give one Measurement or an iterable of them (any order within the reorder window)."""
+        if isinstance(measurements, Measurement):
+            measurements = [measurements]
+        for m in measurements:
+            self.counters.received += 1
+            if m.sensor not in self.sensors:
+                self.counters.unknown_sensor += 1
+                continue
+            value = np.asarray(m.value, dtype=float)
+            if not (math.isfinite(m.stamp) and value.shape == (self.sensors[m.sensor].dim,)
+                    and (math.isfinite(value[0]) if value.shape == (1,) else np.isfinite(value).all())):
+                self.counters.non_finite += 1
+                continue
+            ready, refuted = self.guard.admit(Measurement(float(m.stamp), m.sensor, value), self._latest)
+            self.counters.future += refuted
+            for r in ready:
+                if r.stamp < self._latest - self.backward_jump:  # a jump back: finish the old time first
+                    self._drain(math.inf)
+                    self._latest = r.stamp
+                heapq.heappush(self._heap, (r.stamp, next(self._seq), r))
+                self._latest = max(self._latest, r.stamp)
+        self._drain(self._latest - self.reorder_window)
+
+    def advance_to(self, t: float) -> None:
+        """The clock says it is now t: process buffered readings and close slots up to t
+        (never predicting further than ``max_gap`` past the current slot)."""
+        self._drain(t - self.reorder_window)
+        if self.t0 is None:
+            return
+        k_target = int(math.floor((t - self.reorder_window - self.t0) / self.dt + 1e-9))
+        if k_target > self.k and (k_target - self.k) * self.dt <= self.max_gap:
+            self._close_slot()
+            self._step_to(k_target)
+
+    def flush(self) -> None:
+        """Process everything buffered and close the current slot (end of a replay); readings
+        still held as possibly from the future are dropped (``future``)."""
+        self.counters.future += self.guard.drop_all()
+        self._drain(math.inf)
+        if self.t0 is not None and self.pending:
+            self._close_slot()
+
+    def _drain(self, horizon: float) -> None:
+        while self._heap and self._heap[0][0] <= horizon:
+            _, _, m = heapq.heappop(self._heap)
+            self._process(m)
+
+    def _process(self, m: Measurement) -> None:
+        # _in_flight: m while the current track's steps (update of the pending readings,
+        # predictions) run before m joins the pending readings; if they raise, m is not
+        # lost (buffered()). Not while a new track starts at m (an estimator that cannot
+        # start at m would fail again on it).
+        if self.t0 is None:
+            self._start(m.stamp)
+        now = self.t0 + self.k * self.dt
+        if m.stamp < now - self.backward_jump:
+            self._jumped_back(m, now)
+        last = self._last_stamp.get(m.sensor)
+        if last is not None and abs(m.stamp - last) <= DUPLICATE_TOLERANCE:
+            self.counters.duplicates += 1
+            return
+        k_m = int(round((m.stamp - self.t0) / self.dt))
+        if k_m < self.k:
+            self.counters.out_of_order += 1
+            return
+        if k_m > self.k:
+            self._in_flight = m
+            self._close_slot()
+            silence = (k_m - self.k) * self.dt
+            if silence > self.max_gap:
+                self._in_flight = None
+                self.counters.gap_resets += 1
+                self._start(m.stamp)
+                self._disturbed(m.stamp)
+                self._multistart(m.stamp, unknown=True)  # where is it now? anywhere
+                k_m = 0
+            else:
+                ceiling = self._ceiling() if silence > LOST_CHECK_GAP else None
+                self._step_to(k_m)
+                if silence > LOST_CHECK_GAP:  # lost in the gap: anywhere (an open-loop covariance is optimistic)
+                    self._active.add_restart_hypotheses("silence", ceiling)  # a particle filter: in its cloud
+                    self._multistart(self.t0 + self.k * self.dt, anywhere_if_lost=True, after_gap=True,
+                                     ceiling=ceiling, zd_hint=self._seen_zd)
+            self._in_flight = None
+        if self._unknown:
+            self._multistart(self.t0 + self.k * self.dt)
+        if last is not None and m.stamp > last:
+            self._period[m.sensor] = m.stamp - last
+        self._last_stamp[m.sensor] = m.stamp
+        self.pending.append(m)
+
+    def _diverged(self, t: float) -> None:
+        """The estimate or its covariance overflowed (a lost filter predicting through a
+        gap: a UKF at 3e3 rad/s whose covariance squared every step): it is lost, restart
+        it from the initial guess at the same grid time, as a long gap does (counted)."""
+        self.counters.diverged += 1
+        self._bank = None
+        self.est.reset(t, self.initial(t))
+        if self.reacq is not None:
+            self.reacq.clear()
+        if self.gate_adapt is not None:
+            self.gate_adapt.clear()
+        self._disturbed(t)
+        self._unknown = True  # the multi-start bank waits for the next reading
+
+    def _disturbed(self, t: float) -> None:
+        self._after_jump = False
+        self.reconv.disturbed(t)
+
+    # -- filter steps ----------------------------------------------------------------------------
+    def _close_slot(self) -> None:
+        """Fuse the pending readings at the current slot and emit its estimate."""
+        readings, self.pending = self.pending, []
+        t_start = time.perf_counter()
+        result = None
+        if readings:
+            result = self._active.update(readings, self._current_gates())
+            c = self.counters
+            c.fused += len(result.accepted)  # one name per fused reading (a sensor may have several)
+            c.rejected_gate += len(result.rejected)
+            for n in result.accepted:
+                c.per_sensor_fused[n] = c.per_sensor_fused.get(n, 0) + 1
+            for n in result.rejected:
+                c.per_sensor_rejected[n] = c.per_sensor_rejected.get(n, 0) + 1
+            self._watch(result)
+        cost = time.perf_counter() - t_start + getattr(self, "_predict_cost", 0.0)
+        self._predict_cost = 0.0
+        self._emit(result, cost)
+
+    def _current_gates(self) -> dict[str, float]:
+        """The gate thresholds for the next update (stage_guards.AdaptiveGate)."""
+        return self.gates if self.gate_adapt is None else self.gate_adapt.thresholds()
+
+    def _watch(self, result: UpdateResult) -> None:
+        """Re-convergence time, the gate's scale and re-acquisition rule after an update."""
+        t = self.t0 + self.k * self.dt
+        disagreed = result
+        if self.gate_adapt is not None and result.distances:
+            c = self.counters
+            believed = self.gate_adapt.observe(t, result.distances)
+            c.gate_believed += len(believed)
+            c.gate_scale_max = max(c.gate_scale_max, max(self.gate_adapt.scale.values()))
+            if believed:  # for the re-acquisition rule they disagreed with the filter
+                acc = list(result.accepted)
+                for n in believed:
+                    acc.remove(n)
+                disagreed = UpdateResult(acc, list(result.rejected) + believed)
+        took = self.reconv.observe(t, result)
+        if took is not None:
+            self._after_jump = False
+            self.counters.reconvergence_last = took
+            self.counters.reconvergence_max = max(self.counters.reconvergence_max, took)
+        if self._bank is not None and self._bank.done(t):
+            self._bank.adopt()
+            self._bank = None
+        if self.reacq is None or not self.reacq.observe(t, disagreed):
+            return
+        self.counters.reacquisitions += 1
+        if self._after_jump:  # the motion restarted with the clock (a bag loop): the initial guess
+            self._bank = None
+            self.est.reset(t, self.initial(t))
+        else:
+            self._active.reacquire(self.inflation)
+        self._after_jump = False
+        self.reconv.disturbed(t)
+        self._multistart(t)
+
+    def _cap(self) -> float:
+        return max(self.gates.values(), default=0.0)
+
+    def _step_to(self, k_target: int) -> None:
+        """Predict slot by slot up to k_target (emitting the empty slots in between)."""
+        while self.k < k_target:
+            t_start = time.perf_counter()
+            self._active.predict(self.dt)
+            self.k += 1
+            self.counters.steps += 1
+            cost = time.perf_counter() - t_start
+            if self.k < k_target:
+                self._emit(None, cost)
+            else:
+                self._predict_cost = cost  # emitted when this slot closes
+
+    def _emit(self, result, cost) -> None:
+        if not (self.keep or self.on_step):
+            return
+        est = self._active.estimate()
+        if not finite_snapshot(est):  # a lost filter predicted open loop until its numbers overflowed
+            self._diverged(self.t0 + self.k * self.dt)
+            est = self._active.estimate()
+        est.stamp = self.t0 + self.k * self.dt  # exact grid time (no accumulated rounding)
+        if result is not None and result.accepted:
+            self._seen_zd = est.zd
+        rec = StepRecord(est, result, cost)
+        if self.keep:
+            self.records.append(rec)
+        if self.on_step is not None:
+            self.on_step(rec)
+
