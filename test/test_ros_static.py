@@ -46,7 +46,10 @@ def package_depends() -> set[str]:
 
 
 def readme() -> str:
-    return open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    """The user documentation of the nodes: the README and the live guide."""
+    parts = [open(os.path.join(REPO, "README.md"), encoding="utf-8").read()]
+    parts.append(open(os.path.join(REPO, "docs", "guides", "live.md"), encoding="utf-8").read())
+    return "\n".join(parts)
 
 
 def constants(tree) -> dict:
@@ -301,5 +304,5 @@ def test_readme_documents_nodes_topics_and_parameters():
             if not topic.startswith("<"):
                 assert f"`{topic}`" in text, f"README: topic {topic}"
     assert "`~/reset`" in text and "mbde render" in text
-    pics = re.findall(r"!\[[^]]*\]\((docs/[^)]+)\)", text)
-    assert pics and all(os.path.isfile(os.path.join(REPO, p)) for p in pics)
+    pics = re.findall(r"!\[[^]]*\]\(\.\./([^)]+)\)", text)
+    assert pics and all(os.path.isfile(os.path.join(REPO, "docs", p)) for p in pics)
