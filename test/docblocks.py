@@ -1,6 +1,7 @@
 """Run the code blocks of a Markdown page (the README's tour, the guides in docs/) as written.
 
-A page's fenced blocks run in order, in one temporary folder per page:
+A page's fenced blocks run in order, in one temporary folder per page (with ``config/``
+linked to the repository's, as if run from a checkout):
 
 - ``yaml``: written to the file its first line names (``# my_linkage.yaml: ...``); every
   such file must be used by a command of the page (so each YAML block is checked by the
@@ -157,6 +158,8 @@ def check_static(words: list[str]) -> bool:
 def run_page(text: str, cwd, label: str) -> dict:
     """Run every block of ``text`` in folder ``cwd``; returns counts by kind."""
     cwd = str(cwd)
+    if not os.path.exists(os.path.join(cwd, "config")):  # the pages' commands run from the repository root
+        os.symlink(os.path.join(REPO, "config"), os.path.join(cwd, "config"))
     written, used = set(), set()
     counts = {"yaml": 0, "mbde": 0, "ros2": 0, "static": 0, "python": 0, "no-run": 0}
     namespace: dict = {"__name__": "__doc_page__"}
@@ -204,6 +207,14 @@ def run_page(text: str, cwd, label: str) -> dict:
             counts["python"] += 1
         elif b.lang not in OUTPUT_LANGS:
             raise AssertionError(f"{where}: code block of language {b.lang!r}: not run by the docs tests")
+    texts = {w: open(os.path.join(cwd, w), encoding="utf-8").read() for w in written}
+    changed = True
+    while changed:  # a file named in a used file (a scenario's sensors_file) is used too
+        changed = False
+        for w in written - used:
+            if any(w in texts[u] for u in used if u in texts):
+                used.add(w)
+                changed = True
     unused = {w for w in written if w not in used and os.path.basename(w) not in used}
     assert not unused, f"{label}: YAML files no command uses: {sorted(unused)}"
     return counts
