@@ -66,6 +66,8 @@ setup(
         # run replays and benchmarks on a Dask distributed cluster (--scheduler tcp://HOST:PORT)
         "cluster": CLUSTER,
         "docs": DOCS,
+        # `mbde export --format parquet` (CSV needs nothing)
+        "parquet": ["pyarrow>=12,<23"],
         "test": [
             "pytest>=7",
             "mcap>=1.1",

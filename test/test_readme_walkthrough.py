@@ -21,7 +21,8 @@ def test_readme_tour_runs_as_written(tmp_path):
     text = tour()
     assert not any(b.norun for b in blocks(text)), "every block of the tour runs"
     counts = run_page(text, tmp_path, "README.md tour")
-    assert counts["yaml"] == 3 and counts["mbde"] >= 4 and counts["ros2"] == 1
+    assert counts["yaml"] == 3 and counts["mbde"] >= 5 and counts["ros2"] == 1
+    assert (tmp_path / "my_tables" / "ukf.csv").is_file()  # mbde export
     for out, names in (("my_replay", ("ukf", "errorekf")), ("robot_replay", ("ukf",))):
         doc = json.loads((tmp_path / out / "metrics.json").read_text())
         for name in names:
