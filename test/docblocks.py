@@ -198,6 +198,7 @@ def run_page(text: str, cwd, label: str) -> dict:
                 else:
                     raise AssertionError(f"{where}: {line!r} is not run by the docs tests (mark the block {{.no-run}})")
         elif b.lang == "python":
+            used.update(w for w in written if w in b.code)
             old = os.getcwd()
             os.chdir(cwd)
             try:
