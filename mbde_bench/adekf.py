@@ -43,7 +43,6 @@ import numpy as np
 from mbde_core.config.paths import config_path
 
 HELP = "paper 004 ADE-KF: slider-crank torque from one accelerometer, exact vs learned map, MSC Adams torque check"
-RESULT_FILES = ("tables.md",)  # what `--results DIR` puts on the results page (mbde_bench/results.py)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.normpath(os.path.join(_HERE, os.pardir))  # the checkout (../shared beside it)

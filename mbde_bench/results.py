@@ -3,7 +3,8 @@
 ``mbde bench NAME --results DIR`` (every bench, wired in :mod:`mbde_bench.cli`) writes
 ``DIR/NAME.md``: a header naming the command, the machine (CPU model, cores, load average
 at the start and the end), the date and the commit, then the bench's tables: the Markdown
-files the bench wrote into ``--out`` (its ``RESULT_FILES``), else what it printed, with
+files the bench wrote into ``--out`` (``<name>.md`` or ``tables.md``, or the module's
+``RESULT_FILES``), else what it printed, with
 every run of aligned columns turned into a Markdown table. The documentation site lists
 the pages of ``docs/results/`` (docs/results/index.md).
 
@@ -150,10 +151,10 @@ def captured():
 
 
 def bench_page(name: str, module, args, printed: str, load_start: str) -> str:
-    """The page of one bench run: its RESULT_FILES in --out if it wrote them, else its output."""
+    """The page of one bench run: its Markdown tables in --out if it wrote them, else its output."""
     tables = []
     out = getattr(args, "out", None)
-    for fname in getattr(module, "RESULT_FILES", ()):
+    for fname in getattr(module, "RESULT_FILES", (f"{name}.md", "tables.md")):
         path = os.path.join(out, fname) if out else None
         if path and os.path.isfile(path):
             with open(path, encoding="utf-8") as fh:

@@ -32,7 +32,6 @@ import sys
 import time
 
 HELP = "every estimator x every shipped scenario x {defaults, tuned}: RMSE, steady-state RMSE, NEES band, pass/fail"
-RESULT_FILES = ("transfer.md",)  # what `--results DIR` puts on the results page (mbde_bench/results.py)
 ESTIMATORS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf", "adekf", "pf", "vipf")
 KALMAN = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf", "adekf")
 COLUMNS = ["scenario", "estimator", "variant", "status", "rmse", "rmse_ss", "nees", "band_lo", "band_hi", "psd", "step",

@@ -36,7 +36,6 @@ import time
 import numpy as np
 
 HELP = "paper 002 variational-integrator filters: oscillator clouds, symplectic Kalman, crane PF, VI-EKF vs errorEKF, speed"
-RESULT_FILES = ("tables.md",)  # what `--results DIR` puts on the results page (mbde_bench/results.py)
 EXPERIMENTS = ("oscillator", "kalman", "pendulum", "crane", "ekf", "speed")
 H_PF, H_KF = 0.0625, 0.03125
 KALMAN_RD = (1e-4, 1e-2, 0.25, 1.0)
