@@ -44,6 +44,19 @@ def launch_arguments(path: str) -> list[tuple[str, str, str]]:
     return out
 
 
+def _shipped(exe: str) -> list[tuple[str, object]]:
+    """(parameter, value) of the shipped parameter file config/params/<exe>.yaml."""
+    from mbde_core.live.params import validate_param_file
+
+    path = os.path.join(REPO, "config", "params", f"{exe}.yaml")
+    if not os.path.isfile(path):
+        return []
+    out = []
+    for values in validate_param_file(path, exe).values():
+        out += [(k, "[]" if v == [] else str(v).lower() if isinstance(v, bool) else v) for k, v in values.items()]
+    return out
+
+
 def markdown() -> str:
     from mbde_core.live import topics
     from mbde_core.live.params import schema
@@ -67,6 +80,10 @@ def markdown() -> str:
                  p.description] for p in params]
         out.append("Parameters:\n")
         out.append(table(["parameter", "type", "default", "range", "unit", "meaning"], prow))
+        shipped = _shipped(exe)
+        if shipped:
+            out.append(f"The shipped parameter file `config/params/{exe}.yaml` (validated against this schema) sets: "
+                       + ", ".join(f"{code(k)} = {code(v)}" for k, v in shipped) + ".\n")
     out.append("QoS: `latched` = reliable, transient local, depth 1; `reliable` = depth 10; `sensor` = "
                "SensorDataQoS (best effort; the estimator reads with a history of 2 x rate x "
                "reorder_window readings, 100 to 20000), which matches reliable and best-effort "
