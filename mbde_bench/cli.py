@@ -46,6 +46,9 @@ def add_arguments(p):
         mod.add_arguments(sp)
         if not any("--force" in a.option_strings for a in sp._actions):
             sp.add_argument("--force", action="store_true", help="write into an existing, non-empty --out folder")
+        sp.add_argument("--results", metavar="DIR",
+                        help=f"also write the tables as a Markdown page DIR/{name}.md with the machine, date and "
+                             "commit at the top (e.g. docs/results: the documentation's results pages)")
         sp.set_defaults(_bench_module=mod)
 
 
@@ -57,4 +60,14 @@ def run(args) -> int:
     out = getattr(args, "out", None)
     if out and os.path.isdir(out) and os.listdir(out) and not args.force:
         raise DataError(f"--out: {out} exists and is not empty (use --force to write into it)")
-    return int(args._bench_module.run(args) or 0)
+    if not args.results:
+        return int(args._bench_module.run(args) or 0)
+    from mbde_bench import results
+
+    load_start = results.load_average()
+    with results.captured() as printed:
+        status = int(args._bench_module.run(args) or 0)
+    if status == 0:
+        name = args._bench_module.__name__.rsplit(".", 1)[1]
+        print(f"wrote {results.bench_page(name, args._bench_module, args, printed.text(), load_start)}")
+    return status

@@ -35,6 +35,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("inverse-dynamics", "mbde_core.cli.cmd_inverse_dynamics", "driver force/torque needed to follow a prescribed coordinate trajectory"),
     ("simulate", "mbde_core.cli.cmd_simulate", "simulate a scenario (ground truth + noisy sensors) into a ROS 2 bag"),
     ("replay", "mbde_core.cli.cmd_replay", "run estimators on a ROS 2 bag; metrics.json, estimates bag, report, plots"),
+    ("export", "mbde_core.cli.cmd_export", "an estimates bag as per-estimator tables (time, state, standard deviations, diagnostics): CSV or Parquet"),
     ("tune", "mbde_core.cli.cmd_tune", "fit the observers' plant noise (and sensor sigmas) to a bag's readings (max innovation likelihood)"),
     ("smooth", "mbde_core.cli.cmd_smooth", "smooth a bag's whole run (paper 003 batch smoother): the best reference without ground truth"),
     ("identify", "mbde_core.cli.cmd_identify", "identify mechanism parameters (masses, inertias, gravity, damping) from bags; calibrated mechanism YAML"),

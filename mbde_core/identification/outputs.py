@@ -132,7 +132,7 @@ def write_plots(out: str, result, sources) -> list[str]:
             ax.axhline(0, color="k", lw=0.5)
             axes[k, 1].hist(r.ravel(), bins=50, range=(-5, 5), density=True, alpha=0.7)
             axes[k, 1].plot(x, np.exp(-0.5 * x**2) / np.sqrt(2 * np.pi), "k-", lw=1)
-        axes[-1, 0].set_xlabel("time [s]")
+        axes[-1, 0].set_xlabel("t [s] since the first reading")
         axes[-1, 1].set_xlabel("normalised residual")
         fig.tight_layout()
         paths.append(os.path.join(out, "residuals.png"))

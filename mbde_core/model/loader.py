@@ -1,27 +1,11 @@
 """Read a mechanism YAML file (libmbse format + mbde extensions) into a MechanismSpec.
 
-libmbse format, read unchanged:
-
-- ``parameters``: name -> number or expression (may use earlier parameters).
-- ``points``: list of ``{x, y, fixed}``; after point i the variables ``x<i>``, ``y<i>``
-  exist for later expressions.
-- ``planar_bodies``: list of ``{points, length, mass, I0, cog}``. ``points`` has >= 2
-  point indices (a rigid polygon). For 2-point bodies ``length`` is a number, ``auto``
-  (the points' distance) or an expression; for >= 3 points it is ignored and the
-  variables ``lengthIJ`` (1-based point pairs) are defined. ``mass`` may use ``length``;
-  ``I0`` (about the first point) may use ``mass`` and ``length``; ``cog`` (in the body
-  frame: origin at the first point, x axis towards the second) may also use ``I0``.
-  ``index`` is the 1-based number of the body being read.
-- ``relative_coordinates``: list of ``{type: RelativeAngleAbsoluteDOF, points: [a, b]}``:
-  the absolute angle of segment a->b appended to q.
-
-mbde extensions (all optional): ``name``/``description``; ``name`` on points, bodies and
-relative coordinates (references may then use names); ``gravity: [gx, gy]`` (default
-[0, -9.81]); ``sliders``; ``loads``; ``independent_coordinates``; ``initial_position`` and
-``initial_velocity`` (coordinate -> value); ``sensors`` (see :mod:`mbde_core.sensors`);
-``driving_constraints`` (prescribed motions, :mod:`mbde_core.model.drivers`): a list of
-``{name, type: coordinate, coordinate: C.x, position: <f(t)>}`` or ``{name, type:
-distance, body: rope, length: <f(t)>}``, optional ``velocity``/``acceleration`` (f', f'').
+The libmbse format (``parameters``, ``points``, ``planar_bodies``,
+``relative_coordinates``) is read unchanged; mbde adds names, ``gravity``, ``sliders``,
+``loads``, ``driving_constraints`` (:mod:`mbde_core.model.drivers`),
+``independent_coordinates``, the initial state and ``sensors``. Every key, its unit and
+its conventions are in ONE table, :mod:`mbde_core.model.schema`, which this loader checks
+files against and the documentation's reference is generated from.
 """
 from __future__ import annotations
 
@@ -36,6 +20,7 @@ import numpy as np
 from mbde_core.config.yamlnode import Node, parse_yaml, read_yaml
 from mbde_core.errors import ConfigError
 from mbde_core.expr import ExpressionError, compile_expression
+from mbde_core.model import schema
 from mbde_core.model.spec import (
     BodySpec,
     DriverSpec,
@@ -47,24 +32,10 @@ from mbde_core.model.spec import (
     TimeFunction,
 )
 
-TOP_KEYS = (
-    "name",
-    "description",
-    "parameters",
-    "gravity",
-    "points",
-    "planar_bodies",
-    "relative_coordinates",
-    "sliders",
-    "loads",
-    "driving_constraints",
-    "independent_coordinates",
-    "initial_position",
-    "initial_velocity",
-    "sensors",
-)
-REL_TYPES = ("RelativeAngleAbsoluteDOF",)
-LOAD_KINDS = ("force", "torque", "generalized_force", "motor", "joint_damping", "point_damping")
+# the keys and types come from the schema (mbde_core/model/schema.py), the documentation's source too
+TOP_KEYS = schema.TOP.names()
+REL_TYPES = tuple(schema.RELATIVE_TYPES)
+LOAD_KINDS = tuple(schema.LOAD_TYPES)
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 
 
@@ -78,7 +49,17 @@ def mechanism_spec_from_text(text: str, label: str = "<string>") -> MechanismSpe
 
 
 def spec_from_node(root: Node) -> MechanismSpec:
-    root.mapping(required=("points", "planar_bodies"), optional=TOP_KEYS)
+    try:
+        return _spec_from_node(root)
+    except ConfigError as err:  # an index convention mixed up: name the right one
+        hint = schema.expression_hint(err.message, err.path, root.value)
+        if hint is None:
+            raise
+        raise ConfigError(err.file, err.path, f"{err.message}; {hint}") from None
+
+
+def _spec_from_node(root: Node) -> MechanismSpec:
+    root.mapping(required=schema.TOP.required(), optional=TOP_KEYS)
     file = root.file
     variables: dict[str, float] = {}
 
@@ -95,7 +76,7 @@ def spec_from_node(root: Node) -> MechanismSpec:
     points: list[PointSpec] = []
     names_seen: dict[str, str] = {}
     for i, node in enumerate(root.req("points").sequence(min_len=1)):
-        node.mapping(required=("x", "y"), optional=("fixed", "name"))
+        node.mapping(required=schema.POINT.required(), optional=schema.POINT.names())
         x = node.get("x").number(variables)
         y = node.get("y").number(variables)
         fixed = node.get("fixed").boolean() if node.has("fixed") else False
@@ -110,7 +91,7 @@ def spec_from_node(root: Node) -> MechanismSpec:
     # -- bodies -------------------------------------------------------------------------
     bodies: list[BodySpec] = []
     for bi, node in enumerate(root.req("planar_bodies").sequence(min_len=1)):
-        node.mapping(required=("points", "mass", "I0", "cog"), optional=("length", "name"))
+        node.mapping(required=schema.BODY.required(), optional=schema.BODY.names())
         name = _name(node, f"body{bi}", names_seen, "body")
         pts_nodes = node.get("points").sequence(min_len=2)
         idx = tuple(_ref(n, point_index, len(points), "point", variables) for n in pts_nodes)
@@ -133,6 +114,7 @@ def spec_from_node(root: Node) -> MechanismSpec:
                     d = float(np.hypot(*(xy[b] - xy[a])))
                     bv[f"length{a + 1}{b + 1}"] = bv[f"length{b + 1}{a + 1}"] = d
             length = float(np.hypot(*(xy[1] - xy[0])))
+            _fixed_length(node, length, bv)
         if not length > 0:
             where = node.get("length") if len(idx) == 2 else node.get("points")
             raise where.error(f"body length must be > 0, got {length:g}")
@@ -153,7 +135,11 @@ def spec_from_node(root: Node) -> MechanismSpec:
     rels: list[RelativeCoordinateSpec] = []
     if root.has("relative_coordinates") and root.get("relative_coordinates").value is not None:
         for ri, node in enumerate(root.get("relative_coordinates").sequence()):
-            node.mapping(required=("type", "points"), optional=("name",))
+            node.mapping(required=schema.RELATIVE.required(), optional=schema.RELATIVE.names())
+            if node.get("type").value not in REL_TYPES:
+                raise node.get("type").error(
+                    f"unknown type {node.get('type').value!r}; the one type is RelativeAngleAbsoluteDOF: "
+                    + schema.ANGLE_CONVENTION)
             kind = node.get("type").string(REL_TYPES)
             pts = node.get("points").sequence(min_len=2, max_len=2)
             a, b = (_ref(n, point_index, len(points), "point", variables) for n in pts)
@@ -168,7 +154,7 @@ def spec_from_node(root: Node) -> MechanismSpec:
     sliders: list[SliderSpec] = []
     if root.has("sliders") and root.get("sliders").value is not None:
         for si, node in enumerate(root.get("sliders").sequence()):
-            node.mapping(required=("point",), optional=("name", "origin", "direction", "angle", "mass"))
+            node.mapping(required=schema.SLIDER.required(), optional=schema.SLIDER.names())
             k = _ref(node.get("point"), point_index, len(points), "point", variables)
             if points[k].fixed:
                 raise node.get("point").error("a slider point must be a moving point")
@@ -256,6 +242,20 @@ def _name(node: Node, default: str, seen: dict[str, str], what: str) -> str:
     return name
 
 
+def _fixed_length(node: Node, length: float, variables) -> None:
+    """A body with >= 3 points: its length is the distance of its first two points; only
+    ``auto`` or that value is accepted (libmbse ignored any other, silently)."""
+    if not node.has("length") or node.get("length").value == "auto":
+        return
+    given = node.get("length").number(dict(variables, auto=length))
+    if abs(given - length) > 1e-9 * max(length, 1e-12):
+        n = len(node.get("points").value)
+        raise node.get("length").error(
+            f"a body with {n} points is rigid through them: its length is the distance from its first to its second "
+            f"point ({length:g} m), fixed by the points; leave `length` out or write `auto` (got {given:g}; the "
+            f"distances between its points are length12, length13, ..., numbered from 1 within the body)")
+
+
 def _ref(node: Node, names: dict[str, int], count: int, what: str, variables) -> int:
     """A reference to a point/body/coordinate: index, name, or integer expression."""
     v = node.value
@@ -293,9 +293,9 @@ def _drivers(root: Node, coord_index, coord_names, body_index, bodies, names_see
     if not root.has("driving_constraints") or root.get("driving_constraints").value is None:
         return ()
     out, used = [], set()
-    keys = {"coordinate": ("coordinate", "position"), "distance": ("body", "length")}
+    keys = {kind: (ref, fn) for kind, (ref, fn, _) in schema.DRIVER_TYPES.items()}
     for di, node in enumerate(root.get("driving_constraints").sequence()):
-        node.mapping(required=("type",), optional=("name", "coordinate", "body", "position", "length", "velocity", "acceleration"))
+        node.mapping(required=schema.DRIVER.required(), optional=schema.DRIVER.names())
         kind = node.get("type").string(tuple(keys))
         ref_key, fn_key = keys[kind]
         for key in ("coordinate", "body", "position", "length"):
@@ -377,18 +377,10 @@ def time_function(node: Node, variables: dict[str, float]) -> TimeFunction:
 
 
 def _load(node: Node, li, point_index, body_index, coord_index, points, bodies, variables) -> LoadSpec:
-    node.mapping(required=("type",), optional=("name", "point", "body", "body2", "coordinate", "value", "c"))
+    node.mapping(required=schema.LOAD.required(), optional=schema.LOAD.names())
     kind = node.get("type").string(LOAD_KINDS)
     name = node.get("name").string() if node.has("name") else f"load{li}_{kind}"
-    allowed = {
-        "force": ("point", "value"),
-        "torque": ("body", "value"),
-        "motor": ("value",),
-        "generalized_force": ("coordinate", "value"),
-        "joint_damping": ("body", "c"),
-        "point_damping": ("point", "c"),
-    }[kind]
-    optional = {"motor": ("body", "coordinate"), "joint_damping": ("body2",)}.get(kind, ())
+    allowed, optional, _ = schema.LOAD_TYPES[kind]
     for key in ("point", "body", "body2", "coordinate", "value", "c"):
         if node.has(key) and key not in allowed and key not in optional:
             raise ConfigError(node.file, node.child_path(key), f"not used by a {kind!r} load")

@@ -33,6 +33,7 @@ import numpy as np
 
 from mbde_core.config.yamlnode import Node, read_yaml
 from mbde_core.errors import ConfigError
+from mbde_core.sensors import schema
 from mbde_core.sensors.accelerometer import Accelerometer
 from mbde_core.sensors.base import NoiseModel
 from mbde_core.sensors.encoder import Encoder
@@ -42,16 +43,10 @@ from mbde_core.sensors.point_position import PointPosition
 from mbde_core.sensors.sensor_set import SensorSet
 from mbde_core.sensors.slider_position import SliderPosition
 
-TYPES = ("encoder", "gyroscope", "accelerometer", "slider_position", "imu", "point_position")
-COMMON = ("name", "type", "rate", "period", "topic", "frame_id", "noise")
-SPECIFIC = {
-    "encoder": ("body", "reference_body", "counts_per_revolution", "joint_name", "offset"),
-    "gyroscope": ("body",),
-    "accelerometer": ("body", "offset", "point", "slider", "axes"),
-    "slider_position": ("slider", "joint_name"),
-    "imu": ("body", "offset", "axis_angle"),
-    "point_position": ("point", "joint_name"),
-}
+# the keys by type come from the schema (mbde_core/sensors/schema.py), the documentation's source too
+TYPES = tuple(schema.TYPES)
+COMMON = schema.COMMON
+SPECIFIC = schema.SPECIFIC
 DIMS = {"encoder": 1, "gyroscope": 1, "slider_position": 1, "imu": 3, "point_position": 2}
 
 
@@ -142,7 +137,7 @@ def _noise(item: Node, dim: int, variables, quantization: float = 0.0) -> NoiseM
     node = item.get("noise")
     if node.value is None:
         raise ConfigError(item.file, item.child_path("noise"), "missing required key (at least noise.sigma)")
-    node.mapping(required=("sigma",), optional=("bias", "bias_random_walk", "quantization", "dropout"))
+    node.mapping(required=schema.NOISE.required(), optional=schema.NOISE.names())
 
     def per_channel(key, default=0.0):
         if not node.has(key):
