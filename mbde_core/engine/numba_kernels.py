@@ -144,6 +144,10 @@ def backend(mech, N: int, integrator_name: str = "rk4", work: float = 0.0) -> st
             return "numpy"
     if numba() is None:
         return "numpy"
+    from mbde_core.engine import simd_kernels
+
+    if simd_kernels.enabled() and simd_kernels.load(mech) is not None:
+        return "numba"
     return "numba" if load(mech) is not None else "numpy"
 
 
@@ -195,6 +199,10 @@ def cached(mech, funcs: tuple = ("rk4_range",)) -> bool:
     K = fastpath.kernels(mech)
     if K is None:
         return False
+    from mbde_core.engine import simd_kernels
+
+    if funcs == ("rk4_range",) and simd_kernels.enabled():
+        return simd_kernels.cached(mech)
     if getattr(K, "_numba", None):
         return True
     memo = getattr(K, "_numba_on_disk", None)
@@ -259,7 +267,13 @@ def load(mech):
 def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
     """One RK4 step of N particles on numba: (q1, qd1, qdd1 (N, n) Fortran-ordered as the numpy path's, ok (N,),
     Context at q1 or None). qdd (N, n) or None (then computed at (q, qd)); extra (N, g)
-    or None: acceleration added to zdd during the step (``RK4.step``'s extra_zdd)."""
+    or None: acceleration added to zdd during the step (``RK4.step``'s extra_zdd).
+    The vectorised loop of :mod:`mbde_core.engine.simd_kernels` runs it when enabled and
+    the mechanism's module builds; else the per-particle loop below."""
+    from mbde_core.engine import simd_kernels
+
+    if simd_kernels.enabled() and simd_kernels.load(mech) is not None:
+        return simd_kernels.rk4_step(mech, t, q, qd, qdd, h, extra, threads)
     mod = load(mech)
     K = fastpath.kernels(mech)
     N, n, g = q.shape[0], K.n, K.g

@@ -45,8 +45,9 @@ class Stage:
 class Context:
     """Kernel values at N assembled configurations (batch-last), known after a step.
 
-    tr (sin, cos of the relative angles), J (the variable Jacobian entries) and R (n
-    rows of g): what a batched step computed at its result q anyway. A step returns it
+    tr (sin, cos of the relative angles), J (the variable Jacobian entries; None: not
+    kept, computed from q and tr when a step needs it) and R (n rows of g): what a
+    batched step computed at its result q anyway. A step returns it
     as ``MBState.aux``; given back with that unchanged state, the next step starts
     from it instead of evaluating ``trig`` (the costliest kernel: two transcendental
     functions per angle), ``jac`` and ``rmatrix`` again. The values are those the
@@ -66,7 +67,8 @@ class Context:
     def take(self, idx) -> "Context":
         """The context of the states q[:, idx] (floats are constants: kept)."""
         f = lambda x: x[idx] if isinstance(x, np.ndarray) else x  # noqa: E731
-        return Context(len(idx), tuple(map(f, self.tr)), tuple(map(f, self.J)), tuple(tuple(map(f, r)) for r in self.R))
+        J = None if self.J is None else tuple(map(f, self.J))
+        return Context(len(idx), tuple(map(f, self.tr)), J, tuple(tuple(map(f, r)) for r in self.R))
 
     def sincos(self, rel, col: int):
         """(sin, cos) (N,) of coordinate ``col`` (one of ``rel``, the relative angle columns)."""
@@ -211,7 +213,11 @@ class Batch:
 
     def context(self, q):
         if self._known is not None and q is self._known[0]:
-            return self._known[1].ctx
+            c = self._known[1]
+            if c.J is None:
+                with np.errstate(all="ignore"):
+                    c.J = self.K.vector.jac(q, c.tr)
+            return c.ctx
         V = self.K.vector
         with np.errstate(all="ignore"):
             tr = V.trig(q)
