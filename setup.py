@@ -67,6 +67,8 @@ setup(
             "mcap>=1.1",
             "mcap-ros2-support>=0.5",
             "filterpy==1.4.5",
+            # the import contracts of .importlinter (test/test_layers.py)
+            "import-linter>=2.1,<3",
         ] + CLUSTER,  # the cluster tests start a distributed.LocalCluster
     },
     entry_points={
