@@ -7,7 +7,10 @@ variant are sampled from it with seeded noise streams.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
 import os
+import resource
 import sys
 import zlib
 
@@ -88,3 +91,14 @@ class TruthRecord:
     def at(self, times: np.ndarray):
         idx = self.index_at(times)
         return self.z[idx], self.zd[idx], self.zdd[idx]
+
+
+def peak_mb() -> float:
+    """This process's peak resident memory [MB]."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def in_fresh_process(fn, args):
+    """fn(args) in a new process (spawn): its peak memory is its own."""
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        return ex.submit(fn, args).result()

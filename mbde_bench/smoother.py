@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import time
 
 import numpy as np
+
+from mbde_bench.common import in_fresh_process, peak_mb
 
 HELP = "batch smoother: wall time vs run length (10/60/300 s), LM vs scipy trf, windowed seams, 1 h run, mbde smooth memory"
 CASES = ("fourbar_gyro", "fivebar_gyro")
@@ -165,10 +166,6 @@ def _setup(case, length, gerr):
     return truth, mech, sensors, start, meas
 
 
-def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
 def _speed_task(args):
     """One (case, length) in a fresh process: timings and peak memory of the smoothing."""
     case, length, gerr, solver = args
@@ -176,7 +173,7 @@ def _speed_task(args):
     from mbde_core.trajectory.smoother import BatchSmoother
 
     truth, mech, sensors, start, meas = _setup(case, length, gerr)
-    base = _peak_mb()
+    base = peak_mb()
     cfg = dict(smoother_defaults(), solver=solver)
     if solver == "trf":
         cfg["max_iterations"] = 200
@@ -191,7 +188,7 @@ def _speed_task(args):
             "initial_cost": i["initial_cost"], "final_cost": i["final_cost"], "guess_s": i["guess_time_s"],
             "solve_s": i["solve_time_s"], "covariance_s": i["covariance_time_s"], "wall_s": i["wall_time_s"],
             "us_per_step": 1e6 * i["wall_time_s"] / len(res), "cpu_s": cpu, "rmse_z": float(np.sqrt(np.mean(err**2))),
-            "peak_mb": _peak_mb(), "setup_peak_mb": base}
+            "peak_mb": peak_mb(), "setup_peak_mb": base}
 
 
 def _seam_task(args):
@@ -244,7 +241,7 @@ def _long_task(args):
     meas = (Measurement(k * dt, gyro.name, np.array([h[k] + noise[k]])) for k in range(N))
     start = InitialState(init.z, init.zd, np.full(mech.dof, 0.05), np.full(mech.dof, 0.5), init.q, init.branch)
     sm = BatchSmoother(mech, sensors)
-    base = _peak_mb()
+    base = peak_mb()
     t0, cpu0 = time.perf_counter(), time.process_time()
     from mbde_core.estimators.assess.metrics import coordinate_errors
 
@@ -262,16 +259,7 @@ def _long_task(args):
     return {"length_s": length, "cpu_s": cpu, "steps": N, "window_s": window, "overlap_s": overlap, "simulate_s": t_sim, "wall_s": wall,
             "us_per_step": 1e6 * wall / N, "iterations": iters, "max_window_iterations": worst,
             "rmse_z": float(np.sqrt(sq / n)), "worst_window_rmse_z": worst_rmse, "windows_retried": part.info["retried"],
-            "windows_replaced": part.info["replaced"], "peak_mb": _peak_mb(), "before_smoothing_mb": base}
-
-
-def _in_fresh_process(fn, args):
-    """fn(args) in a new process (spawn): its peak memory is its own."""
-    import concurrent.futures
-    import multiprocessing
-
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-        return ex.submit(fn, args).result()
+            "windows_replaced": part.info["replaced"], "peak_mb": peak_mb(), "before_smoothing_mb": base}
 
 
 def run(args) -> int:
@@ -286,7 +274,7 @@ def run(args) -> int:
     print(hdr)
     for case in cases:
         for length in lengths:
-            r = _in_fresh_process(_speed_task, (case, length, args.gravity_error, "lm"))
+            r = in_fresh_process(_speed_task, (case, length, args.gravity_error, "lm"))
             out["speed"].append(r)
             print(f"{case:<14}{length:>9g}{r['steps']:>8}{r['unknowns']:>10}{r['iterations']:>6}{r['guess_s']:>9.2f}"
                   f"{r['solve_s']:>9.2f}{r['covariance_s']:>7.2f}{r['wall_s']:>8.2f}{r['cpu_s']:>8.2f}{r['us_per_step']:>9.0f}"
@@ -297,7 +285,7 @@ def run(args) -> int:
         for case in cases:
             for length in trf_lengths:
                 for solver in ("lm", "trf"):
-                    r = _in_fresh_process(_speed_task, (case, length, args.gravity_error, solver))
+                    r = in_fresh_process(_speed_task, (case, length, args.gravity_error, solver))
                     out["solvers"].append(r)
                     print(f"{case:<14}{length:>9g}{solver:>7}{str(r['status'])[:21]:>22}{r['iterations']:>6}"
                           f"{r['final_cost']:>13.6g}{r['solve_s']:>9.2f}{r['rmse_z']:>9.4f}")
@@ -306,13 +294,13 @@ def run(args) -> int:
               f"({args.seam_length:g} s): seam error in whole-run sigmas")
         print(f"{'case':<14}{'windows':>8}{'max z':>9}{'max zd':>9}{'rms z':>9}{'rms zd':>9}{'whole s':>9}{'windowed s':>11}")
         for case in cases:
-            r = _in_fresh_process(_seam_task, (case, args.seam_length, args.gravity_error, args.window, args.overlap))
+            r = in_fresh_process(_seam_task, (case, args.seam_length, args.gravity_error, args.window, args.overlap))
             out["seams"].append(r)
             print(f"{case:<14}{r['windows']:>8}{r['max_seam_z']:>9.3g}{r['max_seam_zd']:>9.3g}{r['rms_seam_z']:>9.3g}"
                   f"{r['rms_seam_zd']:>9.3g}{r['wall_full_s']:>9.2f}{r['wall_windowed_s']:>11.2f}")
     if args.long > 0:
         print(f"\n4. a {args.long:g} s four-bar run in windows of {args.window:g} s (readings made on the fly)")
-        r = _in_fresh_process(_long_task, (args.long, args.gravity_error, args.window, args.overlap))
+        r = in_fresh_process(_long_task, (args.long, args.gravity_error, args.window, args.overlap))
         out["long"] = r
         print(f"steps {r['steps']}, simulated in {r['simulate_s']:.0f} s; smoothed in {r['wall_s']:.1f} s wall, "
               f"{r['cpu_s']:.1f} s CPU ({r['us_per_step']:.0f} us/step, {r['iterations']} iterations, at most {r['max_window_iterations']} "

@@ -115,7 +115,7 @@ def read_estimates(bag: str, name: str = "smoother"):
 
 def cli_memory(lengths, window: float, bag_folder: str | None = None) -> list[dict]:
     """The table's rows (see module doc), printed as they come."""
-    from mbde_bench.smoother import _in_fresh_process
+    from mbde_bench.common import in_fresh_process
 
     rows = []
     print(f"{'bag s':>6}{'bag MB':>8}{'steps':>8}{'windows':>8}{'wall s':>8}{'CPU s':>7}{'peak MB':>9}"
@@ -131,7 +131,7 @@ def cli_memory(lengths, window: float, bag_folder: str | None = None) -> list[di
             doc = json.load(open(os.path.join(out, "metrics.json"), encoding="utf-8"))
             m = doc["estimators"]["smoother"]["metrics"]
             npz = os.path.join(tmp, f"mem_{length:g}.npz")
-            mem = _in_fresh_process(_in_memory_task, (bag, window, npz))
+            mem = in_fresh_process(_in_memory_task, (bag, window, npz))
             ref = np.load(npz)
             t, z, zd, cov = read_estimates(os.path.join(out, "estimates"))
             same_t = len(t) == len(ref["t"]) and bool(np.allclose(t, ref["t"], atol=1e-9, rtol=0))
