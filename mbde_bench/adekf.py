@@ -41,6 +41,21 @@ import time
 import numpy as np
 
 from mbde_core.config.paths import config_path
+from mbde_core.config.yamlnode import parse_yaml
+from mbde_core.engine import kinematics
+from mbde_core.engine.inverse_dynamics import driver_forces
+from mbde_core.errors import DataError
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.kalman.adekf import ADEKF
+from mbde_core.estimators.options.schema import load_estimator_configs
+from mbde_core.estimators.stage.core import EstimatorStage
+from mbde_core.minimal import make_map
+from mbde_core.minimal.learned import TOLERANCES, train_map
+from mbde_core.model.mechanism import load_mechanism
+from mbde_core.scenario.scenario import load_scenario
+from mbde_core.sensors.config import load_sensors
+from mbde_core.simulator import run as simulate
+from mbde_core.types import Measurement
 
 HELP = "paper 004 ADE-KF: slider-crank torque from one accelerometer, exact vs learned map, MSC Adams torque check"
 
@@ -78,9 +93,6 @@ def run_adekf(mech, sensors, cfg, measurements, init, cmap=None):
     t (K,), z, zd, zdd (K, g), q, qd, qdd (K, n), a (K, n_a), a_sd (K, n_a), cost (K,) [s].
     ``cmap``: an already built coordinate map (shared between runs).
     """
-    from mbde_core.estimators.kalman.adekf import ADEKF
-    from mbde_core.estimators.stage.core import EstimatorStage
-
     est = ADEKF(mech, sensors, cfg, coordinate_map=cmap)
     stage = EstimatorStage.from_config(est, cfg, lambda t: init)
     t0 = time.perf_counter()
@@ -147,12 +159,6 @@ def map_cost(cmap, z, repeats=300) -> float:
 # the experiments
 # ------------------------------------------------------------------------------------------
 def slider_crank(args, base_cfg, out, log):
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.minimal import make_map
-    from mbde_core.minimal.learned import TOLERANCES, train_map
-    from mbde_core.scenario.scenario import load_scenario
-    from mbde_core.simulator import run as simulate
-
     duration = 3.0 if args.quick else None
     sc = load_scenario(args.scenario).with_overrides(duration=duration,
                                                      settings=[f"initial_state.position.theta={args.initial_angle!r}"])
@@ -164,7 +170,6 @@ def slider_crank(args, base_cfg, out, log):
     coord = int(mech.independent[0])
     slider_col = int(mech.px[mech.point_index(mech.spec.sliders[0].point)])
     truth = {"t": res.t, "q": res.q, "qd": res.qd, "qdd": res.qdd, "effort": res.effort}
-    from mbde_core.types import Measurement
 
     names = sensors.names
     ms = []
@@ -209,15 +214,6 @@ def slider_crank(args, base_cfg, out, log):
 
 
 def msc_check(args, base_cfg, out, log):
-    from mbde_core.config.yamlnode import parse_yaml
-    from mbde_core.engine import kinematics
-    from mbde_core.engine.inverse_dynamics import driver_forces
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.minimal import make_map
-    from mbde_core.model.mechanism import load_mechanism
-    from mbde_core.sensors.config import load_sensors
-    from mbde_core.types import Measurement
-
     mech_file = os.path.join(args.msc_dir, "fourbars1-with-rel-angle.yaml")
     tab = os.path.join(args.msc_dir, "InverseDynamics_4bars_MSC.tab")
     traj = os.path.join(args.msc_dir, "fourbars1-with-rel-angle-trajectory.txt")
@@ -259,8 +255,6 @@ def msc_check(args, base_cfg, out, log):
         c["map"] = source
         cmap = make_map(mech, "exact") if source == "exact" else None
         if source == "learned":
-            from mbde_core.minimal.learned import train_map
-
             cmap, _ = train_map(mech, dict(cfg["learn"]))
             cmap.save(os.path.join(out, "fourbar_msc.map.npz"))
         run, _ = run_adekf(mech, sensors, c, ms, init, cmap=cmap)
@@ -440,9 +434,6 @@ def figures(sl, msc, out) -> list[str]:
 
 
 def run(args) -> int:
-    from mbde_core.errors import DataError
-    from mbde_core.estimators.options.schema import load_estimator_configs
-
     if os.path.exists(args.out) and not args.force and os.listdir(args.out):
         raise DataError(f"--out: {args.out} exists and is not empty (use --force)")
     os.makedirs(args.out, exist_ok=True)

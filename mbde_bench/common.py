@@ -17,6 +17,11 @@ import zlib
 import numpy as np
 
 from mbde_core.config.paths import config_path  # noqa: F401  (the benches' one resolver)
+from mbde_core.estimators.options.schema import defaults, load_estimator_configs
+from mbde_core.replay.inputs import load_inputs
+from mbde_core.scenario import load_scenario
+from mbde_core.simulator import run
+from mbde_core.simulator.bag import write_simulation_bag
 from mbde_core.types import Measurement
 
 
@@ -26,8 +31,6 @@ def paper003_config(name: str) -> dict:
     and forward-Euler transition) if it has a section, else the estimator's defaults. The
     benchmarks whose README tables were measured with those numbers (speed, faults, vi)
     keep them; `mbde bench transfer` compares them with the default rule."""
-    from mbde_core.estimators.options.schema import defaults, load_estimator_configs
-
     cfg = load_estimator_configs(config_path("estimators", "paper003.yaml"), [name])[name]
     return cfg if cfg is not None else defaults(name)
 
@@ -38,10 +41,6 @@ def simulate_scenario_bag(path: str, duration: float, folder: str):
     ``duration`` s into the bag ``folder``/<name> (replaced if it exists), read back as
     ``mbde replay`` reads it (the fault and transfer benchmarks)."""
     import shutil
-
-    from mbde_core.replay.inputs import load_inputs
-    from mbde_core.scenario import load_scenario
-    from mbde_core.simulator.bag import write_simulation_bag
 
     sc = load_scenario(path)
     sc = sc.with_overrides(duration=min(duration, sc.duration))
@@ -56,8 +55,6 @@ class TruthRecord:
     """Ground truth of a scenario on its ground-truth grid: t (K,), q/qd/qdd (K, n), z/zd/zdd."""
 
     def __init__(self, scenario, duration: float):
-        from mbde_core.simulator import run
-
         sc = scenario.with_overrides(duration=duration)
         res = run(sc)
         self.scenario = sc

@@ -41,6 +41,15 @@ import time
 
 import numpy as np
 
+from mbde_bench.common import simulate_scenario_bag
+from mbde_core.config.paths import config_path
+from mbde_core.errors import DataError
+from mbde_core.estimators.options.schema import load_estimator_configs
+from mbde_core.faults.kinds import FAULT_NAMES, inject
+from mbde_core.faults.score import ACQUISITION, errors, rms, score
+from mbde_core.replay.runner import run_estimator, suitability
+from mbde_core.simulator.progress import ProgressBar
+
 HELP = "fault injection (outliers, stamp anomalies, gaps, dropouts, drift...) on every scenario and estimator"
 from mbde_core.estimators.registry import ESTIMATOR_NAMES as ESTIMATORS  # every estimator
 TARGETS = {"outliers": ("ratio_steady", 1.5), "backward_jump": ("recovery_s", 1.0), "bag_loop": ("recovery_s", 1.0),
@@ -54,8 +63,6 @@ _INPUTS = {}  # scenario -> ReplayInputs, filled before forking the workers
 
 
 def add_arguments(p):
-    from mbde_core.faults.kinds import FAULT_NAMES
-
     p.add_argument("--scenario", "--scenarios", dest="scenarios", default="",
                    help="comma-separated scenario names or YAML files (default: every shipped scenario)")
     p.add_argument("--estimators", default=",".join(ESTIMATORS), help="estimators (default %(default)s)")
@@ -72,8 +79,6 @@ def add_arguments(p):
 
 
 def _scenarios(arg):
-    from mbde_core.config.paths import config_path
-
     if not arg:
         folder = config_path("scenarios")
         return [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".yaml")]
@@ -86,10 +91,6 @@ def _scenarios(arg):
 def _run_pair(task):
     """Every fault of one (scenario, estimator): clean first (the reference)."""
     import dataclasses
-
-    from mbde_core.faults.kinds import inject
-    from mbde_core.faults.score import ACQUISITION, errors, score
-    from mbde_core.replay.runner import run_estimator
 
     scen, name, faults, seed, cfg = task
     inputs = _INPUTS[scen]
@@ -133,10 +134,6 @@ def _run_pair(task):
 
 
 def run(args) -> int:
-    from mbde_core.errors import DataError
-    from mbde_core.faults.kinds import FAULT_NAMES
-    from mbde_core.simulator.progress import ProgressBar
-
     if args.merge:
         return _merge(args, [d.strip() for d in args.merge.split(",") if d.strip()])
 
@@ -146,10 +143,8 @@ def run(args) -> int:
     bad = [n for n in names if n not in ESTIMATORS] + [f for f in faults if f not in FAULT_NAMES]
     if bad:
         raise DataError(f"unknown estimator(s) or fault(s): {', '.join(bad)}")
-    from mbde_core.estimators.options.schema import load_estimator_configs
 
     configs = load_estimator_configs(args.config or None, names)  # defaults unless --config
-    from mbde_bench.common import simulate_scenario_bag
 
     paths = _scenarios(args.scenarios)
     for p in paths:
@@ -189,9 +184,6 @@ def _merge(args, folders) -> int:
     """--merge: the rows of earlier runs' faults.json (non-finite values are kept as
     JSON's Infinity/NaN) in one set of tables; a (scenario, estimator, fault) given twice
     keeps the last folder's row."""
-    from mbde_core.errors import DataError
-    from mbde_core.faults.kinds import FAULT_NAMES
-
     by = {}
     for folder in folders:
         path = os.path.join(folder, "faults.json")
@@ -228,9 +220,6 @@ def _seed_mean(row, name, cfg, seed, clean_in, fault_in, truth, angular) -> dict
     draw (a failed acquisition in either run, e.g. pf_rig_branch1 in about 1 of 6 seeds,
     gives 0.02x or 30x), so the median of three is reported, with every seed's ratio in
     ``ratio_steady_seeds``."""
-    from mbde_core.faults.score import ACQUISITION, errors, rms
-    from mbde_core.replay.runner import run_estimator
-
     t_s = truth.t[0] + ACQUISITION
     sums = {"rmse_steady": [row["rmse_steady"]], "clean_rmse_steady": [row["clean_rmse_steady"]]}
     for k in range(1, STEADY_SEEDS):
@@ -257,8 +246,6 @@ def _steady_gate(records, t_s) -> dict:
 
 def _suitability(inputs, name, cfg) -> str:
     """The suitability level of the estimator with these sensors ('?' if it cannot be assessed)."""
-    from mbde_core.replay.runner import suitability
-
     try:
         return suitability(inputs, name, cfg).level
     except Exception as exc:  # noqa: BLE001 - the verdict is informative only

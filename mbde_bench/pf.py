@@ -53,8 +53,17 @@ import time
 
 import numpy as np
 
+from mbde_bench import pf_multidof as md
+from mbde_bench.common import TruthRecord
+from mbde_bench.pf_figures import figure_branches, figure_speed, figure_sweep, figure_tracking
+from mbde_bench.pf_multidof import scenario_paths, table as multidof_table
 from mbde_bench.pf_runs import BRANCH_P, L1, PAPER_VARIANT, _TRUTHS, _configs, _fmt_s, _merge, _stats, _task
-from mbde_bench.pf_speed import SPEED_N
+from mbde_bench.pf_speed import SPEED_N, TARGET, rtf_experiment, speed_experiment, speed_table
+from mbde_core import runs
+from mbde_core.config.paths import config_path
+from mbde_core.errors import DataError
+from mbde_core.estimators.options.schema import defaults
+from mbde_core.scenario import load_scenario
 
 HELP = "paper 000 particle filter: convergence, branches, Fig. 8 sweep, speed; multi-DOF convergence (issue 13)"
 LOST_DEG = 10.0  # a run whose RMSE over t >= 1 s exceeds this has lost track
@@ -89,15 +98,12 @@ def add_arguments(p):
                    help="multidof: seconds of each scenario (default %(default)s)")
     p.add_argument("--multidof-scenarios", default="",
                    help="multidof: comma-separated scenario names (default: all, see mbde_bench/pf_multidof.py)")
-    from mbde_core import runs
 
     runs.add_arguments(p, "filter runs")
 
 
 # ------------------------------------------------------------------------------ experiments
 def _tracking_tasks(args, sim_cfg):
-    from mbde_core.estimators.options.schema import defaults
-
     tasks = []
     for variant, cfg in (("mbde", sim_cfg), ("paper", _merge(sim_cfg, PAPER_VARIANT)), ("defaults", defaults("pf"))):
         for r in range(args.runs):
@@ -268,9 +274,6 @@ def _clean(obj):
 
 def _multidof(args, only_keys):
     """The multi-DOF experiment (mbde_bench.pf_multidof): (rows, truths)."""
-    from mbde_core import runs
-    from mbde_bench import pf_multidof as md
-
     truths = md.simulate_truths(args.multidof_duration, only_keys)
     tasks = [(key, args.seed + r) for key in truths for r in range(args.multidof_runs)]
     outcomes = runs.run_tasks(md.task, tasks, truths, label="pf multidof runs", **runs.options(args))
@@ -282,14 +285,6 @@ def _multidof(args, only_keys):
 
 
 def run(args) -> int:
-    from mbde_core import runs
-    from mbde_bench.common import TruthRecord
-    from mbde_core.config.paths import config_path
-    from mbde_bench.pf_figures import figure_branches, figure_speed, figure_sweep, figure_tracking
-    from mbde_bench.pf_speed import TARGET, rtf_experiment, speed_experiment, speed_table
-    from mbde_core.errors import DataError
-    from mbde_core.scenario import load_scenario
-
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     bad = only - set(EXPERIMENTS)
     if bad or not only:
@@ -305,8 +300,6 @@ def run(args) -> int:
         raise DataError(f"--sigmas/--errors/--particles/--threads: {exc}") from None
     md_keys = {k.strip() for k in args.multidof_scenarios.split(",") if k.strip()}
     if "multidof" in only:
-        from mbde_bench.pf_multidof import scenario_paths
-
         unknown = md_keys - {k for k, _ in scenario_paths()}
         if unknown:
             raise DataError(f"--multidof-scenarios: unknown {', '.join(sorted(unknown))} "
@@ -406,8 +399,6 @@ def run(args) -> int:
         figure_sweep(os.path.join(args.out, "sweep.png"), summary, sigmas, errors, args.sweep_release)
         figures.append("sweep.png")
     if "multidof" in only:
-        from mbde_bench.pf_multidof import table as multidof_table
-
         rows, truths = _multidof(args, md_keys)
         mkeys = ["scenario", "dof", "seed", "converged", "t_conv", "converged_abs", "t_conv_abs", "rmse_pf", "rmse_ukf",
                  "ratio", "ratio_cloud", "follower_seeds", "p_true_final", "recoveries", "locks", "particles_init", "particles", "sigma_a", "cpu_s", "failed", "error"]

@@ -37,7 +37,19 @@ import time
 
 import numpy as np
 
-from mbde_bench.common import in_fresh_process, peak_mb
+from mbde_bench.common import TruthRecord, in_fresh_process, peak_mb
+from mbde_bench.smoother_cli import add_arguments as cli_arguments, cli_memory
+from mbde_core.config.paths import config_path
+from mbde_core.engine import dynamics, kinematics
+from mbde_core.engine.integrators import MBState, get_integrator
+from mbde_core.estimators.assess.metrics import chi2_band, coordinate_errors, nees
+from mbde_core.estimators.base import InitialState
+from mbde_core.scenario import load_scenario
+from mbde_core.trajectory.config import smoother_defaults
+from mbde_core.trajectory.factors import SCHEMES
+from mbde_core.trajectory.smoother import BatchSmoother
+from mbde_core.trajectory.windowed import iter_windows, smooth_windowed
+from mbde_core.types import Measurement
 
 HELP = "batch smoother: wall time vs run length (10/60/300 s), LM vs scipy trf, windowed seams, 1 h run, mbde smooth memory"
 CASES = ("fourbar_gyro", "fivebar_gyro")
@@ -55,15 +67,12 @@ def add_arguments(p):
     p.add_argument("--nees-runs", type=int, default=10, help="runs per case of the consistency table (0 = skip)")
     p.add_argument("--nees-length", type=float, default=5.0, help="run length [s] of the consistency table")
     p.add_argument("--gravity-error", type=float, default=1.0, help="model error of the smoother [m/s^2] (default %(default)s)")
-    from mbde_bench.smoother_cli import add_arguments as cli_arguments
 
     cli_arguments(p)
 
 
 def smooth_run(mech, sensors, meas, start, cfg):
     """(stamps, z, zd, cov, wall time per step [s]) of the smoother on one run (bench accuracy)."""
-    from mbde_core.trajectory.smoother import BatchSmoother
-
     cfg = dict(cfg)
     guess = cfg.pop("guess_config", None)
     res = BatchSmoother(mech, sensors, cfg, guess).smooth(meas, start)
@@ -76,10 +85,6 @@ def model_runs(smoother, init, runs: int, steps: int, rng):
     N(0, sigma_a^2) (paper 000 eq. 11), the integrator scheme exact between steps (implicit
     in zdd_{i+1}: fixed-point iterations), every sensor read at every step with its noise.
     The runs are a batch axis. Returns (Z, ZD (runs, steps, g), measurements per run)."""
-    from mbde_core.engine import dynamics, kinematics
-    from mbde_core.trajectory.factors import SCHEMES
-    from mbde_core.types import Measurement
-
     mech, g, dt = smoother.mech, smoother.g, smoother.dt
     beta, gamma = SCHEMES[smoother.config["integrator"]]
     sz, szd = np.broadcast_to(init.sigma_z, (g,)), np.broadcast_to(init.sigma_zd, (g,))
@@ -124,12 +129,6 @@ def model_nees(case, runs: int, length: float, every: int = 60, seed: int = 0):
     """Consistency of the smoother on runs of its own model (:func:`model_runs`): NEES of
     [z, zd] at every ``every``-th step (nearly independent samples) of ``runs`` runs, its
     mean, the chi-square band of that mean, and the mean over all steps."""
-    from mbde_core.config.paths import config_path
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.assess.metrics import chi2_band, coordinate_errors, nees
-    from mbde_core.scenario import load_scenario
-    from mbde_core.trajectory.smoother import BatchSmoother
-
     sc = load_scenario(config_path("scenarios", f"{case}.yaml")).with_overrides(gravity_error=0.0)
     mech, sensors, init = sc.estimator_mechanism(), sc.estimator_sensors(), sc.estimator_initial_state()
     g = mech.dof
@@ -151,11 +150,6 @@ def model_nees(case, runs: int, length: float, every: int = 60, seed: int = 0):
 
 
 def _setup(case, length, gerr):
-    from mbde_bench.common import TruthRecord
-    from mbde_core.config.paths import config_path
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.scenario import load_scenario
-
     sc = load_scenario(config_path("scenarios", f"{case}.yaml"))
     sc = sc.with_overrides(settings=["integrator=rk4", "ground_truth_rate=200"])
     truth = TruthRecord(sc, length)
@@ -169,8 +163,6 @@ def _setup(case, length, gerr):
 def _speed_task(args):
     """One (case, length) in a fresh process: timings and peak memory of the smoothing."""
     case, length, gerr, solver = args
-    from mbde_core.trajectory.config import smoother_defaults
-    from mbde_core.trajectory.smoother import BatchSmoother
 
     truth, mech, sensors, start, meas = _setup(case, length, gerr)
     base = peak_mb()
@@ -193,8 +185,6 @@ def _speed_task(args):
 
 def _seam_task(args):
     case, length, gerr, window, overlap = args
-    from mbde_core.trajectory.smoother import BatchSmoother
-    from mbde_core.trajectory.windowed import smooth_windowed
 
     truth, mech, sensors, start, meas = _setup(case, length, gerr)
     sm = BatchSmoother(mech, sensors)
@@ -212,13 +202,6 @@ def _seam_task(args):
 def _long_task(args):
     """A long four-bar run, readings made on the fly, smoothed window by window."""
     length, gerr, window, overlap = args
-    from mbde_core.config.paths import config_path
-    from mbde_core.engine.integrators import MBState, get_integrator
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.scenario import load_scenario
-    from mbde_core.trajectory.smoother import BatchSmoother
-    from mbde_core.trajectory.windowed import iter_windows
-    from mbde_core.types import Measurement
 
     sc = load_scenario(config_path("scenarios", "fourbar_gyro.yaml"))
     true_mech = sc.truth_mechanism()
@@ -243,7 +226,6 @@ def _long_task(args):
     sm = BatchSmoother(mech, sensors)
     base = peak_mb()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    from mbde_core.estimators.assess.metrics import coordinate_errors
 
     angular = np.isin(mech.independent, mech.rel_columns)
     sq, n, iters, worst, worst_rmse = 0.0, 0, 0, 0, 0.0
@@ -319,8 +301,6 @@ def run(args) -> int:
                   f"{r['mean_nees_all_steps']:>11.2f}")
     cli_lengths = [float(v) for v in args.cli_memory.split(",") if v.strip()]
     if cli_lengths:
-        from mbde_bench.smoother_cli import cli_memory
-
         print(f"\n6. `mbde smooth BAG --window {args.window:g}` (streamed) vs the bag read whole into memory: peak "
               "memory against the bag's length (fourbar_gyro, fresh process each)")
         out["cli_memory"] = cli_memory(cli_lengths, args.window, args.cli_bags)

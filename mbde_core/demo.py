@@ -22,6 +22,8 @@ import math
 import os
 import sys
 
+from mbde_core.cli.main import main as mbde
+
 OUT = os.path.join("out", "demo")
 KALMAN = "ukf,errorekf,dekf,cekf,diekfpm"
 
@@ -38,8 +40,6 @@ def config_path(*parts: str) -> str:
 
 def _run(name: str, scenario: str, settings: list[str], estimators: str, config: str, plots: bool) -> dict:
     """simulate + replay into out/demo/<name>/; the replay's metrics.json."""
-    from mbde_core.cli.main import main as mbde
-
     bag, rep = os.path.join(OUT, name, "bag"), os.path.join(OUT, name)
     sets = [a for s in settings for a in ("--set", s)]
     if mbde(["simulate", config_path("scenarios", scenario), "--out", bag, "--force", *sets]):

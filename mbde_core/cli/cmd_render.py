@@ -1,6 +1,15 @@
 """mbde render BAG... --out anim.gif: the RViz picture of bags, drawn with matplotlib."""
 from __future__ import annotations
 
+from mbde_core.cli.outputs import check_output_file
+from mbde_core.errors import DataError
+from mbde_core.estimators.options.schema import load_estimator_configs
+from mbde_core.estimators.registry import ESTIMATOR_NAMES
+from mbde_core.replay.inputs import load_inputs
+from mbde_core.replay.runner import run_estimator
+from mbde_core.simulator.progress import ProgressBar
+from mbde_core.viz.render import check_output, load_tracks, render, tracks_from_runs
+
 HELP = "animate bags (truth, estimates, PF hypotheses, 95 % ellipses) into a GIF or PNG, no RViz needed"
 DESCRIPTION = """Draw what the RViz view of the mbde nodes shows, with the same marker builder
 (mbde_core.viz.markers), into an animated GIF or a single PNG frame:
@@ -42,15 +51,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from mbde_core.cli.outputs import check_output_file
-    from mbde_core.errors import DataError
-    from mbde_core.estimators.options.schema import load_estimator_configs
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
-    from mbde_core.replay.inputs import load_inputs
-    from mbde_core.replay.runner import run_estimator
-    from mbde_core.simulator.progress import ProgressBar
-    from mbde_core.viz.render import check_output, load_tracks, render, tracks_from_runs
-
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     bad = [n for n in names if n not in ESTIMATOR_NAMES]
     if bad:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbde_core.engine import kinematics
 from mbde_core.errors import DataError
 from mbde_core.learn.mlp import Features, TanhMLP, fit
 from mbde_core.minimal.exact import ExactMap
@@ -181,8 +182,6 @@ def sample_configurations(mech, samples: int, domains):
     neighbour must converge, keep the sign of det(Phi_q,d) and move no point by more
     than a quarter of the length scale).
     """
-    from mbde_core.engine import kinematics
-
     g = mech.dof
     axes = []
     for lo, hi, periodic in domains:

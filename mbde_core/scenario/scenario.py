@@ -45,11 +45,13 @@ import numpy as np
 
 from mbde_core.config.yamlnode import Node, read_yaml
 from mbde_core.engine import kinematics
+from mbde_core.engine.branches import BranchTool
 from mbde_core.engine.integrators import INTEGRATOR_NAMES
 from mbde_core.errors import ConfigError
 from mbde_core.model import loader as mech_loader
 from mbde_core.model.mechanism import Mechanism
 from mbde_core.model.spec import LoadSpec, MechanismSpec, TimeFunction
+from mbde_core.rosio.stamps import sec_to_ns
 from mbde_core.scenario.controller import HeldInput, SpeedControllerSpec, parse_speed_controller
 from mbde_core.scenario.model_errors import ModelErrors, body_scale, estimator_gravity, parse_model_errors
 from mbde_core.scenario.overrides import apply_settings
@@ -406,8 +408,6 @@ class Scenario:
 # ------------------------------------------------------------------------------------------
 def _whole_ns(node: Node, seconds: float) -> int:
     """Seconds -> integer ns (exact rational value of the float, rounded; 1e-3 s -> 1000000)."""
-    from mbde_core.rosio.stamps import sec_to_ns
-
     ns = sec_to_ns(seconds)
     if abs(ns - seconds * 1e9) > max(1e-3, 1e-12 * seconds * 1e9):
         raise node.error(f"{seconds!r} s is not a whole number of nanoseconds")
@@ -440,16 +440,12 @@ def _with_default_topics(node: Node) -> Node:
 
 def _assemble(mech: Mechanism, z: np.ndarray, branch: int):
     """(q, ok): the configuration at independent coordinates z on branch label ``branch``."""
-    from mbde_core.engine.branches import BranchTool
-
     bt = BranchTool(mech)
     q, ok = bt.assemble(np.asarray(z, dtype=float)[None], np.array([branch]), starts=48)
     return q[0], bool(ok[0])
 
 
 def _no_assembly(mech: Mechanism, z: np.ndarray, branch: int) -> str:
-    from mbde_core.engine.branches import BranchTool
-
     zs = ", ".join(f"{n} = {v:.6g}" for n, v in zip(mech.independent_names, z))
     _, labels = BranchTool(mech).enumerate(np.asarray(z, dtype=float))
     have = ", ".join(str(int(v)) for v in labels) or "none"

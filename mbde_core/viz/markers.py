@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbde_core.engine import kinematics
+from mbde_core.engine.branches import BranchTool
 from mbde_core.rosio.stamps import sec_to_stamp
 
 CHI2_2_95 = 5.991464547107979  # chi-square quantile, 2 dof, p = 0.95
@@ -176,8 +178,6 @@ class MechanismDrawer:
     # -- uncertainty ----------------------------------------------------------------------------
     def point_covariances(self, q, cov_z) -> np.ndarray:
         """(M, 2, 2) position covariances of the moving points from P_zz (g, g): R_p P R_p^T."""
-        from mbde_core.engine import kinematics
-
         mech = self.mech
         R = kinematics.r_matrix(mech, np.asarray(q, float)[None])[0]  # (n, g)
         rows = np.stack([mech.px[self.geo.moving], mech.py[self.geo.moving]], axis=1)  # (M, 2)
@@ -271,15 +271,11 @@ class ParticleAssembler:
     @property
     def branches(self):
         if self._bt is None:
-            from mbde_core.engine.branches import BranchTool
-
             self._bt = BranchTool(self.mech)
         return self._bt
 
     def assemble(self, z, branch, hint=None):
         """z (K, g), branch (K,) -> (q (K, n), ok (K,))."""
-        from mbde_core.engine import kinematics
-
         mech = self.mech
         z = np.atleast_2d(np.asarray(z, float))
         branch = np.asarray(branch, dtype=np.int64).reshape(-1)

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbde_core.config.paths import resolve
 from mbde_core.errors import DataError
+from mbde_core.model.mechanism import load_mechanism
+from mbde_core.rosio.bag import BagReader
+from mbde_core.rosio.convert import (
+    MECHANISM_STATE, PARTICLE_SET, cloud_from_particle_set, snapshot_from_mechanism_state, string_from_msg)
+from mbde_core.scenario.description import DESCRIPTION_TOPIC, scenario_from_description
 from mbde_core.viz.markers import MechanismDrawer, estimate_shapes, truth_shapes
 
 TRUTH_TOPIC = "/mbde/ground_truth"
@@ -90,16 +96,8 @@ def load_tracks(bags, mechanism_file: str | None = None):
     The mechanisms come from the first ``/mbde/description`` found (truth model and the
     estimator's model with its model errors), or from ``mechanism_file`` for both.
     """
-    from mbde_core.model.mechanism import load_mechanism
-    from mbde_core.rosio.bag import BagReader
-    from mbde_core.rosio.convert import (MECHANISM_STATE, PARTICLE_SET, cloud_from_particle_set,
-                                         snapshot_from_mechanism_state, string_from_msg)
-    from mbde_core.scenario.description import DESCRIPTION_TOPIC, scenario_from_description
-
     truth_mech = est_mech = None
     if mechanism_file:
-        from mbde_core.config.paths import resolve
-
         truth_mech = est_mech = load_mechanism(resolve(mechanism_file, "mechanism file"))
     tracks: dict[str, Track] = {}
     for bag in bags:
