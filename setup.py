@@ -51,7 +51,6 @@ setup(
         "numpy>=1.21",
         "scipy>=1.8",
         "pyyaml>=5.4",
-        "transforms3d>=0.4",
         "rosbags>=0.10.10,<0.12",
         "matplotlib>=3.5",
         "tqdm>=4.60",
