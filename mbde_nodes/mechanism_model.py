@@ -25,7 +25,8 @@ from mbde_core.live import topics
 from mbde_core.live.model_source import load_source
 from mbde_core.live.params import ParameterError
 from mbde_core.scenario.description import write_description
-from mbde_core.viz.markers import MechanismDrawer, marker_array
+from mbde_core.viz.marker_msgs import marker_array
+from mbde_core.viz.markers import MechanismDrawer
 from mbde_nodes.common import LATCHED, RclpyFactory, declare_parameters, fail, now_seconds, run
 
 

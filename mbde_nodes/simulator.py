@@ -43,7 +43,8 @@ from mbde_core.rosio.tf import TF_STATIC_TOPIC, TF_TOPIC, tf_message
 from mbde_core.scenario.description import write_description
 from mbde_core.scenario.epoch import with_start_time
 from mbde_core.viz.frames import MechanismFrames
-from mbde_core.viz.markers import MechanismDrawer, marker_array, truth_shapes
+from mbde_core.viz.marker_msgs import marker_array
+from mbde_core.viz.markers import MechanismDrawer, truth_shapes
 from mbde_nodes.common import LATCHED, STREAM, RclpyFactory, declare_parameters, fail, run, wall_clock
 
 MAX_BURST = 0.25  # s of simulated time per timer tick at most (then it runs slower than asked)

@@ -49,7 +49,8 @@ from mbde_core.rosio.convert import particle_set_msg
 from mbde_core.rosio.sensor_io import estimate_messages, sensor_reading
 from mbde_core.rosio.tf import tf_message
 from mbde_core.viz.frames import MechanismFrames
-from mbde_core.viz.markers import MechanismDrawer, estimate_shapes, marker_array
+from mbde_core.viz.marker_msgs import marker_array
+from mbde_core.viz.markers import MechanismDrawer, estimate_shapes
 from mbde_core.live.estimator_options import EstimatorOptions, default_config_file, load_config  # noqa: F401 (re-exported)
 
 CLOCK_TOLERANCE = 2.0  # s: |clock - stamp| on arrival beyond this = different clocks
