@@ -32,14 +32,14 @@ def lbfgs(fun, x0: np.ndarray, *, max_iterations: int, memory: int = 20, gtol: f
     Written out in numpy (vector operations only) instead of calling scipy's L-BFGS-B:
     the same method, and with one BLAS thread (as ``mbde`` sets it) the same speed and
     accuracy (``mbde bench adekf --quick``: 8000 iterations of the slider-crank map in
-    31.6 s here, 31.2 s by L-BFGS-B; held-out errors within 2x of each other, the ADE-KF's
-    torque RMSE with either map the same to 3 digits). But
-    L-BFGS-B's compact-matrix updates run on BLAS threads, which oversubscribe a loaded
-    machine wherever one thread is not set (the nodes, library callers): with two, 61.5 s
-    CPU instead of 11.9 s for the same fit on a loaded 2-core machine, and the fit's time
-    limit then cuts it short. Deterministic. Stops after
-    ``max_iterations``, when max |grad| < gtol, when the line search fails twice in a
-    row, or at ``deadline`` (time.perf_counter() value). Returns (x, f, iterations).
+    31.6 s here, 31.2 s by L-BFGS-B; held-out errors within 2x of each other, the
+    ADE-KF's torque RMSE with either map the same to 3 digits). But L-BFGS-B's
+    compact-matrix updates run on BLAS threads, which oversubscribe a loaded machine
+    wherever one thread is not set (the nodes, library callers): with two, 61.5 s CPU
+    instead of 11.9 s for the same fit on a loaded 2-core machine, and the fit's time
+    limit then cuts it short. Deterministic. Stops after ``max_iterations``, when
+    max |grad| < gtol, when the line search fails twice in a row, or at ``deadline``
+    (time.perf_counter() value). Returns (x, f, iterations).
     """
     cache: dict = {}
 
