@@ -11,7 +11,6 @@ import concurrent.futures
 import multiprocessing
 import os
 import resource
-import sys
 import zlib
 
 import numpy as np

@@ -1,8 +1,6 @@
 """Figures of ``mbde bench vi`` (paper 002 Figs. 2, 4 and 8 analogues)."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from mbde_bench.symplectic import oscillator as osc, riccati as ric
