@@ -42,7 +42,7 @@ import time
 import numpy as np
 
 from mbde_bench.common import simulate_scenario_bag
-from mbde_bench.faults_tables import TARGETS, crashes, format_summary, format_tables, target_misses
+from mbde_bench.faults_tables import TARGETS, crash_count, format_summary, format_tables, target_misses
 from mbde_core.config.paths import config_path
 from mbde_core.errors import DataError
 from mbde_core.estimators.options.schema import load_estimator_configs
@@ -171,7 +171,7 @@ def run(args) -> int:
     print(format_tables(rows, order, names, faults))
     print(format_summary(rows, names, faults))
     misses = target_misses(rows)
-    crashes = sum(crashes(r) for r in rows)
+    crashes = sum(crash_count(r) for r in rows)
     cpu = time.process_time() - c_start + sum(float(r.get("cpu_s", 0.0) or 0.0) for r in rows)
     print(f"\n{len(rows)} runs (+ {sum('ungated_rmse' in r for r in rows)} clean runs without the gate) in "
           f"{time.perf_counter() - t_start:.0f} s wall, {cpu:.0f} s CPU (--jobs {args.jobs}); crashes {crashes}; "
@@ -206,7 +206,7 @@ def _merge(args, folders) -> int:
     _write(args.out, rows)
     print(format_tables(rows, order, names, faults))
     print(format_summary(rows, names, faults))
-    print(f"\n{len(rows)} runs merged from {', '.join(folders)}; crashes {sum(crashes(r) for r in rows)}; "
+    print(f"\n{len(rows)} runs merged from {', '.join(folders)}; crashes {sum(crash_count(r) for r in rows)}; "
           f"target misses {len(target_misses(rows))}; wrote {args.out}/faults.csv, faults.json")
     return 0
 

@@ -11,7 +11,8 @@ TARGETS = {"outliers": ("ratio_steady", 1.5), "backward_jump": ("recovery_s", 1.
            "gap": ("recovery_s", 1.0)}
 
 
-def crashes(r) -> int:
+def crash_count(r) -> int:
+    """Exceptions, non-finite estimates and bad NEES values of a run (its crashes)."""
     return int(r.get("raised", 0) or 0) + int(r.get("non_finite_estimates", 0) or 0) + int(r.get("bad_nees", 0) or 0)
 
 
@@ -36,8 +37,8 @@ def _cell(r) -> str:
     key, limit = TARGETS.get(r["fault"], (None, None))
     if key is not None and not (r.get(key, math.inf) <= limit):
         text += "!"
-    if crashes(r):
-        text += f" C{crashes(r)}"
+    if crash_count(r):
+        text += f" C{crash_count(r)}"
     return text
 
 
@@ -105,7 +106,7 @@ def format_summary(rows, names, faults) -> str:
                     text += f", {max(after):.2f}"
             if any(r in target_misses(rs) for r in rs):
                 text += " !"
-            crashes = sum(crashes(r) for r in rs)
+            crashes = sum(crash_count(r) for r in rs)
             if crashes:
                 text += f" C{crashes}"
             cells.append(text)
