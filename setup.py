@@ -54,7 +54,6 @@ setup(
         "numpy>=1.21",
         "scipy>=1.8",
         "pyyaml>=5.4",
-        "transforms3d>=0.4",
         "rosbags>=0.10.10,<0.12",
         "matplotlib>=3.5",
         "tqdm>=4.60",
@@ -73,6 +72,8 @@ setup(
             "mcap>=1.1",
             "mcap-ros2-support>=0.5",
             "filterpy==1.4.5",
+            # the import contracts of .importlinter (test/test_layers.py)
+            "import-linter>=2.1,<3",
         ] + CLUSTER + DOCS,  # the cluster tests start a distributed.LocalCluster; test_docs builds the site
     },
     entry_points={

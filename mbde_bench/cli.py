@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import importlib
 
+from mbde_bench import results
+from mbde_core.errors import DataError
+
 HELP = ("benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001), "
         "replay, vi (paper 002), smoother, faults, transfer")
 DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and figures into --out.
@@ -55,14 +58,11 @@ def add_arguments(p):
 def run(args) -> int:
     import os
 
-    from mbde_core.errors import DataError
-
     out = getattr(args, "out", None)
     if out and os.path.isdir(out) and os.listdir(out) and not args.force:
         raise DataError(f"--out: {out} exists and is not empty (use --force to write into it)")
     if not args.results:
         return int(args._bench_module.run(args) or 0)
-    from mbde_bench import results
 
     load_start = results.load_average()
     with results.captured() as printed:

@@ -31,6 +31,15 @@ import time
 
 import numpy as np
 
+from mbde_bench.identify_loop import close_the_loop, format_loop
+from mbde_core import runs
+from mbde_core.errors import DataError
+from mbde_core.estimators.base import InitialState
+from mbde_core.identification import synthetic as S
+from mbde_core.identification.identify import Recording, identify
+from mbde_core.identification.keypath import apply_values
+from mbde_core.identification.model import ParameterizedMechanism
+
 HELP = "paper 001 identification: coverage of 40 seeded runs started 20 percent off, iterations, wall time; replay before/after"
 CASES = {  # case: (synthetic case, disturbance psd [unit^2/s^3])
     "pendulum": ("pendulum", 1e-4),
@@ -50,7 +59,6 @@ def add_arguments(p):
     p.add_argument("--loop-cases", default="fourbar_gyro,fourbar_encoder,fivebar_gyro,fivebar_encoder",
                    help="paper-003 scenarios for the before/after replay (default %(default)s)")
     p.add_argument("--loop-bags", type=int, default=4, help="held-out bags replayed per case (default %(default)s)")
-    from mbde_core import runs
 
     runs.add_arguments(p, "identification runs")
 
@@ -68,12 +76,6 @@ def _case_task(shared, task) -> dict:
 
 def run_case(task) -> dict:
     """One seeded run of a coverage case: simulate, start off, identify."""
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.identification import synthetic as S
-    from mbde_core.identification.identify import Recording, identify
-    from mbde_core.identification.keypath import apply_values
-    from mbde_core.identification.model import ParameterizedMechanism
-
     case, run, offset = task
     synth, psd = CASES[case]
     seed = 1000 * (list(CASES).index(case) + 1) + run
@@ -153,9 +155,6 @@ def format_coverage(summary) -> str:
 
 
 def run(args) -> int:
-    from mbde_core import runs
-    from mbde_core.errors import DataError
-
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     bad = [c for c in cases if c not in CASES]
     if bad:
@@ -194,8 +193,6 @@ def run(args) -> int:
           f"target four-bar 10 s at 200 Hz, 4 parameters: <= 10 s)")
     doc = {"coverage": summary, "runs": rows, "load_average": load}
     if args.loop:
-        from mbde_bench.identify_loop import close_the_loop, format_loop
-
         loop = close_the_loop([c.strip() for c in args.loop_cases.split(",") if c.strip()], args.out, args.jobs,
                               args.loop_bags)  # local
         print(format_loop(loop))

@@ -21,6 +21,8 @@ import re
 import subprocess
 import sys
 
+from mbde_core import __version__
+
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 
@@ -54,7 +56,6 @@ def commit() -> str:
             return head.stdout.strip() + (" + local changes" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
-    from mbde_core import __version__
 
     return f"mbde {__version__} (not a git checkout)"
 

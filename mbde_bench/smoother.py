@@ -33,10 +33,23 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import time
 
 import numpy as np
+
+from mbde_bench.common import TruthRecord, in_fresh_process, peak_mb
+from mbde_bench.smoother_cli import add_arguments as cli_arguments, cli_memory
+from mbde_core.config.paths import config_path
+from mbde_core.engine import dynamics, kinematics
+from mbde_core.engine.integrators import MBState, get_integrator
+from mbde_core.estimators.assess.metrics import chi2_band, coordinate_errors, nees
+from mbde_core.estimators.base import InitialState
+from mbde_core.scenario import load_scenario
+from mbde_core.trajectory.config import smoother_defaults
+from mbde_core.trajectory.factors import SCHEMES
+from mbde_core.trajectory.smoother import BatchSmoother
+from mbde_core.trajectory.windowed import iter_windows, smooth_windowed
+from mbde_core.types import Measurement
 
 HELP = "batch smoother: wall time vs run length (10/60/300 s), LM vs scipy trf, windowed seams, 1 h run, mbde smooth memory"
 CASES = ("fourbar_gyro", "fivebar_gyro")
@@ -54,15 +67,12 @@ def add_arguments(p):
     p.add_argument("--nees-runs", type=int, default=10, help="runs per case of the consistency table (0 = skip)")
     p.add_argument("--nees-length", type=float, default=5.0, help="run length [s] of the consistency table")
     p.add_argument("--gravity-error", type=float, default=1.0, help="model error of the smoother [m/s^2] (default %(default)s)")
-    from mbde_bench.smoother_cli import add_arguments as cli_arguments
 
     cli_arguments(p)
 
 
 def smooth_run(mech, sensors, meas, start, cfg):
     """(stamps, z, zd, cov, wall time per step [s]) of the smoother on one run (bench accuracy)."""
-    from mbde_core.trajectory.smoother import BatchSmoother
-
     cfg = dict(cfg)
     guess = cfg.pop("guess_config", None)
     res = BatchSmoother(mech, sensors, cfg, guess).smooth(meas, start)
@@ -75,10 +85,6 @@ def model_runs(smoother, init, runs: int, steps: int, rng):
     N(0, sigma_a^2) (paper 000 eq. 11), the integrator scheme exact between steps (implicit
     in zdd_{i+1}: fixed-point iterations), every sensor read at every step with its noise.
     The runs are a batch axis. Returns (Z, ZD (runs, steps, g), measurements per run)."""
-    from mbde_core.engine import dynamics, kinematics
-    from mbde_core.trajectory.factors import SCHEMES
-    from mbde_core.types import Measurement
-
     mech, g, dt = smoother.mech, smoother.g, smoother.dt
     beta, gamma = SCHEMES[smoother.config["integrator"]]
     sz, szd = np.broadcast_to(init.sigma_z, (g,)), np.broadcast_to(init.sigma_zd, (g,))
@@ -123,12 +129,6 @@ def model_nees(case, runs: int, length: float, every: int = 60, seed: int = 0):
     """Consistency of the smoother on runs of its own model (:func:`model_runs`): NEES of
     [z, zd] at every ``every``-th step (nearly independent samples) of ``runs`` runs, its
     mean, the chi-square band of that mean, and the mean over all steps."""
-    from mbde_core.config.paths import config_path
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.assess.metrics import chi2_band, coordinate_errors, nees
-    from mbde_core.scenario import load_scenario
-    from mbde_core.trajectory.smoother import BatchSmoother
-
     sc = load_scenario(config_path("scenarios", f"{case}.yaml")).with_overrides(gravity_error=0.0)
     mech, sensors, init = sc.estimator_mechanism(), sc.estimator_sensors(), sc.estimator_initial_state()
     g = mech.dof
@@ -150,11 +150,6 @@ def model_nees(case, runs: int, length: float, every: int = 60, seed: int = 0):
 
 
 def _setup(case, length, gerr):
-    from mbde_bench.common import TruthRecord
-    from mbde_core.config.paths import config_path
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.scenario import load_scenario
-
     sc = load_scenario(config_path("scenarios", f"{case}.yaml"))
     sc = sc.with_overrides(settings=["integrator=rk4", "ground_truth_rate=200"])
     truth = TruthRecord(sc, length)
@@ -165,18 +160,12 @@ def _setup(case, length, gerr):
     return truth, mech, sensors, start, meas
 
 
-def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
 def _speed_task(args):
     """One (case, length) in a fresh process: timings and peak memory of the smoothing."""
     case, length, gerr, solver = args
-    from mbde_core.trajectory.config import smoother_defaults
-    from mbde_core.trajectory.smoother import BatchSmoother
 
     truth, mech, sensors, start, meas = _setup(case, length, gerr)
-    base = _peak_mb()
+    base = peak_mb()
     cfg = dict(smoother_defaults(), solver=solver)
     if solver == "trf":
         cfg["max_iterations"] = 200
@@ -191,13 +180,11 @@ def _speed_task(args):
             "initial_cost": i["initial_cost"], "final_cost": i["final_cost"], "guess_s": i["guess_time_s"],
             "solve_s": i["solve_time_s"], "covariance_s": i["covariance_time_s"], "wall_s": i["wall_time_s"],
             "us_per_step": 1e6 * i["wall_time_s"] / len(res), "cpu_s": cpu, "rmse_z": float(np.sqrt(np.mean(err**2))),
-            "peak_mb": _peak_mb(), "setup_peak_mb": base}
+            "peak_mb": peak_mb(), "setup_peak_mb": base}
 
 
 def _seam_task(args):
     case, length, gerr, window, overlap = args
-    from mbde_core.trajectory.smoother import BatchSmoother
-    from mbde_core.trajectory.windowed import smooth_windowed
 
     truth, mech, sensors, start, meas = _setup(case, length, gerr)
     sm = BatchSmoother(mech, sensors)
@@ -215,13 +202,6 @@ def _seam_task(args):
 def _long_task(args):
     """A long four-bar run, readings made on the fly, smoothed window by window."""
     length, gerr, window, overlap = args
-    from mbde_core.config.paths import config_path
-    from mbde_core.engine.integrators import MBState, get_integrator
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.scenario import load_scenario
-    from mbde_core.trajectory.smoother import BatchSmoother
-    from mbde_core.trajectory.windowed import iter_windows
-    from mbde_core.types import Measurement
 
     sc = load_scenario(config_path("scenarios", "fourbar_gyro.yaml"))
     true_mech = sc.truth_mechanism()
@@ -244,9 +224,8 @@ def _long_task(args):
     meas = (Measurement(k * dt, gyro.name, np.array([h[k] + noise[k]])) for k in range(N))
     start = InitialState(init.z, init.zd, np.full(mech.dof, 0.05), np.full(mech.dof, 0.5), init.q, init.branch)
     sm = BatchSmoother(mech, sensors)
-    base = _peak_mb()
+    base = peak_mb()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    from mbde_core.estimators.assess.metrics import coordinate_errors
 
     angular = np.isin(mech.independent, mech.rel_columns)
     sq, n, iters, worst, worst_rmse = 0.0, 0, 0, 0, 0.0
@@ -262,16 +241,7 @@ def _long_task(args):
     return {"length_s": length, "cpu_s": cpu, "steps": N, "window_s": window, "overlap_s": overlap, "simulate_s": t_sim, "wall_s": wall,
             "us_per_step": 1e6 * wall / N, "iterations": iters, "max_window_iterations": worst,
             "rmse_z": float(np.sqrt(sq / n)), "worst_window_rmse_z": worst_rmse, "windows_retried": part.info["retried"],
-            "windows_replaced": part.info["replaced"], "peak_mb": _peak_mb(), "before_smoothing_mb": base}
-
-
-def _in_fresh_process(fn, args):
-    """fn(args) in a new process (spawn): its peak memory is its own."""
-    import concurrent.futures
-    import multiprocessing
-
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-        return ex.submit(fn, args).result()
+            "windows_replaced": part.info["replaced"], "peak_mb": peak_mb(), "before_smoothing_mb": base}
 
 
 def run(args) -> int:
@@ -286,7 +256,7 @@ def run(args) -> int:
     print(hdr)
     for case in cases:
         for length in lengths:
-            r = _in_fresh_process(_speed_task, (case, length, args.gravity_error, "lm"))
+            r = in_fresh_process(_speed_task, (case, length, args.gravity_error, "lm"))
             out["speed"].append(r)
             print(f"{case:<14}{length:>9g}{r['steps']:>8}{r['unknowns']:>10}{r['iterations']:>6}{r['guess_s']:>9.2f}"
                   f"{r['solve_s']:>9.2f}{r['covariance_s']:>7.2f}{r['wall_s']:>8.2f}{r['cpu_s']:>8.2f}{r['us_per_step']:>9.0f}"
@@ -297,7 +267,7 @@ def run(args) -> int:
         for case in cases:
             for length in trf_lengths:
                 for solver in ("lm", "trf"):
-                    r = _in_fresh_process(_speed_task, (case, length, args.gravity_error, solver))
+                    r = in_fresh_process(_speed_task, (case, length, args.gravity_error, solver))
                     out["solvers"].append(r)
                     print(f"{case:<14}{length:>9g}{solver:>7}{str(r['status'])[:21]:>22}{r['iterations']:>6}"
                           f"{r['final_cost']:>13.6g}{r['solve_s']:>9.2f}{r['rmse_z']:>9.4f}")
@@ -306,13 +276,13 @@ def run(args) -> int:
               f"({args.seam_length:g} s): seam error in whole-run sigmas")
         print(f"{'case':<14}{'windows':>8}{'max z':>9}{'max zd':>9}{'rms z':>9}{'rms zd':>9}{'whole s':>9}{'windowed s':>11}")
         for case in cases:
-            r = _in_fresh_process(_seam_task, (case, args.seam_length, args.gravity_error, args.window, args.overlap))
+            r = in_fresh_process(_seam_task, (case, args.seam_length, args.gravity_error, args.window, args.overlap))
             out["seams"].append(r)
             print(f"{case:<14}{r['windows']:>8}{r['max_seam_z']:>9.3g}{r['max_seam_zd']:>9.3g}{r['rms_seam_z']:>9.3g}"
                   f"{r['rms_seam_zd']:>9.3g}{r['wall_full_s']:>9.2f}{r['wall_windowed_s']:>11.2f}")
     if args.long > 0:
         print(f"\n4. a {args.long:g} s four-bar run in windows of {args.window:g} s (readings made on the fly)")
-        r = _in_fresh_process(_long_task, (args.long, args.gravity_error, args.window, args.overlap))
+        r = in_fresh_process(_long_task, (args.long, args.gravity_error, args.window, args.overlap))
         out["long"] = r
         print(f"steps {r['steps']}, simulated in {r['simulate_s']:.0f} s; smoothed in {r['wall_s']:.1f} s wall, "
               f"{r['cpu_s']:.1f} s CPU ({r['us_per_step']:.0f} us/step, {r['iterations']} iterations, at most {r['max_window_iterations']} "
@@ -331,8 +301,6 @@ def run(args) -> int:
                   f"{r['mean_nees_all_steps']:>11.2f}")
     cli_lengths = [float(v) for v in args.cli_memory.split(",") if v.strip()]
     if cli_lengths:
-        from mbde_bench.smoother_cli import cli_memory
-
         print(f"\n6. `mbde smooth BAG --window {args.window:g}` (streamed) vs the bag read whole into memory: peak "
               "memory against the bag's length (fourbar_gyro, fresh process each)")
         out["cli_memory"] = cli_memory(cli_lengths, args.window, args.cli_bags)

@@ -28,14 +28,24 @@ import os
 
 import numpy as np
 
+from mbde_core.config.yamlnode import Node, parse_yaml
+from mbde_core.engine import kinematics
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.base import InitialState, initial_sigmas
+from mbde_core.estimators.options.rule import resolve_config, scenario_context
+from mbde_core.estimators.options.schema import load_estimator_configs, validate
+from mbde_core.estimators.registry import ESTIMATOR_NAMES, estimator_rng, make_estimator
+from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
+from mbde_core.model.mechanism import load_mechanism as load
+from mbde_core.scenario import load_scenario
+from mbde_core.sensors.config import load_sensor_file, load_sensors as from_node
+from mbde_core.simulator import run
 from mbde_core.types import Measurement
 
 __all__ = ["Filter", "load_mechanism", "load_sensors", "simulate", "ESTIMATORS"]
 
 
 def _estimator_names() -> tuple[str, ...]:
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
-
     return tuple(ESTIMATOR_NAMES)
 
 
@@ -44,17 +54,12 @@ ESTIMATORS = _estimator_names()
 
 def load_mechanism(path):
     """A :class:`~mbde_core.model.mechanism.Mechanism` from a mechanism YAML file."""
-    from mbde_core.model.mechanism import load_mechanism as load
-
     return load(path)
 
 
 def load_sensors(spec, mechanism):
     """A SensorSet on ``mechanism`` from: a sensor YAML file (top-level ``sensors:``), a YAML
     text, or a list of sensor mappings (the sensor YAML reference's keys)."""
-    from mbde_core.config.yamlnode import Node, parse_yaml
-    from mbde_core.sensors.config import load_sensor_file, load_sensors as from_node
-
     if isinstance(spec, (list, tuple)):
         return from_node(Node(list(spec), "<sensors>", "sensors"), mechanism)
     if isinstance(spec, str) and "\n" in spec:
@@ -67,9 +72,6 @@ def simulate(scenario, duration: float | None = None, seed: int | None = None, s
     """Simulate a scenario YAML in memory: (result, scenario). ``result.measurements`` is
     {sensor: (stamps (M,), values (M, d))}, ``result.t``/``z``/``zd``/``q``... the ground
     truth; ``scenario.estimator_mechanism()`` the model with the scenario's model errors."""
-    from mbde_core.scenario import load_scenario
-    from mbde_core.simulator import run
-
     sc = scenario if hasattr(scenario, "with_overrides") else load_scenario(os.fspath(scenario))
     sc = sc.with_overrides(duration=duration, seed=seed, settings=list(settings))
     return run(sc), sc
@@ -77,8 +79,6 @@ def simulate(scenario, duration: float | None = None, seed: int | None = None, s
 
 def _options(name: str, options) -> dict:
     """Validated options of estimator ``name`` from a mapping or an options file."""
-    from mbde_core.estimators.options.schema import load_estimator_configs, validate
-
     if options is None or isinstance(options, dict):
         return validate(name, options or {}, "<options>", name)
     return load_estimator_configs(os.fspath(options), [name])[name]
@@ -98,13 +98,6 @@ class Filter:
 
     def __init__(self, estimator: str, mechanism, sensors=None, options=None, *, initial=None,
                  initial_velocity=None, branch: int | None = None, seed: int = 0, context=None):
-        from mbde_core.engine import kinematics
-        from mbde_core.errors import ConfigError
-        from mbde_core.estimators.base import InitialState, initial_sigmas
-        from mbde_core.estimators.options.rule import resolve_config
-        from mbde_core.estimators.registry import estimator_rng, make_estimator
-        from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
-
         if estimator not in ESTIMATORS:
             raise ConfigError("<Filter>", "estimator", f"unknown estimator {estimator!r} (one of {', '.join(ESTIMATORS)})")
         mech = load_mechanism(mechanism) if isinstance(mechanism, (str, os.PathLike)) else mechanism
@@ -231,8 +224,6 @@ class Filter:
         """The estimator a replay of the scenario's bag would run: the scenario's estimator
         model (with its model errors), sensors, initial guess and motor (the rule's force
         limits)."""
-        from mbde_core.estimators.options.rule import scenario_context
-
         init = scenario.estimator_initial_state()
         mech = scenario.estimator_mechanism()
         names = list(mech.independent_names)

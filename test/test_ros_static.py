@@ -238,7 +238,7 @@ def test_parameter_validation_errors(tmp_path):
 # ------------------------------------------------------------------------------ package.xml
 STDLIB = set(sys.stdlib_module_names)
 PY_DEPS = {"numpy": "python3-numpy", "scipy": "python3-scipy", "yaml": "python3-yaml",
-           "matplotlib": "python3-matplotlib", "transforms3d": "python3-transforms3d"}
+           "matplotlib": "python3-matplotlib"}
 
 
 def imported_modules(paths) -> set[str]:

@@ -4,6 +4,15 @@ from __future__ import annotations
 import json
 import os
 
+from mbde_core.config.yamlnode import parse_yaml, read_yaml
+from mbde_core.errors import DataError
+from mbde_core.estimators.options.schema import defaults, load_estimator_configs
+from mbde_core.minimal import make_map
+from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
+from mbde_core.minimal.observability import observability_along, steady_states
+from mbde_core.model.mechanism import load_mechanism
+from mbde_core.sensors.config import load_sensors
+
 HELP = "PBH observability test of the ADE-KF (states + unknown inputs) for a set of sensors"
 DESCRIPTION = """Evaluate the Popov-Belevitch-Hautus rank test of paper 004 (eqs. 57-58) for the
 ADE-KF model x = [z, zd, a] of a mechanism with the given sensors and unknown inputs:
@@ -37,9 +46,6 @@ def add_arguments(p):
 
 
 def _sensors(arg, mech):
-    from mbde_core.config.yamlnode import parse_yaml, read_yaml
-    from mbde_core.sensors.config import load_sensors
-
     root = read_yaml(arg) if os.path.exists(arg) else parse_yaml(arg, "--sensors")
     if isinstance(root.value, dict):
         if "sensors" not in root.value:
@@ -50,13 +56,6 @@ def _sensors(arg, mech):
 
 def run(args) -> int:
     import numpy as np
-
-    from mbde_core.errors import DataError
-    from mbde_core.estimators.options.schema import defaults, load_estimator_configs
-    from mbde_core.minimal import make_map
-    from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
-    from mbde_core.minimal.observability import observability_along, steady_states
-    from mbde_core.model.mechanism import load_mechanism
 
     mech = load_mechanism(args.mechanism)
     sensors = _sensors(args.sensors, mech)

@@ -1,6 +1,9 @@
 """mbde export ESTIMATES: an estimates bag as per-estimator tables (CSV or Parquet)."""
 from __future__ import annotations
 
+from mbde_core.cli.outputs import prepare_output_dir, results_like
+from mbde_core.replay.export import export_estimates, state_topics
+
 HELP = "an estimates bag (mbde replay / smooth, or recorded live) as per-estimator tables: CSV or Parquet"
 DESCRIPTION = """Read an estimates bag -- the estimates/ folder of `mbde replay` or `mbde smooth`,
 or a recording of the live nodes' /<namespace>/<name>/state topics -- and write one table
@@ -24,9 +27,6 @@ def add_arguments(p):
 
 def run(args) -> int:
     import os
-
-    from mbde_core.cli.outputs import prepare_output_dir, results_like
-    from mbde_core.replay.export import export_estimates, state_topics
 
     names = [n.strip() for n in args.estimators.split(",") if n.strip()] if args.estimators else None
     state_topics(args.bag)  # a bag without estimates: one line, before anything is written

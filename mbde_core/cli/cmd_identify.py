@@ -1,6 +1,19 @@
 """mbde identify: joint state and parameter identification from bags (paper 001)."""
 from __future__ import annotations
 
+from mbde_core.cli.outputs import prepare_output_dir, results_like
+from mbde_core.config.yamlnode import Node, read_yaml
+from mbde_core.engine.kinematics import solve_position_continuation
+from mbde_core.errors import DataError
+from mbde_core.estimators.base import InitialState
+from mbde_core.identification.config import load_identification_config
+from mbde_core.identification.identify import Recording, identify
+from mbde_core.identification.model import ParameterizedMechanism
+from mbde_core.identification.outputs import summary_table, write_outputs
+from mbde_core.model.mechanism import load_mechanism
+from mbde_core.replay.inputs import load_inputs
+from mbde_core.sensors.config import load_sensors
+
 HELP = "identify mechanism parameters (masses, inertias, gravity, damping...) from bags; writes a calibrated mechanism"
 DESCRIPTION = """Identify physical parameters of the mechanism together with the trajectory of every bag
 (paper 001: joint state and parameter estimation by Levenberg-Marquardt on the batch
@@ -35,15 +48,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from mbde_core.cli.outputs import prepare_output_dir, results_like
-    from mbde_core.errors import DataError
-    from mbde_core.identification.config import load_identification_config
-    from mbde_core.identification.identify import Recording, identify
-    from mbde_core.identification.model import ParameterizedMechanism
-    from mbde_core.identification.outputs import summary_table, write_outputs
-    from mbde_core.model.mechanism import load_mechanism
-    from mbde_core.replay.inputs import load_inputs
-
     smoother_cfg, guess_cfg, options = load_identification_config(args.config)
     mech = load_mechanism(args.mechanism)
     pm = ParameterizedMechanism(mech, args.params, args.bounds)
@@ -59,8 +63,6 @@ def run(args) -> int:
         skipped = sum(inputs.skipped.values())
         print(f"bag {bag}: {inputs.duration:.3f} s, " + ", ".join(f"{k} {v} readings" for k, v in inputs.counts.items())
               + (f", {skipped} skipped" if skipped else ""))
-    from mbde_core.config.yamlnode import Node, read_yaml
-    from mbde_core.sensors.config import load_sensors
 
     if args.sensors:
         node = read_yaml(args.sensors).get("sensors")
@@ -86,10 +88,6 @@ def run(args) -> int:
 
 def _initial_state(inputs, cfg):
     import numpy as np
-
-    from mbde_core.estimators.base import InitialState
-
-    from mbde_core.engine.kinematics import solve_position_continuation
 
     mech = inputs.mechanism
     g = mech.dof

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from mbde_core.engine.branches import BranchTool
+from mbde_core.model.mechanism import load_mechanism
+
 HELP = "describe a mechanism YAML: points, bodies, coordinates, DOF, branches"
 DESCRIPTION = """Load a mechanism YAML file (libmbse format + mbde extensions) and print its
 points, bodies, natural coordinates q, degrees of freedom, the independent coordinates
@@ -15,9 +18,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from mbde_core.engine.branches import BranchTool
-    from mbde_core.model.mechanism import load_mechanism
-
     mech = load_mechanism(args.mechanism)
     spec = mech.spec
     print(f"mechanism: {mech.name}  ({spec.file})")

@@ -3,6 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from mbde_core.cli.outputs import check_output_file
+from mbde_core.engine.inverse_dynamics import driver_forces
+from mbde_core.errors import DataError
+from mbde_core.model.mechanism import load_mechanism
+
 HELP = "driver force/torque needed to follow a prescribed coordinate trajectory"
 DESCRIPTION = """Compute the generalized forces (torque for an angle, force for a point
 coordinate) that drivers acting on the coordinates K1,K2,... must apply so that the
@@ -29,8 +34,6 @@ def add_arguments(p):
 
 def read_trajectory(path: str, columns: int = 1) -> np.ndarray:
     """(K, 1 + columns) array of the rows `t value1 ... value<columns>` of a text file."""
-    from mbde_core.errors import DataError
-
     want = "`t " + " ".join(f"value{i + 1}" for i in range(columns)) + "`" if columns > 1 else "`t value`"
     rows = []
     try:
@@ -59,11 +62,6 @@ def read_trajectory(path: str, columns: int = 1) -> np.ndarray:
 
 
 def run(args) -> int:
-    from mbde_core.cli.outputs import check_output_file
-    from mbde_core.engine.inverse_dynamics import driver_forces
-    from mbde_core.errors import DataError
-    from mbde_core.model.mechanism import load_mechanism
-
     mech = load_mechanism(args.mechanism)
     refs = [r.strip() for r in str(args.coordinate).split(",") if r.strip()]
     try:

@@ -3,6 +3,11 @@ from __future__ import annotations
 
 import os
 
+from mbde_core.cli.outputs import check_output_file
+from mbde_core.errors import DataError
+from mbde_core.minimal.learned import TOLERANCES, train_map
+from mbde_core.model.mechanism import load_mechanism
+
 HELP = "train the ADE-KF's learned minimal-coordinate map (tanh MLP) of a mechanism; write .npz"
 DESCRIPTION = """Train a small tanh MLP that maps the independent coordinates z of a mechanism to
 its natural coordinates q = g_n(z) (paper 004 sec. 3.4 and 5.2), on configurations
@@ -34,8 +39,6 @@ def add_arguments(p):
 
 
 def _list(text, kind, what):
-    from mbde_core.errors import DataError
-
     try:
         return [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
@@ -43,11 +46,6 @@ def _list(text, kind, what):
 
 
 def run(args) -> int:
-    from mbde_core.cli.outputs import check_output_file
-    from mbde_core.errors import DataError
-    from mbde_core.minimal.learned import TOLERANCES, train_map
-    from mbde_core.model.mechanism import load_mechanism
-
     mech = load_mechanism(args.mechanism)
     out = args.out or os.path.splitext(os.path.basename(args.mechanism))[0] + ".map.npz"
     check_output_file(out, args.force, "--out")

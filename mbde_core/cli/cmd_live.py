@@ -1,7 +1,9 @@
 """mbde live [SCENARIO]: the simulated loop as real ROS 2 processes, without ``ros2 launch``."""
 from __future__ import annotations
 
-from mbde_core.live.graph import SIM_DEMO_DEFAULTS
+from mbde_core.errors import DataError
+from mbde_core.live.graph import SIM_DEMO_DEFAULTS, sim_demo_nodes
+from mbde_core.live.launcher import Launcher
 
 HELP = "run the live loop (model, simulator, drivers, estimators) as rclpy processes; Ctrl-C stops it"
 DESCRIPTION = """Start the nodes of launch/sim_demo.launch.py -- mechanism_model, simulator
@@ -49,10 +51,6 @@ def missing_ros() -> str | None:
 
 
 def run(args) -> int:
-    from mbde_core.errors import DataError
-    from mbde_core.live.graph import sim_demo_nodes
-    from mbde_core.live.launcher import Launcher
-
     lacking = missing_ros()
     if lacking is not None:
         raise DataError(f"needs ROS 2 ({lacking} is not importable by this Python): run `make live` (builds "

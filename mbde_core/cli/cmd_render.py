@@ -1,6 +1,15 @@
 """mbde render BAG... --out anim.gif: the RViz picture of bags, drawn with matplotlib."""
 from __future__ import annotations
 
+from mbde_core.cli.outputs import check_output_file
+from mbde_core.errors import DataError
+from mbde_core.estimators.options.schema import load_estimator_configs
+from mbde_core.estimators.registry import ESTIMATOR_NAMES
+from mbde_core.replay.inputs import load_inputs
+from mbde_core.replay.runner import run_estimator
+from mbde_core.simulator.progress import ProgressBar
+from mbde_core.viz.render import check_output, load_tracks, render, tracks_from_runs
+
 HELP = "animate bags (truth, estimates, PF hypotheses, 95 % ellipses) into a GIF or PNG, no RViz needed"
 DESCRIPTION = """Draw what the RViz view of the mbde nodes shows, with the same marker builder
 (mbde_core.viz.markers), into an animated GIF or a single PNG frame:
@@ -42,12 +51,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from mbde_core.cli.outputs import check_output_file
-    from mbde_core.errors import DataError
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
-    from mbde_core.simulator.progress import ProgressBar
-    from mbde_core.viz.render import render
-
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     bad = [n for n in names if n not in ESTIMATOR_NAMES]
     if bad:
@@ -60,10 +63,16 @@ def run(args) -> int:
     if not (args.fps > 0 and args.speed > 0 and args.dpi > 0 and args.top_k >= 0):
         raise DataError("--fps, --speed and --dpi must be > 0, --top-k >= 0")
     check_output_file(args.out, args.force, "--out")
+    check_output(args.out)
+    truth_mech, est_mech, tracks = load_tracks(args.bags, args.mechanism)
+    if names:  # the replay stage on the first bag's readings, estimated with its model
+        configs = load_estimator_configs(args.config, names)
+        inputs = load_inputs(args.bags[0], args.mechanism)
+        est_mech = inputs.mechanism
+        tracks.update(tracks_from_runs([run_estimator(inputs, name, configs[name], seed=args.seed) for name in names]))
     bar = ProgressBar("render   ")
-    info = render(args.bags, args.out, mechanism_file=args.mechanism, estimators=names, config=args.config,
-                  seed=args.seed, fps=args.fps, speed=args.speed, start=args.start, duration=args.duration,
-                  time=args.time, top_k=args.top_k, size=(w, h), dpi=args.dpi, progress=bar)
+    info = render(truth_mech, est_mech, tracks, args.out, fps=args.fps, speed=args.speed, start=args.start,
+                  duration=args.duration, time=args.time, top_k=args.top_k, size=(w, h), dpi=args.dpi, progress=bar)
     bar.close()
     print(f"wrote {args.out}: {info['frames']} frame(s), {', '.join(info['sources'])}")
     return 0

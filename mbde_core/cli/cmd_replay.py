@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import sys
 
-from mbde_core.cli.outputs import DEFAULT_STORAGE
+from mbde_core import runs
+from mbde_core.cli.outputs import DEFAULT_STORAGE, prepare_output_dir, results_like
+from mbde_core.errors import DataError
+from mbde_core.estimators.options.schema import load_estimator_configs
+from mbde_core.estimators.registry import ESTIMATOR_NAMES
+from mbde_core.replay.outputs import summary_table
+from mbde_core.replay.pipeline import find_bags, replay, summary_rows, summary_text
 
 HELP = "run estimators on a ROS 2 bag; write metrics.json, an estimates bag, report.md and plots"
 DESCRIPTION = """Replay the sensor readings of a ROS 2 bag (sqlite3 or mcap) through one or more
@@ -26,9 +32,6 @@ bag with /mbde/<estimator>/state and /mbde/<estimator>/joint_states, playable wi
 
 
 def add_arguments(p):
-    from mbde_core import runs
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
-
     p.add_argument("bag", nargs="+", help="ROS 2 bag directories, or folders holding bags")
     p.add_argument("--estimators", default="ukf,errorekf,dekf,cekf,diekfpm",
                    help=f"comma-separated list from: {', '.join(ESTIMATOR_NAMES)} (default: %(default)s)")
@@ -56,13 +59,6 @@ def run(args) -> int:
     import time
 
     t_run = time.time()
-    from mbde_core import runs
-    from mbde_core.cli.outputs import prepare_output_dir, results_like
-    from mbde_core.errors import DataError
-    from mbde_core.estimators.options.schema import load_estimator_configs
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
-    from mbde_core.replay.outputs import summary_table
-    from mbde_core.replay.pipeline import find_bags, replay, summary_rows, summary_text
 
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     bad = [n for n in names if n not in ESTIMATOR_NAMES]

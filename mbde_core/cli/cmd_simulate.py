@@ -1,7 +1,12 @@
 """mbde simulate SCENARIO.yaml --out DIR: simulate a scenario into a ROS 2 bag."""
 from __future__ import annotations
 
-from mbde_core.cli.outputs import DEFAULT_STORAGE
+from mbde_core.cli.outputs import DEFAULT_STORAGE, bag_like, prepare_output_dir
+from mbde_core.errors import DataError
+from mbde_core.scenario import load_scenario
+from mbde_core.scenario.epoch import with_start_time
+from mbde_core.simulator.bag import write_simulation_bag
+from mbde_core.simulator.progress import ProgressBar
 
 HELP = "simulate a scenario (ground truth + noisy sensors) into a ROS 2 bag"
 DESCRIPTION = """Integrate the true mechanism of a scenario YAML (config/scenarios/) at its
@@ -32,18 +37,10 @@ def add_arguments(p):
 
 
 def _prepare_out(path: str, force: bool) -> None:
-    from mbde_core.cli.outputs import bag_like, prepare_output_dir
-
     prepare_output_dir(path, force, "bag", bag_like, create=False)
 
 
 def run(args) -> int:
-    from mbde_core.errors import DataError
-    from mbde_core.scenario import load_scenario
-    from mbde_core.scenario.epoch import with_start_time
-    from mbde_core.simulator.bag import write_simulation_bag
-    from mbde_core.simulator.progress import ProgressBar
-
     scenario = load_scenario(args.scenario, args.settings)
     try:
         scenario = with_start_time(scenario, args.start_time)

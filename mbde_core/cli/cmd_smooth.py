@@ -1,7 +1,11 @@
 """mbde smooth: the batch smoother of paper 003 sec. 3.4 on a ROS 2 bag (no ROS needed)."""
 from __future__ import annotations
 
-from mbde_core.cli.outputs import DEFAULT_STORAGE
+from mbde_core.cli.outputs import DEFAULT_STORAGE, prepare_output_dir, results_like
+from mbde_core.errors import DataError
+from mbde_core.replay.smoothing import smooth_bag
+from mbde_core.replay.source import open_source
+from mbde_core.trajectory.config import load_smoother_config
 
 HELP = "smooth a bag's whole run (paper 003 batch smoother): trajectory bag, covariances, metrics, plots"
 DESCRIPTION = """Solve the whole run of a ROS 2 bag as one sparse nonlinear least-squares problem over
@@ -45,11 +49,6 @@ def add_arguments(p):
 def run(args) -> int:
     import shutil
 
-    from mbde_core.cli.outputs import prepare_output_dir, results_like
-    from mbde_core.errors import DataError
-    from mbde_core.replay.source import open_source
-    from mbde_core.trajectory.config import load_smoother_config
-
     if args.sensors and not args.mechanism:
         raise DataError("--sensors needs --mechanism")
     cfg, guess_cfg = load_smoother_config(args.config)
@@ -71,7 +70,6 @@ def run(args) -> int:
           + ", ".join(f"{k} {v} messages" for k, v in source.expected.items())
           + ("" if source.has_truth else "; no ground truth")
           + (f"; windows of {cfg['window']:g} s, streamed" if cfg["window"] > 0 else "; the whole run at once"))
-    from mbde_core.replay.smoothing import smooth_bag
 
     try:
         smooth_bag(source, cfg, guess_cfg, args.out, args.storage, plots=not args.no_plots)

@@ -1,6 +1,15 @@
 """mbde tune: fit the observers' plant-noise density (and sensor sigmas) to a bag's readings."""
 from __future__ import annotations
 
+from mbde_core import runs
+from mbde_core.errors import DataError
+from mbde_core.estimators.assess.suitability import precheck
+from mbde_core.estimators.options.schema import load_estimator_configs
+from mbde_core.replay.inputs import load_inputs
+from mbde_core.replay.runner import resolved_config
+from mbde_core.tuning import output
+from mbde_core.tuning.search import tune
+
 HELP = "fit the observers' plant noise (and sensor sigmas) to a bag's readings (max innovation likelihood)"
 DESCRIPTION = """Fit the plant-noise density of Kalman observers (and, with --sensors-sigma, the
 sigma of every sensor) to the readings of a ROS 2 bag alone -- no ground truth -- by
@@ -20,8 +29,6 @@ TUNABLE = ("ukf", "errorekf", "viekf", "dekf", "cekf", "diekfpm", "adekf")
 
 
 def add_arguments(p):
-    from mbde_core import runs
-
     p.add_argument("bag", help="ROS 2 bag directory")
     p.add_argument("--estimators", default="ukf,errorekf",
                    help=f"comma-separated, from: {', '.join(TUNABLE)}, pf (default: %(default)s)")
@@ -41,14 +48,6 @@ def add_arguments(p):
 def run(args) -> int:
     import os
     import sys
-
-    from mbde_core import runs
-    from mbde_core.errors import DataError
-    from mbde_core.estimators.options.schema import load_estimator_configs
-    from mbde_core.estimators.assess.suitability import precheck
-    from mbde_core.replay.inputs import load_inputs
-    from mbde_core.replay.runner import resolved_config
-    from mbde_core.tuning import output
 
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     bad = [n for n in names if n not in TUNABLE + ("pf",)]
@@ -103,8 +102,6 @@ def run(args) -> int:
 
 
 def _tune_task(shared, task):
-    from mbde_core.tuning.search import tune
-
     source, readings = shared
     name, cfg, sensors_sigma, seed, verbose = task
     return tune(source, readings, name, cfg, sensors_sigma, seed, log=print if verbose else None)

@@ -12,6 +12,9 @@ import importlib
 import os
 import sys
 
+from mbde_core import __version__
+from mbde_core.errors import MbdeError
+
 # One BLAS thread per process unless the user sets otherwise (before numpy is imported):
 # mbde parallelises by worker processes (mbde_core/runs) and numba threads, and on the
 # filters' small matrices OpenBLAS's own threads only oversubscribe the cores when two
@@ -93,8 +96,6 @@ def main(argv: list[str] | None = None) -> int:
         parser = _top_parser(_commands())
         args, _ = parser.parse_known_args(argv)
         if args.version:
-            from mbde_core import __version__
-
             print(f"mbde {__version__}")
             return 0
         if args.command is None:
@@ -112,7 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
-    from mbde_core.errors import MbdeError
 
     try:
         return int(module.run(args) or 0)

@@ -15,6 +15,8 @@ import math
 
 import yaml
 
+from mbde_core.identification.keypath import is_joint_load
+
 
 def _fmt(v: float) -> str:
     """10 significant digits, always read back as a float by YAML 1.1 readers (PyYAML wants
@@ -202,8 +204,6 @@ def _edit(text, original_doc, new_doc, params, values, stds, identifiable):
 
 
 def _joint_load_matches(par, ld, doc) -> bool:
-    from mbde_core.identification.keypath import is_joint_load
-
     _, body, body2 = par.target[1]
     return is_joint_load(doc, ld, body, body2)
 

@@ -52,11 +52,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbde_core.errors import DataError
+from mbde_core.estimators.assess.metrics import whiteness
 from mbde_core.identification.identifiability import analyse
+from mbde_core.identification.initial import encoder_channels, lowpass_guess
 from mbde_core.identification.noise import SigmaSearch, discretization_sigma, rescale, sensor_sigmas, variance_factors
 from mbde_core.identification.problem import JointProblem, column_scales
 from mbde_core.identification.projection import project
+from mbde_core.trajectory.config import smoother_defaults
+from mbde_core.trajectory.model import MultibodyModel
+from mbde_core.trajectory.motion import extend
 from mbde_core.trajectory.problem import SmootherProblem
+from mbde_core.trajectory.smoother import BatchSmoother
 from mbde_core.trajectory.solver import LMOptions, levenberg_marquardt
 
 DEFAULTS = {
@@ -135,11 +142,6 @@ def _problems(pm, p, recordings, smoother_cfg, guess_cfg, initial: str = "auto",
     smoother's forward filter) or 'auto' (lowpass when encoders read every z).
     previous: per recording (X, q) of the previous stage, continued by simulation
     (:func:`mbde_core.trajectory.motion.extend`) instead of a filter run."""
-    from mbde_core.identification.initial import encoder_channels, lowpass_guess
-    from mbde_core.trajectory.motion import extend
-    from mbde_core.trajectory.model import MultibodyModel
-    from mbde_core.trajectory.smoother import BatchSmoother
-
     mech = pm.mechanism(p)
     probs, X0s, infos = [], [], []
     for r, rec in enumerate(recordings):
@@ -150,8 +152,6 @@ def _problems(pm, p, recordings, smoother_cfg, guess_cfg, initial: str = "auto",
             meas = [m for m in meas if m.stamp <= t0 + horizon + 1e-9]
         readings = sm.readings(meas)
         if readings.N < 2:
-            from mbde_core.errors import DataError
-
             raise DataError(f"{rec.name}: fewer than two steps of valid readings")
         q_hint = rec.init.q_hint if rec.init.q_hint is not None else mech.q0
         channels = encoder_channels(mech, rec.sensors, q_hint) if initial in ("auto", "lowpass") else None
@@ -159,8 +159,6 @@ def _problems(pm, p, recordings, smoother_cfg, guess_cfg, initial: str = "auto",
             X0, q0 = lowpass_guess(readings, mech, channels, q_hint)
             info = {"initial_guess": "lowpass 10 Hz (filtfilt) of " + ", ".join(c[0] for c in channels.values())}
         elif initial == "lowpass":
-            from mbde_core.errors import DataError
-
             raise DataError(f"{rec.name}: initial guess 'lowpass' needs an encoder on every independent coordinate")
         elif previous is not None:
             X0, q0 = extend(mech, previous[r][0], previous[r][1], readings.N, readings.dt)
@@ -189,8 +187,6 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
     """Identify the parameters of ``pm`` (ParameterizedMechanism) from recordings (list of
     :class:`Recording`); sensor_factory: mech -> SensorSet for geometric parameters
     (see :class:`JointProblem`)."""
-    from mbde_core.trajectory.config import smoother_defaults
-
     opt = dict(DEFAULTS, **(options or {}))
     cfg = dict(smoother_cfg or smoother_defaults())
     cfg["step"] = min(s.period for rec in recordings for s in rec.sensors) if opt["step"] == "auto" else float(opt["step"])
@@ -342,8 +338,6 @@ def _solve_stage(jp, problems, X, u, sigma_start, cfg, opt, say, log) -> dict:
 
 def _outputs(jp, X, rows, recordings):
     """Per recording: trajectory, normalised residuals per sensor, their whiteness."""
-    from mbde_core.estimators.assess.metrics import whiteness
-
     g = jp.g
     trajs, resid, white = [], [], {}
     for k, (pr, Xr, off) in enumerate(zip(jp.recs, jp.split(X), jp.offsets[:-1])):

@@ -41,6 +41,7 @@ from mbde_core.identification.keypath import Parameter, apply_values, current_va
 from mbde_core.model.inertia import assemble_inertia
 from mbde_core.model.loader import spec_from_node
 from mbde_core.model.loads import LoadSet
+from mbde_core.model.mechanism import Mechanism
 
 
 class ParameterizedMechanism:
@@ -101,8 +102,6 @@ class ParameterizedMechanism:
 
     def mechanism(self, p):
         """The Mechanism at p (the last few are cached by value)."""
-        from mbde_core.model.mechanism import Mechanism
-
         key = tuple(float(v) for v in np.asarray(p, dtype=float))
         mech = self._mechs.get(key)
         if mech is None:

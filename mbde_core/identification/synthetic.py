@@ -29,6 +29,11 @@ import numpy as np
 
 from mbde_core.config.paths import config_path
 from mbde_core.config.yamlnode import Node, read_yaml
+from mbde_core.engine import dynamics, kinematics
+from mbde_core.engine.integrators import MBState, get_integrator
+from mbde_core.model.loader import spec_from_node
+from mbde_core.model.mechanism import Mechanism
+from mbde_core.sensors.config import load_sensors
 from mbde_core.types import Measurement
 
 GYRO = "deg2rad(1)"
@@ -89,10 +94,6 @@ def case_document(case: str) -> dict:
 
 def case_mechanism(case: str, doc: dict | None = None):
     """(Mechanism, SensorSet) of a case's (or a given) document."""
-    from mbde_core.model.loader import spec_from_node
-    from mbde_core.model.mechanism import Mechanism
-    from mbde_core.sensors.config import load_sensors
-
     doc = case_document(case) if doc is None else doc
     mech = Mechanism(spec_from_node(Node(doc, f"<{case}>", "")))
     return mech, load_sensors(Node(doc["sensors"], f"<{case}>", "sensors"), mech)
@@ -118,9 +119,6 @@ def simulate(mech, sensors, z0: np.ndarray, duration: float, seed: int, step: fl
     exact. Each sensor is read every round(period / step) steps; its noise stream of
     release r is seeded by SeedSequence(seed, spawn_key=(crc32(name), r)).
     """
-    from mbde_core.engine import kinematics
-    from mbde_core.engine.integrators import MBState, get_integrator
-
     R = z0.shape[0]
     q = kinematics.solve_position_continuation(mech, z0)
     qd = np.zeros_like(q)
@@ -128,7 +126,6 @@ def simulate(mech, sensors, z0: np.ndarray, duration: float, seed: int, step: fl
     K = int(round(duration / step))
     shape = (R, K + 1, mech.n)
     Q, QD, QDD = np.empty(shape), np.empty(shape), np.empty(shape)
-    from mbde_core.engine import dynamics
 
     state = MBState(q, qd, dynamics.evaluate(mech, 0.0, q, qd).qdd)
     noise = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,)))

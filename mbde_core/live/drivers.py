@@ -18,7 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.errors import ConfigError, DataError
+from mbde_core.live.simulator import stamp_msg
 from mbde_core.rosio.convert import IMU, JOINT_STATE, snapshot_from_mechanism_state
+from mbde_core.rosio.stamps import ns_to_sec
+from mbde_core.simulator.bag import sensor_message_builder
+from mbde_core.simulator.core import noise_rng
 
 KINDS = {"imu_driver": IMU, "encoder_driver": JOINT_STATE}
 TOLERANCE_NS = 1000  # a ground-truth sample this close before a grid instant counts as on it
@@ -33,8 +37,6 @@ class SensorDriver:
     """
 
     def __init__(self, sensor, factory, rate: float | None = None, seed: int | None = 0, frame_id: str = ""):
-        from mbde_core.simulator.bag import sensor_message_builder
-
         self.sensor = sensor
         self.rate = float(rate or sensor.rate)
         self.period_ns = max(1, int(round(1e9 / self.rate)))
@@ -58,8 +60,6 @@ class SensorDriver:
         self._restart_noise()
 
     def _restart_noise(self) -> None:
-        from mbde_core.simulator.core import noise_rng
-
         self.sampler = None if self.seed is None else self.sensor.noise.sampler(noise_rng(self.seed, self.sensor.name))
 
     def sample(self, stamp_ns: int, q, qd, qdd):
@@ -81,8 +81,6 @@ class SensorDriver:
             if value is None:
                 self.dropped += 1
                 return None
-        from mbde_core.live.simulator import stamp_msg
-        from mbde_core.rosio.stamps import ns_to_sec
 
         self.published += 1
         msg = self._build(ns_to_sec(stamp_ns), value)

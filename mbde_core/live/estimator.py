@@ -37,12 +37,21 @@ from types import SimpleNamespace
 import numpy as np
 
 from mbde_core.errors import ConfigError, DataError
+from mbde_core.estimators import estimator_rng, make_estimator
+from mbde_core.estimators.assess.suitability import assess, precheck
+from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
+from mbde_core.estimators.stage.core import EstimatorStage, StageCounters
 from mbde_core.live import estimator_status
 from mbde_core.live.diagnostics import Status, Throttle
-from mbde_core.live.estimator_options import EstimatorOptions, default_config_file, load_config  # noqa: F401 (re-exported)
 from mbde_core.live.estimator_status import Window
+from mbde_core.replay.runner import initial_state
 from mbde_core.rosio.convert import particle_set_msg
 from mbde_core.rosio.sensor_io import estimate_messages, sensor_reading
+from mbde_core.rosio.tf import tf_message
+from mbde_core.viz.frames import MechanismFrames
+from mbde_core.viz.marker_msgs import marker_array
+from mbde_core.viz.markers import MechanismDrawer, estimate_shapes
+from mbde_core.live.estimator_options import EstimatorOptions, default_config_file, load_config  # noqa: F401 (re-exported)
 
 CLOCK_TOLERANCE = 2.0  # s: |clock - stamp| on arrival beyond this = different clocks
 OVERDUE_MARGIN = 0.05  # s: transport jitter tolerated before the clock drives predictions
@@ -83,10 +92,6 @@ class LiveEstimator:
     KEYS = ("state", "joint_states", "particles", "markers", "tf")
 
     def __init__(self, scenario, options: EstimatorOptions, factory, publish, log=None, wall=_time.monotonic):
-        from mbde_core.estimators import estimator_rng, make_estimator
-        from mbde_core.estimators.stage.core import StageCounters
-        from mbde_core.replay.runner import initial_state
-
         self.scenario = scenario
         self.opt = options
         self.factory = factory
@@ -99,13 +104,10 @@ class LiveEstimator:
             raise ConfigError(scenario.file, "sensors", "the model has no sensors: nothing to estimate from")
         from dataclasses import replace
 
-        from mbde_core.estimators.options.rule import resolve_config, scenario_context
-
         # `auto` options from the default-tuning rule, as `mbde replay` resolves them
         options = replace(options, config=resolve_config(options.name, options.config, self.mech, self.sensors,
                                                          scenario_context(scenario)))
         self.opt = options
-        from mbde_core.estimators.assess.suitability import precheck
 
         precheck(options.name, self.sensors)  # a meaningless pair: one line, exit status 2
         init = scenario.estimator_initial_state()
@@ -121,8 +123,6 @@ class LiveEstimator:
             raise ConfigError("<parameters>", "estimator",
                               f"estimator {options.name!r} is not available in this installation ({exc})") from None
         self.step = float(options.config["step"])
-        from mbde_core.estimators.options.rule import force_limits
-        from mbde_core.estimators.assess.suitability import assess
 
         # observability of [z, zd] (and inputs) at the initial state, as `mbde replay` reports it
         self.suitability = assess(options.name, self.mech, self.sensors, self.initial, self.step, self.est,
@@ -155,21 +155,16 @@ class LiveEstimator:
         self._recent: dict = {}  # NIS and step-time lines of the last period with steps
         self.clock_mismatch = False
         self._after_jump = False  # the clock jumped back, no reading of the new timeline yet
-        from mbde_core.viz.frames import MechanismFrames
 
         # REP 105: <frame_id> -> <prefix><body> on /tf, sensor mounts on /tf_static
         self.frames = MechanismFrames(self.mech, self.sensors, world=self.frame_id, prefix=options.tf_prefix)
 
     def static_tf(self, stamp: float = 0.0):
         """The TFMessage for /tf_static: the estimate's ground links and sensor mounts."""
-        from mbde_core.rosio.tf import tf_message
-
         return tf_message(self.factory, self.frames.static(), stamp)
 
     # -- stage ------------------------------------------------------------------------------
     def _new_stage(self) -> None:
-        from mbde_core.estimators.stage.core import EstimatorStage
-
         cfg = self.opt.config
         self.stage = EstimatorStage.from_config(self.est, cfg, lambda t: self.initial,
                                                 backward_jump=self.opt.backward_jump, max_gap=self.opt.max_gap,
@@ -345,8 +340,6 @@ class LiveEstimator:
             self._emit("state", state)
             self._emit("joint_states", joints)
             if self.opt.publish_tf:
-                from mbde_core.rosio.tf import tf_message
-
                 self._emit("tf", tf_message(self.factory, self.frames.moving(snap.q), state.header.stamp))
         want_cloud = self._due("particles", t, self.opt.particles_rate)
         want_markers = self._due("markers", t, self.opt.marker_rate)
@@ -367,8 +360,6 @@ class LiveEstimator:
 
     def markers(self, snap, cloud=None):
         """MarkerArray of an estimate (bars, ellipses, hypotheses, label)."""
-        from mbde_core.viz.markers import MechanismDrawer, estimate_shapes, marker_array
-
         if self._drawer is None:
             self._drawer = MechanismDrawer(self.mech)
         w = self.window

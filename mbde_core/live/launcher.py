@@ -18,13 +18,12 @@ import subprocess
 import sys
 import time
 
+from mbde_core.config.paths import config_dirs
 from mbde_core.errors import ConfigError
 
 
 def params_file(node: str) -> str:
     """The package's parameter file of a node (config/params/<node>.yaml)."""
-    from mbde_core.config.paths import config_dirs
-
     for base in config_dirs():
         path = os.path.join(base, "params", node + ".yaml")
         if os.path.isfile(path):

@@ -23,9 +23,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from mbde_core import runs
 from mbde_core.errors import DataError
-from mbde_core.replay.outputs import write_report
+from mbde_core.replay.merge import LiveMerge
+from mbde_core.replay.outputs import write_estimates_bag, write_metrics, write_report
 from mbde_core.replay.plot_worker import PlotWorker
+from mbde_core.replay.runner import suitability
+from mbde_core.replay.smoothing import reference_path, smoother_reference
+from mbde_core.replay.source import open_source
+from mbde_core.replay.worker import ReplayTask, part_path, replay_task
+from mbde_core.scenario.description import write_description
+from mbde_core.trajectory.config import load_smoother_config
 
 # relative cost per simulated second (order of submission: expensive first)
 COST = {"pf": 3.0, "adekf": 3.0, "errorekf": 2.5, "cekf": 2.5, "diekfpm": 3.0, "ukf": 1.5, "dekf": 1.5}
@@ -70,26 +78,18 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
     reference ``smoother``: every bag is first smoothed (the ``smoother:`` options of
     config_file) and RMSE/NEES compare with the smoothed trajectory
     (:func:`mbde_core.replay.smoothing.smoother_reference`)."""
-    from mbde_core import runs
-    from mbde_core.replay.source import open_source
-    from mbde_core.replay.worker import ReplayTask, part_path, replay_task
-
     t0 = time.perf_counter()
     sources = {b: open_source(b, mechanism_file, sensors_file) for b in bags}
     t_load = time.perf_counter() - t0
     outs = {b: out if len(bags) == 1 else os.path.join(out, os.path.basename(b)) for b in bags}
     refs = {}
     if reference == "smoother":  # streamed into a file per bag, which the tasks read back (replay/reference.py)
-        from mbde_core.replay.smoothing import reference_path, smoother_reference
-        from mbde_core.trajectory.config import load_smoother_config
-
         smoother_cfg = load_smoother_config(config_file)
         for b in bags:
             os.makedirs(outs[b], exist_ok=True)
             sources[b].reference, refs[b] = smoother_reference(sources[b], *smoother_cfg, reference_path(outs[b]))
             log(f"reference of {b}: the batch smoother, {refs[b]['status']} after {refs[b]['iterations']} iterations "
                 f"({refs[b]['wall_time_s']:.2f} s)")
-    from mbde_core.replay.runner import suitability
 
     verdicts = {}
     for b in bags:  # before running: a meaningless estimator exits 2, a weak one warns (one line)
@@ -174,16 +174,12 @@ def _drawn(bo: BagOutcome) -> list[str]:
 def _description(source) -> str | None:
     if source.scenario is None:
         return None
-    from mbde_core.scenario.description import write_description
 
     return write_description(source.scenario)
 
 
 def _live_merge(bo: BagOutcome, source, names, storage: str):
     """A LiveMerge writing bo's estimates bag from the part files as the tasks write them."""
-    from mbde_core.replay.merge import LiveMerge
-    from mbde_core.replay.worker import part_path
-
     return LiveMerge(os.path.join(bo.out, "estimates"), source, [(n, part_path(bo.out, n)) for n in names], storage,
                      _description(source))
 
@@ -191,8 +187,6 @@ def _live_merge(bo: BagOutcome, source, names, storage: str):
 def _write_bag(bo: BagOutcome, source, storage: str, plotter, merger=None) -> None:
     """metrics.json, the summary figure (queued to ``plotter``) and the estimates bag
     (written by ``merger`` meanwhile if given: waited for here)."""
-    from mbde_core.replay.outputs import write_estimates_bag, write_metrics
-
     results = bo.results
     for r in results:
         if r.counters.get("estimator_errors"):
@@ -219,8 +213,6 @@ def _write_bag(bo: BagOutcome, source, storage: str, plotter, merger=None) -> No
 
 
 def _part(out_dir, name):
-    from mbde_core.replay.worker import part_path
-
     return part_path(out_dir, name)
 
 

@@ -14,7 +14,7 @@ import multiprocessing
 import os
 from types import SimpleNamespace
 
-from mbde_core.replay.plots import has_branch_probabilities
+from mbde_core.replay.plots import has_branch_probabilities, plot_branches, plot_run, plot_summary
 
 
 def run_plots(path: str, series: dict) -> list[str]:
@@ -27,8 +27,6 @@ def run_plots(path: str, series: dict) -> list[str]:
 
 
 def _serve(queue, sources) -> None:
-    from mbde_core.replay.plots import plot_branches, plot_run, plot_summary
-
     failed = 0
     while True:
         job = queue.get()

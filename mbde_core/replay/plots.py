@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 
+from mbde_core.estimators.assess.metrics import coordinate_errors, nees, record_arrays, truth_at
 from mbde_core.estimators.chi2 import chi2_ppf
 
 # every time axis of the replay's figures: the estimates start at the first reading
@@ -194,8 +195,6 @@ def has_branch_probabilities(series: dict) -> bool:
 
 def series_of_records(inputs, run) -> dict:
     """The plot series (see :func:`plot_run`) of an in-memory run against inputs.truth."""
-    from mbde_core.estimators.assess.metrics import coordinate_errors, nees, record_arrays, truth_at
-
     mech = inputs.mechanism
     a = record_arrays(run.records)
     g = mech.dof

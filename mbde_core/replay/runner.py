@@ -15,9 +15,12 @@ from types import SimpleNamespace
 import numpy as np
 
 from mbde_core.estimators import estimator_rng, make_estimator
+from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, truth_at
+from mbde_core.estimators.assess.suitability import assess, precheck
 from mbde_core.estimators.base import InitialState, initial_sigmas
-from mbde_core.estimators.assess.metrics import RunMetrics, record_arrays, truth_at
+from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
 from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
+from mbde_core.replay.convergence import ConvergenceMetrics
 
 
 @dataclass
@@ -42,8 +45,6 @@ def initial_state(inputs, cfg) -> InitialState:
 def resolved_config(source, name: str, cfg: dict) -> dict:
     """``cfg`` with its ``auto`` options resolved for the source's model and sensors (and its
     scenario's motor, if any), as the live node resolves them."""
-    from mbde_core.estimators.options.rule import resolve_config, scenario_context
-
     return resolve_config(name, cfg, source.mechanism, source.sensors, scenario_context(getattr(source, "scenario", None)))
 
 
@@ -51,9 +52,6 @@ def suitability(source, name: str, cfg: dict):
     """The suitability verdict (:mod:`mbde_core.estimators.assess.suitability`) of estimator ``name``
     with the source's sensors from its initial guess; raises UnsuitableError (exit status 2)
     for a meaningless pair, e.g. the ADE-KF without an accelerometer."""
-    from mbde_core.estimators.options.rule import force_limits, scenario_context
-    from mbde_core.estimators.assess.suitability import assess, precheck
-
     precheck(name, source.sensors)
     cfg = resolved_config(source, name, cfg)
     est = make_estimator(name, source.mechanism, source.sensors, cfg) if name == "adekf" else None
@@ -166,9 +164,6 @@ def evaluate(inputs, run: EstimatorRun) -> dict:
 def _convergence(inputs, recs, stamps, arrays, tz, angular) -> dict:
     """Convergence time, settled RMSE and branch identification (replay/convergence.py),
     as the streamed replay worker computes them."""
-    from mbde_core.estimators.assess.metrics import coordinate_errors
-    from mbde_core.replay.convergence import ConvergenceMetrics
-
     conv = ConvergenceMetrics(angular, inputs.mechanism.length_scale)
     probs = [r.estimate.branch_probabilities for r in recs]
     bp = true_branch = None

@@ -23,6 +23,19 @@ import time
 
 import numpy as np
 
+from mbde_core.estimators.stage.core import StepRecord
+from mbde_core.replay.evaluation import RunOutput, StreamEvaluator
+from mbde_core.replay.outputs import summary_table, write_estimates_bag, write_metrics, write_report
+from mbde_core.replay.plots import plot_run, plot_summary
+from mbde_core.replay.reference import ReferenceWriter
+from mbde_core.replay.runner import initial_state
+from mbde_core.replay.source import CHUNK, Stream
+from mbde_core.replay.worker import EstimatorResult, ReplayTask, part_path
+from mbde_core.scenario.description import write_description
+from mbde_core.simulator.progress import ProgressBar
+from mbde_core.trajectory.smoother import BatchSmoother
+from mbde_core.trajectory.windowed import WindowTotals, iter_windows
+
 NAME = "smoother"
 SPAN_MARGIN = 1.0  # s: readings stamped further outside the bag's recording span are skipped (out_of_range)
 
@@ -36,8 +49,6 @@ class SmoothedStream:
 
     def __init__(self, source, cfg: dict, guess_cfg: dict, on_truth=None, progress: bool = False,
                  chunk: int | None = None):
-        from mbde_core.replay.source import CHUNK, Stream
-
         self.source, self.cfg, self.guess_cfg = source, cfg, guess_cfg
         self.on_truth, self.progress = on_truth, progress
         self.stream = Stream(source, chunk or CHUNK, truth=on_truth is not None)
@@ -60,9 +71,6 @@ class SmoothedStream:
                     self.out_of_range += 1
 
     def __iter__(self):
-        from mbde_core.replay.runner import initial_state
-        from mbde_core.trajectory.smoother import BatchSmoother
-
         src, cfg = self.source, self.cfg
         smoother = BatchSmoother(src.mechanism, src.sensors, cfg, self.guess_cfg)
         init = initial_state(src, cfg)
@@ -71,8 +79,6 @@ class SmoothedStream:
             self.info = traj.info
             yield traj
             return
-        from mbde_core.simulator.progress import ProgressBar
-        from mbde_core.trajectory.windowed import WindowTotals, iter_windows
 
         bar = ProgressBar("smoother ") if self.progress else None
         totals = WindowTotals()
@@ -86,8 +92,6 @@ class SmoothedStream:
 
 
 def _records(part, cost: float):
-    from mbde_core.estimators.stage.core import StepRecord
-
     return (StepRecord(part.snapshot(i), None, cost) for i in range(len(part)))
 
 
@@ -96,10 +100,6 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
     """``mbde smooth``: smooth a replay source streamed (see module doc) and write
     metrics.json, estimates/ (bag), report.md and the plots into out_dir; returns the
     metrics document."""
-    from mbde_core.replay.evaluation import RunOutput, StreamEvaluator
-    from mbde_core.replay.outputs import summary_table, write_estimates_bag, write_metrics, write_report
-    from mbde_core.replay.worker import EstimatorResult, ReplayTask, part_path
-
     t_wall = time.perf_counter()
     task = ReplayTask(source.bag, NAME, cfg, part=part_path(out_dir, NAME))
     out = RunOutput(task, source.mechanism, max(int(source.duration / cfg["step"]) + 1, 1))  # no source: no /tf
@@ -132,15 +132,11 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
     doc = write_metrics(os.path.join(out_dir, "metrics.json"), source, [res])
     description = None
     if source.scenario is not None:
-        from mbde_core.scenario.description import write_description
-
         description = write_description(source.scenario)
     write_estimates_bag(os.path.join(out_dir, "estimates"), source, [res], storage, description)
     os.remove(task.part)
     paths = []
     if plots:
-        from mbde_core.replay.plots import plot_run, plot_summary
-
         paths = [plot_summary(os.path.join(out_dir, "summary.png"), doc)]
         if len(res.series.get("t", ())):
             paths.append(plot_run(os.path.join(out_dir, f"{NAME}.png"), source, res))
@@ -184,9 +180,6 @@ def smoother_reference(source, cfg: dict, guess_cfg: dict, path: str):
     Returns the :class:`~mbde_core.replay.reference.ReferenceTrajectory` and the
     ``reference`` entry of metrics.json: what it is, its convergence, its mean standard
     deviations and, if the bag has ground truth, its own RMSE and NEES against it."""
-    from mbde_core.replay.evaluation import StreamEvaluator
-    from mbde_core.replay.reference import ReferenceWriter
-
     mech = source.mechanism
     g = mech.dof
     angular = np.isin(mech.independent, mech.rel_columns)

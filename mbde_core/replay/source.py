@@ -19,10 +19,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbde_core.config.yamlnode import Node
 from mbde_core.errors import DataError
+from mbde_core.estimators.assess.metrics import truth_at
+from mbde_core.model.mechanism import load_mechanism
 from mbde_core.replay.decode import EffortDecoder, ReadingDecoder, TruthDecoder
 from mbde_core.rosio.bag import BagReader
 from mbde_core.rosio.convert import snapshot_from_mechanism_state, string_from_msg
+from mbde_core.scenario.description import scenario_from_description
+from mbde_core.sensors.config import load_sensor_file, load_sensors
 
 DESCRIPTION_TOPIC = "/mbde/description"
 TRUTH_TOPIC = "/mbde/ground_truth"
@@ -74,11 +79,6 @@ class ReplaySource(ReplayModel):
 
 def open_source(bag, mechanism_file: str | None = None, sensors_file: str | None = None) -> ReplaySource:
     """The model, sensors and initial guess of a replay of ``bag`` (DataError/ConfigError)."""
-    from mbde_core.config.yamlnode import Node
-    from mbde_core.model.mechanism import load_mechanism
-    from mbde_core.scenario.description import scenario_from_description
-    from mbde_core.sensors.config import load_sensor_file, load_sensors
-
     with BagReader(bag) as reader:
         topics = {t: (ty, n) for t, ty, n in reader.topics()}
         start, end = reader.start or 0.0, reader.end or 0.0
@@ -233,8 +233,6 @@ class TruthWindow:
 
     def at(self, stamps: np.ndarray, fields=("z", "zd", "zdd")) -> dict:
         """{field: (K, .) truth at stamps} (+ 'effort' if every sample has it, else None)."""
-        from mbde_core.estimators.assess.metrics import truth_at
-
         t = np.array(self.t)
         out = {}
         for f in fields:

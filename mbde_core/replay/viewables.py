@@ -22,7 +22,8 @@ from mbde_core.rosio.stamps import sec_to_stamp
 from mbde_core.rosio.tf import TF_MESSAGE, TF_STATIC_TOPIC, TF_TOPIC, tf_message
 from mbde_core.viz.frames import MechanismFrames, yaw_quaternion
 from mbde_core.viz.marker_cdr import MarkerArrayTemplate
-from mbde_core.viz.markers import MARKER_ARRAY, MechanismDrawer, estimate_shapes, marker_array
+from mbde_core.viz.marker_msgs import MARKER_ARRAY, marker_array
+from mbde_core.viz.markers import MechanismDrawer, estimate_shapes
 
 MODEL_MARKERS = "/mbde/model/markers"
 MARKER_PERIOD = 0.1  # s: 10 Hz of data time, as the live nodes' marker_rate

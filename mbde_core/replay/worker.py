@@ -18,6 +18,11 @@ import time
 from dataclasses import dataclass, field
 
 from mbde_core.replay.evaluation import BATCH, SERIES_POINTS, RunOutput, StreamEvaluator  # noqa: F401
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.registry import estimator_rng
+from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
+from mbde_core.replay.plots import plot_branches, plot_run
+from mbde_core.replay.runner import GuardedStage, initial_state, resolved_config
 from mbde_core.replay.source import Stream, open_source
 
 
@@ -63,11 +68,6 @@ def replay_task(shared, task: ReplayTask) -> EstimatorResult:
 
 
 def run_streamed(source, task: ReplayTask) -> EstimatorResult:
-    from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.registry import estimator_rng
-    from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
-    from mbde_core.replay.runner import GuardedStage, initial_state, resolved_config
-
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     mech, cfg = source.mechanism, resolved_config(source, task.name, task.config)
     est = make_estimator(task.name, mech, source.sensors, cfg, rng=estimator_rng(task.seed, task.name))
@@ -109,11 +109,8 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     res = EstimatorResult(source.bag, task.name, cfg, result, counters, result["diagnostics"], wall, dict(stream.counts),
                           dict(stream.skipped), task.part, out.topics, out.series(), None, clock)
     if task.plot:
-        from mbde_core.replay.plots import plot_run
-
         t0 = time.perf_counter()
         res.plot = plot_run(task.plot, source, res)
-        from mbde_core.replay.plots import plot_branches
 
         branches = plot_branches(os.path.splitext(task.plot)[0] + "_branches.png", source, res)
         if branches:

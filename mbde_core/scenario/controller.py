@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbde_core.config.yamlnode import Node
-from mbde_core.model.loader import time_function
+from mbde_core.model.loader_items import time_function
 from mbde_core.model.spec import TimeFunction
 
 KEYS = ("name", "coordinate", "target", "kp", "ki", "torque_limit")

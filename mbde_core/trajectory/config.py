@@ -23,6 +23,9 @@ import copy
 
 from mbde_core.config.yamlnode import Node, read_yaml
 from mbde_core.errors import ConfigError
+from mbde_core.estimators.options.schema import defaults, merge_options, validate
+from mbde_core.estimators.registry import ESTIMATOR_NAMES
+from mbde_core.trajectory.factors import SCHEMES
 
 DEFAULTS = {
     "step": 0.005,
@@ -47,10 +50,6 @@ def smoother_defaults() -> dict:
 
 def validate_smoother(options, file: str = "<config>", path: str = "smoother") -> dict:
     """Defaults merged with ``options`` and checked (ConfigError naming file and key)."""
-    from mbde_core.estimators.options.schema import merge_options
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
-    from mbde_core.trajectory.factors import SCHEMES
-
     cfg = merge_options(Node(options or {}, file, path), DEFAULTS)
 
     def bad(key, msg):
@@ -83,8 +82,6 @@ def validate_smoother(options, file: str = "<config>", path: str = "smoother") -
 def load_smoother_config(path) -> tuple[dict, dict]:
     """(smoother options, options of its initial-guess filter) from an estimator config
     file (None: defaults)."""
-    from mbde_core.estimators.options.schema import defaults, validate
-
     if path is None:
         cfg = smoother_defaults()
         return cfg, defaults(cfg["initial_guess"])

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from mbde_core.engine import kinematics
+from mbde_core.engine.integrators import MBState, get_integrator
+
 
 def extend(mech, X_prev, q_prev, N: int, dt: float, t0: float = 0.0):
     """(X0 (N, 3g), q0 (N, n)): a solved trajectory X_prev (M, 3g) with positions q_prev
     (M, n), its step 0 at time t0, continued to N steps by simulating the model from its
     last state (RK4 at the grid step); a failing step holds the last state."""
-    from mbde_core.engine import kinematics
-    from mbde_core.engine.integrators import MBState, get_integrator
-
     M, g = X_prev.shape[0], mech.dof
     if N <= M:
         return X_prev[:N].copy(), q_prev[:N].copy()

@@ -29,7 +29,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbde_core.errors import DataError
+from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.trajectory.config import smoother_defaults
 from mbde_core.trajectory.model import MultibodyModel
 from mbde_core.trajectory.problem import SmootherProblem
@@ -74,8 +78,6 @@ class BatchSmoother:
     plant noise becomes the smoother's own, the model the smoother fits)."""
 
     def __init__(self, mech, sensors, config: dict | None = None, guess_config: dict | None = None):
-        from mbde_core.estimators.options.schema import defaults
-
         self.mech = mech
         self.sensors = sensors
         self.config = config or smoother_defaults()
@@ -107,8 +109,6 @@ class BatchSmoother:
         t0 = time.perf_counter()
         readings = self.readings(measurements)
         if readings.N == 0:
-            from mbde_core.errors import DataError
-
             raise DataError("no valid readings to smooth")
         X0, q0, ginfo = self.initial_guess(readings, init)
         t_guess = time.perf_counter() - t0
@@ -170,9 +170,6 @@ class ForwardGuess:
     without a usable estimate take the nearest earlier one (or the first)."""
 
     def __init__(self, smoother: BatchSmoother, readings: Readings, init: InitialState, end: float | None = None):
-        from mbde_core.estimators import make_estimator
-        from mbde_core.estimators.stage.core import EstimatorStage
-
         self.sm, self.readings, self.init = smoother, readings, init
         name = smoother.config["initial_guess"]
         cfg = dict(smoother.guess_config, step=smoother.dt)

@@ -49,6 +49,7 @@ import time
 
 import numpy as np
 
+from mbde_core.errors import DataError
 from mbde_core.estimators.base import InitialState
 from mbde_core.trajectory.motion import extend
 from mbde_core.trajectory.normal import NormalEquations
@@ -123,8 +124,6 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
     O = min(max(int(round(overlap / dt)), 0), W - 1)
     src.fill(max(W + W // 2, W + O))
     if src.t0 is None:
-        from mbde_core.errors import DataError
-
         raise DataError("no valid readings to smooth")
     g = smoother.g
     ang = smoother.model.angular
