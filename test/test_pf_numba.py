@@ -23,7 +23,7 @@ from mbde_core.model.loader import mechanism_spec_from_text
 from mbde_core.model.mechanism import Mechanism
 
 pytest.importorskip("numba")
-from mbde_core.engine import numba_kernels as nk  # noqa: E402
+from mbde_core.engine import numba_cache, numba_kernels as nk  # noqa: E402
 
 NAMES = ["fourbar", "fivebar", "slider_crank", "loaded", "triad"]
 TOL = 1e-9
@@ -163,13 +163,13 @@ def test_cached_sees_the_compiled_module_on_disk(mechs, monkeypatch, tmp_path):
     monkeypatch.setattr(K, "_simd", None, raising=False)
     monkeypatch.setattr(K, "_numba_on_disk", None, raising=False)
     monkeypatch.setattr(K, "_simd_on_disk", None, raising=False)
-    monkeypatch.setattr(nk, "_MODULES", {})
+    monkeypatch.setattr(numba_cache, "MODULES", {})
     assert nk.cached(m)
     monkeypatch.setattr(K, "_numba_on_disk", None)
     monkeypatch.setattr(K, "_simd_on_disk", None)
-    monkeypatch.setattr(nk, "_folders", lambda: [str(tmp_path)])  # an empty cache
+    monkeypatch.setattr(numba_cache, "folders", lambda: [str(tmp_path)])  # an empty cache
     assert not nk.cached(m)
-    monkeypatch.setattr(nk, "_folders", lambda: 1 / 0)  # remembered: the disk is not looked at again
+    monkeypatch.setattr(numba_cache, "folders", lambda: 1 / 0)  # remembered: the disk is not looked at again
     assert not nk.cached(m)
 
 

@@ -27,11 +27,9 @@ which then applies its own rules (least-squares steps, failure flags).
 Determinism: each particle is computed alone, from its own inputs, so its result does
 not depend on the thread count or on how ``prange`` splits the loop (tested).
 
-Compilation: the module text is written to a cache directory (``MBDE_CACHE_DIR``, else
-``$XDG_CACHE_HOME/mbde``, else ``~/.cache/mbde``; subfolder ``numba``) under a name
-keyed by the SHA-256 of its text and numba's version, imported from there, and every
-function is ``@njit(cache=True)``: numba stores the machine code next to it, so only
-the first use of a mechanism on a machine compiles (~10-20 s for the four-bar on a busy
+Compilation: the module text is written to a cache directory and imported from there
+(:mod:`mbde_core.engine.numba_cache`), every function ``@njit(cache=True)``: numba stores
+the machine code next to it, so only the first use of a mechanism on a machine compiles (~10-20 s for the four-bar on a busy
 2-core machine; later processes load it in ~0.5 s). Compiled modules are shared per
 process by text.
 
@@ -72,40 +70,20 @@ replay's pf worker 13.7 s wall for 5.4 s of CPU, measured with numba's prange).
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
-import sys
-import tempfile
-import threading
 
 import numpy as np
 
-from mbde_core.engine import fastpath, step_backends, thread_pools
+from mbde_core.engine import fastpath, numba_cache, simd_kernels, step_backends, thread_pools
 from mbde_core.engine.integrators import MBState, get_integrator
+from mbde_core.engine.numba_cache import SERIAL_MAX, numba
 from mbde_core.engine.numba_source import module_source
 
 AUTO_MIN = 4096
 WORK_MIN = 5_000_000  # particle-steps from which a first compile pays (auto)
-SERIAL_MAX = 2048  # smaller sets run in the calling thread
-_LOCK = threading.Lock()
-_MODULES: dict[str, object] = {}
-_NUMBA = None  # the numba module, False if not importable, None before the first try
-
-
-def numba():
-    """The numba module, or None if it cannot be imported."""
-    global _NUMBA
-    if _NUMBA is None:
-        try:
-            import numba as nb
-
-            if "NUMBA_THREADING_LAYER" not in os.environ:
-                nb.config.THREADING_LAYER = "workqueue"  # read at the first parallel launch
-            _NUMBA = nb
-        except ImportError:
-            _NUMBA = False
-    return _NUMBA or None
+_LOCK = numba_cache.LOCK  # the lock of the compiled modules (also serialises calls into numba's threads)
+_MODULES = numba_cache.MODULES  # the modules imported in this process, by key
+_folders = numba_cache.folders  # where the scalar module is looked for on disk
 
 
 def describe() -> str:
@@ -145,51 +123,9 @@ def backend(mech, N: int, integrator_name: str = "rk4", work: float = 0.0) -> st
             return "numpy"
     if numba() is None:
         return "numpy"
-    from mbde_core.engine import simd_kernels
-
     if simd_kernels.enabled() and simd_kernels.load(mech) is not None:
         return "numba"
     return "numba" if load(mech) is not None else "numpy"
-
-
-def cache_dir() -> str:
-    base = os.environ.get("MBDE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mbde")
-    return os.path.join(base, "numba")
-
-
-def _write(folder: str, name: str, text: str) -> str:
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, name + ".py")
-    if not os.path.exists(path):
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)  # atomic: concurrent processes write the same text
-    return path
-
-
-def module_key(text: str, numba_version: str) -> str:
-    """The module (and cache file) name of a module text for a numba version."""
-    return "mbde_nb_" + hashlib.sha256((text + numba_version).encode()).hexdigest()[:24]
-
-
-def _version() -> str | None:
-    """numba's version without importing it (unless it is imported already)."""
-    if _NUMBA:
-        return _NUMBA.__version__
-    if _NUMBA is False:
-        return None
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        return version("numba")
-    except (ImportError, PackageNotFoundError):
-        return None
-
-
-def _folders() -> list[str]:
-    return [cache_dir(), os.path.join(tempfile.gettempdir(), f"mbde-{os.getuid()}", "numba")]
 
 
 def cached(mech, funcs: tuple = ("rk4_range",)) -> bool:
@@ -200,8 +136,6 @@ def cached(mech, funcs: tuple = ("rk4_range",)) -> bool:
     K = fastpath.kernels(mech)
     if K is None:
         return False
-    from mbde_core.engine import simd_kernels
-
     if funcs == ("rk4_range",) and simd_kernels.enabled():
         return simd_kernels.cached(mech)
     if getattr(K, "_numba", None):
@@ -215,23 +149,14 @@ def cached(mech, funcs: tuple = ("rk4_range",)) -> bool:
 
 
 def _on_disk(mech, K, funcs) -> bool:
-    ver = _version()
+    ver = numba_cache.version()
     if ver is None:
         return False
     try:
         text = module_source(mech, K)[0]
     except ValueError:
         return False
-    key = module_key(text, ver)
-    if key in _MODULES:
-        return True
-    for folder in _folders():
-        pyc = os.path.join(folder, "__pycache__")
-        if os.path.exists(os.path.join(folder, key + ".py")) and os.path.isdir(pyc):
-            names = os.listdir(pyc)
-            if all(any(f.startswith(f"{key}.{fn}-") and f.endswith(".nbi") for f in names) for fn in funcs):
-                return True
-    return False
+    return numba_cache.on_disk(numba_cache.module_key(text, ver), funcs, _MODULES, _folders())
 
 
 def load(mech):
@@ -247,20 +172,8 @@ def load(mech):
     except ValueError:
         K._numba = False
         return None
-    key = module_key(text, numba().__version__)
-    with _LOCK:
-        mod = _MODULES.get(key)
-        if mod is None:
-            try:
-                path = _write(cache_dir(), key, text)
-            except OSError:
-                path = _write(_folders()[1], key, text)
-            spec = importlib.util.spec_from_file_location(key, path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[key] = mod  # numba's disk cache re-imports the module by name
-            spec.loader.exec_module(mod)
-            mod.NT, mod.NJ = nt, nj
-            _MODULES[key] = mod
+    mod = numba_cache.import_text(numba_cache.module_key(text, numba().__version__), text)
+    mod.NT, mod.NJ = nt, nj
     K._numba = mod
     return mod
 
@@ -271,8 +184,6 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
     or None: acceleration added to zdd during the step (``RK4.step``'s extra_zdd).
     The vectorised loop of :mod:`mbde_core.engine.simd_kernels` runs it when enabled and
     the mechanism's module builds; else the per-particle loop below."""
-    from mbde_core.engine import simd_kernels
-
     if simd_kernels.enabled() and simd_kernels.load(mech) is not None:
         return simd_kernels.rk4_step(mech, t, q, qd, qdd, h, extra, threads)
     mod = load(mech)

@@ -2,7 +2,7 @@
 its compiled module and running it on ranges of particles on a few threads.
 
 :func:`rk4_step` has the contract of :func:`mbde_core.engine.numba_kernels.rk4_step` (which
-calls it when :func:`enabled`), plus the generalized input forces ``u`` (N, k) on the
+calls it when :func:`enabled` and the mechanism's module builds), plus the generalized input forces ``u`` (N, k) on the
 coordinates ``cols``. Particles the vector loop flags are stepped again by a path that
 decides for them as the scalar code would: ``REDO`` (a position problem not converged in
 the loop's two Newton iterations: rare, near singular configurations) by the scalar RK4 of
@@ -15,33 +15,30 @@ the calling thread steps the first and a pool (:mod:`mbde_core.engine.thread_poo
 others, each in ``rk4_block``, which releases the GIL. Each particle is computed alone from
 its own inputs, so results do not depend on the thread count or the ranges (tested).
 
-Compilation and cache: as :mod:`mbde_core.engine.numba_kernels` (the module text is
-written under a name keyed by its SHA-256 and numba's version, its machine code cached
-by numba next to it): ~5-15 s for the four-bar the first time on a machine, ~0.3 s to
+Compilation and cache: :mod:`mbde_core.engine.numba_cache` (the module text is written
+under a name keyed by its SHA-256 and numba's version, its machine code cached by numba
+next to it): ~5-15 s for the four-bar the first time on a machine, ~0.3 s to
 load later. ``MBDE_PF_SIMD=0`` turns this path off (the scalar module's loop runs).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 
 import numpy as np
 
-from mbde_core.engine import fastpath, numba_kernels as nk, step_backends, thread_pools
+from mbde_core.engine import fastpath, numba_cache, rk4_single, step_backends, thread_pools
+from mbde_core.engine.integrators import MBState, get_integrator
+from mbde_core.engine.numba_cache import SERIAL_MAX
 from mbde_core.engine.simd_source import module_source
 
 OK, BAD, REDO = 1, 2, 4
+PREFIX = "mbde_simd_"
 SCALAR_REDO_MAX = 16  # REDO particles stepped one by one in Python; more: the numpy path
 
 
 def enabled() -> bool:
     """Whether the vectorised step is wanted (MBDE_PF_SIMD, default 1)."""
     return os.environ.get("MBDE_PF_SIMD", "1").strip() != "0"
-
-
-def supported(mech) -> bool:
-    return nk.supported(mech)
 
 
 def _source(mech, K, cols):
@@ -60,7 +57,7 @@ def load(mech, cols=()):
     """The compiled SIMD module of ``mech`` for inputs on ``cols`` (a namespace with
     ``rk4_block``, ``qdd_block``, ``ROUT``, ``NT``, ``RCONST``), or None."""
     K = fastpath.kernels(mech)
-    if K is None or nk.numba() is None:
+    if K is None or numba_cache.numba() is None:
         return None
     cols = tuple(int(c) for c in cols)
     mods = getattr(K, "_simd", None)
@@ -73,20 +70,8 @@ def load(mech, cols=()):
         mods[cols] = False
         return None
     text, nt, rconst = src
-    key = nk.module_key(text, nk.numba().__version__).replace("mbde_nb_", "mbde_simd_")
-    with nk._LOCK:
-        mod = nk._MODULES.get(key)
-        if mod is None:
-            try:
-                path = nk._write(nk.cache_dir(), key, text)
-            except OSError:
-                path = nk._write(nk._folders()[1], key, text)
-            spec = importlib.util.spec_from_file_location(key, path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[key] = mod
-            spec.loader.exec_module(mod)
-            mod.NT, mod.RCONST = nt, rconst
-            nk._MODULES[key] = mod
+    mod = numba_cache.import_text(numba_cache.module_key(text, numba_cache.numba().__version__, PREFIX), text)
+    mod.NT, mod.RCONST = nt, rconst
     mods[cols] = mod
     return mod
 
@@ -110,24 +95,14 @@ def cached(mech, cols=()) -> bool:
 
 
 def _on_disk(mech, K, cols) -> bool:
-    ver = nk._version()
+    ver = numba_cache.version()
     src = _source(mech, K, cols) if ver else None
-    if src is None:
-        return False
-    key = nk.module_key(src[0], ver).replace("mbde_nb_", "mbde_simd_")
-    if key in nk._MODULES:
-        return True
-    for folder in nk._folders():
-        pyc = os.path.join(folder, "__pycache__")
-        if os.path.exists(os.path.join(folder, key + ".py")) and os.path.isdir(pyc):
-            if any(f.startswith(f"{key}.rk4_block-") and f.endswith(".nbi") for f in os.listdir(pyc)):
-                return True
-    return False
+    return src is not None and numba_cache.on_disk(numba_cache.module_key(src[0], ver, PREFIX), ("rk4_block",))
 
 
 def _run(fn, N, threads, args):
     """fn(*args, start, stop) over [0, N) in ``threads`` contiguous ranges."""
-    parts = 1 if N < nk.SERIAL_MAX else max(1, min(int(threads), N))
+    parts = 1 if N < SERIAL_MAX else max(1, min(int(threads), N))
     bounds = [N * i // parts for i in range(parts + 1)]
     pending = [thread_pools.pool("rk4", parts - 1).submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
     fn(*args, bounds[0], bounds[1])
@@ -172,9 +147,6 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1, u=None, cols=
 def _fallback(mech, K, t, Q, QD, QDD, V, U, cols, h, flagged, oq, oqd, oqdd, ok, ctx):
     """Recompute the flagged particles (module doc); returns the context (None if the numpy
     path ran: it does not give one)."""
-    from mbde_core.engine import rk4_single
-    from mbde_core.engine.integrators import MBState, get_integrator
-
     idx = np.nonzero(flagged)[0]
     ez = _input_accelerations(mech, K, Q[:, idx], U[:, idx], cols) if len(cols) else 0.0
     Vi = V[:, idx] + ez
