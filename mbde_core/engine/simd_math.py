@@ -9,10 +9,17 @@ fdlibm algorithm (FreeBSD's ``e_rem_pio2.c`` medium case, ``k_sin.c``, ``k_cos.c
 x = n pi/2 + y with n = round(2x/pi) and y by a Cody-Waite reduction with pi/2 in three
 parts (33 + 33 + 53 bits: n pi/2 is exact in the first part while |n| < 2^20, 118 bits in
 all), then the minimax polynomials of sin and cos on [-pi/4, pi/4] (degree 13 and 14,
-error < 2^-58) and the quadrant n mod 4 by selects. The reduction's tail (fdlibm's y[1])
+error < 2^-58) and the quadrant n mod 4. The reduction's tail (fdlibm's y[1])
 is dropped: results within 1 ulp of the correctly rounded values (tested against libm).
 Beyond |x| = 2^19 pi/2 (~8e5 rad) or for a non-finite x it returns NaN: the caller flags
 the particle and lets the numpy path compute it.
+
+Selects are written as arithmetic (``a c + b (1 - c)`` with c = 0.0 or 1.0: exact for
+finite a and b) or as builtin ``min``/``max`` (lowered by numba to one select), never as
+conditional expressions: numba makes each of those a branch of its IR, and its SSA passes
+then cost time quadratic in the number of branches (~20 s of a four-bar's compilation);
+LLVM sees straight-line code either way. Boolean logic uses ``&`` and ``|`` (``and``/``or``
+short-circuit: branches too).
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ XMAX = 823549.6  # 2^19 pi/2
 
 def sincos(x):
     """(sin x, cos x) without branches; NaN for |x| > XMAX, NaN and inf."""
-    fn = math.floor(x * INVPIO2 + 0.5)
+    fn = np.floor(x * INVPIO2 + 0.5)
     r1 = x - fn * PIO2_1
     w1 = fn * PIO2_2
     r = r1 - w1
@@ -45,31 +52,28 @@ def sincos(x):
     hz = 0.5 * z
     wc = 1.0 - hz
     c = wc + (((1.0 - wc) - hz) + z * rc)
-    k = np.int64(fn) & 3
-    odd = (k & 1) == 1
-    sn = c if odd else s
-    cs = s if odd else c
-    sn = -sn if (k & 2) == 2 else sn
-    cs = -cs if ((k + 1) & 2) == 2 else cs
-    big = not abs(x) <= XMAX
-    return (math.nan if big else sn), (math.nan if big else cs)
+    k = np.int64(min(1e9, max(-1e9, fn))) & 3
+    odd = float(k & 1)
+    sn = (c * odd + s * (1.0 - odd)) * (1.0 - 2.0 * float((k >> 1) & 1))
+    cs = (s * odd + c * (1.0 - odd)) * (1.0 - 2.0 * float(((k + 1) >> 1) & 1))
+    over = np.sqrt(-max(0.0, abs(x) - XMAX))
+    return sn + over, cs + over
 '''
 
 
 def maxabs(name: str, size: int) -> str:
-    """``name(x)``: max |x_k| of a tuple of ``size`` by selects (NaN is not propagated:
-    the caller's finiteness test of its results catches it)."""
+    """``name(x)``: max |x_k| of a tuple of ``size`` (NaN is not propagated: the caller's
+    finiteness test of its results catches it)."""
     lines = [f"def {name}(x):", "    m0 = abs(x[0])"]
-    for k in range(1, size):
-        lines += [f"    a{k} = abs(x[{k}])", f"    m{k} = a{k} if a{k} > m{k - 1} else m{k - 1}"]
+    lines += [f"    m{k} = max(m{k - 1}, abs(x[{k}]))" for k in range(1, size)]
     lines.append(f"    return m{size - 1}")
     return "\n".join(lines) + "\n"
 
 
 def solve_k(k: int) -> str:
     """``SOLVE<k>(A, b)``: Gaussian elimination with partial pivoting on a k x k tuple
-    system, unrolled; the row swap is made of selects. The operations of numba_source's
-    SOLVE in its order (pivot: the first row of largest |a| in the column)."""
+    system, unrolled, the row swap by arithmetic selects (exact for finite entries). The
+    operations of numba_source's SOLVE in its order (pivot: the first row of largest |a|)."""
     L = [f"def SOLVE{k}(A, b):"]
     for i in range(k):
         for j in range(k):
@@ -78,16 +82,15 @@ def solve_k(k: int) -> str:
     for c in range(k - 1):
         L += [f"    best = abs(a{c}_{c})", f"    piv = {c}"]
         for r in range(c + 1, k):  # the first row of largest |a| in column c
-            L += [f"    sw = abs(a{r}_{c}) > best", f"    best = abs(a{r}_{c}) if sw else best", f"    piv = {r} if sw else piv"]
+            L += [f"    sw = abs(a{r}_{c}) > best", f"    best = max(best, abs(a{r}_{c}))", f"    piv = piv + ({r} - piv) * sw"]
+        for r in range(c + 1, k):
+            L.append(f"    p{r} = (piv == {r}) * 1.0")
         for j in [*(f"a{{}}_{j}" for j in range(c, k)), "x{}"]:  # swap rows c and piv
             cj = j.format(c)
-            pick = cj
-            for r in range(c + 1, k):
-                pick = f"({j.format(r)} if piv == {r} else {pick})"
-            L.append(f"    old = {cj}")
-            L.append(f"    {cj} = {pick}")
-            for r in range(c + 1, k):
-                L.append(f"    {j.format(r)} = old if piv == {r} else {j.format(r)}")
+            pick = f"{cj} * (1.0 - " + " - ".join(f"p{r}" for r in range(c + 1, k)) + ")"
+            pick += "".join(f" + {j.format(r)} * p{r}" for r in range(c + 1, k))
+            L += [f"    old = {cj}", f"    {cj} = {pick}"]
+            L += [f"    {j.format(r)} = old * p{r} + {j.format(r)} * (1.0 - p{r})" for r in range(c + 1, k)]
         L.append(f"    inv = 1.0 / a{c}_{c}")
         for r in range(c + 1, k):
             L.append(f"    f = a{r}_{c} * inv")

@@ -90,7 +90,7 @@ def position2(z, guess):
     big = False
 {iterations}
     err = maxabs_m(ph)
-    return q, err <= 1e3 * TOL, big or err > TOL, tr, J
+    return q, err <= 1e3 * TOL, big | (err > TOL), tr, J
 
 
 def lane(q, qd, qdd, v, u, t0v, t1v, t2v, h):
@@ -120,8 +120,9 @@ def lane(q, qd, qdd, v, u, t0v, t1v, t2v, h):
     q1, ok1, re1, tr1, J1 = position2(z1, add_n(q4, rmul(R4, sub_g(z1, z4))))
     qd1, zdd1, qdd1, R1, rd1 = post(J1, tr1, q1, zd1, t2v, None)
     fin = qsum(q1) + qsum(qd1) + qsum(qdd1)
-    flags = (OK if ok1 and ok2 and ok3 and ok4 else 0) + (REDO if re1 or re2 or re3 or re4 else 0)
-    flags = flags if fin - fin == 0.0 else BAD
+    finite = fin - fin == 0.0
+    flags = OK * (ok1 & ok2 & ok3 & ok4) + REDO * (re1 | re2 | re3 | re4)
+    flags = flags * finite + BAD * (1 - finite)
     return q1, qd1, qdd1, flags, tr1, R1
 '''
 
@@ -211,10 +212,10 @@ def _trig(mech) -> str:
 
 
 def _masked(K) -> str:
-    """q + f d on the dependent coordinates where ``act``, else q."""
+    """q + a d on the dependent coordinates (a = 1.0 or 0.0: q itself for finite d)."""
     depk = {c: k for k, c in enumerate(K.dep)}
-    items = [f"(q[{i}] + d[{depk[i]}] if act else q[{i}])" if i in depk else f"q[{i}]" for i in range(K.n)]
-    return f"def adddep_masked(q, d, act):\n    return {_tup(items)}\n"
+    items = [f"q[{i}] + d[{depk[i]}] * a" if i in depk else f"q[{i}]" for i in range(K.n)]
+    return f"def adddep_masked(q, d, a):\n    return {_tup(items)}\n"
 
 
 def _inputs(mech, K, cols) -> str:
@@ -247,7 +248,7 @@ def _inputs(mech, K, cols) -> str:
 
 def _iterations(K) -> str:
     it = ["err = maxabs_m(ph)", "act = err > TOL", "dq = newton_step(J, tr, ph)",
-          "big = big or (act and maxabs_m(dq) > MAX_STEP)", "q = adddep_masked(q, dq, act)"]
+          "big = big | (act & (maxabs_m(dq) > MAX_STEP))", "q = adddep_masked(q, dq, act * 1.0)"]
     if not K.angles_fixed:
         it.append("tr = trig(q)")
     it.append("ph, J = phijac(q, tr)")
