@@ -135,7 +135,7 @@ def test_estimators_without_driver_support_refuse_the_model(crane):
         make_estimator("errorekf", crane, SensorSet(sensors), defaults("errorekf"))
     for name in ("pf", "vipf"):
         est = make_estimator(name, crane, SensorSet(sensors), dict(defaults(name), init="gaussian"))
-        assert est.SUPPORTS_DRIVERS
+        assert est.traits.drivers
         refine = est.diagnostics()["refine"]  # no Gaussian follower (pf_refine): the Kalman observers refuse drivers
         assert refine["estimator"] == "none" and "driving constraints" in refine["reason"]
 

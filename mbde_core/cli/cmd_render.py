@@ -44,14 +44,14 @@ def add_arguments(p):
 def run(args) -> int:
     from mbde_core.cli.outputs import check_output_file
     from mbde_core.errors import DataError
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
+    from mbde_core.estimators.registry import names as estimator_names
     from mbde_core.simulator.progress import ProgressBar
     from mbde_core.viz.render import render
 
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
-    bad = [n for n in names if n not in ESTIMATOR_NAMES]
+    bad = [n for n in names if n not in estimator_names()]
     if bad:
-        raise DataError(f"--estimators: unknown {', '.join(bad)} (choose from {', '.join(ESTIMATOR_NAMES)})")
+        raise DataError(f"--estimators: unknown {', '.join(bad)} (choose from {', '.join(estimator_names())})")
     try:
         w, h = (float(v) for v in args.size.lower().split("x"))
         assert w > 0 and h > 0
@@ -63,7 +63,17 @@ def run(args) -> int:
     bar = ProgressBar("render   ")
     info = render(args.bags, args.out, mechanism_file=args.mechanism, estimators=names, config=args.config,
                   seed=args.seed, fps=args.fps, speed=args.speed, start=args.start, duration=args.duration,
-                  time=args.time, top_k=args.top_k, size=(w, h), dpi=args.dpi, progress=bar)
+                  time=args.time, top_k=args.top_k, size=(w, h), dpi=args.dpi, progress=bar, style_of=_style)
     bar.close()
     print(f"wrote {args.out}: {info['frames']} frame(s), {', '.join(info['sources'])}")
     return 0
+
+
+def _style(name: str):
+    """An estimator's traits (its colour and label slot), None for another source."""
+    from mbde_core.estimators.registry import traits
+
+    try:
+        return traits(name)
+    except KeyError:
+        return None

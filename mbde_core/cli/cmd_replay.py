@@ -27,11 +27,11 @@ bag with /mbde/<estimator>/state and /mbde/<estimator>/joint_states, playable wi
 
 def add_arguments(p):
     from mbde_core import runs
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
+    from mbde_core.estimators.registry import names as estimator_names
 
     p.add_argument("bag", nargs="+", help="ROS 2 bag directories, or folders holding bags")
     p.add_argument("--estimators", default="ukf,errorekf,dekf,cekf,diekfpm",
-                   help=f"comma-separated list from: {', '.join(ESTIMATOR_NAMES)} (default: %(default)s)")
+                   help=f"comma-separated list from: {', '.join(estimator_names())} (default: %(default)s)")
     p.add_argument("--config", help="estimator config YAML (see config/estimators/); default options otherwise")
     p.add_argument("--mechanism", help="mechanism YAML (instead of the bag's description)")
     p.add_argument("--sensors", help="sensor YAML with a `sensors:` list (with --mechanism)")
@@ -60,14 +60,14 @@ def run(args) -> int:
     from mbde_core.cli.outputs import prepare_output_dir, results_like
     from mbde_core.errors import DataError
     from mbde_core.estimators.options.schema import load_estimator_configs
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
+    from mbde_core.estimators.registry import names as estimator_names
     from mbde_core.replay.outputs import summary_table
     from mbde_core.replay.pipeline import find_bags, replay, summary_rows, summary_text
 
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
-    bad = [n for n in names if n not in ESTIMATOR_NAMES]
+    bad = [n for n in names if n not in estimator_names()]
     if bad or not names:
-        raise DataError(f"--estimators: unknown {', '.join(bad) or '(empty)'} (choose from {', '.join(ESTIMATOR_NAMES)})")
+        raise DataError(f"--estimators: unknown {', '.join(bad) or '(empty)'} (choose from {', '.join(estimator_names())})")
     if args.sensors and not args.mechanism:
         raise DataError("--sensors needs --mechanism")
     if args.reorder_window is not None and not 0.0 <= args.reorder_window <= 60.0:

@@ -14,9 +14,18 @@ Prints, per estimator, the mean NIS per channel (1 for a consistent filter) and 
 log-likelihood per reading before and after, and writes the tuned options (explicit
 numbers) to --out for `mbde replay --config` and the estimator node (config_file).
 `pf` in --estimators: the particle filter has no Gaussian innovations; its
-acceleration_sigma is set to the tuned Kalman density's equivalent sqrt(q / step)."""
+acceleration_sigma is set to the tuned Kalman density's equivalent sqrt(q / step).
+What can be tuned is each estimator's traits' ``tunable`` (mbde_core/estimators/traits.py)."""
 
-TUNABLE = ("ukf", "errorekf", "viekf", "dekf", "cekf", "diekfpm", "adekf")
+
+def tunable():
+    """(fitted, derived): the estimators whose plant noise the innovation likelihood fits,
+    and those whose acceleration_sigma is derived from a fitted one (their traits)."""
+    from mbde_core.estimators.registry import names, traits
+
+    fitted = tuple(n for n in names() if "plant_noise" in traits(n).tunable)
+    derived = tuple(n for n in names() if "acceleration_sigma" in traits(n).tunable)
+    return fitted, derived
 
 
 def add_arguments(p):
@@ -24,7 +33,8 @@ def add_arguments(p):
 
     p.add_argument("bag", help="ROS 2 bag directory")
     p.add_argument("--estimators", default="ukf,errorekf",
-                   help=f"comma-separated, from: {', '.join(TUNABLE)}, pf (default: %(default)s)")
+                   help="comma-separated: Kalman observers (ukf, errorekf, viekf, dekf, cekf, diekfpm, adekf) and pf "
+                        "(default: %(default)s)")
     p.add_argument("--out", help="write the tuned config YAML here (default: print it)")
     p.add_argument("--sensors-sigma", action="store_true", help="also fit one factor on each sensor's sigma")
     p.add_argument("--window", type=float, default=10.0, metavar="S",
@@ -50,20 +60,24 @@ def run(args) -> int:
     from mbde_core.replay.runner import resolved_config
     from mbde_core.tuning import output
 
+    from mbde_core.estimators.registry import traits
+
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
-    bad = [n for n in names if n not in TUNABLE + ("pf",)]
+    fitted, derived = tunable()
+    bad = [n for n in names if n not in fitted + derived]
     if bad or not names:
-        raise DataError(f"--estimators: cannot tune {', '.join(bad) or '(empty)'} (choose from {', '.join(TUNABLE)}, pf)")
+        raise DataError(f"--estimators: cannot tune {', '.join(bad) or '(empty)'} (choose from {', '.join(fitted + derived)})")
     if not args.window > 0:
         raise DataError(f"--window: must be > 0 s, got {args.window}")
     if args.sensors and not args.mechanism:
         raise DataError("--sensors needs --mechanism")
     if args.out and os.path.exists(args.out) and not args.force:
         raise DataError(f"--out: {args.out} exists (use --force to overwrite)")
-    kalman = [n for n in names if n != "pf"]
-    if "pf" in names and not kalman:
-        kalman = ["ukf"]  # the PF's sigma_a comes from a tuned Kalman observer
-    configs = load_estimator_configs(args.config, kalman + (["pf"] if "pf" in names else []))
+    kalman = [n for n in names if n in fitted]
+    particle = [n for n in names if n in derived]
+    if particle and not kalman:  # the PF's sigma_a comes from a tuned Kalman observer (the first that can follow it)
+        kalman = [next(n for n in fitted if traits(n).follower)]
+    configs = load_estimator_configs(args.config, kalman + particle)
     source = load_inputs(args.bag, args.mechanism, args.sensors)
     readings = [m for m in source.measurements if m.stamp <= source.start + args.window]
     if not readings:
@@ -83,10 +97,10 @@ def run(args) -> int:
     if not results:
         return 1
     print(output.table(results))
-    pf = None
-    if "pf" in names:
-        pf = output.pf_section(results, output.pf_step(configs["pf"]))
-        print(pf[1])
+    pf = {}
+    for n in particle:
+        pf[n] = output.pf_section(results, output.pf_step(configs[n]), n)
+        print(pf[n][1])
     for r in results:
         print(f"{r.name}: " + ", ".join(f"{k} x {10 ** v:.3g}" for k, v in r.log_factors.items())
               + f" ({r.evaluations} filter runs, {r.cpu_s:.1f} s CPU)")

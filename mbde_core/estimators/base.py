@@ -6,15 +6,24 @@ taken at the current time; ``estimate()`` returns a :class:`MechanismSnapshot` w
 zdd, the full q, qd, qdd, the covariance of [z, zd], branch probabilities where
 meaningful, and estimated inputs. The :class:`mbde_core.estimators.stage.core.EstimatorStage`
 drives this interface both in ``mbde replay`` and in the live ROS node.
+
+:class:`EstimatorInterface` is that interface, explicit: every object the stage drives --
+an estimator (:class:`Estimator` and its subclasses) or a stand-in for one (the multi-start
+bank, :class:`~mbde_core.estimators.stage.multistart.MultiStart`) -- implements all of its
+abstract methods (an abc: a class that misses one cannot be instantiated; test_interface
+checks every class and their signatures). Its attributes: ``mech`` (the model), ``sensors``
+(the SensorSet it may receive), ``t`` (its time [s]).
 """
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from mbde_core.estimators.noise import kinematic_plant_noise
+from mbde_core.estimators.traits import Traits
 from mbde_core.types import MechanismSnapshot, Measurement, ParticleCloud
 
 
@@ -77,22 +86,66 @@ def initial_sigmas(config: dict, g: int) -> tuple[np.ndarray, np.ndarray]:
             np.broadcast_to(np.asarray(sig["zd"], dtype=float), (g,)).copy())
 
 
-class Estimator:
-    """Base class. Subclasses implement reset/predict/update/estimate.
+class EstimatorInterface(abc.ABC):
+    """What the stage drives (module doc). Attributes: mech, sensors, t."""
+
+    @abc.abstractmethod
+    def reset(self, t: float, init: InitialState) -> None:
+        """Start again at time t from the initial guess ``init``."""
+
+    @abc.abstractmethod
+    def predict(self, dt: float) -> None:
+        """Advance the state from t to t + dt with the model."""
+
+    @abc.abstractmethod
+    def update(self, measurements: list[Measurement], gates: dict[str, float] | None = None) -> UpdateResult:
+        """Fuse the readings taken at the current time; gates: sensor -> chi-square threshold."""
+
+    @abc.abstractmethod
+    def estimate(self) -> MechanismSnapshot:
+        """The current estimate (a new snapshot: the caller may keep or edit it)."""
+
+    @abc.abstractmethod
+    def rebase(self, t: float) -> None:
+        """The clock jumped (a backward time jump): the same state, now at time t."""
+
+    @abc.abstractmethod
+    def reacquire(self, inflation: float) -> None:
+        """Widen the uncertainty after the stage's gate rejected every reading for a while."""
+
+    @abc.abstractmethod
+    def add_restart_hypotheses(self, reason: str, ceiling: float | None = None) -> bool:
+        """Carry a restart from the initial guess as extra hypotheses (True), or leave the
+        decision to the stage (False)."""
+
+    @abc.abstractmethod
+    def particles(self) -> ParticleCloud | None:
+        """The particle cloud (a particle filter), else None."""
+
+    @abc.abstractmethod
+    def diagnostics(self) -> dict:
+        """Estimator-specific numbers for /diagnostics and metrics.json."""
+
+    @abc.abstractmethod
+    def expect_steps(self, steps: int) -> None:
+        """The caller will run about ``steps`` more steps (a replay knows its bag's length)."""
+
+
+class Estimator(EstimatorInterface):
+    """Base class of the observers: defaults for everything but reset/predict/update/estimate.
 
     Parameters: mech (Mechanism, the estimator's model, possibly with model errors),
     sensors (SensorSet: models of every sensor it may receive), config (dict of this
     estimator's options, already validated), rng (numpy Generator, for stochastic
-    estimators).
+    estimators). Class attributes beside the option defaults: ``name`` and ``traits``
+    (:class:`~mbde_core.estimators.traits.Traits`).
     """
 
     name = "estimator"
-    tracks_branches = False
-    LOCAL = True  # a local (Gaussian) observer: re-acquires globally only with the stage's multi-start
-    SUPPORTS_DRIVERS = False  # time-dependent driving constraints (mbde_core.model.drivers)
+    traits = Traits()
 
     def __init__(self, mech, sensors, config: dict, rng: np.random.Generator | None = None):
-        if getattr(mech, "drivers", None) and not self.SUPPORTS_DRIVERS:
+        if getattr(mech, "drivers", None) and not self.traits.drivers:
             from mbde_core.errors import ConfigError
 
             raise ConfigError(mech.spec.file, "driving_constraints",
@@ -104,6 +157,19 @@ class Estimator:
         self.t = 0.0
         self._plant_noise_cache: dict[float, np.ndarray] = {}
 
+    @classmethod
+    def transition_orders(cls, cfg: dict) -> tuple[int, int]:
+        """(order of the z update, order of the zd update) of its transition for options
+        ``cfg``: its local errors are O(dt^(p+1)) (the default-tuning rule's q_disc and
+        velocity noise, :mod:`~mbde_core.estimators.options.rule`). Default: second order."""
+        return (2, 2)
+
+    @classmethod
+    def estimates_inputs(cls, cfg: dict) -> bool:
+        """Whether it estimates unknown forces with options ``cfg`` (resolved): the
+        suitability check's question (:mod:`~mbde_core.estimators.assess.suitability`)."""
+        return bool(cls.traits.input_states) and isinstance(cfg.get("inputs"), list) and bool(cfg["inputs"])
+
     def plant_noise(self, dt: float) -> np.ndarray:
         """Sigma^P (2g, 2g) of [z, zd] over dt from the ``plant_noise`` option (Van Loan,
         :func:`mbde_core.estimators.noise.kinematic_plant_noise`), cached per dt."""
@@ -113,18 +179,6 @@ class Estimator:
             Q = kinematic_plant_noise(self.mech.dof, dt, pn["acceleration_psd"], pn.get("velocity_psd", 0.0))
             self._plant_noise_cache[dt] = Q
         return Q
-
-    def reset(self, t: float, init: InitialState) -> None:
-        raise NotImplementedError
-
-    def predict(self, dt: float) -> None:
-        raise NotImplementedError
-
-    def update(self, measurements: list[Measurement], gates: dict[str, float] | None = None) -> UpdateResult:
-        raise NotImplementedError
-
-    def estimate(self) -> MechanismSnapshot:
-        raise NotImplementedError
 
     def rebase(self, t: float) -> None:
         """The clock jumped (EstimatorStage, a backward time jump): the same state, now at
@@ -156,6 +210,10 @@ class Estimator:
     def diagnostics(self) -> dict:
         """Estimator-specific numbers for /diagnostics (e.g. ESS, resets)."""
         return {}
+
+    def expect_steps(self, steps: int) -> None:
+        """Nothing to prepare by default (the particle filter and the errorEKF choose their
+        compiled paths by the run's length)."""
 
 
 class CovarianceInflation:

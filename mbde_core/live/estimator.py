@@ -373,7 +373,7 @@ class LiveEstimator:
             self._drawer = MechanismDrawer(self.mech)
         w = self.window
         nis = w.nis_sum / w.updates if w.updates else None
-        shapes = estimate_shapes(self._drawer, self.opt.name, snap, cloud, self.opt.top_k, nis=nis)
+        shapes = estimate_shapes(self._drawer, self.opt.name, snap, cloud, self.opt.top_k, nis=nis, style=self.est.traits)
         return marker_array(self.factory, shapes, self.frame_id, snap.stamp)
 
     # -- diagnostics ------------------------------------------------------------------------

@@ -117,9 +117,9 @@ def _model_params(what: str) -> list[Param]:
 
 
 def _estimator_names() -> tuple[str, ...]:
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
+    from mbde_core.estimators.registry import names
 
-    return tuple(ESTIMATOR_NAMES)
+    return names()
 
 
 def _driver_params(kind: str, msg: str) -> list[Param]:

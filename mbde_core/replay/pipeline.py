@@ -27,9 +27,6 @@ from mbde_core.errors import DataError
 from mbde_core.replay.outputs import write_report
 from mbde_core.replay.plot_worker import PlotWorker
 
-# relative cost per simulated second (order of submission: expensive first)
-COST = {"pf": 3.0, "adekf": 3.0, "errorekf": 2.5, "cekf": 2.5, "diekfpm": 3.0, "ukf": 1.5, "dekf": 1.5}
-
 
 @dataclass
 class BagOutcome:
@@ -110,7 +107,10 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
         for name in names:
             tasks.append(ReplayTask(b, name, configs[name], seed, part_path(bag_out, name), None,
                                     mechanism_file, sensors_file, reorder_window=reorder_window))
-    order = sorted(range(len(tasks)), key=lambda i: -COST.get(tasks[i].name, 2.0) * sources[tasks[i].bag].duration)
+    from mbde_core.estimators.registry import traits
+
+    # expensive first: each estimator's relative cost per simulated second (its traits)
+    order = sorted(range(len(tasks)), key=lambda i: -traits(tasks[i].name).cost * sources[tasks[i].bag].duration)
     out_of = {bo.bag: bo for bo in outcomes}
     plotter = PlotWorker(sources) if plots else None
     live = scheduler is None and (runs.default_jobs() if jobs is None else int(jobs)) > 1

@@ -54,9 +54,11 @@ def suitability(source, name: str, cfg: dict):
     from mbde_core.estimators.options.rule import force_limits, scenario_context
     from mbde_core.estimators.assess.suitability import assess, precheck
 
+    from mbde_core.estimators.registry import traits
+
     precheck(name, source.sensors)
     cfg = resolved_config(source, name, cfg)
-    est = make_estimator(name, source.mechanism, source.sensors, cfg) if name == "adekf" else None
+    est = make_estimator(name, source.mechanism, source.sensors, cfg) if traits(name).pbh else None
     limits = force_limits(source.mechanism, cfg, scenario_context(getattr(source, "scenario", None)))
     return assess(name, source.mechanism, source.sensors, initial_state(source, cfg), float(cfg["step"]),
                   est if est is not None else SimpleNamespace(config=cfg), force_limits=limits)

@@ -73,8 +73,7 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     est = make_estimator(task.name, mech, source.sensors, cfg, rng=estimator_rng(task.seed, task.name))
     init = initial_state(source, cfg)
     total_steps = max(int(source.duration / cfg["step"]) + 1, 1)
-    if hasattr(est, "expect_steps"):  # the PF, the errorEKF: numba only where the run is long enough to pay
-        est.expect_steps(total_steps)
+    est.expect_steps(total_steps)  # the PF, the errorEKF: numba only where the run is long enough to pay
     out = RunOutput(task, mech, total_steps, source)
     ev = StreamEvaluator(source, out, BATCH)
 

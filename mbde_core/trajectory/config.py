@@ -48,7 +48,7 @@ def smoother_defaults() -> dict:
 def validate_smoother(options, file: str = "<config>", path: str = "smoother") -> dict:
     """Defaults merged with ``options`` and checked (ConfigError naming file and key)."""
     from mbde_core.estimators.options.schema import merge_options
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
+    from mbde_core.estimators.registry import names as estimator_names
     from mbde_core.trajectory.factors import SCHEMES
 
     cfg = merge_options(Node(options or {}, file, path), DEFAULTS)
@@ -65,8 +65,8 @@ def validate_smoother(options, file: str = "<config>", path: str = "smoother") -
                 bad(f"{group}.{key}", f"must be > 0, got {value}")
     if cfg["integrator"] not in SCHEMES:
         bad("integrator", f"must be one of {', '.join(SCHEMES)}")
-    if cfg["initial_guess"] not in ESTIMATOR_NAMES:
-        bad("initial_guess", f"must be one of {', '.join(ESTIMATOR_NAMES)}")
+    if cfg["initial_guess"] not in estimator_names():
+        bad("initial_guess", f"must be one of {', '.join(estimator_names())}")
     if cfg["solver"] not in ("lm", "trf"):
         bad("solver", "must be lm or trf")
     if not (isinstance(cfg["max_iterations"], (int, float)) and cfg["max_iterations"] >= 1):

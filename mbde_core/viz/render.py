@@ -161,7 +161,9 @@ def tracks_from_runs(runs) -> dict[str, Track]:
 class Renderer:
     """Draws frames of tracks: truth with the truth model, estimates with the estimator's."""
 
-    def __init__(self, truth_mech, est_mech, tracks: dict, top_k: int = 30, size=(6.4, 4.8), dpi: int = 100):
+    def __init__(self, truth_mech, est_mech, tracks: dict, top_k: int = 30, size=(6.4, 4.8), dpi: int = 100,
+                 style_of=None):
+        """style_of: name -> the estimator's colour and label slot (its traits), or None."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -171,6 +173,7 @@ class Renderer:
         self.est = MechanismDrawer(est_mech) if est_mech is not truth_mech else self.truth
         self.tracks = tracks
         self.top_k = top_k
+        self.style_of = style_of or (lambda name: None)
         self.fig = plt.figure(figsize=size, dpi=dpi)
         self.ax = self.fig.add_axes((0.02, 0.02, 0.96, 0.96))
         self._limits = None
@@ -195,7 +198,7 @@ class Renderer:
             if name == "truth":
                 shapes += truth_shapes(self.truth, snap)
             else:
-                shapes += estimate_shapes(self.est, name, snap, cloud, self.top_k)
+                shapes += estimate_shapes(self.est, name, snap, cloud, self.top_k, style=self.style_of(name))
         return shapes
 
     def fit_limits(self, t0: float, t1: float) -> None:
@@ -252,12 +255,13 @@ class Renderer:
 
 def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, seed: int = 0, fps: float = 15.0,
            speed: float = 1.0, start: float = 0.0, duration: float | None = None, time: float | None = None,
-           top_k: int = 30, size=(6.4, 4.8), dpi: int = 100, progress=None) -> dict:
+           top_k: int = 30, size=(6.4, 4.8), dpi: int = 100, progress=None, style_of=None) -> dict:
     """Render bag(s) into ``out``: an animated GIF (``.gif``) or one PNG frame (``.png``).
 
     estimators: names to run on the first bag's readings (the replay stage) in addition
     to the estimates found in the bags. start/duration [s]: the time window relative to
-    the first state; time [s]: the PNG frame's time (default: the window's end).
+    the first state; time [s]: the PNG frame's time (default: the window's end). style_of:
+    source name -> its colour and label slot (an estimator's traits) or None.
     Returns {frames, t0, t1, sources}.
     """
     ext = os.path.splitext(out)[1].lower()
@@ -274,7 +278,7 @@ def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, s
         est_mech = inputs.mechanism
         runs = [run_estimator(inputs, name, configs[name], seed=seed) for name in estimators]
         tracks.update(tracks_from_runs(runs))
-    r = Renderer(truth_mech, est_mech, tracks, top_k=top_k, size=size, dpi=dpi)
+    r = Renderer(truth_mech, est_mech, tracks, top_k=top_k, size=size, dpi=dpi, style_of=style_of)
     t_first, t_last = r.time_range()
     t0 = t_first + max(0.0, start)
     t1 = t_last if duration is None else min(t_last, t0 + duration)

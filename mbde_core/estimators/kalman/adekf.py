@@ -67,12 +67,16 @@ from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
 from mbde_core.estimators.options.rule import AUTO, RULE_DEFAULTS
 from mbde_core.types import MechanismSnapshot
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 MAP_SOURCES = ("exact", "learned")
 
 
 class ADEKF(InputJumps, CovarianceInflation, Estimator):
     name = "adekf"
+    traits = Traits(cost=3.0, color=(0.84, 0.15, 0.16, 1.0), slot=4, tunable=KALMAN_TUNABLE, noise_rule="adekf",
+                    needs=frozenset({"accelerations"}),
+                    needs_reason="its unknown inputs show only in the accelerations (paper 004 sec. 4.4)", pbh=True)
     USES_COMMON = False
     DEFAULTS = {
         "step": AUTO,                  # s, forward-Euler filter step (auto: the rule, e.g. the accelerometer period)
@@ -124,6 +128,15 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
         for k, item in enumerate(cfg["inputs"]):
             if not isinstance(item, dict):
                 raise ConfigError(file, f"{path}.inputs[{k}]", "expected {coordinate: name} | {torque: body} | {force: point, direction: [x, y]}")
+
+    @classmethod
+    def transition_orders(cls, cfg):
+        """Its forward-Euler step: first order in z and zd."""
+        return (1, 1)
+
+    @classmethod
+    def estimates_inputs(cls, cfg):
+        return True
 
     def __init__(self, mech, sensors, config, rng=None, *, coordinate_map=None):
         super().__init__(mech, sensors, config, rng)

@@ -79,6 +79,7 @@ from mbde_core.estimators.kalman.algebra import (STEP_HALVINGS, ekf_update, gate
                                          update_result)
 from mbde_core.estimators.kalman.base import ReducedKalman
 from mbde_core.estimators.noise import van_loan
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 NEWTON_TOL = 1e-12
 CORRECTION_AT = ("reading", "both_ends")
@@ -101,6 +102,8 @@ def _measurement_part(P, H, R, gain=1.0):
 
 class CEKF(InputStates, ReducedKalman):
     name = "cekf"
+    traits = Traits(cost=2.5, color=(0.55, 0.34, 0.29, 1.0), slot=6, tunable=KALMAN_TUNABLE, input_states=True,
+                    follower=True)
     DEFAULTS = {"newton_iterations": 5, "correction_at": "reading", "measurement_order": 2, "inputs": "auto",
                 "input_jump_nis": 16.0}
 

@@ -38,13 +38,20 @@ from mbde_core.estimators.kalman.input_states import InputStates, input_jump, pr
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.kalman.algebra import ekf_update
 from mbde_core.estimators.kalman.base import ReducedKalman
-from mbde_core.estimators.kalman.transition import TRANSITION_DEFAULT, heun_step, position_step
+from mbde_core.estimators.kalman.transition import transition_orders, TRANSITION_DEFAULT, heun_step, position_step
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 
 class DEKF(JumpHypothesis, InputStates, ReducedKalman):
     name = "dekf"
+    traits = Traits(cost=1.5, color=(0.58, 0.40, 0.74, 1.0), slot=5, tunable=KALMAN_TUNABLE, input_states=True,
+                    follower=True)
     DEFAULTS: dict = {"transition": "heun", "inputs": "auto", "input_jump_nis": 0.0, "measurement_order": 2}  # inputs: the rule's (none without force limits; README)
     validate_config = staticmethod(validate_inputs)
+
+    @classmethod
+    def transition_orders(cls, cfg):
+        return transition_orders(cfg)
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)

@@ -84,20 +84,27 @@ from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sen
 from mbde_core.estimators.kalman.diekfpm_inputs import DependentInputs, validate_dependent_inputs
 from mbde_core.estimators.kalman.algebra import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, update_result
 from mbde_core.estimators.kalman.reduced import ReducedModel
-from mbde_core.estimators.kalman.transition import euler_covariance, heun_step, position_step
+from mbde_core.estimators.kalman.transition import transition_orders, euler_covariance, heun_step, position_step
 from mbde_core.types import MechanismSnapshot
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 NORMAL_NOISE_RATIO = 1e-6  # W relative to the plant noise (module doc, "Normal freedom")
 
 
 class DIEKFpm(DependentInputs, Estimator):
     name = "diekfpm"
+    traits = Traits(cost=3.0, color=(0.89, 0.47, 0.76, 1.0), slot=7, tunable=KALMAN_TUNABLE, input_states=True,
+                    follower=True)
     # transition_jacobian: full by default (the common default is paper 003's simple F; see
     # the module doc, "Covariance": at rest at the rocker's dead point the full A is what
     # ties the crank angle to the readings)
     DEFAULTS = {"iterations": 3, "normal_noise_ratio": NORMAL_NOISE_RATIO, "transition": "heun",
                 "transition_jacobian": "full", "inputs": "auto", "input_jump_nis": 16.0}  # inputs: diekfpm_inputs.py
     validate_config = staticmethod(validate_dependent_inputs)
+
+    @classmethod
+    def transition_orders(cls, cfg):
+        return transition_orders(cfg)
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)

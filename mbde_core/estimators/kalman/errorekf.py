@@ -65,10 +65,13 @@ from mbde_core.estimators.kalman.algebra import ekf_update
 from mbde_core.estimators.kalman.second_order import second_order_terms
 from mbde_core.estimators.kalman.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 
 class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
     name = "errorekf"
+    traits = Traits(cost=2.5, color=(0.17, 0.63, 0.17, 1.0), slot=3, tunable=KALMAN_TUNABLE, input_states=True,
+                    follower=True)
     DEFAULTS = {
         "integrator": "rk4",            # paper 003: euler (config/estimators/paper003.yaml)
         "correction": "exact",          # exact | linear (paper 003 sec. 3.3: dq = R dz, dqd = R dzd)
@@ -88,6 +91,12 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         if cfg["correction"] not in ("exact", "linear"):
             raise ConfigError(file, f"{path}.correction", "must be one of exact, linear")
         validate_inputs(cfg, file, path)
+
+    @classmethod
+    def transition_orders(cls, cfg):
+        """The simulation's integrator order in both z and zd."""
+        p = int(getattr(get_integrator(cfg["integrator"]), "order", 2))
+        return (p, p)
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.options.rule import AUTO, INPUT_OBSERVERS  # noqa: F401 (re-exported)
+from mbde_core.estimators.options.rule import AUTO
 
 INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial", "limit")
 

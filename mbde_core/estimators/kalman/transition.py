@@ -29,6 +29,14 @@ import numpy as np
 
 TRANSITIONS = ("euler", "constant_acceleration", "heun")
 TRANSITION_DEFAULT = "constant_acceleration"
+# (order of the z update, order of the zd update) of each transition (the default-tuning rule's
+# q_disc and velocity noise: a first-order update's local error is dt^2/2 of the next derivative)
+ORDERS = {"euler": (1, 1), "constant_acceleration": (2, 1), "heun": (2, 2)}
+
+
+def transition_orders(cfg: dict) -> tuple[int, int]:
+    """The orders of the ``transition`` option of ``cfg`` (:data:`ORDERS`)."""
+    return ORDERS[cfg["transition"]]
 
 
 def heun_step(X, zdd0, zdd1, dt: float, g: int):

@@ -41,16 +41,23 @@ from mbde_core.estimators.kalman.input_states import InputStates, jump_variance,
 from mbde_core.engine.linalg import solve_one
 from mbde_core.estimators.kalman.algebra import cholesky_floats, cholesky, gate, update_result
 from mbde_core.estimators.kalman.base import ReducedKalman
-from mbde_core.estimators.kalman.transition import TRANSITION_DEFAULT, heun_step, position_step
+from mbde_core.estimators.kalman.transition import transition_orders, TRANSITION_DEFAULT, heun_step, position_step
 from mbde_core.estimators.kalman.ukf_readings import SigmaReadings
 from mbde_core.sensors.base import wrap_angle
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 
 class UKF(InputStates, ReducedKalman):
     name = "ukf"
+    traits = Traits(cost=1.5, color=(1.00, 0.50, 0.05, 1.0), slot=2, tunable=KALMAN_TUNABLE, input_states=True,
+                    follower=True)
     DEFAULTS = {"alpha": 1.0, "beta": 2.0, "kappa": -1.0,  # kappa < 0: Julier's 3 - L
                 "transition": "heun", "inputs": "auto", "input_jump_nis": 16.0}  # inputs: the rule's (none without force limits)
     validate_config = staticmethod(validate_inputs)
+
+    @classmethod
+    def transition_orders(cls, cfg):
+        return transition_orders(cfg)
 
     def __init__(self, mech, sensors, config, rng=None):
         super().__init__(mech, sensors, config, rng)

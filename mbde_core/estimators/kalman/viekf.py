@@ -57,6 +57,7 @@ from mbde_core.engine.integrators import MBState
 from mbde_core.engine.vi_linearize import step_jacobian
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.kalman.errorekf import ErrorEKF
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 VI_INTEGRATORS = ("midpoint", "symplectic_euler")
 STRUCTURED = ("without_inputs", "always", "never")
@@ -64,6 +65,7 @@ STRUCTURED = ("without_inputs", "always", "never")
 
 class VIEKF(ErrorEKF):
     name = "viekf"
+    traits = Traits(tunable=KALMAN_TUNABLE, input_states=True, follower=True)
     # structured: the step's exact Jacobian for [z, zd] without estimated inputs only, the
     # Euler block with them (module doc, "Inputs")
     DEFAULTS = dict(ErrorEKF.DEFAULTS, integrator="midpoint", structured="without_inputs")

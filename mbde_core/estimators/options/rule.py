@@ -70,7 +70,8 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   torque's 0.59 / 0.92 / 1.32), sigma0 = 5 N m, q = 2.7 rad^2/s^3 (was 1.4e5) and the
   slider accelerometer's 0.05 m/s^2 (was widened to 133).
 
-The transitions' orders (z update, zd update) are given by :func:`transition_orders`.
+The transitions' orders (z update, zd update) are the estimator class's ``transition_orders``;
+which parts of the rule apply, its traits' ``noise_rule`` family (:mod:`~mbde_core.estimators.traits`).
 The shipped scenarios' values and what they give are in the README (Defaults that
 transfer, ``mbde bench transfer``).
 """
@@ -88,7 +89,6 @@ STEP_TURN = 0.05   # rad per step at the motion's frequency
 SIGMA_Z = 0.05     # of ell
 SIGMA_ZD = 0.05    # of v
 RULE_DEFAULTS = {"model_error": MODEL_ERROR, "force_limits": {}}
-INPUT_OBSERVERS = ("errorekf", "viekf", "ukf", "dekf", "cekf", "diekfpm")  # the [z, zd] observers with input states
 
 
 def model_error(cfg: dict) -> float:
@@ -102,21 +102,6 @@ def has_auto(cfg: dict) -> bool:
         if v == AUTO or (isinstance(v, dict) and has_auto(v)):
             return True
     return False
-
-
-def transition_orders(name: str, cfg: dict) -> tuple[int, int]:
-    """(order of the z update, order of the zd update) of the estimator's transition: the
-    local errors are O(dt^(p+1)) (for q_disc and the velocity noise)."""
-    if name in ("ukf", "dekf", "diekfpm"):
-        return {"euler": (1, 1), "constant_acceleration": (2, 1), "heun": (2, 2)}[cfg.get("transition", "euler")]
-    if name in ("errorekf", "viekf"):
-        from mbde_core.engine.integrators import get_integrator
-
-        p = int(getattr(get_integrator(cfg.get("integrator", "euler")), "order", 2))
-        return (p, p)
-    if name == "adekf":
-        return (1, 1)
-    return (2, 2)
 
 
 def force_limits(mech, cfg: dict, context=None) -> np.ndarray:
@@ -152,31 +137,41 @@ def auto_step(sc, sensors) -> float:
     return T / math.ceil(T / h_max - 1e-9)
 
 
-def auto_psd(name: str, cfg: dict, sc, dt: float, covered=None) -> tuple[np.ndarray, np.ndarray]:
-    """(acceleration_psd, velocity_psd) (g,) of the rule (module doc); covered (g,) bool:
-    the coordinates whose unknown forces are input states (no q_force there)."""
+def auto_psd(cls, cfg: dict, sc, dt: float, covered=None) -> tuple[np.ndarray, np.ndarray]:
+    """(acceleration_psd, velocity_psd) (g,) of the rule (module doc) for estimator class
+    ``cls`` (its traits' ``noise_rule`` and ``transition_orders``); covered (g,) bool: the
+    coordinates whose unknown forces are input states (no q_force there)."""
     eps = model_error(cfg)
-    pz, pv = transition_orders(name, cfg)
-    if name == "adekf":
+    pz, pv = cls.transition_orders(cfg)
+    adekf = cls.traits.noise_rule == "adekf"
+    if adekf:
         dt = dt / max(1, int(cfg.get("substeps", 1)))
     a, w = sc.a, sc.w
     q_vel = a**2 * dt**3 / 4.0 if pz == 1 else 0.0 * a
     q_model = (eps * sc.a_g) ** 2 / sc.w_g
-    if name == "adekf":  # its inputs absorb the unknown forces; the zd error of its Euler step
+    if adekf:  # its inputs absorb the unknown forces; the zd error of its Euler step
         return q_model + (a * w) ** 2 * dt**3 / 4.0, q_vel
     q_disc = 0.75 * a**2 * w * dt**2 if pv == 1 else 0.0 * a
     a_f = sc.a_f if covered is None else np.where(covered, 0.0, sc.a_f)
     return q_model + a_f**2 / sc.w + q_disc, q_vel
 
 
-def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
-    """A copy of the validated options ``cfg`` with every ``auto`` replaced by the rule
-    (module doc) for ``mech`` and ``sensors``; ``cfg`` itself if nothing is ``auto`` and
-    no sensor is widened. context: {"force_limits": (g,), "speed": (g,)} from a
-    scenario (:func:`scenario_context`) or None."""
-    widen = _widened_sensors(name, cfg, sensors)
-    motor = name in ("pf", "vipf") and context is not None
-    ref = cfg.get("refine") if name in ("pf", "vipf") else None
+def resolve_config(name, cfg: dict, mech, sensors, context=None) -> dict:
+    """A copy of the validated options ``cfg`` of estimator ``name`` (or its class) with
+    every ``auto`` replaced by the rule (module doc) for ``mech`` and ``sensors``; ``cfg``
+    itself if nothing is ``auto`` and no sensor is widened. context: {"force_limits": (g,),
+    "speed": (g,)} from a scenario (:func:`scenario_context`) or None."""
+    if isinstance(name, str):
+        from mbde_core.estimators.registry import estimator_class
+
+        cls = estimator_class(name)
+    else:
+        cls = name
+    family = cls.traits.noise_rule
+    widen = _widened_sensors(cls, cfg, sensors)
+    particle = family == "particle"
+    motor = particle and context is not None
+    ref = cfg.get("refine") if particle else None
     follow = bool(ref) and ref.get("estimator", "none") != "none" and "resolved" not in ref
     if not has_auto(cfg) and not widen and not motor and not follow:
         return cfg
@@ -186,13 +181,13 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
 
         out["refine"] = dict(out["refine"], resolved=follower_config(out, mech, sensors, context))
     sc = rule_scales(mech, cfg, context)
-    covered, limits = _covered(name, out, mech, context)
+    covered, limits = _covered(cls, out, mech, context)
     if motor:
         _particle_motor(out, sc)
     if out.get("step") == AUTO:
         out["step"] = auto_step(sc, sensors)
     pn = out.get("plant_noise") or {}
-    q_acc, q_vel = auto_psd(name, out, sc, float(out["step"]), covered)
+    q_acc, q_vel = auto_psd(cls, out, sc, float(out["step"]), covered)
     if pn.get("acceleration_psd") == AUTO:
         pn["acceleration_psd"] = _scalar_or_list(q_acc)
     if pn.get("velocity_psd") == AUTO:
@@ -202,7 +197,7 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
         sig["z"] = _scalar_or_list(SIGMA_Z * sc.ell)
     if sig.get("zd") == AUTO:
         sig["zd"] = _scalar_or_list(SIGMA_ZD * sc.v)
-    if name == "adekf":
+    if family == "adekf":
         _adekf_inputs(out, sc, mech)
     if out.get("inputs") == AUTO:
         jumps = bool(out.get("input_jump_nis"))
@@ -211,19 +206,19 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
         from mbde_core.estimators.options.sensor_scales import widened_sigmas
 
         eps = model_error(out)
-        all_inputs = name == "adekf" or (covered is not None and bool(covered.all()))
+        all_inputs = family == "adekf" or (covered is not None and bool(covered.all()))
         a_f = None if covered is None else np.where(covered, 0.0, sc.a_f)
         out["sensor_sigma"] = dict(out.get("sensor_sigma") or {})
         out["sensor_sigma"].update(widened_sigmas(mech, sensors, widen, sc, eps, gravity_only=all_inputs, a_f=a_f))
     return out
 
 
-def _covered(name: str, cfg: dict, mech, context):
+def _covered(cls, cfg: dict, mech, context):
     """(covered (g,) bool or None, force limits (g,) or None): the force-limited independent
     coordinates whose unknown force is an input state -- every one for ``inputs: auto``,
     those an explicit list names otherwise (None: no input states)."""
     items = cfg.get("inputs")
-    if name not in INPUT_OBSERVERS or not items:
+    if not cls.traits.input_states or not items:
         return None, None
     limits = force_limits(mech, cfg, context)
     if items == AUTO:
@@ -258,9 +253,10 @@ def auto_inputs(mech, sc, limits, step: float, eps: float | None = None) -> list
             for name, F, r in zip(mech.independent_names, limits, rates) if F > 0]
 
 
-def _widened_sensors(name: str, cfg: dict, sensors) -> list[str]:
-    """Acceleration-reading sensors whose sigma the rule widens (not listed in sensor_sigma)."""
-    if name in ("pf", "vipf") or not model_error(cfg):
+def _widened_sensors(cls, cfg: dict, sensors) -> list[str]:
+    """Acceleration-reading sensors whose sigma the rule widens (not listed in sensor_sigma;
+    none for the particle filters: they widen their own, :mod:`~mbde_core.estimators.particle.scales`)."""
+    if cls.traits.noise_rule == "particle" or not model_error(cfg):
         return []
     if "sensor_sigma" not in cfg:
         return []

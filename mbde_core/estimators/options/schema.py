@@ -194,13 +194,13 @@ def load_estimator_configs(path, names) -> dict[str, dict]:
         return out
     root = read_yaml(path)
     root.mapping()
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
+    from mbde_core.estimators.registry import names as estimator_names
 
     for key, child in root.items():
         if key in OFFLINE_SECTIONS:
             continue
-        if key not in ESTIMATOR_NAMES:
-            raise child.error(f"unknown estimator (choose from {', '.join(ESTIMATOR_NAMES + OFFLINE_SECTIONS)})")
+        if key not in estimator_names():
+            raise child.error(f"unknown estimator (choose from {', '.join(estimator_names() + OFFLINE_SECTIONS)})")
         try:
             cfg = validate(key, child.value, root.file, key)  # every section, used now or not
         except ModuleNotFoundError:  # an estimator whose optional dependency is missing

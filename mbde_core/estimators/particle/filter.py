@@ -108,6 +108,7 @@ from mbde_core.estimators.particle.resample import ParticleResampling
 from mbde_core.estimators.particle.inject import ParticleInjection
 from mbde_core.estimators.particle.refine import GaussianFollower
 from mbde_core.estimators.particle.update import ParticleUpdate
+from mbde_core.estimators.traits import Traits
 
 __all__ = ["ParticleFilter", "check_config", "DEFAULTS", "LOG_UNDERFLOW"]
 
@@ -121,10 +122,10 @@ class ParticleFilter(GaussianFollower, ParticleInjection, ParticleUpdate, Partic
     """
 
     name = "pf"
-    tracks_branches = True
-    SUPPORTS_DRIVERS = True  # every kinematic problem is solved at the filter's time
+    traits = Traits(cost=3.0, color=(0.12, 0.47, 0.71, 1.0), slot=1, tunable=("acceleration_sigma",),
+                    noise_rule="particle", drivers=True, local=False)  # drivers: every kinematic problem is
+    # solved at the filter's time; not local: it re-acquires globally by itself (uniform re-initialisation)
     USES_COMMON = False  # no Kalman plant noise / transition Jacobian
-    LOCAL = False  # re-acquires globally by itself (uniform re-initialisation)
     particles_per_dof = pf_scale.PARTICLES_PER_DOF  # `particles: null` (pf_scale)
     DEFAULTS = DEFAULTS
 

@@ -75,7 +75,22 @@ REFINE_DEFAULTS = {
     "agree": 0.99999,            # chi-square probability of the follower-vs-cloud test
     "disagree_time": 0.1,        # [s] of failed tests in a row: the readings decide (drop or redraw)
 }
-FOLLOWERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf")
+
+
+def followers() -> tuple:
+    """The estimators that can follow the cloud (their traits' ``follower``)."""
+    from mbde_core.estimators.registry import names, traits
+
+    return tuple(n for n in names() if traits(n).follower)
+
+
+def _is_follower(name: str) -> bool:
+    from mbde_core.estimators.registry import traits
+
+    try:
+        return bool(traits(name).follower)
+    except KeyError:
+        return False
 
 
 def check_refine(cfg: dict, file: str, path: str) -> None:
@@ -84,8 +99,8 @@ def check_refine(cfg: dict, file: str, path: str) -> None:
     if ref is None:
         return
     name = ref.get("estimator", "none")
-    if name not in FOLLOWERS + ("none",):
-        raise ConfigError(file, f"{path}.refine.estimator", f"must be one of {', '.join(FOLLOWERS + ('none',))}, got {name!r}")
+    if name != "none" and not _is_follower(name):
+        raise ConfigError(file, f"{path}.refine.estimator", f"must be one of {', '.join(followers() + ('none',))}, got {name!r}")
     if not 0.0 < float(ref.get("branch_probability", 0.99)) <= 1.0:
         raise ConfigError(file, f"{path}.refine.branch_probability", f"a probability in (0, 1], got {ref['branch_probability']}")
     if not float(ref.get("sigma_z", 0.2)) > 0:
@@ -114,11 +129,12 @@ def follower_config(cfg: dict, mech, sensors, context=None) -> dict | None:
     if "resolved" in ref:
         return ref["resolved"]
     from mbde_core.estimators.options.schema import validate
-    from mbde_core.estimators.options.rule import INPUT_OBSERVERS, resolve_config
+    from mbde_core.estimators.options.rule import resolve_config
+    from mbde_core.estimators.registry import estimator_class
 
     name = ref["estimator"]
     opts = dict(ref.get("options") or {})
-    if name in INPUT_OBSERVERS:  # the cloud's model: an unknown motor is acceleration noise, not an input state
+    if estimator_class(name).traits.input_states:  # the cloud's model: an unknown motor is acceleration noise, not an input state
         opts.setdefault("inputs", [])
     return resolve_config(name, validate(name, opts, "<config>", "refine.options"), mech, sensors, context)
 

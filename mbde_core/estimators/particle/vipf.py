@@ -64,6 +64,7 @@ from mbde_core.engine.integrators import MBState
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.particle import scales as pf_scale
 from mbde_core.estimators.particle.filter import ParticleFilter, check_config
+from mbde_core.estimators.traits import Traits
 
 VI_INTEGRATORS = ("midpoint", "symplectic_euler")
 
@@ -86,6 +87,7 @@ class VIParticleFilter(ParticleFilter):
     """
 
     name = "vipf"
+    traits = Traits(noise_rule="particle", drivers=True, local=False)
     particles_per_dof = pf_scale.VIPF_PARTICLES_PER_DOF
     DEFAULTS = copy.deepcopy(ParticleFilter.DEFAULTS)
     DEFAULTS.update({

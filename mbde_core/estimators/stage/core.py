@@ -166,7 +166,7 @@ class EstimatorStage(StageRecovery):
         rq = reacquire or {}
         self.reacq = Reacquisition(rq.get("rejections", 1), rq.get("time", 0.0)) if reacquire else None
         self.inflation = float(rq.get("inflation", 100.0))
-        self.bank_size = int(rq.get("candidates", 0)) if getattr(estimator, "LOCAL", True) else 0
+        self.bank_size = int(rq.get("candidates", 0)) if estimator.traits.local else 0
         self.bank_window = float(rq.get("window", 0.3))
         self._bank: MultiStart | None = None
         self.first: float | None = None  # stamp of the first reading ever (a loop jumps back to it)

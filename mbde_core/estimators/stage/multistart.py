@@ -54,7 +54,7 @@ import math
 
 import numpy as np
 
-from mbde_core.estimators.base import InitialState, UpdateResult
+from mbde_core.estimators.base import EstimatorInterface, InitialState, UpdateResult
 
 LOST_SIGMA = 0.5
 DEFAULT_CAP = 25.0
@@ -189,8 +189,11 @@ def _speed(mech) -> np.ndarray:
     return np.maximum(np.asarray(_scales(mech).v, dtype=float), 1e-6)
 
 
-class MultiStart:
-    """The bank: an Estimator-like object the stage drives instead of ``est`` meanwhile."""
+class MultiStart(EstimatorInterface):
+    """The bank: the stage drives it instead of ``est`` meanwhile, so it implements the
+    whole estimator interface (:class:`~mbde_core.estimators.base.EstimatorInterface`),
+    each method on its members (the estimates, particles and diagnostics are the best
+    member's)."""
 
     def __init__(self, est, t: float, starts: list, window: float, cap: float, keep: bool = False,
                  prior: float = 0.0, ceiling: float | None = None):
@@ -225,6 +228,41 @@ class MultiStart:
     @property
     def t(self) -> float:
         return self.members[self.best].t
+
+    @property
+    def mech(self):
+        return self.est.mech
+
+    @property
+    def traits(self):
+        return self.est.traits
+
+    def reset(self, t: float, init: InitialState) -> None:
+        """A restart of the estimator ends the bank's decision: the estimator, reset, is its
+        only member."""
+        self.est.reset(t, init)
+        self.members = [self.est]
+        self.scores, self.logdet, self.known = np.zeros(1), np.zeros(1), np.zeros(1, dtype=bool)
+        self.best = 0
+        self.t0 = float(t)
+
+    def add_restart_hypotheses(self, reason: str, ceiling: float | None = None) -> bool:
+        """Every live member carries the restart as its own hypotheses if it can (a particle
+        filter); True if one did. The Kalman observers cannot (False): the bank, still
+        deciding, goes on (the stage then starts no other bank)."""
+        done = [m.add_restart_hypotheses(reason, ceiling) for k, m in enumerate(self.members)
+                if math.isfinite(self.scores[k])]
+        return any(done)
+
+    def particles(self):
+        return self.members[self.best].particles()
+
+    def diagnostics(self) -> dict:
+        return self.members[self.best].diagnostics()
+
+    def expect_steps(self, steps: int) -> None:
+        for member in self.members:
+            member.expect_steps(steps)
 
     def predict(self, dt: float) -> None:
         for k, member in enumerate(self.members):
