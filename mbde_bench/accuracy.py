@@ -64,7 +64,7 @@ def _run_task(truths, task):
     truths: {case: TruthRecord} shared by all tasks (simulated once by the caller)."""
     from mbde_core.estimators import make_estimator
     from mbde_core.estimators.base import InitialState, initial_sigmas
-    from mbde_core.estimators.options.rule import resolve_config
+    from mbde_core.estimators.configure import configure
     from mbde_core.estimators.assess.metrics import coordinate_errors, nees
     from mbde_core.estimators.stage.core import EstimatorStage
 
@@ -84,8 +84,8 @@ def _run_task(truths, task):
         t0 = time.perf_counter()
         try:
             if name != "smoother":
-                cfg = resolve_config(name, cfg, mech, sensors)  # `auto` options of a user config
-            sz, szd = initial_sigmas(cfg, mech.dof)
+                cfg = configure(name, cfg, mech, sensors)  # `auto` options of a user config
+            sz, szd = initial_sigmas(cfg["initial_sigma"] if name == "smoother" else cfg.initial_sigma, mech.dof)
             start = InitialState(init.z, init.zd, sz, szd, init.q, init.branch)
             if name == "smoother":
                 from mbde_bench.smoother import smooth_run
@@ -93,7 +93,7 @@ def _run_task(truths, task):
                 stamps, z, zd, covs, step_s = smooth_run(mech, sensors, meas, start, cfg)
             else:
                 est = make_estimator(name, mech, sensors, cfg, rng=np.random.default_rng(run))
-                stage = EstimatorStage(est, cfg["step"], lambda t: start, keep=True)
+                stage = EstimatorStage(est, cfg.step, lambda t: start, keep=True)
                 stage.feed(meas)
                 stage.advance_to(truth.t[-1] + 1e-9)
                 stage.flush()
@@ -122,7 +122,7 @@ def run(args) -> int:
     from mbde_bench.common import TruthRecord
     from mbde_core.config.paths import config_path
     from mbde_core.errors import DataError
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from mbde_core.estimators.configure import load as load_estimator_configs
     from mbde_core.scenario import load_scenario
     from mbde_core import runs
 

@@ -78,11 +78,12 @@ def run_adekf(mech, sensors, cfg, measurements, init, cmap=None):
     t (K,), z, zd, zdd (K, g), q, qd, qdd (K, n), a (K, n_a), a_sd (K, n_a), cost (K,) [s].
     ``cmap``: an already built coordinate map (shared between runs).
     """
+    from mbde_core.estimators.configure import configure
     from mbde_core.estimators.kalman.adekf import ADEKF
     from mbde_core.estimators.stage.core import EstimatorStage
 
-    est = ADEKF(mech, sensors, cfg, coordinate_map=cmap)
-    stage = EstimatorStage.from_config(est, cfg, lambda t: init)
+    est = ADEKF(mech, sensors, configure("adekf", cfg, mech, sensors), coordinate_map=cmap)
+    stage = EstimatorStage.for_estimator(est, lambda t: init)
     t0 = time.perf_counter()
     stage.feed(measurements)
     stage.flush()
@@ -441,13 +442,13 @@ def figures(sl, msc, out) -> list[str]:
 
 def run(args) -> int:
     from mbde_core.errors import DataError
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from mbde_core.estimators.configure import load
 
     if os.path.exists(args.out) and not args.force and os.listdir(args.out):
         raise DataError(f"--out: {args.out} exists and is not empty (use --force)")
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
-    base = load_estimator_configs(args.config, ["adekf"])["adekf"]
+    base = load(args.config, ["adekf"])["adekf"].as_dict()
 
     def log(msg):
         print(f"[{time.perf_counter() - t_start:6.1f} s] {msg}", flush=True)

@@ -22,11 +22,11 @@ def paper003_config(name: str) -> dict:
     """Options of ``name`` from config/estimators/paper003.yaml (paper 003's explicit tuning
     and forward-Euler transition) if it has a section, else the estimator's defaults. The
     benchmarks whose README tables were measured with those numbers (speed, faults, vi)
-    keep them; `mbde bench transfer` compares them with the default rule."""
-    from mbde_core.estimators.options.schema import defaults, load_estimator_configs
+    keep them; `mbde bench transfer` compares them with the default rule. Plain values
+    (validated), to edit and pass to ``make_estimator``."""
+    from mbde_core.estimators.configure import load
 
-    cfg = load_estimator_configs(config_path("estimators", "paper003.yaml"), [name])[name]
-    return cfg if cfg is not None else defaults(name)
+    return load(config_path("estimators", "paper003.yaml"), [name])[name].as_dict()
 
 
 

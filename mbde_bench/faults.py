@@ -146,9 +146,9 @@ def run(args) -> int:
     bad = [n for n in names if n not in ESTIMATORS] + [f for f in faults if f not in FAULT_NAMES]
     if bad:
         raise DataError(f"unknown estimator(s) or fault(s): {', '.join(bad)}")
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from mbde_core.estimators.configure import load
 
-    configs = load_estimator_configs(args.config or None, names)  # defaults unless --config
+    configs = {n: s.as_dict() for n, s in load(args.config or None, names).items()}  # defaults unless --config
     from mbde_bench.common import simulate_scenario_bag
 
     paths = _scenarios(args.scenarios)
@@ -257,10 +257,11 @@ def _steady_gate(records, t_s) -> dict:
 
 def _suitability(inputs, name, cfg) -> str:
     """The suitability level of the estimator with these sensors ('?' if it cannot be assessed)."""
-    from mbde_core.replay.runner import suitability
+    from mbde_core.estimators.configure import validate
+    from mbde_core.replay.runner import resolved_options, suitability
 
     try:
-        return suitability(inputs, name, cfg).level
+        return suitability(inputs, name, resolved_options(inputs, validate(name, cfg))).level
     except Exception as exc:  # noqa: BLE001 - the verdict is informative only
         return type(exc).__name__
 

@@ -96,7 +96,7 @@ def add_arguments(p):
 
 # ------------------------------------------------------------------------------ experiments
 def _tracking_tasks(args, sim_cfg):
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
 
     tasks = []
     for variant, cfg in (("mbde", sim_cfg), ("paper", _merge(sim_cfg, PAPER_VARIANT)), ("defaults", defaults("pf"))):

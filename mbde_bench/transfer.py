@@ -131,7 +131,7 @@ def run(args) -> int:
 
 def _tuned_config(name, scen, tuned):
     """The tuned options of ``name`` on ``scen`` (None: not tuned / meaningless)."""
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
 
     if name in KALMAN:
         r = tuned.get((scen, name))
@@ -141,7 +141,7 @@ def _tuned_config(name, scen, tuned):
         return None
     import numpy as np
 
-    q = float(np.max(np.atleast_1d(ukf.tuned["plant_noise"]["acceleration_psd"])))
+    q = float(np.max(np.atleast_1d(ukf.tuned.plant_noise.acceleration_psd)))
     cfg = defaults(name)
     if name == "pf":
         from mbde_core.tuning.output import pf_step

@@ -18,19 +18,19 @@ BAND = (0.3, 3.0)  # x the degrees of freedom 2g: the acceptance band of the mea
 
 def tune_task(shared, task):
     """(scenario, name, window, seed) -> TuneResult of the observer on the scenario's bag."""
-    from mbde_core.estimators.options.schema import defaults
-    from mbde_core.replay.runner import resolved_config
+    from mbde_core.estimators.configure import validate
+    from mbde_core.replay.runner import resolved_options
     from mbde_core.tuning.search import tune
 
     scen, name, window, seed = task
     src = shared[scen]
     readings = [m for m in src.measurements if m.stamp <= src.start + window]
-    return tune(src, readings, name, resolved_config(src, name, defaults(name)), seed=seed)
+    return tune(src, readings, name, resolved_options(src, validate(name)), seed=seed)
 
 
 def run_task(shared, task):
     """(scenario, name, variant, config or None, seed) -> row dict of metrics."""
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
     from mbde_core.estimators.assess.metrics import coordinate_errors, nees, record_arrays, truth_at
     from mbde_core.estimators.assess.suitability import UnsuitableError, precheck
     from mbde_core.replay.runner import run_estimator

@@ -58,7 +58,7 @@ def run_filter(mech, truth, rate: float, name: str, over: dict, particles: int, 
     """One filter run: per update (t, payload error [m], unique particles after resampling, ESS)."""
     from mbde_core.estimators import make_estimator
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
     from mbde_core.sensors.base import NoiseModel
     from mbde_core.sensors.point_position import PointPosition
     from mbde_core.sensors.sensor_set import SensorSet

@@ -9,7 +9,7 @@ from mbde_core.engine import dynamics, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.model.drivers import derivatives
 from mbde_core.model.loader import mechanism_spec_from_text
 from mbde_core.model.mechanism import Mechanism, load_mechanism

@@ -18,7 +18,8 @@ from conftest import mech_path, run_mbde
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import GATE, defaults
+from mbde_core.estimators.configure import defaults
+from mbde_core.estimators.options.common import GATE
 from mbde_core.estimators.particle.gate import predictive_d2
 from mbde_core.estimators.registry import ESTIMATOR_NAMES
 from mbde_core.estimators.stage.core import EstimatorStage
@@ -146,7 +147,7 @@ def stage_for(m, ss, name="dekf", z_offset=0.0, sigma_z=0.05, **kw):
     est = make_estimator(name, m, ss, cfg)
     z = m.q0[m.independent] + z_offset
     init = InitialState(z, m.qd0[m.independent], np.array([sigma_z]), np.array([0.5]), None)
-    return EstimatorStage.from_config(est, cfg, lambda t: init, **kw)
+    return EstimatorStage.for_estimator(est, lambda t: init, **kw)
 
 
 def z_of(stage):
@@ -377,7 +378,7 @@ def test_every_estimator_gates_outliers(rig, name):
     spiked = [Measurement(x.stamp, x.sensor, x.value + (2.0 if k % 40 == 20 else 0.0)) for k, x in enumerate(ms)]
     est = make_estimator(name, m, ss, cfg, rng=np.random.default_rng(0))
     init = InitialState(m.q0[m.independent], m.qd0[m.independent], np.array([0.05]), np.array([0.5]), m.q0, 0)
-    st = EstimatorStage.from_config(est, cfg, lambda t: init)
+    st = EstimatorStage.for_estimator(est, lambda t: init)
     st.feed(spiked)
     st.flush()
     n_out = sum(1 for k in range(len(ms)) if k % 40 == 20)

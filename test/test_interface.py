@@ -16,7 +16,7 @@ from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import Estimator, EstimatorInterface, InitialState
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.registry import estimator_class, names
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.estimators.stage.multistart import MultiStart
@@ -80,7 +80,7 @@ def _stage(m, ss, name):
         cfg = dict(cfg, particles=50, uniform=dict(cfg["uniform"], particles=200))
     est = make_estimator(name, m, ss, cfg, rng=np.random.default_rng(0))
     init = InitialState(m.q0[m.independent], m.qd0[m.independent], np.array([0.05]), np.array([0.5]), m.q0)
-    return EstimatorStage.from_config(est, est.config, lambda t: init)
+    return EstimatorStage.for_estimator(est, lambda t: init)
 
 
 @pytest.mark.parametrize("name", ["ukf", "errorekf", "viekf", "dekf", "cekf", "diekfpm", "pf", "vipf", "adekf"])

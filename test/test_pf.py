@@ -8,11 +8,11 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import REPO, run_mbde
+from conftest import REPO, load_options, run_mbde
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults, load_estimator_configs
+from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.particle.resampling import SCHEMES, resample
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.scenario import load_scenario
@@ -26,7 +26,7 @@ TABLE1 = os.path.join(REPO, "config", "estimators", "pf_table1.yaml")
 
 def table1():
     """Paper 000 Table 1 (config/estimators/pf_table1.yaml): the settings of its sec. 6.1."""
-    return load_estimator_configs(TABLE1, ["pf"])["pf"]
+    return load_options(TABLE1, ["pf"])["pf"]
 # Documented bound (README, config/estimators/pf.yaml): with a known initial state the crank
 # angle RMSE on pf_sim (perfect model, Table 1 settings) stays below 0.5 deg (measured ~0.1).
 KNOWN_START_RMSE_DEG = 0.5
@@ -51,7 +51,7 @@ def _run(sc, res, meas, cfg, seed=0):
     sig = cfg["initial_sigma"]
     start = InitialState(init.z, init.zd, np.full(1, sig["z"]), np.full(1, sig["zd"]), init.q, init.branch)
     rows = []
-    stage = EstimatorStage(est, cfg["step"], lambda t: start, keep=False,
+    stage = EstimatorStage(est, est.options.step, lambda t: start, keep=False,
                            on_step=lambda rec: rows.append((rec.estimate.stamp, rec.estimate.z[0], rec.estimate.branch_probabilities)))
     stage.feed(meas)
     stage.flush()
@@ -129,7 +129,7 @@ def test_degenerate_likelihoods_trigger_recovery_not_nan(sims):
         init = sc.estimator_initial_state()
         start = InitialState(init.z, init.zd, np.full(1, 0.05), np.full(1, 0.5), init.q, init.branch)
         recs = []
-        stage = EstimatorStage(est, cfg["step"], lambda t: start, on_step=recs.append, keep=False)
+        stage = EstimatorStage(est, est.options.step, lambda t: start, on_step=recs.append, keep=False)
         stage.feed(feed)
         stage.flush()
     d = est.diagnostics()
@@ -273,7 +273,7 @@ def test_uniform_prior_and_reproducibility(sims):
 
 
 def test_config_file_matches_defaults_and_errors(tmp_path):
-    cfg = load_estimator_configs(os.path.join(REPO, "config", "estimators", "pf.yaml"), ["pf"])["pf"]
+    cfg = load_options(os.path.join(REPO, "config", "estimators", "pf.yaml"), ["pf"])["pf"]
 
     def norm(x):
         if isinstance(x, dict):
@@ -283,7 +283,7 @@ def test_config_file_matches_defaults_and_errors(tmp_path):
         return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x
 
     assert norm(cfg) == norm(defaults("pf"))
-    rig = load_estimator_configs(os.path.join(REPO, "config", "estimators", "pf_rig.yaml"), ["pf"])["pf"]
+    rig = load_options(os.path.join(REPO, "config", "estimators", "pf_rig.yaml"), ["pf"])["pf"]
     assert (rig["particles"], rig["step"], rig["acceleration_sigma"]) == (50, 0.003, 32.0)
     t1 = table1()
     assert (t1["particles"], t1["step"], t1["acceleration_sigma"], t1["uniform"]["particles"]) == (100, 0.005, 8.0, 3000)
@@ -298,7 +298,7 @@ def test_config_file_matches_defaults_and_errors(tmp_path):
         f = tmp_path / "bad.yaml"
         f.write_text(text)
         with pytest.raises(ConfigError) as exc:
-            load_estimator_configs(str(f), ["pf"])
+            load_options(str(f), ["pf"])
         assert where in str(exc.value) and "bad.yaml" in str(exc.value)
     sc = load_scenario(PF_SIM)
     bad = copy.deepcopy(defaults("pf"))

@@ -5,7 +5,7 @@ import pytest
 
 from mbde_core.engine import kinematics
 from mbde_core.estimators import make_estimator
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.sensors.sensor_set import SensorSet
 
 

@@ -13,7 +13,7 @@ from mbde_bench.common import TruthRecord
 from mbde_bench.pf_multidof import RMSE_RATIO, _run_filter, convergence_time, steady_rmse
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.particle.lock import LockDetector
 from mbde_core.scenario import load_scenario
 
@@ -79,7 +79,7 @@ def test_defaults_follow_the_mechanism():
     est = make_estimator("pf", sc.estimator_mechanism(), sc.estimator_sensors(), defaults("pf"))
     R = est._noise("accel_rocker")[0]
     ukf = make_estimator("ukf", sc.estimator_mechanism(), sc.estimator_sensors(), defaults("ukf"))
-    widened = np.asarray(ukf.config["sensor_sigma"]["accel_rocker"]) ** 2
+    widened = np.asarray(ukf.options.sensor_sigma["accel_rocker"]) ** 2
     assert np.allclose(np.diag(R), widened, rtol=1e-9) and np.all(widened > 0.05**2 + 1.0)
 
 
@@ -131,7 +131,7 @@ def test_lock_injection_recovers_a_wrong_start():
 
     wrong = InitialState(truth.z[0] + 1.0, truth.zd[0], np.full(1, 0.01), np.full(1, 0.05), None, 0)
     rows = []
-    stage = EstimatorStage(est, cfg["step"], lambda t: wrong, keep=False,
+    stage = EstimatorStage(est, est.options.step, lambda t: wrong, keep=False,
                            on_step=lambda r: rows.append((r.estimate.stamp, r.estimate.z[0])))
     stage.feed(meas)
     stage.flush()

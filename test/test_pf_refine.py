@@ -13,8 +13,9 @@ from mbde_bench.common import TruthRecord
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults, validate
-from mbde_core.estimators.options.rule import resolve_config, scenario_context
+from mbde_core.estimators.configure import defaults, validate
+from mbde_core.estimators.configure import configure
+from mbde_core.estimators.options.rule import scenario_context
 from mbde_core.estimators.registry import estimator_rng
 from mbde_core.scenario import load_scenario
 
@@ -160,13 +161,13 @@ def test_follower_options_follow_the_rule_with_the_scenario_context():
     input state, unless its options give ``inputs``)."""
     sc = load_scenario(os.path.join(SCEN, "adekf_slider_crank.yaml"))
     mech, sensors, ctx = sc.estimator_mechanism(), sc.estimator_sensors(), scenario_context(sc)
-    pf_cfg = resolve_config("pf", defaults("pf"), mech, sensors, ctx)
-    ukf_cfg = resolve_config("ukf", validate("ukf", {"inputs": []}), mech, sensors, ctx)
+    pf_cfg = configure("pf", defaults("pf"), mech, sensors, ctx).as_dict()
+    ukf_cfg = configure("ukf", {"inputs": []}, mech, sensors, ctx).as_dict()
     assert pf_cfg["refine"]["resolved"]["inputs"] == []
     assert pf_cfg["refine"]["resolved"]["plant_noise"] == ukf_cfg["plant_noise"]
-    with_input = resolve_config("pf", validate("pf", {"refine": {"options": {"inputs": "auto"}}}), mech, sensors, ctx)
+    with_input = configure("pf", {"refine": {"options": {"inputs": "auto"}}}, mech, sensors, ctx).as_dict()
     assert [i["coordinate"] for i in with_input["refine"]["resolved"]["inputs"]] == ["theta"]  # given: kept
-    no_ctx = resolve_config("ukf", defaults("ukf"), mech, sensors, None)
+    no_ctx = configure("ukf", defaults("ukf"), mech, sensors, None).as_dict()
     assert ukf_cfg["plant_noise"]["acceleration_psd"] > no_ctx["plant_noise"]["acceleration_psd"]
     assert "resolved" not in defaults("pf")["refine"]  # the defaults are not touched
 
@@ -176,11 +177,12 @@ def test_tuned_pf_section_gives_the_follower_the_tuned_ukf():
     with the tuned UKF's options, a config the PF validates."""
     from types import SimpleNamespace
 
+    from mbde_core.estimators.registry import estimator_class
     from mbde_core.tuning.output import pf_section
 
     tuned = dict(defaults("ukf"), step=0.005, plant_noise={"acceleration_psd": 3.0, "velocity_psd": 0.0},
                  initial_sigma={"z": 0.05, "zd": 0.5})
-    ukf = SimpleNamespace(name="ukf", tuned=tuned)
+    ukf = SimpleNamespace(name="ukf", tuned=estimator_class("ukf").Options.from_dict(tuned))
     sec, note = pf_section([ukf], 0.005)
     assert sec["acceleration_sigma"] == pytest.approx((3.0 / 0.005) ** 0.5)
     assert sec["refine"] == {"estimator": "ukf", "options": {"plant_noise": {"acceleration_psd": 3.0, "velocity_psd": 0.0},
@@ -189,5 +191,5 @@ def test_tuned_pf_section_gives_the_follower_the_tuned_ukf():
     assert "follower" in note
     cfg = validate("pf", sec, "tuned.yaml", "pf")
     assert cfg["refine"]["options"]["plant_noise"]["acceleration_psd"] == 3.0
-    adekf = SimpleNamespace(name="adekf", tuned=dict(tuned))
+    adekf = SimpleNamespace(name="adekf", tuned=ukf.tuned)
     assert "refine" not in pf_section([adekf], 0.005)[0]  # the ADE-KF does not follow

@@ -141,7 +141,7 @@ def test_bad_estimator_config_is_one_line(bag, tmp_path):
 def test_estimator_failure_is_counted_and_the_run_goes_on(bag, monkeypatch):
     """An estimator exception in replay does what the live node does: counted, the track
     restarts from the initial guess at the next reading, no reading after it is lost."""
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
     from mbde_core.estimators.kalman.dekf import DEKF
     from mbde_core.replay.inputs import load_inputs
     from mbde_core.replay.runner import run_estimator

@@ -12,7 +12,7 @@ from mbde_bench.common import TruthRecord
 from mbde_core.config.paths import config_path
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.assess.metrics import chi2_band, coordinate_errors
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.rosio.bag import BagReader

@@ -112,7 +112,7 @@ def test_streamed_smooth_equals_the_windows_in_memory(bag, tmp_path, monkeypatch
     silent filter (lowered to 500 samples, 0.5 s here)."""
     from mbde_core.replay import evaluation
     from mbde_bench.smoother_cli import read_estimates
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
     from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
     from mbde_core.replay.inputs import load_inputs
     from mbde_core.replay.runner import initial_state

@@ -22,7 +22,6 @@ class ToyObserver(CovarianceInflation, Estimator):
 
     name = "toy"
     traits = Traits(cost=0.5, color=(0.1, 0.2, 0.3, 1.0), tunable=KALMAN_TUNABLE)
-    DEFAULTS: dict = {}
 
     def reset(self, t, init):
         g = self.mech.dof
@@ -63,7 +62,7 @@ class ToyObserver(CovarianceInflation, Estimator):
             e = np.zeros(self.x.size)
             e[k] = 1e-6
             H[:, k] = (self._h(names, self.x + e) - self._h(names, self.x - e)) / 2e-6
-        sig = self.config.get("sensor_sigma") or {}
+        sig = self.options.sensor_sigma
         R = np.diag(np.concatenate([np.full(self.sensors[n].dim, float(sig[n]) ** 2) if n in sig
                                     else np.diag(self.sensors[n].covariance()) for n in names]))
         y = o - h0

@@ -52,7 +52,7 @@ def run(args) -> int:
     import numpy as np
 
     from mbde_core.errors import DataError
-    from mbde_core.estimators.options.schema import defaults, load_estimator_configs
+    from mbde_core.estimators.configure import load
     from mbde_core.minimal import make_map
     from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
     from mbde_core.minimal.observability import observability_along, steady_states
@@ -64,7 +64,7 @@ def run(args) -> int:
     bad = [n for n in names if n not in sensors]
     if bad or not names:
         raise DataError(f"--only: unknown sensor(s) {', '.join(bad) or '(none)'} (sensors: {', '.join(sensors.names)})")
-    cfg = load_estimator_configs(args.config, ["adekf"])["adekf"] if args.config else defaults("adekf")
+    cfg = load(args.config, ["adekf"])["adekf"].as_dict()  # validated (no --config: the defaults)
     source = args.map or cfg["map"]
     if source == "learned" and cfg.get("map_file"):
         cmap = make_map(mech, "learned", file=cfg["map_file"])

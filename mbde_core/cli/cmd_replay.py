@@ -59,7 +59,7 @@ def run(args) -> int:
     from mbde_core import runs
     from mbde_core.cli.outputs import prepare_output_dir, results_like
     from mbde_core.errors import DataError
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from mbde_core.estimators.configure import load
     from mbde_core.estimators.registry import names as estimator_names
     from mbde_core.replay.outputs import summary_table
     from mbde_core.replay.pipeline import find_bags, replay, summary_rows, summary_text
@@ -72,7 +72,7 @@ def run(args) -> int:
         raise DataError("--sensors needs --mechanism")
     if args.reorder_window is not None and not 0.0 <= args.reorder_window <= 60.0:
         raise DataError(f"--reorder-window: must be in [0, 60] s, got {args.reorder_window}")
-    configs = load_estimator_configs(args.config, names)
+    configs = load(args.config, names)
     bags = find_bags(args.bag)
     prepare_output_dir(args.out, args.force, "replay", results_like("metrics.json", "report.md", "summary.csv"))
     outcomes = replay(bags, names, configs, args.out, storage=args.storage, seed=args.seed, plots=not args.no_plots,

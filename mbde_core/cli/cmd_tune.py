@@ -54,10 +54,10 @@ def run(args) -> int:
 
     from mbde_core import runs
     from mbde_core.errors import DataError
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from mbde_core.estimators.configure import load
     from mbde_core.estimators.assess.suitability import precheck
     from mbde_core.replay.inputs import load_inputs
-    from mbde_core.replay.runner import resolved_config
+    from mbde_core.replay.runner import resolved_options
     from mbde_core.tuning import output
 
     from mbde_core.estimators.registry import traits
@@ -77,7 +77,7 @@ def run(args) -> int:
     particle = [n for n in names if n in derived]
     if particle and not kalman:  # the PF's sigma_a comes from a tuned Kalman observer (the first that can follow it)
         kalman = [next(n for n in fitted if traits(n).follower)]
-    configs = load_estimator_configs(args.config, kalman + particle)
+    configs = load(args.config, kalman + particle)
     source = load_inputs(args.bag, args.mechanism, args.sensors)
     readings = [m for m in source.measurements if m.stamp <= source.start + args.window]
     if not readings:
@@ -87,7 +87,7 @@ def run(args) -> int:
     print(f"bag {args.bag}: {source.mechanism.name}, {len(readings)} readings in the first "
           f"{min(args.window, source.duration):g} s; tuning {', '.join(kalman)}"
           + (" (plant noise and sensor sigmas)" if args.sensors_sigma else " (plant noise)"))
-    tasks = [(n, resolved_config(source, n, configs[n]), bool(args.sensors_sigma), int(args.seed), bool(args.verbose))
+    tasks = [(n, resolved_options(source, configs[n]), bool(args.sensors_sigma), int(args.seed), bool(args.verbose))
              for n in kalman]
     outcomes = runs.run_tasks(_tune_task, tasks, (source, readings), label="tune", **runs.options(args))
     results = [o.value for o in outcomes if o.ok]

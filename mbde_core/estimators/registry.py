@@ -5,7 +5,8 @@
 CPU each, measured with ``time.process_time``). Everything else about an estimator -- its
 option defaults and its :class:`~mbde_core.estimators.traits.Traits` -- is declared on its
 class, so adding an estimator is its module plus one line here (or :func:`register` at run
-time, e.g. a test's toy observer).
+time, e.g. a test's toy observer). The estimators are built from their options by
+:func:`mbde_core.estimators.configure.make_estimator`.
 """
 from __future__ import annotations
 
@@ -69,15 +70,6 @@ def estimator_class(name: str):
 def traits(name: str):
     """The :class:`~mbde_core.estimators.traits.Traits` of estimator ``name``."""
     return estimator_class(name).traits
-
-
-def make_estimator(name: str, mech, sensors, config: dict, rng=None, context=None):
-    """Build estimator ``name`` for a mechanism model and its sensors; ``auto`` options are
-    resolved by the default-tuning rule (:func:`~mbde_core.estimators.options.rule.resolve_config`,
-    context: a scenario's rule inputs) and the estimator's ``config`` holds the numbers."""
-    from mbde_core.estimators.options.rule import resolve_config
-
-    return estimator_class(name)(mech, sensors, resolve_config(name, config, mech, sensors, context), rng)
 
 
 def estimator_rng(seed: int, name: str) -> np.random.Generator:

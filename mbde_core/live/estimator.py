@@ -3,7 +3,7 @@
 :class:`LiveEstimator` owns the estimator and its
 :class:`~mbde_core.estimators.stage.core.EstimatorStage` -- the stage ``mbde replay`` runs,
 built the same way (model, sensors and initial guess from the scenario / description,
-options validated by :mod:`mbde_core.estimators.options.schema`, seeded generator) -- and
+options validated and resolved by :mod:`mbde_core.estimators.configure`, seeded generator) -- and
 turns its steps into messages through a message factory. The node only forwards
 messages and clock readings to it and publishes what it hands back; the pure-Python
 tests drive it with ``rosbags`` messages and compare it with ``mbde replay``.
@@ -99,14 +99,21 @@ class LiveEstimator:
             raise ConfigError(scenario.file, "sensors", "the model has no sensors: nothing to estimate from")
         from dataclasses import replace
 
-        from mbde_core.estimators.options.rule import resolve_config, scenario_context
+        from mbde_core.estimators.configure import as_spec, resolve
+        from mbde_core.estimators.options.frozen import Options
+        from mbde_core.estimators.options.rule import force_limits, scenario_context
+        from mbde_core.estimators.assess.suitability import assess, precheck
 
-        # `auto` options from the default-tuning rule, as `mbde replay` resolves them
-        options = replace(options, config=resolve_config(options.name, options.config, self.mech, self.sensors,
-                                                         scenario_context(scenario)))
+        # `auto` options from the default-tuning rule, as `mbde replay` resolves them (once)
+        context = scenario_context(scenario)
+        try:
+            if not isinstance(options.config, Options):
+                options = replace(options, config=resolve(as_spec(options.name, options.config), self.mech, self.sensors,
+                                                          context))
+        except ModuleNotFoundError as exc:
+            raise ConfigError("<parameters>", "estimator",
+                              f"estimator {options.name!r} is not available in this installation ({exc})") from None
         self.opt = options
-        from mbde_core.estimators.assess.suitability import precheck
-
         precheck(options.name, self.sensors)  # a meaningless pair: one line, exit status 2
         init = scenario.estimator_initial_state()
         # exactly what `mbde replay` uses (mbde_core.replay.runner.initial_state)
@@ -114,19 +121,12 @@ class LiveEstimator:
                                                      initial_zd=np.asarray(init.zd, float),
                                                      initial_q=np.asarray(init.q, float),
                                                      initial_branch=init.branch), options.config)
-        try:
-            self.est = make_estimator(options.name, self.mech, self.sensors, options.config,
-                                      rng=estimator_rng(options.seed, options.name))
-        except ModuleNotFoundError as exc:
-            raise ConfigError("<parameters>", "estimator",
-                              f"estimator {options.name!r} is not available in this installation ({exc})") from None
-        self.step = float(options.config["step"])
-        from mbde_core.estimators.options.rule import force_limits
-        from mbde_core.estimators.assess.suitability import assess
-
+        self.est = make_estimator(options.name, self.mech, self.sensors, options.config,
+                                  rng=estimator_rng(options.seed, options.name))
+        self.step = float(options.config.step)
         # observability of [z, zd] (and inputs) at the initial state, as `mbde replay` reports it
         self.suitability = assess(options.name, self.mech, self.sensors, self.initial, self.step, self.est,
-                                  force_limits=force_limits(self.mech, options.config, scenario_context(scenario)))
+                                  force_limits=force_limits(self.mech, options.config.as_dict(), context))
         if self.suitability.warning:
             self.log("warn", self.suitability.message)
         self.frame_id = options.frame_id or scenario.frame_id
@@ -170,8 +170,7 @@ class LiveEstimator:
     def _new_stage(self) -> None:
         from mbde_core.estimators.stage.core import EstimatorStage
 
-        cfg = self.opt.config
-        self.stage = EstimatorStage.from_config(self.est, cfg, lambda t: self.initial,
+        self.stage = EstimatorStage.for_estimator(self.est, lambda t: self.initial,
                                                 backward_jump=self.opt.backward_jump, max_gap=self.opt.max_gap,
                                                 reorder_window=self.opt.reorder_window, on_step=self._on_step,
                                                 keep=False)

@@ -62,7 +62,9 @@ def find_bags(paths) -> list[str]:
 def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, mechanism_file=None,
            sensors_file=None, jobs=None, scheduler=None, log=print, reference=None, config_file=None,
            reorder_window=None) -> list[BagOutcome]:
-    """Run every estimator on every bag and write the outputs (see module doc).
+    """Run every estimator on every bag and write the outputs (see module doc). configs:
+    {name: validated Spec} (:func:`mbde_core.estimators.configure.load`), resolved here for
+    each bag before any run starts.
 
     reference ``smoother``: every bag is first smoothed (the ``smoother:`` options of
     config_file) and RMSE/NEES compare with the smoothed trajectory
@@ -75,6 +77,15 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
     sources = {b: open_source(b, mechanism_file, sensors_file) for b in bags}
     t_load = time.perf_counter() - t0
     outs = {b: out if len(bags) == 1 else os.path.join(out, os.path.basename(b)) for b in bags}
+    from mbde_core.replay.runner import resolved_options, suitability
+
+    verdicts, options = {}, {}
+    for b in bags:  # before running: options resolved for the bag (a bad name exits 2), a meaningless
+        for name in names:  # estimator exits 2, a weak one warns (one line)
+            options[(b, name)] = resolved_options(sources[b], configs[name], name)
+            verdicts[(b, name)] = v = suitability(sources[b], name, options[(b, name)])
+            if v.warning:
+                log(f"warning: {os.path.basename(b)}: {v.message}")
     refs = {}
     if reference == "smoother":  # streamed into a file per bag, which the tasks read back (replay/reference.py)
         from mbde_core.replay.smoothing import reference_path, smoother_reference
@@ -86,14 +97,6 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
             sources[b].reference, refs[b] = smoother_reference(sources[b], *smoother_cfg, reference_path(outs[b]))
             log(f"reference of {b}: the batch smoother, {refs[b]['status']} after {refs[b]['iterations']} iterations "
                 f"({refs[b]['wall_time_s']:.2f} s)")
-    from mbde_core.replay.runner import suitability
-
-    verdicts = {}
-    for b in bags:  # before running: a meaningless estimator exits 2, a weak one warns (one line)
-        for name in names:
-            verdicts[(b, name)] = v = suitability(sources[b], name, configs[name])
-            if v.warning:
-                log(f"warning: {os.path.basename(b)}: {v.message}")
     outcomes = []
     tasks = []
     for b in bags:
@@ -105,7 +108,7 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
             + ("" if src.has_truth else "; no ground truth"))
         outcomes.append(BagOutcome(b, bag_out, timings={"load": t_load / len(bags)}, reference=refs.get(b)))
         for name in names:
-            tasks.append(ReplayTask(b, name, configs[name], seed, part_path(bag_out, name), None,
+            tasks.append(ReplayTask(b, name, options[(b, name)], seed, part_path(bag_out, name), None,
                                     mechanism_file, sensors_file, reorder_window=reorder_window))
     from mbde_core.estimators.registry import traits
 

@@ -80,17 +80,17 @@ def validate_smoother(options, file: str = "<config>", path: str = "smoother") -
     return cfg
 
 
-def load_smoother_config(path) -> tuple[dict, dict]:
-    """(smoother options, options of its initial-guess filter) from an estimator config
-    file (None: defaults)."""
-    from mbde_core.estimators.options.schema import defaults, validate
+def load_smoother_config(path) -> tuple[dict, object]:
+    """(smoother options, the validated options (a Spec) of its initial-guess filter) from
+    an estimator config file (None: defaults)."""
+    from mbde_core.estimators.configure import validate
 
     if path is None:
         cfg = smoother_defaults()
-        return cfg, defaults(cfg["initial_guess"])
+        return cfg, validate(cfg["initial_guess"], None, "<defaults>")
     root = read_yaml(path)
     root.mapping()
     cfg = validate_smoother(root.get("smoother").value if root.has("smoother") else {}, root.file, "smoother")
     name = cfg["initial_guess"]
-    guess = validate(name, root.get(name).value, root.file, name) if root.has(name) else defaults(name)
+    guess = validate(name, root.get(name).value if root.has(name) else None, root.file, name)
     return cfg, guess

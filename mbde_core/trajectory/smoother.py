@@ -70,16 +70,17 @@ class SmoothedTrajectory:
 class BatchSmoother:
     """mech: the smoother's model (Mechanism, with its model errors); sensors: SensorSet;
     config: validated ``smoother`` options (:mod:`.config`; default: defaults);
-    guess_config: options of the initial-guess filter (default: its defaults; an ``auto``
-    plant noise becomes the smoother's own, the model the smoother fits)."""
+    guess_config: validated options (a :class:`~mbde_core.estimators.configure.Spec`, or
+    the user's options as a mapping) of the initial-guess filter (default: its defaults; an
+    ``auto`` plant noise becomes the smoother's own, the model the smoother fits)."""
 
-    def __init__(self, mech, sensors, config: dict | None = None, guess_config: dict | None = None):
-        from mbde_core.estimators.options.schema import defaults
+    def __init__(self, mech, sensors, config: dict | None = None, guess_config=None):
+        from mbde_core.estimators.configure import as_spec
 
         self.mech = mech
         self.sensors = sensors
         self.config = config or smoother_defaults()
-        self.guess_config = guess_config or defaults(self.config["initial_guess"])
+        self.guess_config = as_spec(self.config["initial_guess"], guess_config)
         self.model = MultibodyModel(mech, sensors)
         self.g = mech.dof
 
@@ -175,12 +176,13 @@ class ForwardGuess:
 
         self.sm, self.readings, self.init = smoother, readings, init
         name = smoother.config["initial_guess"]
-        cfg = dict(smoother.guess_config, step=smoother.dt)
-        pn = dict(cfg.get("plant_noise") or {})
+        spec = smoother.guess_config
+        pn = dict(spec.get("plant_noise") or {})  # (a particle filter has none)
+        changes = {"step": smoother.dt}
         if pn.get("acceleration_psd") == "auto":  # the default rule: the smoother's own plant noise instead
             pn["acceleration_psd"] = smoother.config["plant_noise"]["acceleration_psd"]
-            cfg["plant_noise"] = pn
-        est = make_estimator(name, smoother.mech, smoother.sensors, cfg, rng=np.random.default_rng(0))
+            changes["plant_noise"] = pn
+        est = make_estimator(name, smoother.mech, smoother.sensors, spec.replace(**changes), rng=np.random.default_rng(0))
         self.stage = EstimatorStage(est, smoother.dt, lambda t: init, max_gap=np.inf, backward_jump=np.inf)
         self.total = readings.first + readings.N if end is None else end  # global end of the grid
         self.stream = iter(readings_measurements(readings))

@@ -32,7 +32,7 @@ def _traits(name: str):
 
 def section(result) -> dict:
     """The YAML section of one tuned Kalman observer."""
-    cfg = result.tuned
+    cfg = result.tuned.as_dict()
     out = {k: _plain(cfg[k]) for k in KEYS if k in cfg}
     if cfg.get("sensor_sigma"):
         out["sensor_sigma"] = _plain(cfg["sensor_sigma"])
@@ -43,8 +43,8 @@ def section(result) -> dict:
     return out
 
 
-def pf_step(cfg: dict) -> float:
-    """The PF's step [s] (its configured number; 5 ms if it has none)."""
+def pf_step(cfg) -> float:
+    """The PF's step [s] (its configured number, in its validated options; 5 ms if it has none)."""
     step = cfg.get("step")
     return float(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else 0.005
 
@@ -55,7 +55,7 @@ def pf_section(results, pf_step: float, name: str = "pf") -> tuple[dict, str]:
     src = next((r for r in results if _traits(r.name).follower), results[0] if results else None)
     if src is None:
         return {}, f"no Kalman observer was tuned: the {name} keeps its defaults"
-    q = float(np.max(np.atleast_1d(src.tuned["plant_noise"]["acceleration_psd"])))
+    q = float(np.max(np.atleast_1d(src.tuned.plant_noise.acceleration_psd)))
     sigma = math.sqrt(q / pf_step)
     out = {"acceleration_sigma": sigma}
     note = ""

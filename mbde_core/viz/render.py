@@ -269,11 +269,11 @@ def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, s
         raise DataError(f"--out {out}: write a .gif (animation) or a .png (one frame)")
     truth_mech, est_mech, tracks = load_tracks(bags, mechanism_file)
     if estimators:
-        from mbde_core.estimators.options.schema import load_estimator_configs
+        from mbde_core.estimators.configure import load
         from mbde_core.replay.inputs import load_inputs
         from mbde_core.replay.runner import run_estimator
 
-        configs = load_estimator_configs(config, list(estimators))
+        configs = load(config, list(estimators))
         inputs = load_inputs(bags[0], mechanism_file)
         est_mech = inputs.mechanism
         runs = [run_estimator(inputs, name, configs[name], seed=seed) for name in estimators]

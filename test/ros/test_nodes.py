@@ -252,11 +252,12 @@ def test_estimator_tracks_simulated_ground_truth(name, node_processes, probe, ro
     assert len(gt) >= 0.95 * n_truth and len(readings) >= 0.7 * n_truth
     assert est_js, f"no {ns}/joint_states\n{est.logs()}"
     rms, worst, n = tracking_error(est_js, gt, z_name)
-    from mbde_core.estimators.options.rule import resolve_config, scenario_context
+    from mbde_core.estimators.configure import resolve
+    from mbde_core.estimators.options.rule import scenario_context
 
-    cfg = resolve_config(name, load_config(name, ""), scenario.estimator_mechanism(), scenario.estimator_sensors(),
-                         scenario_context(scenario))  # `step: auto`, resolved as the node resolves it
-    step = float(cfg["step"])
+    cfg = resolve(load_config(name, ""), scenario.estimator_mechanism(), scenario.estimator_sensors(),
+                  scenario_context(scenario))  # `step: auto`, resolved as the node resolves it
+    step = float(cfg.step)
     print(f"\n{name}: {len(gt)} ground-truth and {len(est_js)} estimate JointStates, {len(states)} MechanismStates,"
           f" {len(markers)} MarkerArrays, {len(particles)} ParticleSets; {z_name} error after 0.5 s: "
           f"RMS {rms:.4g} rad, max {worst:.4g} rad over {n} estimates")

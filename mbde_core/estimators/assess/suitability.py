@@ -132,11 +132,12 @@ def information(mech, sensors, z0, zd0, q0, step: float, horizon: float = HORIZO
 
 
 def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float = HORIZON,
-           force_limits=None) -> Suitability:
+           force_limits=None, options=None) -> Suitability:
     """The verdict for estimator ``name`` with ``sensors`` from the initial state ``init``
     (an :class:`~mbde_core.estimators.base.InitialState`); est: the built estimator (the
     ADE-KF's augmented model is read from it); force_limits: (g,) bounds of unknown forces
-    (the rule's, :func:`~mbde_core.estimators.options.rule.force_limits`)."""
+    (the rule's, :func:`~mbde_core.estimators.options.rule.force_limits`); options: its
+    resolved options (default: the built estimator's)."""
     from mbde_core.estimators.options.mechanism_scales import mechanism_scales
     from mbde_core.estimators.options.rule import SIGMA_Z, SIGMA_ZD
 
@@ -171,7 +172,7 @@ def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float
     if cls.traits.pbh and est is not None and out.level == "ok":
         out = _adekf_pbh(est, visited, out)
     if out.level == "ok" and force_limits is not None and np.any(np.asarray(force_limits) > 0) \
-            and not cls.estimates_inputs(getattr(est, "config", None) or {}):
+            and not cls.estimates_inputs(options if options is not None else getattr(est, "options", None)):
         limits = ", ".join(f"{n} {f:g}" for n, f in zip(mech.independent_names, force_limits) if f > 0)
         out = Suitability("weak", f"{name}: unknown forces up to {limits} (N, N m) act on the linkage and {name} has no "
                                   f"input states: it can only treat them as plant noise ({_input_advice()})", rank, 2 * g,
@@ -202,7 +203,7 @@ def _input_advice() -> str:
     unknown forces, then those with input states (``inputs: auto``)."""
     from mbde_core.estimators.registry import estimator_class, names
 
-    always = [n for n in names() if estimator_class(n).estimates_inputs({})]
+    always = [n for n in names() if estimator_class(n).estimates_inputs(None)]
     states = [n for n in names() if estimator_class(n).traits.input_states]
     return f"use {' or '.join(always)}, or a Kalman observer -- {', '.join(states)} -- with its default `inputs: auto`"
 

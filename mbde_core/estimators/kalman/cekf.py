@@ -71,6 +71,8 @@ problem started from the previous iterate's q + R dz. The correction's Newton it
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
@@ -79,6 +81,8 @@ from mbde_core.estimators.kalman.algebra import (STEP_HALVINGS, ekf_update, gate
                                          update_result)
 from mbde_core.estimators.kalman.base import ReducedKalman
 from mbde_core.estimators.noise import van_loan
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.options.common import KalmanOptions, input_field
 from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 NEWTON_TOL = 1e-12
@@ -100,23 +104,34 @@ def _measurement_part(P, H, R, gain=1.0):
     return 0.5 * (P + P.T)
 
 
+@dataclass(frozen=True)
+class CEKFOptions(KalmanOptions):
+    """The CEKF's options: the common ones and these."""
+
+    newton_iterations: int = 5           # Newton iterations of the correction per update (>= 0)
+    correction_at: str = "reading"       # reading | both_ends (paper 003 eqs. 8-9)
+    measurement_order: int = 2
+    inputs: tuple | str = input_field()  # auto: the rule's (none without force limits)
+    input_jump_nis: float = 16.0
+
+
 class CEKF(InputStates, ReducedKalman):
     name = "cekf"
+    Options = CEKFOptions
     traits = Traits(cost=2.5, color=(0.55, 0.34, 0.29, 1.0), slot=6, tunable=KALMAN_TUNABLE, input_states=True,
                     follower=True)
-    DEFAULTS = {"newton_iterations": 5, "correction_at": "reading", "measurement_order": 2, "inputs": "auto",
-                "input_jump_nis": 16.0}
 
-    @staticmethod
-    def validate_config(cfg, file, path):
-        from mbde_core.errors import ConfigError
-
+    @classmethod
+    def validate_config(cls, cfg, file, path):
         if cfg["correction_at"] not in CORRECTION_AT:
             raise ConfigError(file, f"{path}.correction_at", f"must be one of {', '.join(CORRECTION_AT)}")
+        n = cfg["newton_iterations"]
+        if not (n >= 0 and float(n).is_integer()):
+            raise ConfigError(file, f"{path}.newton_iterations", f"a whole number >= 0, got {n}")
         validate_inputs(cfg, file, path)
 
-    def __init__(self, mech, sensors, config, rng=None):
-        super().__init__(mech, sensors, config, rng)
+    def __init__(self, mech, sensors, options, rng=None):
+        super().__init__(mech, sensors, options, rng)
         self._saved = None
         self._x_pred = None
         self._const = {}  # dt -> (A, Qc, Phi, Qd, Jg^-1 without correction) for the simple A
@@ -127,11 +142,11 @@ class CEKF(InputStates, ReducedKalman):
         without inputs."""
         if self.k:
             return self._linear_part_inputs(x0, q0, dt, st0)
-        simple = self.config["transition_jacobian"] == "simple"
+        simple = self.options.transition_jacobian == "simple"
         if simple and dt in self._const:
             return self._const[dt]
         g = self.g
-        A = self.model.transition_jacobian(self.t, x0, q0, self.config["transition_jacobian"])
+        A = self.model.transition_jacobian(self.t, x0, q0, self.options.transition_jacobian)
         Qc = self._plant_density()
         Phi, Qd = van_loan(A, Qc, dt)
         out = (A, Qc, Phi, Qd, np.linalg.inv(np.eye(2 * g) - 0.5 * dt * A))
@@ -144,9 +159,9 @@ class CEKF(InputStates, ReducedKalman):
         inputs, their random walks' densities."""
         g, g2 = self.g, 2 * self.g
         Qc = np.zeros((g2 + self.k, g2 + self.k))
-        pn = self.config["plant_noise"]
-        Qc[:g, :g] = np.eye(g) * pn.get("velocity_psd", 0.0)
-        Qc[g:g2, g:g2] = np.eye(g) * pn["acceleration_psd"]
+        pn = self.options.plant_noise
+        Qc[:g, :g] = np.eye(g) * pn.velocity_psd
+        Qc[g:g2, g:g2] = np.eye(g) * pn.acceleration_psd
         if self.k:
             Qc[g2:, g2:] = np.diag(self._u_psd)
         return Qc
@@ -156,7 +171,7 @@ class CEKF(InputStates, ReducedKalman):
         Qc the inputs' random-walk densities."""
         g, g2, n = self.g, 2 * self.g, 2 * self.g + self.k
         A = np.zeros((n, n))
-        A[:g2, :g2] = self.model.transition_jacobian(self.t, x0[:g2], q0, self.config["transition_jacobian"],
+        A[:g2, :g2] = self.model.transition_jacobian(self.t, x0[:g2], q0, self.options.transition_jacobian,
                                                      extra_Q=self.extra_forces())
         A[g:g2, g2:] = self.input_gain(st0.R)
         Qc = self._plant_density()
@@ -217,7 +232,7 @@ class CEKF(InputStates, ReducedKalman):
         g = self.g
         model = self.model
         last = None
-        for _ in range(int(self.config.get("newton_iterations", 5))):
+        for _ in range(int(self.options.newton_iterations)):
             st, _ok = model.solve_full(self.t, x1[:g], x1[g : 2 * g], guess)
             if st.zdd is None or not np.all(np.isfinite(st.zdd)):  # no dynamics at this iterate
                 break
@@ -313,14 +328,14 @@ class CEKF(InputStates, ReducedKalman):
         pred2, R = self.second_order(names, pred, R)
         o = o - (pred2 - pred)  # the second-order mean offset, carried by the reading into the correction
         y = self.model.residual(names, o, pred)
-        if self.k and self.config.get("input_jump_nis"):
+        if self.k and self.options.input_jump_nis:
             self._input_jump(y, H, R)
         S = H @ self.P @ H.T + R
         dist = []
         accepted, rejected, rows = gate_rows(names, dims, y, S, gates, dist)
         if rows.size == 0:
             return UpdateResult([], rejected, distances=dist)
-        both_ends = self.config.get("correction_at", "reading") == "both_ends"
+        both_ends = self.options.correction_at == "both_ends"
         if both_ends and self._saved is None:  # no step to redo (just reset or rebased): the discrete update
             return self._discrete_update(names, dims, y, H, R, gates)
         result = update_result(accepted, rejected, y[rows], S[np.ix_(rows, rows)])
@@ -360,7 +375,7 @@ class CEKF(InputStates, ReducedKalman):
         g2 = 2 * self.g
         idx = np.arange(g2, g2 + self.k)
         Pa = self.P[idx, idx]
-        V = jump_variance(Pa, y, H @ self.P @ H.T + R, H[:, g2:], self._u_sigma0**2, self.config["input_jump_nis"])
+        V = jump_variance(Pa, y, H @ self.P @ H.T + R, H[:, g2:], self._u_sigma0**2, self.options.input_jump_nis)
         if V is None:
             return
         self.P = self.P.copy()

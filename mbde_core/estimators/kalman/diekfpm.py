@@ -77,6 +77,8 @@ when Pz is not positive definite, and the plant noise is cached per dt.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from mbde_core.engine import dynamics, kinematics
@@ -84,36 +86,57 @@ from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sen
 from mbde_core.estimators.kalman.diekfpm_inputs import DependentInputs, validate_dependent_inputs
 from mbde_core.estimators.kalman.algebra import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, update_result
 from mbde_core.estimators.kalman.reduced import ReducedModel
-from mbde_core.estimators.kalman.transition import transition_orders, euler_covariance, heun_step, position_step
+from mbde_core.estimators.kalman.transition import check_transition, euler_covariance, heun_step, position_step, transition_orders
 from mbde_core.types import MechanismSnapshot
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.options.common import KalmanOptions, input_field
 from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 NORMAL_NOISE_RATIO = 1e-6  # W relative to the plant noise (module doc, "Normal freedom")
 
 
+@dataclass(frozen=True)
+class DIEKFpmOptions(KalmanOptions):
+    """The DIEKFpm's options: the common ones (transition_jacobian full by default: the
+    common default is paper 003's simple F; module doc, "Covariance": at rest at the
+    rocker's dead point the full A is what ties the crank angle to the readings) and these."""
+
+    transition_jacobian: str = "full"
+    iterations: int = 3                  # iterated-EKF iterations per update (>= 1)
+    normal_noise_ratio: float = NORMAL_NOISE_RATIO
+    transition: str = "heun"
+    inputs: tuple | str = input_field()  # auto: the rule's (none without force limits; diekfpm_inputs.py)
+    input_jump_nis: float = 16.0
+
+
 class DIEKFpm(DependentInputs, Estimator):
     name = "diekfpm"
+    Options = DIEKFpmOptions
     traits = Traits(cost=3.0, color=(0.89, 0.47, 0.76, 1.0), slot=7, tunable=KALMAN_TUNABLE, input_states=True,
                     follower=True)
-    # transition_jacobian: full by default (the common default is paper 003's simple F; see
-    # the module doc, "Covariance": at rest at the rocker's dead point the full A is what
-    # ties the crank angle to the readings)
-    DEFAULTS = {"iterations": 3, "normal_noise_ratio": NORMAL_NOISE_RATIO, "transition": "heun",
-                "transition_jacobian": "full", "inputs": "auto", "input_jump_nis": 16.0}  # inputs: diekfpm_inputs.py
-    validate_config = staticmethod(validate_dependent_inputs)
+
+    @classmethod
+    def validate_config(cls, cfg, file, path):
+        n = cfg["iterations"]
+        if not (n >= 1 and float(n).is_integer()):
+            raise ConfigError(file, f"{path}.iterations", f"a whole number >= 1, got {n}")
+        if not cfg["normal_noise_ratio"] >= 0:
+            raise ConfigError(file, f"{path}.normal_noise_ratio", f"must be >= 0, got {cfg['normal_noise_ratio']}")
+        check_transition(cfg, file, path)
+        validate_dependent_inputs(cfg, file, path)
 
     @classmethod
     def transition_orders(cls, cfg):
         return transition_orders(cfg)
 
-    def __init__(self, mech, sensors, config, rng=None):
-        super().__init__(mech, sensors, config, rng)
+    def __init__(self, mech, sensors, options, rng=None):
+        super().__init__(mech, sensors, options, rng)
         self.model = ReducedModel(mech, sensors)
         self.n = mech.n
         self.X = np.concatenate([mech.q0, mech.qd0])
         self.P = np.eye(2 * self.n)
         self._iso = np.zeros((2 * self.n, 2 * self.n))
-        self._sigma = sensor_variances(config)
+        self._sigma = sensor_variances(options)
         self._T_at = None  # (X, T) of the last projected mean
         self._init_inputs()
 
@@ -131,7 +154,7 @@ class DIEKFpm(DependentInputs, Estimator):
         T = self._T(q, qd)
         Ta = self._Ta(T)
         self.P = Ta @ Pz @ Ta.T
-        Qz = self.plant_noise(float(self.config["step"]))
+        Qz = self.plant_noise(float(self.options.step))
         self._iso = self._coordinate_noise(T @ Qz @ T.T)
         self._T_at = None
 
@@ -152,7 +175,7 @@ class DIEKFpm(DependentInputs, Estimator):
     def _coordinate_noise(self, Qq):
         """Isotropic q-space noise with the per-coordinate average of the tangent noise Qq."""
         n = self.n
-        r = float(self.config["normal_noise_ratio"])
+        r = float(self.options.normal_noise_ratio)
         pos = r * np.trace(Qq[:n, :n]) / n
         vel = r * np.trace(Qq[n:, n:]) / n
         return np.diag(np.concatenate([np.full(n, pos), np.full(n, vel)]))
@@ -171,7 +194,7 @@ class DIEKFpm(DependentInputs, Estimator):
         qdd = self._qdd(q, qd)
         g = self.mech.dof
         Qz = self.plant_noise(dt)
-        full = self.config.get("transition_jacobian", "simple") == "full"
+        full = self.options.transition_jacobian == "full"
         if self.k:
             Fz = np.eye(2 * g)
             Fz += dt * self._transition_jacobian() if full else np.eye(2 * g, k=g) * dt  # else [[I, dt I], [0, I]]
@@ -185,11 +208,11 @@ class DIEKFpm(DependentInputs, Estimator):
             self.Pz = euler_covariance(self.Pz, dt, g) + Qz
         T = self._prior_T(self.X)
         self._iso = self._coordinate_noise(T @ Qz @ T.T)
-        if self.config.get("transition") == "heun":  # second stage at the constant-acceleration prediction
+        if self.options.transition == "heun":  # second stage at the constant-acceleration prediction
             qdd1 = self._qdd(q + dt * qd + (0.5 * dt * dt) * qdd, qd + dt * qdd)
             self.X = heun_step(self.X[None], qdd[None], qdd1[None], dt, n)[0]
         else:
-            self.X = np.concatenate([position_step(self.config, q, qd, qdd, dt), qd + dt * qdd])
+            self.X = np.concatenate([position_step(self.options.transition, q, qd, qdd, dt), qd + dt * qdd])
         self.t += dt
         self._iterated_update([], np.zeros(0), None, None)
 
@@ -271,7 +294,7 @@ class DIEKFpm(DependentInputs, Estimator):
         if ds:
             dims = [self.sensors[nm].dim for nm in names]
             srows = None
-            for it in range(int(self.config["iterations"])):
+            for it in range(int(self.options.iterations)):
                 h, H = self._augmented(names, X, constraints=False)
                 y = self.model.residual(names, o, h)
                 S = H @ P @ H.T + Rs

@@ -39,6 +39,14 @@ def transition_orders(cfg: dict) -> tuple[int, int]:
     return ORDERS[cfg["transition"]]
 
 
+def check_transition(cfg: dict, file: str, path: str) -> None:
+    """The ``transition`` option is one of TRANSITIONS."""
+    from mbde_core.errors import ConfigError
+
+    if cfg["transition"] not in TRANSITIONS:
+        raise ConfigError(file, f"{path}.transition", f"must be one of {', '.join(TRANSITIONS)}, got {cfg['transition']!r}")
+
+
 def heun_step(X, zdd0, zdd1, dt: float, g: int):
     """Heun's (explicit trapezoidal) step of x = [z, zd] (N, 2g) from the accelerations at
     the start (zdd0) and at the constant-acceleration prediction (zdd1), (N, g) each:
@@ -48,9 +56,9 @@ def heun_step(X, zdd0, zdd1, dt: float, g: int):
     return np.hstack([z + dt * zd + (dt * dt / 6.0) * (2.0 * zdd0 + zdd1), zd + (0.5 * dt) * (zdd0 + zdd1)])
 
 
-def position_step(config: dict, z, zd, zdd, dt: float):
-    """z+ for the configured transition; z, zd, zdd: arrays of one shape ((g,), (N, g), (n,))."""
-    if config.get("transition", TRANSITION_DEFAULT) == "euler":
+def position_step(transition: str, z, zd, zdd, dt: float):
+    """z+ for the ``transition``; z, zd, zdd: arrays of one shape ((g,), (N, g), (n,))."""
+    if transition == "euler":
         return z + dt * zd
     return z + dt * zd + (0.5 * dt * dt) * zdd
 

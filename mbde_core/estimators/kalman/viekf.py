@@ -51,39 +51,49 @@ Cost: a variational step (Newton on g unknowns) plus ~4 g small solves per predi
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from mbde_core.engine.integrators import MBState
 from mbde_core.engine.vi_linearize import step_jacobian
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.kalman.errorekf import ErrorEKF
+from mbde_core.estimators.kalman.errorekf import ErrorEKF, ErrorEKFOptions
 from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 VI_INTEGRATORS = ("midpoint", "symplectic_euler")
 STRUCTURED = ("without_inputs", "always", "never")
 
 
+@dataclass(frozen=True)
+class VIEKFOptions(ErrorEKFOptions):
+    """The errorEKF's options with a variational integrator and the structured Jacobian."""
+
+    integrator: str = "midpoint"           # midpoint | symplectic_euler (variational only)
+    # the step's exact Jacobian for [z, zd] without estimated inputs only, the Euler block
+    # with them (module doc, "Inputs") | always | never
+    structured: str = "without_inputs"
+
+
 class VIEKF(ErrorEKF):
     name = "viekf"
     traits = Traits(tunable=KALMAN_TUNABLE, input_states=True, follower=True)
-    # structured: the step's exact Jacobian for [z, zd] without estimated inputs only, the
-    # Euler block with them (module doc, "Inputs")
-    DEFAULTS = dict(ErrorEKF.DEFAULTS, integrator="midpoint", structured="without_inputs")
+    Options = VIEKFOptions
 
-    @staticmethod
-    def validate_config(cfg, file, path):
+    @classmethod
+    def validate_config(cls, cfg, file, path):
         if cfg["integrator"] not in VI_INTEGRATORS:
             raise ConfigError(file, f"{path}.integrator", f"must be one of {', '.join(VI_INTEGRATORS)} (variational)")
-        if cfg.get("structured", STRUCTURED[0]) not in STRUCTURED:
+        if cfg["structured"] not in STRUCTURED:
             raise ConfigError(file, f"{path}.structured", f"must be one of {', '.join(STRUCTURED)}, got {cfg['structured']!r}")
-        ErrorEKF.validate_config(cfg, file, path)
+        super().validate_config(cfg, file, path)
 
-    def __init__(self, mech, sensors, config, rng=None):
-        config = dict(config, transition_jacobian="simple")  # F is the structured one
-        super().__init__(mech, sensors, config, rng)
-        structured = config.get("structured", STRUCTURED[0])
+    def __init__(self, mech, sensors, options, rng=None):
+        options = options.replace(transition_jacobian="simple")  # F is the structured one
+        super().__init__(mech, sensors, options, rng)
+        structured = options.structured
         self.structured = (not self.k) if structured == STRUCTURED[0] else structured == "always"
-        self.midpoint = config["integrator"] == "midpoint"
+        self.midpoint = options.integrator == "midpoint"
         self.linearisation_failures = 0
 
     def _predict_one(self, dt: float) -> None:

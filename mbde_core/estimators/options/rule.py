@@ -82,18 +82,26 @@ import math
 
 import numpy as np
 
-AUTO = "auto"
-MODEL_ERROR = 0.1
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.options.common import AUTO, MODEL_ERROR, Rule
+from mbde_core.estimators.options.mechanism_scales import mechanism_scales
+from mbde_core.estimators.options.sensor_scales import widened_sigmas
+
 STEP_MAX = 0.005   # s
 STEP_TURN = 0.05   # rad per step at the motion's frequency
 SIGMA_Z = 0.05     # of ell
 SIGMA_ZD = 0.05    # of v
-RULE_DEFAULTS = {"model_error": MODEL_ERROR, "force_limits": {}}
+RULE_DEFAULTS = Rule.defaults()
+# the particle filters' part (an unknown motor, :func:`_particle_motor`; their own rules of
+# :mod:`~mbde_core.estimators.particle.scales` use the same numbers)
+ACCEL_FRACTION = 0.5       # sigma_a = ACCEL_FRACTION x the RMS model acceleration at rest
+VELOCITY_MARGIN = 1.25     # the uniform start's velocity range: +- VELOCITY_MARGIN x the speed scale
 
 
 def model_error(cfg: dict) -> float:
-    """eps of the options ``cfg`` (``rule.model_error``, default MODEL_ERROR)."""
-    return float((cfg.get("rule") or {}).get("model_error", MODEL_ERROR))
+    """eps of the options ``cfg``: ``rule.model_error`` (MODEL_ERROR for an estimator
+    without the ``rule`` options: the particle filters)."""
+    return float(cfg["rule"]["model_error"]) if "rule" in cfg else MODEL_ERROR
 
 
 def has_auto(cfg: dict) -> bool:
@@ -104,28 +112,26 @@ def has_auto(cfg: dict) -> bool:
     return False
 
 
-def force_limits(mech, cfg: dict, context=None) -> np.ndarray:
+def force_limits(mech, cfg: dict, context=None, where=("<estimator config>", "")) -> np.ndarray:
     """(g,) unknown-force bounds on the independent coordinates: the config's
-    ``rule.force_limits`` (by coordinate name) over the context's (a scenario's motor)."""
+    ``rule.force_limits`` (by coordinate name) over the context's (a scenario's motor);
+    where: (file, key path) of the options, for the error of an unknown coordinate."""
     out = np.zeros(mech.dof)
     if context is not None and context.get("force_limits") is not None:
         out = np.maximum(out, np.asarray(context["force_limits"], float))
     names = list(mech.independent_names)
-    for key, value in ((cfg.get("rule") or {}).get("force_limits") or {}).items():
+    for key, value in (cfg["rule"]["force_limits"] if "rule" in cfg else {}).items():
         if key not in names:
-            from mbde_core.errors import ConfigError
-
-            raise ConfigError("<estimator config>", f"rule.force_limits.{key}",
+            file, path = where
+            raise ConfigError(file, f"{path + '.' if path else ''}rule.force_limits.{key}",
                               f"not an independent coordinate (choose from {', '.join(names)})")
         out[names.index(key)] = float(value)
     return out
 
 
-def rule_scales(mech, cfg: dict, context=None):
-    from mbde_core.estimators.options.mechanism_scales import mechanism_scales
-
+def rule_scales(mech, cfg: dict, context=None, where=("<estimator config>", "")):
     speed = None if context is None else context.get("speed")
-    return mechanism_scales(mech, force_limits(mech, cfg, context), speed)
+    return mechanism_scales(mech, force_limits(mech, cfg, context, where), speed)
 
 
 def auto_step(sc, sensors) -> float:
@@ -145,7 +151,7 @@ def auto_psd(cls, cfg: dict, sc, dt: float, covered=None) -> tuple[np.ndarray, n
     pz, pv = cls.transition_orders(cfg)
     adekf = cls.traits.noise_rule == "adekf"
     if adekf:
-        dt = dt / max(1, int(cfg.get("substeps", 1)))
+        dt = dt / max(1, int(cfg["substeps"]))
     a, w = sc.a, sc.w
     q_vel = a**2 * dt**3 / 4.0 if pz == 1 else 0.0 * a
     q_model = (eps * sc.a_g) ** 2 / sc.w_g
@@ -156,35 +162,24 @@ def auto_psd(cls, cfg: dict, sc, dt: float, covered=None) -> tuple[np.ndarray, n
     return q_model + a_f**2 / sc.w + q_disc, q_vel
 
 
-def resolve_config(name, cfg: dict, mech, sensors, context=None) -> dict:
-    """A copy of the validated options ``cfg`` of estimator ``name`` (or its class) with
-    every ``auto`` replaced by the rule (module doc) for ``mech`` and ``sensors``; ``cfg``
-    itself if nothing is ``auto`` and no sensor is widened. context: {"force_limits": (g,),
-    "speed": (g,)} from a scenario (:func:`scenario_context`) or None."""
-    if isinstance(name, str):
-        from mbde_core.estimators.registry import estimator_class
-
-        cls = estimator_class(name)
-    else:
-        cls = name
+def resolve_config(cls, cfg: dict, mech, sensors, context=None, where=("<estimator config>", "")) -> dict:
+    """A copy of the validated options ``cfg`` of estimator class ``cls`` with every
+    ``auto`` replaced by the rule (module doc) for ``mech`` and ``sensors``; ``cfg`` itself
+    if nothing is ``auto`` and no sensor is widened. context: {"force_limits": (g,),
+    "speed": (g,)} from a scenario (:func:`scenario_context`) or None; where: (file, key
+    path) of the options (named by the errors). The class's traits choose the rule's
+    family (``noise_rule``), its ``transition_orders`` the discretisation terms."""
     family = cls.traits.noise_rule
     widen = _widened_sensors(cls, cfg, sensors)
-    particle = family == "particle"
-    motor = particle and context is not None
-    ref = cfg.get("refine") if particle else None
-    follow = bool(ref) and ref.get("estimator", "none") != "none" and "resolved" not in ref
-    if not has_auto(cfg) and not widen and not motor and not follow:
+    motor = family == "particle" and context is not None
+    if not has_auto(cfg) and not widen and not motor:
         return cfg
     out = copy.deepcopy(cfg)
-    if follow:  # the particle filter's Gaussian follower: its own options by this rule (pf_refine)
-        from mbde_core.estimators.particle.refine import follower_config
-
-        out["refine"] = dict(out["refine"], resolved=follower_config(out, mech, sensors, context))
-    sc = rule_scales(mech, cfg, context)
-    covered, limits = _covered(cls, out, mech, context)
+    sc = rule_scales(mech, cfg, context, where)
+    covered, limits = _covered(cls, out, mech, context, where)
     if motor:
         _particle_motor(out, sc)
-    if out.get("step") == AUTO:
+    if out["step"] == AUTO:
         out["step"] = auto_step(sc, sensors)
     pn = out.get("plant_noise") or {}
     q_acc, q_vel = auto_psd(cls, out, sc, float(out["step"]), covered)
@@ -200,11 +195,9 @@ def resolve_config(name, cfg: dict, mech, sensors, context=None) -> dict:
     if family == "adekf":
         _adekf_inputs(out, sc, mech)
     if out.get("inputs") == AUTO:
-        jumps = bool(out.get("input_jump_nis"))
+        jumps = bool(out["input_jump_nis"])
         out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]), model_error(out) if jumps else None)
     if widen:
-        from mbde_core.estimators.options.sensor_scales import widened_sigmas
-
         eps = model_error(out)
         all_inputs = family == "adekf" or (covered is not None and bool(covered.all()))
         a_f = None if covered is None else np.where(covered, 0.0, sc.a_f)
@@ -213,14 +206,14 @@ def resolve_config(name, cfg: dict, mech, sensors, context=None) -> dict:
     return out
 
 
-def _covered(cls, cfg: dict, mech, context):
+def _covered(cls, cfg: dict, mech, context, where):
     """(covered (g,) bool or None, force limits (g,) or None): the force-limited independent
     coordinates whose unknown force is an input state -- every one for ``inputs: auto``,
     those an explicit list names otherwise (None: no input states)."""
     items = cfg.get("inputs")
     if not cls.traits.input_states or not items:
         return None, None
-    limits = force_limits(mech, cfg, context)
+    limits = force_limits(mech, cfg, context, where)
     if items == AUTO:
         return limits > 0, limits
     named = {str(i.get("coordinate")) for i in items if isinstance(i, dict)}
@@ -268,11 +261,11 @@ def _adekf_inputs(out: dict, sc, mech) -> None:
     eps = model_error(out)
     F_c = float(np.max(np.maximum(sc.a_f * sc.m_z, eps * sc.m_z * sc.a_g)))
     w = input_rate(sc)  # an input that depends on z changes at rate v
-    if out.get("r_a") == AUTO:
+    if out["r_a"] == AUTO:
         out["r_a"] = (F_c * w * float(out["step"])) ** 2
         if not out.get("inputs"):  # one generalized force per independent coordinate, sigma0 = F_c
             out["inputs"] = [{"coordinate": n, "sigma0": F_c} for n in mech.independent_names]
-    if out.get("jump_sigma") == AUTO:
+    if out["jump_sigma"] == AUTO:
         out["jump_sigma"] = F_c
 
 
@@ -283,12 +276,10 @@ def _particle_motor(out: dict, sc) -> None:
     includes the motor's target speed), and the acceleration noise covers the motor's
     torque, sigma_a = sqrt((0.5 a_g)^2 + max a_f^2) (a_g: the RMS acceleration of the known
     forces, a_f: the torque limit over the reduced mass). Explicit options stay."""
-    from mbde_core.estimators.particle.scales import ACCEL_FRACTION, VELOCITY_MARGIN
-
-    uni = out.get("uniform")
-    if isinstance(uni, dict) and not uni.get("zd") and np.any(sc.v > 0):
+    uni = out["uniform"]
+    if not uni["zd"] and np.any(sc.v > 0):
         uni["zd"] = [[-float(w), float(w)] for w in VELOCITY_MARGIN * sc.v]
-    if out.get("acceleration_sigma", 0.0) is None and np.any(sc.a_f > 0):
+    if out["acceleration_sigma"] is None and np.any(sc.a_f > 0):
         a_g = ACCEL_FRACTION * float(np.sqrt(np.mean(sc.a_g**2)))
         out["acceleration_sigma"] = float(math.hypot(a_g, float(np.max(sc.a_f))))
 

@@ -95,22 +95,22 @@ import numpy as np
 
 from mbde_core.engine import kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
-from mbde_core.errors import ConfigError
 from mbde_core.estimators.particle import proposal as prop
 from mbde_core.estimators.particle import scales as pf_scale
 from mbde_core.estimators.base import Estimator, InitialState
-from mbde_core.estimators.particle.options import DEFAULTS, LOG_UNDERFLOW, check_config, ranges
-from mbde_core.estimators.particle.prior import atlas_for, sample_uniform
+from mbde_core.estimators.particle.options import (LOG_UNDERFLOW, ParticleOptions, check_config, check_run,
+                                                   particle_counts, ranges)
+from mbde_core.estimators.particle.prior import prior_box, sample_uniform
 from mbde_core.estimators.particle.lock import LockDetector, LostDetector
 from mbde_core.estimators.particle.outputs import ParticleOutputs
 from mbde_core.estimators.particle.propagate import Propagator
 from mbde_core.estimators.particle.resample import ParticleResampling
 from mbde_core.estimators.particle.inject import ParticleInjection
-from mbde_core.estimators.particle.refine import GaussianFollower
+from mbde_core.estimators.particle.refine import GaussianFollower, follower_options
 from mbde_core.estimators.particle.update import ParticleUpdate
 from mbde_core.estimators.traits import Traits
 
-__all__ = ["ParticleFilter", "check_config", "DEFAULTS", "LOG_UNDERFLOW"]
+__all__ = ["ParticleFilter", "ParticleOptions", "check_config", "LOG_UNDERFLOW"]
 
 
 class ParticleFilter(GaussianFollower, ParticleInjection, ParticleUpdate, ParticleResampling, ParticleOutputs, Estimator):
@@ -125,78 +125,69 @@ class ParticleFilter(GaussianFollower, ParticleInjection, ParticleUpdate, Partic
     traits = Traits(cost=3.0, color=(0.12, 0.47, 0.71, 1.0), slot=1, tunable=("acceleration_sigma",),
                     noise_rule="particle", drivers=True, local=False)  # drivers: every kinematic problem is
     # solved at the filter's time; not local: it re-acquires globally by itself (uniform re-initialisation)
-    USES_COMMON = False  # no Kalman plant noise / transition Jacobian
+    Options = ParticleOptions
     particles_per_dof = pf_scale.PARTICLES_PER_DOF  # `particles: null` (pf_scale)
-    DEFAULTS = DEFAULTS
 
-    @staticmethod
-    def validate_config(cfg, file, path):
+    @classmethod
+    def validate_config(cls, cfg, file, path):
         check_config(cfg, file, path)
 
-    def __init__(self, mech, sensors, config, rng=None):
-        super().__init__(mech, sensors, config, rng)
-        cfg = config
-        check_config(cfg, "<config>", "pf", mech.dof)
+    @classmethod
+    def check_run(cls, cfg, mech, sensors, file, path):
+        check_run(cfg, mech, sensors, file, path, cls.particles_per_dof)
+
+    @classmethod
+    def follower_options(cls, cfg):
+        return follower_options(cfg)
+
+    def __init__(self, mech, sensors, options, rng=None):
+        super().__init__(mech, sensors, options, rng)
+        opt = options
         self.g = g = mech.dof
         self.n = mech.n
         self.iz = mech.independent
-        self.angular = np.isin(self.iz, mech.rel_columns)
-        self.integrator = get_integrator(cfg["integrator"])
-        uni = cfg["uniform"]
-        zr = ranges(uni["z"], g, "<config>", "pf.uniform.z")
-        if zr is None:
-            z0 = mech.q0[self.iz]
-            zr = (np.where(self.angular, -np.pi, z0 - mech.length_scale), np.where(self.angular, np.pi, z0 + mech.length_scale))
-        self.z_lo, self.z_hi = zr
-        nodes = 72 if g == 1 else max(4, int(round(400 ** (1.0 / g))))
-        self.atlas = atlas_for(mech, self.z_lo, self.z_hi, self.angular, nodes)
-        self.branches = np.array(uni["branches"] or self.atlas.labels.tolist(), dtype=np.int64)
-        unknown = sorted(set(self.branches.tolist()) - set(self.atlas.labels.tolist()))
-        if unknown:
-            raise ConfigError("<config>", "pf.uniform.branches",
-                              f"branch label(s) {unknown} do not exist for {mech.name} (found {self.atlas.labels.tolist()})")
+        uni = opt.uniform
+        self.z_lo, self.z_hi, self.angular, self.atlas = prior_box(mech, ranges(uni.z, g))
+        self.integrator = get_integrator(opt.integrator)
+        self.branches = np.array(uni.branches or self.atlas.labels.tolist(), dtype=np.int64)
         self.K = int(self.atlas.labels.max()) + 1
         self._label_codes = self.atlas.label_codes()
         order = np.argsort(self.atlas.codes)
         self._codes_sorted, self._codes_label = self.atlas.codes[order], self.atlas.labels[order]
         self.scales = pf_scale.mechanism_scales(mech, self.atlas)
-        sa = cfg["acceleration_sigma"]
+        sa = opt.acceleration_sigma
         self.sigma_a = float(pf_scale.acceleration_sigma(self.scales) if sa is None else sa)
-        zdr = ranges(uni["zd"], g, "<config>", "pf.uniform.zd")
+        zdr = ranges(uni.zd, g)
         self.zd_lo, self.zd_hi = pf_scale.velocity_range(self.scales) if zdr is None else zdr
-        self.zdd_range = ranges(uni["zdd"], g, "<config>", "pf.uniform.zdd")
-        n_track = cfg.get("particles")
-        self.N_track = self.N = int(pf_scale.tracking_particles(g, self.particles_per_dof) if n_track is None else n_track)
-        n_init = uni.get("particles")
-        if n_init is None:
-            n_init = pf_scale.initial_particles(g, len(self.branches), list(sensors))
-        self.N_init = max(int(n_init), self.N_track)
-        self.adapted = cfg.get("proposal", "adapted") == "adapted"
-        regc = cfg.get("regularisation", DEFAULTS["regularisation"])
-        self.reg_factor = float(regc["bandwidth"]) if regc.get("enabled", True) else 0.0
+        self.zdd_range = ranges(uni.zdd, g)
+        self.N_track, self.N_init = particle_counts(opt.as_dict(), mech, sensors, self.particles_per_dof, len(self.branches))
+        self.N = self.N_track
+        self.adapted = opt.proposal == "adapted"
+        regc = opt.regularisation
+        self.reg_factor = float(regc.bandwidth) if regc.enabled else 0.0
         self._sensor_noise = {}
         self.counts = {"resamples": 0, "updates": 0, "recoveries": 0, "propagation_failures": 0, "branch_jumps": 0,
                        "locks": 0, "regularised": 0}
         self.recovery_reasons = {"likelihood": 0, "ess": 0, "propagation": 0, "gate": 0, "lock": 0, "jump": 0,
                                  "silence": 0}
         self._ess_sum = 0.0
-        self.ess_threshold = float(cfg["resampling"]["ess_threshold"])
-        self.scheme = cfg["resampling"]["scheme"]
-        rec = cfg["recovery"]
-        self.recovery = bool(rec["enabled"])
-        self.ll_floor = float(rec["log_likelihood_floor"])
-        self.collapse_fraction = float(rec["ess_fraction"])
-        self.lost = LostDetector(rec["time"])
-        self.lock = LockDetector(rec.get("lock_nis", 0.0) if self.recovery else 0.0, rec.get("lock_time", 1.0))
-        self.inject = float(rec.get("inject", 0.5))
-        an = uni.get("anneal")
+        self.ess_threshold = float(opt.resampling.ess_threshold)
+        self.scheme = opt.resampling.scheme
+        rec = opt.recovery
+        self.recovery = bool(rec.enabled)
+        self.ll_floor = float(rec.log_likelihood_floor)
+        self.collapse_fraction = float(rec.ess_fraction)
+        self.lost = LostDetector(rec.time)
+        self.lock = LockDetector(rec.lock_nis if self.recovery else 0.0, rec.lock_time)
+        self.inject = float(rec.inject)
+        an = uni.anneal
         self.anneal = pf_scale.anneal_time(g) if an is None else float(an)
-        self.branch_check = bool(cfg.get("branch_check", True))
-        self.default_gate = float(cfg.get("gate", 0.0) or 0.0)  # when update() is given no gates
-        self._last_dt = float(cfg.get("step", 0.005))
+        self.branch_check = bool(opt.branch_check)
+        self.default_gate = float(opt.gate)  # when update() is given no gates
+        self._last_dt = float(opt.step)
         self._kernel = None
         self._acc_memo = None  # (arrays, qdd with noise) of _accelerations
-        nt = cfg.get("threads")
+        nt = opt.threads
         self.propagator = Propagator(self.integrator, mech, threads=None if nt is None else int(nt))
         self._init_follower()
         self._alloc()
@@ -240,12 +231,12 @@ class ParticleFilter(GaussianFollower, ParticleInjection, ParticleUpdate, Partic
         """(Sigma_s (d, d), W (d, d)) with W^T W = Sigma_s^-1 (whitening) for one sensor."""
         if name not in self._sensor_noise:
             s = self.sensors[name]
-            by_name = self.config.get("sensor_sigma") or {}
-            by_type = self.config.get("sensor_sigma_by_type") or {}
+            by_name = self.options.sensor_sigma
+            by_type = self.options.sensor_sigma_by_type.as_dict().get(s.kind)
             if name in by_name:
                 R = np.eye(s.dim) * float(by_name[name]) ** 2
-            elif by_type.get(s.kind) is not None:
-                R = np.eye(s.dim) * float(by_type[s.kind]) ** 2
+            elif by_type is not None:
+                R = np.eye(s.dim) * float(by_type) ** 2
             else:  # the noise model (accelerometers: plus the model-error term of pf_scale)
                 R = pf_scale.sensor_covariance(s, self.mech)
             self._sensor_noise[name] = (R, np.linalg.inv(np.linalg.cholesky(R)))
@@ -256,7 +247,7 @@ class ParticleFilter(GaussianFollower, ParticleInjection, ParticleUpdate, Partic
         """Draw the initial particle set at time t (``init`` option: uniform or gaussian)."""
         self.t = float(t)
         self._alloc()
-        if self.config["init"] == "gaussian" and init is not None:
+        if self.options.init == "gaussian" and init is not None:
             self._init_gaussian(init)
         else:
             self._init_uniform()

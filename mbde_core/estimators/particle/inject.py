@@ -121,7 +121,7 @@ class ParticleInjection:
         mechanism after a silence, :func:`multistart.energy_ceiling`); every hypothesis
         above it is dropped. False (the stage restarts from the initial guess instead)
         unless the initial guess is the uniform prior. Counted in ``recovery_reasons``."""
-        if self.config["init"] != "uniform":
+        if self.options.init != "uniform":
             return False
         if reason == "silence" and (not np.isfinite(self.logw).any()
                                     or bool(np.all(self._position_spread() >= self.BRIDGE))):

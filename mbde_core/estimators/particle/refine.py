@@ -61,10 +61,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import chi2
-
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.chi2 import chi2_ppf
+from mbde_core.estimators.registry import estimator_class, names, traits
 from mbde_core.sensors.base import wrap_angle
 
 REFINE_DEFAULTS = {
@@ -79,14 +79,10 @@ REFINE_DEFAULTS = {
 
 def followers() -> tuple:
     """The estimators that can follow the cloud (their traits' ``follower``)."""
-    from mbde_core.estimators.registry import names, traits
-
     return tuple(n for n in names() if traits(n).follower)
 
 
 def _is_follower(name: str) -> bool:
-    from mbde_core.estimators.registry import traits
-
     try:
         return bool(traits(name).follower)
     except KeyError:
@@ -94,77 +90,63 @@ def _is_follower(name: str) -> bool:
 
 
 def check_refine(cfg: dict, file: str, path: str) -> None:
-    """Validate the ``refine`` options (and the follower's own, by its schema)."""
-    ref = cfg.get("refine")
-    if ref is None:
-        return
-    name = ref.get("estimator", "none")
+    """Validate the ``refine`` options (the follower's own are validated by the options
+    pipeline as a nested estimator, :func:`follower_options`)."""
+    ref = cfg["refine"]
+    name = ref["estimator"]
     if name != "none" and not _is_follower(name):
         raise ConfigError(file, f"{path}.refine.estimator", f"must be one of {', '.join(followers() + ('none',))}, got {name!r}")
-    if not 0.0 < float(ref.get("branch_probability", 0.99)) <= 1.0:
+    if not 0.0 < float(ref["branch_probability"]) <= 1.0:
         raise ConfigError(file, f"{path}.refine.branch_probability", f"a probability in (0, 1], got {ref['branch_probability']}")
-    if not float(ref.get("sigma_z", 0.2)) > 0:
+    if not float(ref["sigma_z"]) > 0:
         raise ConfigError(file, f"{path}.refine.sigma_z", f"must be > 0, got {ref['sigma_z']}")
-    if not 0.0 < float(ref.get("agree", 0.99999)) < 1.0:
+    if not 0.0 < float(ref["agree"]) < 1.0:
         raise ConfigError(file, f"{path}.refine.agree", f"a chi-square probability in (0, 1), got {ref['agree']}")
-    if not float(ref.get("disagree_time", 0.1)) >= 0:
+    if not float(ref["disagree_time"]) >= 0:
         raise ConfigError(file, f"{path}.refine.disagree_time", f"must be >= 0 [s], got {ref['disagree_time']}")
-    opts = ref.get("options") or {}
-    if not isinstance(opts, dict):
-        raise ConfigError(file, f"{path}.refine.options", f"expected a mapping of {name} options, got {opts!r}")
-    if name != "none" and "resolved" not in ref:
-        from mbde_core.estimators.options.schema import validate
-
-        validate(name, opts, file, f"{path}.refine.options")
+    if not isinstance(ref["options"], dict):
+        raise ConfigError(file, f"{path}.refine.options", f"expected a mapping of {name} options, got {ref['options']!r}")
 
 
-def follower_config(cfg: dict, mech, sensors, context=None) -> dict | None:
-    """The follower's options (None: no follower): ``refine.resolved`` if the rule already
-    resolved them (:func:`noise_rule.resolve_config` with the scenario's context), else
-    ``refine.options`` over the follower's defaults with its ``auto`` options resolved by
-    the rule for ``mech`` and ``sensors``."""
-    ref = cfg.get("refine")
-    if not ref or ref.get("estimator", "none") == "none":
-        return None
-    if "resolved" in ref:
-        return ref["resolved"]
-    from mbde_core.estimators.options.schema import validate
-    from mbde_core.estimators.options.rule import resolve_config
-    from mbde_core.estimators.registry import estimator_class
-
+def follower_options(cfg: dict):
+    """(name, options, ("refine", "resolved")) of the follower of validated options ``cfg``
+    (None: none): ``refine.options`` over the follower's defaults, without input states
+    unless they give ``inputs`` (the cloud's model: an unknown motor is acceleration noise,
+    not an input state); the pipeline validates and resolves them (the rule with the run's
+    context, as replay's) into ``refine.resolved``."""
+    ref = cfg["refine"]
     name = ref["estimator"]
-    opts = dict(ref.get("options") or {})
-    if estimator_class(name).traits.input_states:  # the cloud's model: an unknown motor is acceleration noise, not an input state
+    if name == "none":
+        return None
+    opts = dict(ref["options"])
+    if traits(name).input_states:
         opts.setdefault("inputs", [])
-    return resolve_config(name, validate(name, opts, "<config>", "refine.options"), mech, sensors, context)
+    return name, opts, ("refine", "resolved")
 
 
 class GaussianFollower:
     """The ``refine`` follower of a particle filter (see the module docstring)."""
 
     def _init_follower(self) -> None:
-        ref = dict(REFINE_DEFAULTS, **(self.config.get("refine") or {}))
+        ref = self.options.refine
         self._follower = None
         self._following = False
         self._generation = getattr(self, "_generation", 0)
         self.refine_counts = {"seeds": 0, "drops": 0, "redraws": 0}
         self.refine_drop_reasons = {"disagree": 0, "restart": 0, "branch": 0, "lost": 0}
-        name = ref["estimator"]
+        name = ref.estimator
         self._no_follower = None
         if name != "none" and getattr(self.mech, "drivers", None):
             self._no_follower = "driving constraints (the Kalman observers do not support them)"
             name = "none"
         if name == "none":
             return
-        from mbde_core.estimators.registry import estimator_class
-
-        fcfg = follower_config({"refine": ref}, self.mech, self.sensors)
-        self._follower = estimator_class(name)(self.mech, self.sensors, fcfg)  # no randomness
-        self._seed_p = float(ref["branch_probability"])
-        lim = float(ref["sigma_z"])
+        self._follower = estimator_class(name)(self.mech, self.sensors, ref.resolved)  # no randomness
+        self._seed_p = float(ref.branch_probability)
+        lim = float(ref.sigma_z)
         self._seed_sd = np.where(self.angular, lim, lim * self.mech.length_scale)
-        self._agree = float(chi2.ppf(float(ref["agree"]), 2 * self.g))
-        self._disagree_time = float(ref["disagree_time"])
+        self._agree = float(chi2_ppf(float(ref.agree), 2 * self.g))
+        self._disagree_time = float(ref.disagree_time)
 
     # -- the cloud's life events -------------------------------------------------------------
     def _new_cloud(self) -> None:

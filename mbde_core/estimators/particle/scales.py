@@ -71,9 +71,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbde_core.engine import dynamics, kinematics
-
-ACCEL_FRACTION = 0.5
-VELOCITY_MARGIN = 1.25
+from mbde_core.estimators.options.mechanism_scales import mechanism_scales as model_scales
+from mbde_core.estimators.options.rule import ACCEL_FRACTION, MODEL_ERROR, VELOCITY_MARGIN
+from mbde_core.estimators.options.sensor_scales import widened_sigmas
 DEFAULT_SPEED = 20.0       # [unit/s] velocity bound without potential energy
 PARTICLES_PER_DOF = 300
 VIPF_PARTICLES_PER_DOF = 300  # as the PF: at 100 vipf's seed-to-seed spread on fourbar_gyro was 3x (above)
@@ -148,11 +148,7 @@ def sensor_covariance(sensor, mech) -> np.ndarray:
     observers' rule (see the module docstring)."""
     R = np.array(sensor.covariance(), dtype=float)
     if getattr(sensor, "uses_qdd", False):
-        from mbde_core.estimators.options.mechanism_scales import mechanism_scales
-        from mbde_core.estimators.options.rule import MODEL_ERROR
-        from mbde_core.estimators.options.sensor_scales import widened_sigmas
-
-        sig = widened_sigmas(mech, {sensor.name: sensor}, [sensor.name], mechanism_scales(mech), MODEL_ERROR)[sensor.name]
+        sig = widened_sigmas(mech, {sensor.name: sensor}, [sensor.name], model_scales(mech), MODEL_ERROR)[sensor.name]
         widened = np.asarray(sig, dtype=float) ** 2
         R[np.diag_indices(sensor.dim)] = np.maximum(np.diag(R), widened)
     return R

@@ -265,11 +265,11 @@ class ParticleUpdate:
         position proposal (the set's positions are the old cloud's, see _inject); zd_prior:
         the velocity proposal's Gaussian prior (mean (N, g), variance (g,)) instead of the
         uniform range's."""
-        uni = self.config["uniform"]
+        uni = self.options.uniform
         ll = np.zeros(self.N)
         used = set()
         pos = [x for x in rd if _position_only(x.s)]
-        if pos and uni.get("position_proposal", True) and not keep_z:
+        if pos and uni.position_proposal and not keep_z:
             sigma0 = np.maximum((self.z_hi - self.z_lo) / math.sqrt(12.0), 1e-9)  # the prior's own spread
             q, lp = prop.position_proposal(self.mech, self.sensors, self._noise, self.atlas, self.q, self.label,
                                            sigma0, self.t, self.rng, [x.m for x in pos])
@@ -278,7 +278,7 @@ class ParticleUpdate:
             ll += lp
             used |= {x.m.sensor for x in pos}
         vel = [x for x in rd if _velocity_linear(x.s)]
-        if vel and uni.get("velocity_proposal", True):
+        if vel and uni.velocity_proposal:
             zd, lv = prop.velocity_proposal(self.mech, self.sensors, self._noise, self.q, self.zd_lo, self.zd_hi,
                                             self.t, self.rng, [x.m for x in vel], prior=zd_prior)
             self.qd = kinematics.velocity(self.mech, self.q, zd, t=self.t)

@@ -69,6 +69,7 @@ import numpy as np
 
 from mbde_core.estimators.base import InitialState, UpdateResult
 from mbde_core.estimators.chi2 import chi2_ppf
+from mbde_core.estimators.options.common import Reacquire
 from mbde_core.estimators.stage.multistart import MultiStart
 from mbde_core.estimators.stage.guards import (AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence,
                                                finite_snapshot)
@@ -132,7 +133,8 @@ class EstimatorStage(StageRecovery):
         0 = the fixed chi-square threshold.
     gate_persist: readings of a sensor over the gate in a row after which its next readings
         are fused ungated until one agrees again (0 = never).
-    reacquire: re-acquisition rule of the gate, {rejections, time, inflation} (see
+    reacquire: re-acquisition rule of the gate and the multi-start bank (the ``reacquire``
+        options: rejections, time, inflation, candidates, window; see
         :class:`~mbde_core.estimators.stage.guards.Reacquisition`); None = off.
     backward_jump, max_gap, reorder_window [s]: see the module docstring.
     on_step: optional callback(StepRecord) for every emitted grid step.
@@ -140,12 +142,10 @@ class EstimatorStage(StageRecovery):
     """
 
     def __init__(self, estimator, step: float, initial: Callable[[float], InitialState], *,
-                 gate=0.0, gate_window: float = 0.0, gate_persist: int = 0, reacquire: dict | None = None, backward_jump: float = 1.0,
+                 gate=0.0, gate_window: float = 0.0, gate_persist: int = 0, reacquire=None, backward_jump: float = 1.0,
                  max_gap: float = 10.0,
                  reorder_window: float = 0.0, on_step: Callable[[StepRecord], None] | None = None,
                  keep: bool = True):
-        if step == "auto":  # the step the estimator resolved (noise_rule)
-            step = estimator.config["step"]
         if not step > 0:
             raise ValueError("step must be > 0")
         self.est = estimator
@@ -163,11 +163,11 @@ class EstimatorStage(StageRecovery):
         dims = {s.name: s.dim for s in self.sensors}
         adapt = self.gates and (gate_window > 0 or gate_persist > 0)
         self.gate_adapt = AdaptiveGate(self.gates, dims, gate_window, gate_persist) if adapt else None
-        rq = reacquire or {}
-        self.reacq = Reacquisition(rq.get("rejections", 1), rq.get("time", 0.0)) if reacquire else None
-        self.inflation = float(rq.get("inflation", 100.0))
-        self.bank_size = int(rq.get("candidates", 0)) if estimator.traits.local else 0
-        self.bank_window = float(rq.get("window", 0.3))
+        rq = Reacquire.from_dict(reacquire) if isinstance(reacquire, dict) else reacquire
+        self.reacq = Reacquisition(rq.rejections, rq.time) if rq is not None else None
+        self.inflation = float(rq.inflation) if rq is not None else 0.0
+        self.bank_size = int(rq.candidates) if rq is not None and estimator.traits.local else 0
+        self.bank_window = float(rq.window) if rq is not None else 0.0
         self._bank: MultiStart | None = None
         self.first: float | None = None  # stamp of the first reading ever (a loop jumps back to it)
         self.reconv = Reconvergence()
@@ -177,13 +177,13 @@ class EstimatorStage(StageRecovery):
         self.reset()
 
     @classmethod
-    def from_config(cls, estimator, config: dict, initial, **kw) -> "EstimatorStage":
-        """The stage of an estimator with validated options ``config`` (step, gate,
-        reacquire; a step ``auto`` is the one the estimator resolved, :mod:`noise_rule`); kw:
-        the other constructor arguments (stage options, on_step, keep)."""
-        return cls(estimator, config["step"], initial, gate=config.get("gate", 0.0),
-                   gate_window=config.get("gate_window", 0.0), gate_persist=config.get("gate_persist", 0),
-                   reacquire=config.get("reacquire"), **kw)
+    def for_estimator(cls, estimator, initial, **kw) -> "EstimatorStage":
+        """The stage of an estimator as its options say (step, gate, gate_window,
+        gate_persist, reacquire); kw: the other constructor arguments (stage options,
+        on_step, keep)."""
+        o = estimator.options
+        return cls(estimator, o.step, initial, gate=o.gate, gate_window=o.gate_window, gate_persist=o.gate_persist,
+                   reacquire=o.reacquire, **kw)
 
     def _gates(self, gate) -> dict[str, float]:
         probs = gate if isinstance(gate, dict) else {s.name: gate for s in self.sensors}
