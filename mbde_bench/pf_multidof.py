@@ -115,7 +115,7 @@ def _run_filter(truth, name, seed, at_truth):
         start = InitialState(init.z, init.zd, np.full(g, sig.z), np.full(g, sig.zd), init.q, init.branch)
     est = make_estimator(name, mech, sensors, cfg, rng=estimator_rng(seed, name))
     rows, probs, cloud = [], [], []
-    own = getattr(est, "_follower", None) is not None  # a PF with a Gaussian follower: the cloud's z too
+    own = getattr(getattr(est, "follower", None), "est", None) is not None  # a PF with a Gaussian follower: the cloud's z too
 
     def on_step(rec):
         e = rec.estimate

@@ -80,6 +80,7 @@ def run_pf(key: str, cfg: dict, seed: int, error: float = 0.0, series: bool = Tr
     """One PF run on the readings (noise seed ``seed``) of truth ``key``; returns metrics
     and, with ``series``, the time series (mean, 95 % interval, branch probabilities)."""
     from mbde_core.estimators import make_estimator
+    from mbde_core.estimators.particle import outputs
     from mbde_core.estimators.base import InitialState
     from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
     from mbde_core.estimators.stage.core import EstimatorStage
@@ -96,7 +97,7 @@ def run_pf(key: str, cfg: dict, seed: int, error: float = 0.0, series: bool = Tr
     def on_step(rec):
         e = rec.estimate
         if series:
-            iv = est.interval(0.95)["z"]
+            iv = outputs.interval(est, 0.95)["z"]
             rows.append((e.stamp, e.z[0], iv[0][0], iv[1][0], *e.branch_probabilities, est.N, rec.cost))
         else:
             rows.append((e.stamp, e.z[0], *e.branch_probabilities, est.N, rec.cost))

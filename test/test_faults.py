@@ -20,7 +20,7 @@ from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.options.common import GATE
-from mbde_core.estimators.particle.gate import predictive_d2
+from mbde_core.estimators.particle.likelihood import predictive_d2
 from mbde_core.estimators.registry import ESTIMATOR_NAMES
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.faults.kinds import FAULT_NAMES, inject
@@ -405,7 +405,7 @@ def test_pf_gate_is_the_mahalanobis_gate_for_a_gaussian_cloud():
 def test_pf_gate_kernel_smooths_a_sparse_cloud():
     """A uniform cloud spaced 0.01 read with noise 0.0005: a reading between two particles
     is no outlier once the kernel is widened (kernel_whitening), and stays one outside."""
-    from mbde_core.estimators.particle.gate import kernel_whitening
+    from mbde_core.estimators.particle.likelihood import kernel_whitening
 
     pred = np.linspace(-np.pi, np.pi, 629)[:, None]
     logw = np.full(len(pred), -np.log(len(pred)))

@@ -1,4 +1,4 @@
-"""The particle filter's held suspect readings (mbde_core.estimators.particle.hold): the next
+"""The particle filter's held suspect readings (mbde_core.estimators.particle.weights): the next
 reading tells an outlier from news while the cloud converges from the uniform prior."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from mbde_core.estimators.particle.hold import HeldReadings, robust
+from mbde_core.estimators.particle.likelihood import robust
+from mbde_core.estimators.particle.weights import HeldReadings
 from mbde_core.types import Measurement
 
 

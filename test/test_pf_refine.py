@@ -61,7 +61,7 @@ def test_follower_seeds_on_the_converged_cloud_and_is_published(fourbar):
     pf = _run(fourbar, defaults("pf"))
     d = pf.diagnostics()["refine"]
     assert d["estimator"] == "ukf" and d["following"] and d["seeds"] >= 1
-    snap, cloud, f = pf.estimate(), pf.cloud_estimate(), pf._follower.estimate()
+    snap, cloud, f = pf.estimate(), pf.cloud_estimate(), pf.follower.est.estimate()
     np.testing.assert_array_equal(snap.z, f.z)
     np.testing.assert_array_equal(snap.cov, f.cov[:2, :2])
     np.testing.assert_array_equal(snap.branch_probabilities, cloud.branch_probabilities)
@@ -88,16 +88,16 @@ def test_a_follower_that_disagrees_is_dropped_and_seeded_again(fourbar):
     state = {}
 
     def hook(pf, t):
-        if "pushed" not in state and pf._following and t > 0.8:
-            f = pf._follower
+        if "pushed" not in state and pf.follower.following and t > 0.8:
+            f = pf.follower.est
             x = f.x.copy()
             x[0] += 1.0
             f._assemble_into(x, f.model.guess(f._full(), x[:1] - f.x[:1]))
             f.P[:] = np.diag([1e-6, 1e-4])
-            state["pushed"], state["seeds"] = t, pf.refine_counts["seeds"]
-        elif "pushed" in state and "dropped" not in state and pf.refine_counts["drops"]:
+            state["pushed"], state["seeds"] = t, pf.follower.counts["seeds"]
+        elif "pushed" in state and "dropped" not in state and pf.follower.counts["drops"]:
             state["dropped"] = t
-            assert pf.refine_counts["seeds"] == state["seeds"] + 1
+            assert pf.follower.counts["seeds"] == state["seeds"] + 1
             assert abs(pf.estimate().z[0] - pf.cloud_estimate().z[0]) < 0.05
 
     pf = _run(fourbar, defaults("pf"), hook=hook)
@@ -117,12 +117,12 @@ def test_a_cloud_that_drifted_is_drawn_again_from_the_follower(fourbar):
     state = {}
 
     def hook(pf, t):
-        if "pushed" not in state and pf._following and t > 0.8:
+        if "pushed" not in state and pf.follower.following and t > 0.8:
             c = pf.cloud_estimate()
             pf._init_gaussian(InitialState(c.z + 0.1, c.zd, np.full(1, 0.005), np.full(1, 0.05), None, c.branch))
-            pf._seeded_generation = pf._generation  # the follower goes on with the moved cloud
+            pf.follower.seeded_generation = pf.follower.generation  # the follower goes on with the moved cloud
             state["pushed"], state["locks"] = t, pf.counts["locks"]
-        elif "pushed" in state and "redrawn" not in state and pf.refine_counts["redraws"]:
+        elif "pushed" in state and "redrawn" not in state and pf.follower.counts["redraws"]:
             state["redrawn"] = t
             assert abs(pf.cloud_estimate().z[0] - pf.estimate().z[0]) < 0.05
 
@@ -136,10 +136,10 @@ def test_a_cloud_that_drifted_is_drawn_again_from_the_follower(fourbar):
 
 def test_a_new_cloud_drops_the_follower(fourbar):
     pf = _run(fourbar, defaults("pf"), until=1.0)
-    assert pf._following
+    assert pf.follower.following
     pf.reset(pf.t, fourbar[0].scenario.estimator_initial_state())  # a uniform start
     snap, cloud = pf.estimate(), pf.cloud_estimate()
-    assert not pf._following
+    assert not pf.follower.following
     np.testing.assert_array_equal(snap.z, cloud.z)
 
 

@@ -80,7 +80,7 @@ class Recovery(Options):
 
 @dataclass(frozen=True)
 class Refine(Options):
-    """The Gaussian follower of the converged cloud (pf_refine); ``resolved``: the
+    """The Gaussian follower of the converged cloud (:mod:`.refine`); ``resolved``: the
     follower's own options, resolved by the pipeline (None: no follower)."""
 
     estimator: str = REFINE_DEFAULTS["estimator"]

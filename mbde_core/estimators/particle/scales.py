@@ -5,7 +5,7 @@ rad/s, 100 particles) are those of its 0.125 m rig. They do not transfer: on Fou
 (2/8/5 m, accelerations ~5 rad/s^2) 8 rad/s^2 of noise swamps the dynamics, on a 2 cm
 four-bar (crank up to ~70 rad/s, ~500 rad/s^2) both the noise and the velocity range are
 far too small. The rules below derive them from the model, on the branch atlas's grid of
-assembled configurations (every branch; :mod:`pf_init`):
+assembled configurations (every branch; :mod:`.prior`):
 
 - ``acceleration_sigma`` = ``ACCEL_FRACTION`` (0.5) x a_rms, a_rms = root mean square over
   the grid of the model's independent accelerations at rest, |f(z, 0)| (gravity and the
@@ -61,7 +61,7 @@ assembled configurations (every branch; :mod:`pf_init`):
 - ``uniform.particles`` (a uniform (re)initialisation) = K x C_z x C_zd, clipped to
   [``INIT_MIN``, ``INIT_MAX``]: K branches, C_z = ``CELLS``^g cells of z unless the
   position readings (encoders, slider positions: at least g channels) place every
-  particle on them (:mod:`pf_proposal`), C_zd = ``VELOCITY_CELLS``^g unless the velocity
+  particle on them (:mod:`.proposal`), C_zd = ``VELOCITY_CELLS``^g unless the velocity
   readings (gyroscopes: >= g channels) give zd. Five-bar with gyroscopes: 2 x 48^2 = 4608.
 """
 from __future__ import annotations

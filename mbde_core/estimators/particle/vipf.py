@@ -33,12 +33,12 @@ same as the PF's acceleration noise v ~ N(0, sigma_a^2) applied as the impulse h
 sigma_a = gamma / sqrt(h). ``proposal: prior`` draws it blindly inside the step (paper
 002's filter, ``config/estimators/vipf.yaml`` and ``mbde bench vi``); ``proposal: adapted``
 (the built-in default) integrates the noise-free VI step and lets the PF draw the impulse
-given the readings (the locally optimal proposal of :mod:`pf_proposal`; the same target
+given the readings (the locally optimal proposal of :mod:`.proposal`; the same target
 density, importance weights corrected), which is what keeps a cloud of a few hundred
 particles on a 2-DOF linkage: with the blind draw the five-bar with gyroscopes lost the
 motion after every uniform start (clean RMSE 2.3 rad, 15 % of the readings gated).
 
-Built-in defaults from the mechanism (as the PF's, :mod:`pf_scale`): ``noise.velocity:
+Built-in defaults from the mechanism (as the PF's, :mod:`.scales`): ``noise.velocity:
 null`` is gamma = sigma_a sqrt(h) with the PF's sigma_a rule; particle counts, the
 uniform start's velocity range and annealing, the regularisation kernel and the lock
 detector are the PF's. ``config/estimators/vipf.yaml`` holds paper 002's settings.
