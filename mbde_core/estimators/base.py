@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbde_core.errors import ConfigError
 from mbde_core.estimators.noise import kinematic_plant_noise
 from mbde_core.estimators.options.common import KalmanOptions
 from mbde_core.estimators.traits import Traits
@@ -152,7 +153,6 @@ class Estimator(EstimatorInterface):
 
     def __init__(self, mech, sensors, options, rng: np.random.Generator | None = None):
         if getattr(mech, "drivers", None) and not self.traits.drivers:
-            from mbde_core.errors import ConfigError
 
             raise ConfigError(mech.spec.file, "driving_constraints",
                               f"the {self.name} estimator does not support time-dependent driving constraints (pf and vipf do)")

@@ -46,6 +46,11 @@ import numpy as np
 
 from mbde_core.errors import MbdeError
 from mbde_core.estimators.assess.symmetry import mirror_ambiguity
+from mbde_core.estimators.kalman.reduced import ReducedModel
+from mbde_core.estimators.options.mechanism_scales import mechanism_scales
+from mbde_core.estimators.options.rule import SIGMA_Z, SIGMA_ZD
+from mbde_core.estimators.registry import estimator_class, names, traits
+from mbde_core.minimal.observability import observability_along
 
 HORIZON = 0.5        # s
 RANK_RTOL = 1e-10    # eigenvalues of the prior-scaled information, relative to the largest
@@ -84,7 +89,6 @@ def reads_accelerations(sensors) -> list[str]:
 def precheck(name: str, sensors) -> None:
     """Raise UnsuitableError for a meaningless estimator/sensor pair (one line): the sensors
     lack what the estimator's traits say it ``needs``."""
-    from mbde_core.estimators.registry import traits
 
     tr = traits(name)
     if "accelerations" in tr.needs and not reads_accelerations(sensors):
@@ -97,7 +101,6 @@ def information(mech, sensors, z0, zd0, q0, step: float, horizon: float = HORIZO
     """J (2g, 2g): the readings' information about x(0) over the horizon (module doc);
     visited: a list that receives the model's states x = [z, zd] along the horizon (every
     ``horizon / 10`` s)."""
-    from mbde_core.estimators.kalman.reduced import ReducedModel
 
     model = ReducedModel(mech, sensors)
     names = [s.name for s in sensors]
@@ -138,8 +141,6 @@ def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float
     ADE-KF's augmented model is read from it); force_limits: (g,) bounds of unknown forces
     (the rule's, :func:`~mbde_core.estimators.options.rule.force_limits`); options: its
     resolved options (default: the built estimator's)."""
-    from mbde_core.estimators.options.mechanism_scales import mechanism_scales
-    from mbde_core.estimators.options.rule import SIGMA_Z, SIGMA_ZD
 
     precheck(name, sensors)
     g = mech.dof
@@ -201,7 +202,6 @@ def _with_mirror(name: str, mech, base: Suitability, mirror, used: str, everywhe
 def _input_advice() -> str:
     """Which estimators to use instead (by their traits): those that always estimate the
     unknown forces, then those with input states (``inputs: auto``)."""
-    from mbde_core.estimators.registry import estimator_class, names
 
     always = [n for n in names() if estimator_class(n).estimates_inputs(None)]
     states = [n for n in names() if estimator_class(n).traits.input_states]
@@ -209,7 +209,6 @@ def _input_advice() -> str:
 
 
 def _class(name: str):
-    from mbde_core.estimators.registry import estimator_class
 
     return estimator_class(name)
 
@@ -219,7 +218,6 @@ def _adekf_pbh(est, visited, base: Suitability) -> Suitability:
     the model visits over the horizon from the initial state (inputs 0): weak if the rank
     is deficient at all of them (at isolated states, e.g. at rest or a dead centre, the
     inputs show as soon as the linkage moves on)."""
-    from mbde_core.minimal.observability import observability_along
 
     names = reads_accelerations(est.sensors) + [s.name for s in est.sensors if not getattr(s, "uses_qdd", False)]
     na = est.model.nx - 2 * est.g

@@ -66,6 +66,7 @@ from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialSta
 from mbde_core.estimators.kalman.adekf_jumps import InputJumps
 from mbde_core.estimators.kalman.algebra import ekf_update
 from mbde_core.estimators.noise import kinematic_plant_noise
+from mbde_core.minimal import make_map
 from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
 from mbde_core.estimators.options.common import (AUTO, FrozenMap, InitialSigma, Options, PlantNoise, Rule,
                                                   StageOptions)
@@ -199,8 +200,6 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
 
     @staticmethod
     def _build_map(mech, options):
-        from mbde_core.minimal import make_map  # lazy: the learned map imports the MLP trainer (scipy.optimize)
-
         if options.map == "exact":
             return make_map(mech, "exact")
         if options.map_file:

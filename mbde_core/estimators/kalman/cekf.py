@@ -31,7 +31,7 @@ reading's time, K = P^- H^T Rc^-1 (H at x^-):
 solved by Newton-Raphson with Jg = I + P^- H^T R^-1 H (its first step from x^- is the
 discrete Kalman update x^- + P^- H^T S^-1 (o - h(x^-)), exact for a linear h; the next ones
 re-evaluate h at the iterate). The covariance is the Riccati equation's measurement part,
-Joseph form with H at x^-. Stop 36 (measured on paper 004's motor-driven slider-crank,
+Joseph form with H at x^-. Why split (measured on paper 004's motor-driven slider-crank,
 ``mbde bench transfer``): with the correction inside the trapezoid, x1 = x0 + dt/2 [f(x0) +
 f(x1)] + dt K (o - h(x1)), and K, H of t_{k-1} (the crank 0.06 rad before at 60 rad/s,
 dt K H ~ 4000), the covariance contracted along the direction H had a step before while the
@@ -40,9 +40,9 @@ with K, H of t_k but the correction inside the trapezoid (its dt/2 A (x1 - x^-) 
 by dt/2 B du for an input correction du, which the covariance update does not know) it
 tracked with a bias of +0.012 rad (mean NEES 22.5 with input jumps, 10.7 without);
 split, 0.0086 rad and 3.16 (band [0.6, 6]; README, Defaults that transfer). The nine
-other shipped scenarios: mean NEES within 17 %, RMSE within 11 % of before.
+other shipped scenarios: mean NEES within 17 %, RMSE within 11 % of the in-trapezoid form.
 
-Second order (``measurement_order: 2``, the default since stop 30; paper003.yaml: 1): the
+Second order (``measurement_order: 2``, the default; paper003.yaml: 1): the
 reading and R are those of the Gaussian second-order filter at the prediction
 (:mod:`second_order`): o - 1/2 tr(T_i P) and R + 1/2 tr(T_i P T_l P), so the gate, the
 continuous gain K = P H^T (R dt)^-1 and the covariance update all see them. On ``pf_sim``

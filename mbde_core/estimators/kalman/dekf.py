@@ -14,7 +14,7 @@ with F = [[I, dt I], [0, I]] (eq. 13; ``transition_jacobian: full`` adds dt df/d
 Sigma^P the Van Loan discretisation of the acceleration noise density. Update
 (eqs. 15a-e) with the chain-rule sensor Jacobian of :mod:`reduced`, then the position
 and velocity problems bring q, qd to the corrected x. With ``measurement_order: 2`` (the
-default since stop 30; paper 003's eqs. are order 1) the predicted readings and S gain
+default; paper 003's eqs. are order 1) the predicted readings and S gain
 the Gaussian second-order filter's terms (:mod:`second_order`): on ``pf_sim`` the first
 order lost the crank at a turning point for q >= 16 (the rule's 8.2 kept it by 1.5x), the
 second order keeps it at 50.

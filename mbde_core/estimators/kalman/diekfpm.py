@@ -7,9 +7,9 @@ qd^- = qd + dt qdd (qdd from the R-matrix dynamics at q, qd; ``transition: euler
 003 eq. 12), ``constant_acceleration`` q^- = q + dt qd + dt^2/2 qdd, or (the default,
 ``heun``, :mod:`transition`) a second stage at that prediction, qdd* = qdd(q*, qd*):
 qd^- = qd + dt/2 (qdd + qdd*), q^- = q + dt qd + dt^2/6 (2 qdd + qdd*) (both O(dt^3) per
-step, so the rule adds no q_disc: :mod:`noise_rule`). Until stop 30 ``heun`` was accepted
-but ran as ``constant_acceleration``, whose first-order velocity update the rule covers
-with q_disc (pf_sim: q 15.6 instead of 8.2).
+step, so the rule adds no q_disc: :mod:`~mbde_core.estimators.options.rule`);
+``constant_acceleration``'s first-order velocity update the rule covers with q_disc
+(pf_sim: q 15.6 instead of 8.2).
 
 Update: the readings are fused by an iterated EKF in q-space (``iterations`` passes,
 X_{i+1} = X^- + K_i (o - h(X_i) - H_i (X^- - X_i))), then the constraints are imposed as
@@ -18,8 +18,8 @@ iterated to convergence -- a Gauss-Newton projection X <- X - W H^T (H W H^T)^-1
 The constraint-only projection is also applied after every prediction, keeping the
 estimate on the position and velocity constraint manifolds.
 
-Normal freedom W (``normal_noise_ratio`` r, default 1e-6 of the plant noise; 1e-4 until
-stop 30, paper003.yaml keeps it): the q-space prior lets the sensor update move off the
+Normal freedom W (``normal_noise_ratio`` r, default 1e-6 of the plant noise; 1e-4 in
+paper003.yaml): the q-space prior lets the sensor update move off the
 constraint manifolds by W, which the projection then maps back onto them. At a turning
 point where the readings hardly depend on the state (``pf_sim``: the crank at rest next to
 the rocker's dead point, the rocker gyroscope reading G(z) zd with G and zd ~ 0) such
@@ -83,8 +83,10 @@ import numpy as np
 
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sensor_variances
-from mbde_core.estimators.kalman.diekfpm_inputs import DependentInputs, validate_dependent_inputs
+from mbde_core.estimators.kalman.diekfpm_inputs import DependentInputs
+from mbde_core.estimators.kalman.input_states import validate_inputs
 from mbde_core.estimators.kalman.algebra import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, update_result
+from mbde_core.estimators.kalman.perfect_measurements import constraints, normal_noise, project
 from mbde_core.estimators.kalman.reduced import ReducedModel
 from mbde_core.estimators.kalman.transition import check_transition, euler_covariance, heun_step, position_step, transition_orders
 from mbde_core.types import MechanismSnapshot
@@ -123,7 +125,7 @@ class DIEKFpm(DependentInputs, Estimator):
         if not cfg["normal_noise_ratio"] >= 0:
             raise ConfigError(file, f"{path}.normal_noise_ratio", f"must be >= 0, got {cfg['normal_noise_ratio']}")
         check_transition(cfg, file, path)
-        validate_dependent_inputs(cfg, file, path)
+        validate_inputs(cfg, file, path)
 
     @classmethod
     def transition_orders(cls, cfg):
@@ -155,7 +157,7 @@ class DIEKFpm(DependentInputs, Estimator):
         Ta = self._Ta(T)
         self.P = Ta @ Pz @ Ta.T
         Qz = self.plant_noise(float(self.options.step))
-        self._iso = self._coordinate_noise(T @ Qz @ T.T)
+        self._iso = normal_noise(self.options.normal_noise_ratio, T @ Qz @ T.T)
         self._T_at = None
 
     def _T(self, q, qd):
@@ -171,14 +173,6 @@ class DIEKFpm(DependentInputs, Estimator):
     def _Ta(self, T):
         """blockdiag(T, I_k): [X, u] over [z, zd, u] (T itself without inputs)."""
         return self._augment(T, np.eye(self.k))
-
-    def _coordinate_noise(self, Qq):
-        """Isotropic q-space noise with the per-coordinate average of the tangent noise Qq."""
-        n = self.n
-        r = float(self.options.normal_noise_ratio)
-        pos = r * np.trace(Qq[:n, :n]) / n
-        vel = r * np.trace(Qq[n:, n:]) / n
-        return np.diag(np.concatenate([np.full(n, pos), np.full(n, vel)]))
 
     def _qdd(self, q, qd, u=None):
         return dynamics.forward(self.mech, self.t, q, qd, extra_Q=self._forces(u))[1]
@@ -207,7 +201,7 @@ class DIEKFpm(DependentInputs, Estimator):
         else:
             self.Pz = euler_covariance(self.Pz, dt, g) + Qz
         T = self._prior_T(self.X)
-        self._iso = self._coordinate_noise(T @ Qz @ T.T)
+        self._iso = normal_noise(self.options.normal_noise_ratio, T @ Qz @ T.T)
         if self.options.transition == "heun":  # second stage at the constant-acceleration prediction
             qdd1 = self._qdd(q + dt * qd + (0.5 * dt * dt) * qdd, qd + dt * qdd)
             self.X = heun_step(self.X[None], qdd[None], qdd1[None], dt, n)[0]
@@ -261,25 +255,9 @@ class DIEKFpm(DependentInputs, Estimator):
             H_parts.append(Hsens)
         if not constraints:
             return np.concatenate(h_parts), np.concatenate(H_parts, axis=0)
-        hc, Hc = self._constraints(X[:2 * n], jacobian=True)
+        hc, Hc = constraints(self.model, X[:2 * n], jacobian=True)
         Hc = np.concatenate([Hc, np.zeros((Hc.shape[0], self.k))], axis=1)
         return np.concatenate(h_parts + [hc]), np.concatenate(H_parts + [Hc], axis=0)
-
-    def _constraints(self, X, jacobian: bool):
-        """h_c(X) = [Phi(q); Phi_q qd] and (if ``jacobian``, else None) its Jacobian
-        [[Phi_q, 0], [d(Phi_q qd)/dq, Phi_q]]."""
-        n = self.n
-        q, qd = X[:n], X[n:]
-        phi, J, ctx = self.model.constraint_values(q)
-        h = np.concatenate([phi, J @ qd])
-        if not jacobian:
-            return h, None
-        m = J.shape[0]
-        H = np.zeros((2 * m, 2 * n))
-        H[:m, :n] = J
-        H[m:, :n] = self.model.constraint_hessian_qd(q, qd, ctx)
-        H[m:, n:] = J
-        return h, H
 
     def _iterated_update(self, names, o, Rs, gates):
         """Iterated sensor update + perfect-measurement constraint projection (docstring)."""
@@ -319,12 +297,12 @@ class DIEKFpm(DependentInputs, Estimator):
         if first is not None and self.k:  # the inputs within their limits
             X = self._bound_inputs(X, P)
         if first is None:
-            X, P_info = self._project(X), P
+            X, P_info = project(self.model, self._iso, X), P
         else:
             X, P_info = self._checked_step(X_prior, X, P, first, result)
             if X is None:  # no step along the update is consistent: the readings are not fused
                 result = UpdateResult([], result.accepted + result.rejected, distances=result.distances)
-                X, P_info = self._project(X_prior), P
+                X, P_info = project(self.model, self._iso, X_prior), P
         if self.k:
             X, self.u = X[:2 * n], X[2 * n:].copy()
         self.X = X
@@ -380,31 +358,13 @@ class DIEKFpm(DependentInputs, Estimator):
             Xa = X_prior + a * step
             if not np.all(np.isfinite(Xa)):
                 continue
-            Xa = self._project(Xa)
+            Xa = project(self.model, self._iso, Xa)
             d = Xa[idx] - X_prior[idx]
             d = np.where(angular, (d + np.pi) % (2.0 * np.pi) - np.pi, d)
             if move_within_bound(d, self.Pz, result.nis, result.dof):
                 IKH = np.eye(len(X_prior)) - a * (K @ H)
                 return Xa, IKH @ P @ IKH.T + (a * a) * (K @ R @ K.T)
         return None, None
-
-    def _project(self, X):
-        """Perfect measurements Phi = 0, Phi_q qd = 0 as an iterated (Gauss-Newton) update
-        with the isotropic normal covariance W: X <- X - W H^T (H W H^T)^-1 h_c(X) (the
-        inputs of [X, u], if any, are kept)."""
-        if len(X) > 2 * self.n:
-            return np.concatenate([self._project(X[: 2 * self.n]), X[2 * self.n:]])
-        W = np.diag(self._iso)
-        W = np.where(W > 0, W, 1.0)
-        tol = 1e-14 * max(1.0, self.mech.length_scale**2)
-        for _ in range(20):
-            h, _ = self._constraints(X, jacobian=False)
-            if np.max(np.abs(h)) <= tol:
-                break
-            _, H = self._constraints(X, jacobian=True)
-            HW = H * W
-            X = X - HW.T @ np.linalg.solve(HW @ H.T, h)
-        return X
 
     def reacquire(self, inflation: float) -> None:
         """Re-acquisition (:meth:`Estimator.reacquire`): Pz and P = T Pz T^T scaled."""

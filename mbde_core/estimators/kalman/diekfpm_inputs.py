@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbde_core.estimators.kalman.input_states import (init_input_attributes, input_forces, jump_variance, project_inputs,
-                                               validate_inputs as validate_dependent_inputs)  # noqa: F401 (the schema)
+from mbde_core.estimators.kalman.input_states import init_input_attributes, input_forces, jump_variance, project_inputs
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 
 

@@ -48,14 +48,12 @@ Sigma^P are cached per dt when they do not depend on the state.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from mbde_core.engine import dynamics, fastpath, kinematics
 from mbde_core.engine.integrators import INTEGRATOR_NAMES, MBState, get_integrator
-from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.kalman import errorekf_numba
 from mbde_core.estimators.kalman import errorekf_scalar
@@ -241,12 +239,12 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         F, Qd = self._F_and_Q(dt, q)
         extra = self._extra_zdd(q) if (self.acc or self.k) else None
         if self._nb_wait >= 0:
-            self._auto_numba(dt)
+            errorekf_numba.auto(self, dt)
         if self._kernels is not None and (
                 (self._nb is not None and errorekf_numba.predict(self, self._nb, dt, extra))
-                or self._predict_scalar(dt, extra)):
+                or errorekf_scalar.predict(self, dt, extra)):
             if self.dim == 2:  # F P F^T + Qd on floats (numpy's fixed costs dominate at 2 x 2)
-                self.P = np.array(errorekf_scalar.propagate2(self.P.tolist(), *self._FQ_lists(F, Qd)))
+                self.P = np.array(errorekf_scalar.propagate2(self.P.tolist(), *errorekf_scalar.fq_lists(self, F, Qd)))
             else:
                 self.P = F @ self.P @ F.T + Qd
                 self.P = 0.5 * (self.P + self.P.T)
@@ -262,55 +260,6 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
             self.state = MBState(self.state.q, self.state.qd)  # its qdd belongs to the previous time
         self.P = F @ self.P @ F.T + Qd
         self.P = 0.5 * (self.P + self.P.T)
-
-    def _auto_numba(self, dt):
-        """errorekf_numba's auto rule: after AUTO_STEPS predictions compile in the
-        background, then use the compiled path from the first step after it is ready."""
-        if self._nb_wait > 0:
-            self._nb_wait -= 1
-            if self._nb_wait == 0:
-                self._nb_bg = errorekf_numba.Background(self, dt)
-        elif self._nb_bg.module is not None:
-            self._nb, self._nb_bg, self._nb_wait = self._nb_bg.module, None, -1
-        elif not self._nb_bg.thread.is_alive():  # nothing compiled: Python only
-            self._nb_bg, self._nb_wait = None, -1
-
-    def _FQ_lists(self, F, Qd):
-        """(F, Qd) as lists (cached with the arrays: the same objects every step when constant)."""
-        c = self._FQ_lists_cache
-        if c is None or c[0] is not F or c[1] is not Qd:
-            c = self._FQ_lists_cache = (F, Qd, F.tolist(), Qd.tolist())
-        return c[2], c[3]
-
-    def _predict_scalar(self, dt, extra) -> bool:
-        """The simulation's rk4 step on the scalar kernels (:func:`rk4_single.rk4_step`,
-        the same operations as ``RK4.step``), started from the kernel values of the last
-        FullState at the simulation state if there is one; the FullState at the result
-        (R and the kernel context: what the update needs) comes with it. False (nothing
-        changed) when a kernel meets an arithmetic exception: the generic step decides."""
-        state, st = self.state, self.full
-        if st is not None and st.ctx is not None and st.q is state.q:
-            xs, tr, J = st.ctx
-            ctx = (tr, J, None)
-        else:
-            xs, ctx = state.q.tolist(), None
-        try:
-            q1, qd1, qdd1, ok, (tr1, J1, R1, zdd1, rd1) = rk4_step(
-                self.mech, self._kernels, self.t, xs, state.qd.tolist(),
-                None if state.qdd is None else state.qdd.tolist(), dt, None if extra is None else extra.tolist(), ctx)
-        except fastpath.SCALAR_ERRORS:
-            return False
-        self.t += dt
-        if ok and math.isfinite(sum(q1)):
-            q = np.array(q1)
-            self.state = MBState(q, np.array(qd1), np.array(qdd1))
-            self.full = FullState(q, self.state.qd, self.state.qdd, np.array(zdd1), np.array(R1), np.array(rd1),
-                                  (q1, tr1, J1))
-        else:
-            self.failures += 1
-            self.state = MBState(state.q, state.qd)  # its qdd belongs to the previous time
-            self.full = None
-        return True
 
     def _full(self) -> FullState:
         """R and the kernel context at the simulation state (evaluated when first needed)."""

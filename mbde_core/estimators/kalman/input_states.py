@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from mbde_core.engine import kinematics
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.options.frozen import AUTO
 
@@ -133,7 +134,6 @@ class InputStates:
     def with_inputs(self, q, zdd, qdd, U):
         """(zdd, qdd) of a batch of states (N rows: q (N, n), zdd (N, g), qdd (N, n) or
         None, inputs U (N, k)) with the inputs' accelerations B u added (qdd += R B u)."""
-        from mbde_core.engine import kinematics
 
         R = kinematics.r_matrix(self.mech, q)
         dz = np.einsum("igk,ik->ig", self.input_gain(R), U)

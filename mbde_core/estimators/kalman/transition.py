@@ -6,7 +6,7 @@
   of zd; on a fast linkage (the paper-000 rig: |zdd| ~ 300 rad/s^2 at dt = 5 ms, 4e-3 rad
   per step) no white plant noise makes the filter consistent (mean NEES 80-5e4 on
   ``pf_sim`` for every acceleration density, measured: README, Defaults that transfer);
-- ``constant_acceleration`` (DIEKFpm's default until stop 30) -- the exact solution for the acceleration
+- ``constant_acceleration`` -- the exact solution for the acceleration
   held over the step: z+ = z + dt zd + dt^2/2 zdd, zd+ = zd + dt zdd. Same cost, local
   error in z of order dt^3 (jerk); the velocity update is still forward Euler (local error
   dt^2/2 zddd), which the default plant noise covers (:mod:`~mbde_core.estimators.options.rule`);
@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mbde_core.errors import ConfigError
+
 TRANSITIONS = ("euler", "constant_acceleration", "heun")
 TRANSITION_DEFAULT = "constant_acceleration"
 # (order of the z update, order of the zd update) of each transition (the default-tuning rule's
@@ -41,7 +43,6 @@ def transition_orders(cfg: dict) -> tuple[int, int]:
 
 def check_transition(cfg: dict, file: str, path: str) -> None:
     """The ``transition`` option is one of TRANSITIONS."""
-    from mbde_core.errors import ConfigError
 
     if cfg["transition"] not in TRANSITIONS:
         raise ConfigError(file, f"{path}.transition", f"must be one of {', '.join(TRANSITIONS)}, got {cfg['transition']!r}")

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.kalman.input_states import InputStates, jump_variance, project_inputs, validate_inputs
 from mbde_core.engine.linalg import solve_one
@@ -70,7 +71,6 @@ class UKF(InputStates, ReducedKalman):
 
     @classmethod
     def validate_config(cls, cfg, file, path):
-        from mbde_core.errors import ConfigError
 
         if not cfg["alpha"] > 0:
             raise ConfigError(file, f"{path}.alpha", f"the sigma-point spread must be > 0, got {cfg['alpha']}")

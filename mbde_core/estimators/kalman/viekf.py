@@ -17,14 +17,13 @@ it is the exact linearisation of the discrete map the prediction applies, symple
 block is the same theorem's derivative with respect to a. The ``inputs`` u enter as the
 generalized forces they are, fe = E u held over the step (``extra_force`` of
 :func:`mbde_core.engine.variational.run`; E the unit columns of their coordinates), and
-their block is d(z1, zd1)/du from dPhi1/du = -c_h R0^T E, dPhi2/du = -c_p R1^T E. Until
-stop 35 they entered as the acceleration B(z0) u = Mbar0^-1 R0^T E u held over the step
-(as the explicit integrators take them), i.e. as the force M R0 B(z0) u, which the
-momentum at q1 sees as R1^T M R0 Mbar0^-1 R0^T E u instead of R1^T E u: on the paper-004
-slider-crank at 60 rad/s and 2 N m a zd drift of -1.1e-3 rad/s per 1 ms step against a
-fine RK4 reference (now -1.4e-5; RK4 with the held acceleration: -2.8e-4), the size of
-the plant noise, and F missed d(B u)/dz0 (20 % of dzd1/dz0; patched by central
-differences in stop 34).
+their block is d(z1, zd1)/du from dPhi1/du = -c_h R0^T E, dPhi2/du = -c_p R1^T E. Taken
+instead as the acceleration B(z0) u = Mbar0^-1 R0^T E u held over the step (as the explicit
+integrators take them), i.e. as the force M R0 B(z0) u, which the momentum at q1 sees as
+R1^T M R0 Mbar0^-1 R0^T E u instead of R1^T E u, they give on the paper-004 slider-crank at
+60 rad/s and 2 N m a zd drift of -1.1e-3 rad/s per 1 ms step against a fine RK4 reference
+(as forces: -1.4e-5; RK4 with the held acceleration: -2.8e-4), the size of the plant noise,
+and F misses d(B u)/dz0 (20 % of dzd1/dz0).
 
 Inputs (``inputs: auto``, ``input_jump_nis: 16``: the errorEKF's defaults, :mod:`input_states`)
 and ``structured`` (without_inputs | always | never): with estimated inputs the exact step Jacobian

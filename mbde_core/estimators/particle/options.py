@@ -17,6 +17,8 @@ import numpy as np
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.options.common import FrozenMap, InitialSigma, Options, StageOptions
 from mbde_core.estimators.particle.refine import REFINE_DEFAULTS, check_refine
+from mbde_core.estimators.particle import scales as pf_scale
+from mbde_core.estimators.particle.prior import prior_box
 from mbde_core.estimators.particle.resampling import SCHEMES
 from mbde_core.expr import ExpressionError, evaluate_value
 
@@ -242,7 +244,6 @@ def particle_counts(cfg: dict, mech, sensors, per_dof: int, branches: int) -> tu
     freedom) and of a uniform (re)initialisation (``uniform.particles``, or the rule of
     :func:`~mbde_core.estimators.particle.scales.initial_particles` for ``branches``
     branches; at least N_track)."""
-    from mbde_core.estimators.particle import scales as pf_scale
 
     g = mech.dof
     n_track = cfg["particles"]
@@ -258,7 +259,6 @@ def check_run(cfg: dict, mech, sensors, file: str, path: str, per_dof: int) -> N
     independent coordinate, the branch labels exist, and the particle sets fit in
     :func:`memory_budget` (:func:`particle_bytes` of the larger of the tracking and the
     uniform start's counts)."""
-    from mbde_core.estimators.particle.prior import prior_box
 
     g = mech.dof
     uni = cfg["uniform"]

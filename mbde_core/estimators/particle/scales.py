@@ -33,8 +33,8 @@ assembled configurations (every branch; :mod:`.prior`):
   the gyroscope alone (steady-state RMSE 0.07-0.11 rad); with the rule's 6.4 / 11.8 m/s^2
   it is 0.008 rad, the UKF's.
 - ``particles`` (tracking) = ``PARTICLES_PER_DOF`` (300) x g, for vipf as well
-  (``VIPF_PARTICLES_PER_DOF``; 100 until stop 28). Measured with ``mbde bench pf --only multidof`` (10 seeds, 13 scenarios of 1-2 DOF,
-  stop 23): 100 per DOF converged in 120 of 130 runs, 300 per DOF in 125 (the released rig
+  (``VIPF_PARTICLES_PER_DOF``). Measured with ``mbde bench pf --only multidof`` (10 seeds, 13
+  scenarios of 1-2 DOF): 100 per DOF converged in 120 of 130 runs, 300 per DOF in 125 (the released rig
   6/10 -> 9/10 and 7/10 -> 9/10, offset slider-crank 9/10 -> 10/10, five-bar with encoders
   9/10 -> 10/10; median steady-state ratio to the UKF 1.29 -> 1.18 on fourbar_gyro) for
   ~10-30 % more CPU (the uniform start's larger cloud dominates the short runs). vipf
@@ -53,7 +53,7 @@ assembled configurations (every branch; :mod:`.prior`):
   (paper 000's rig identifies its branch in < 0.1 s). Three DOF need more than twice two's:
   the 3-DOF loop with gyroscopes released at rest (``sixbar_loop3_gyro``) reads ~0 rad/s
   for its first 0.3 s, so its readings give the initial accelerations f(z) (3 numbers)
-  and several z fit them; with 0.6 s (0.3 s x (g - 1), the rule before stop 33) the
+  and several z fit them; with 0.6 s (0.3 s x (g - 1)) the
   weights committed to a wrong one at 0.3-0.4 s in 8 of 20 runs (found again by the lock
   detector and a recovery at 0.8-1.3 s, then 5-100x the UKF's error after 1 s); with
   0.9 s the 10 hardest seeds of those 20 converged by 0.68-0.76 s, without a lock

@@ -62,61 +62,23 @@ import heapq
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from mbde_core.estimators.base import InitialState, UpdateResult
+from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.chi2 import chi2_ppf
 from mbde_core.estimators.options.common import Reacquire
 from mbde_core.estimators.stage.multistart import MultiStart
 from mbde_core.estimators.stage.guards import (AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence,
                                                finite_snapshot)
+from mbde_core.estimators.stage.records import StageCounters, StepRecord  # noqa: F401 (the stage's outputs)
 from mbde_core.estimators.stage.recovery import LOST_CHECK_GAP, StageRecovery
-from mbde_core.types import MechanismSnapshot, Measurement
+from mbde_core.types import Measurement
 
 # Stage options shared by `mbde replay` and the live node (node parameters of the same names)
 STAGE_DEFAULTS = {"reorder_window": 0.02, "backward_jump": 1.0, "max_gap": 10.0}
 DUPLICATE_TOLERANCE = 1e-9  # s: equal stamps
-
-
-@dataclass
-class StepRecord:
-    """One emitted grid step: the estimate, the update result (None if no readings), cost [s]."""
-
-    estimate: MechanismSnapshot
-    update: UpdateResult | None
-    cost: float
-
-
-@dataclass
-class StageCounters:
-    received: int = 0
-    fused: int = 0
-    rejected_gate: int = 0
-    gate_scale_max: float = 1.0       # largest scale of a gate threshold (stage_guards.AdaptiveGate)
-    gate_believed: int = 0            # readings over the gate fused: their sensor persisted (AdaptiveGate)
-    reacquisitions: int = 0
-    multistarts: int = 0
-    out_of_order: int = 0
-    duplicates: int = 0
-    future: int = 0
-    non_finite: int = 0
-    unknown_sensor: int = 0
-    resets: int = 0                   # backward time jumps
-    backward_jump_last: float = 0.0   # s
-    backward_jump_max: float = 0.0    # s
-    gap_resets: int = 0
-    diverged: int = 0                 # restarts of an estimate or covariance that overflowed
-    reconvergence_last: float | None = None  # s
-    reconvergence_max: float = 0.0    # s
-    steps: int = 0
-    per_sensor_fused: dict = field(default_factory=dict)
-    per_sensor_rejected: dict = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 class EstimatorStage(StageRecovery):
@@ -358,20 +320,6 @@ class EstimatorStage(StageRecovery):
         self._last_stamp[m.sensor] = m.stamp
         self.pending.append(m)
 
-    def _diverged(self, t: float) -> None:
-        """The estimate or its covariance overflowed (a lost filter predicting through a
-        gap: a UKF at 3e3 rad/s whose covariance squared every step): it is lost, restart
-        it from the initial guess at the same grid time, as a long gap does (counted)."""
-        self.counters.diverged += 1
-        self._bank = None
-        self.est.reset(t, self.initial(t))
-        if self.reacq is not None:
-            self.reacq.clear()
-        if self.gate_adapt is not None:
-            self.gate_adapt.clear()
-        self._disturbed(t)
-        self._unknown = True  # the multi-start bank waits for the next reading
-
     def _disturbed(self, t: float) -> None:
         self._after_jump = False
         self.reconv.disturbed(t)
@@ -399,40 +347,6 @@ class EstimatorStage(StageRecovery):
     def _current_gates(self) -> dict[str, float]:
         """The gate thresholds for the next update (stage_guards.AdaptiveGate)."""
         return self.gates if self.gate_adapt is None else self.gate_adapt.thresholds()
-
-    def _watch(self, result: UpdateResult) -> None:
-        """Re-convergence time, the gate's scale and re-acquisition rule after an update."""
-        t = self.t0 + self.k * self.dt
-        disagreed = result
-        if self.gate_adapt is not None and result.distances:
-            c = self.counters
-            believed = self.gate_adapt.observe(t, result.distances)
-            c.gate_believed += len(believed)
-            c.gate_scale_max = max(c.gate_scale_max, max(self.gate_adapt.scale.values()))
-            if believed:  # for the re-acquisition rule they disagreed with the filter
-                acc = list(result.accepted)
-                for n in believed:
-                    acc.remove(n)
-                disagreed = UpdateResult(acc, list(result.rejected) + believed)
-        took = self.reconv.observe(t, result)
-        if took is not None:
-            self._after_jump = False
-            self.counters.reconvergence_last = took
-            self.counters.reconvergence_max = max(self.counters.reconvergence_max, took)
-        if self._bank is not None and self._bank.done(t):
-            self._bank.adopt()
-            self._bank = None
-        if self.reacq is None or not self.reacq.observe(t, disagreed):
-            return
-        self.counters.reacquisitions += 1
-        if self._after_jump:  # the motion restarted with the clock (a bag loop): the initial guess
-            self._bank = None
-            self.est.reset(t, self.initial(t))
-        else:
-            self._active.reacquire(self.inflation)
-        self._after_jump = False
-        self.reconv.disturbed(t)
-        self._multistart(t)
 
     def _cap(self) -> float:
         return max(self.gates.values(), default=0.0)
