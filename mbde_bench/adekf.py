@@ -440,11 +440,8 @@ def figures(sl, msc, out) -> list[str]:
 
 
 def run(args) -> int:
-    from mbde_core.errors import DataError
     from mbde_core.estimators.options.schema import load_estimator_configs
 
-    if os.path.exists(args.out) and not args.force and os.listdir(args.out):
-        raise DataError(f"--out: {args.out} exists and is not empty (use --force)")
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
     base = load_estimator_configs(args.config, ["adekf"])["adekf"]
@@ -467,5 +464,5 @@ def run(args) -> int:
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
     print(text)
-    print(f"wrote {args.out}: tables.md, results.json" + (f", {len(figs)} figures" if figs else ""))
+    print("results: tables.md, results.json" + (f", {len(figs)} figures" if figs else ""))
     return 0

@@ -45,16 +45,31 @@ def add_arguments(p):
         sp = sub.add_parser(name, help=getattr(mod, "HELP", name), description=mod.__doc__)
         mod.add_arguments(sp)
         if not any("--force" in a.option_strings for a in sp._actions):
-            sp.add_argument("--force", action="store_true", help="write into an existing, non-empty --out folder")
-        sp.set_defaults(_bench_module=mod)
+            sp.add_argument("--force", action="store_true", help="replace an earlier output of the same benchmark at --out")
+        sp.set_defaults(_bench_module=mod, _bench_name=name)
 
 
 def run(args) -> int:
-    import os
+    """Run the benchmark with its --out written atomically (mbde_core.cli.outputs): into a
+    hidden folder beside --out, renamed into place when the benchmark finished with exit
+    status 0; an interrupted or failed benchmark leaves --out as it was."""
+    from mbde_core import runs
+    from mbde_core.cli.outputs import Output
 
-    from mbde_core.errors import DataError
-
+    runs.check_options(args)
     out = getattr(args, "out", None)
-    if out and os.path.isdir(out) and os.listdir(out) and not args.force:
-        raise DataError(f"--out: {out} exists and is not empty (use --force to write into it)")
-    return int(args._bench_module.run(args) or 0)
+    if not out:
+        return int(args._bench_module.run(args) or 0)
+    inputs = [getattr(args, k, None) for k in ("config", "mechanism", "bag", "scenario")]
+    with Output(out, f"bench {args._bench_name}", force=args.force, inputs=[i for i in inputs if isinstance(i, str)]) as o:
+        args.out = o.tmp
+        try:
+            rc = int(args._bench_module.run(args) or 0)
+        finally:
+            args.out = out
+        if rc == 0:
+            o.commit()
+            print(f"wrote {out}")
+        else:
+            print(f"mbde bench {args._bench_name}: exit status {rc}: {out} not written")
+    return rc

@@ -27,6 +27,9 @@ def run_plots(path: str, series: dict) -> list[str]:
 
 
 def _serve(queue, sources) -> None:
+    from mbde_core.runs.stop import child_setup
+
+    child_setup()  # Ctrl-C is the parent's to handle; SIGTERM ends this renderer silently
     from mbde_core.replay.plots import plot_branches, plot_run, plot_summary
 
     failed = 0
@@ -75,6 +78,16 @@ class PlotWorker:
         self._start()
         self.queue.put(("summary", bag, [path], doc))
         return [path]
+
+    def stop(self) -> None:
+        """End the renderer now (the figures are abandoned)."""
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.join(1.0)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join()
+            self.proc = None
 
     def finish(self) -> None:
         """Wait until every queued figure is drawn."""

@@ -95,7 +95,7 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
                chunk: int | None = None) -> dict:
     """``mbde smooth``: smooth a replay source streamed (see module doc) and write
     metrics.json, estimates/ (bag), report.md and the plots into out_dir; returns the
-    metrics document."""
+    metrics document (the caller says where the outputs went once they are in place)."""
     from mbde_core.replay.evaluation import RunOutput, StreamEvaluator
     from mbde_core.replay.outputs import summary_table, write_estimates_bag, write_metrics, write_report
     from mbde_core.replay.worker import EstimatorResult, ReplayTask, part_path
@@ -147,7 +147,6 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
         paths.append(plot_cost(os.path.join(out_dir, "smoother_cost.png"), info))
     write_report(os.path.join(out_dir, "report.md"), doc, paths, "mbde smooth report")
     print(summary_table(doc))
-    print(f"wrote {out_dir}: metrics.json, estimates/ ({storage}), report.md" + (f", {len(paths)} plots" if paths else ""))
     return doc
 
 

@@ -250,6 +250,9 @@ class Renderer:
             ax.text(0.99, 0.01, title, transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="0.3")
 
 
+MAX_FRAMES = 20000  # of a GIF (about 22 min at 15 fps)
+
+
 def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, seed: int = 0, fps: float = 15.0,
            speed: float = 1.0, start: float = 0.0, duration: float | None = None, time: float | None = None,
            top_k: int = 30, size=(6.4, 4.8), dpi: int = 100, progress=None) -> dict:
@@ -286,6 +289,8 @@ def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, s
     sources = r.order()
     try:
         if ext == ".png":
+            if time is not None and t_first + time > t_last + 1e-9:
+                raise DataError(f"--time {time:g} is after the end of the data ({t_last - t_first:.3f} s)")
             t = t1 if time is None else min(max(t_first + time, t_first), t_last)
             r.draw(t, f"t = {t - t_first:.2f} s")
             r.fig.savefig(out, dpi=dpi)
@@ -294,6 +299,9 @@ def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, s
 
         # (+1e-6: epoch stamps differ from the nominal grid by up to 0.12 us)
         n = max(1, int(np.floor((t1 - t0) * fps / speed + 1e-6)) + 1)
+        if n > MAX_FRAMES:
+            raise DataError(f"--fps {fps:g} / --speed {speed:g}: {n} frames for {t1 - t0:.3f} s of data, at most "
+                            f"{MAX_FRAMES} (raise --speed, lower --fps or shorten --duration)")
         times = t0 + np.arange(n) * speed / fps
 
         def frame(i):
