@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 HELP = ("benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001), "
-        "replay, vi (paper 002), smoother, faults, transfer")
+        "replay, vi (paper 002), smoother, faults, transfer, safety")
 DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and figures into --out.
 
   accuracy   paper 003 matrix: {fourbar, fivebar} x {encoders, gyroscopes} x sensor period
@@ -27,10 +27,30 @@ DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and fig
              simulated bags of every scenario, replayed by every estimator
   transfer   every estimator x every shipped scenario x {defaults, tuned (mbde tune)}: RMSE,
              steady-state RMSE, mean NEES against its band [0.3, 3] x 2g, pass/fail
+  safety     data safety: --out vs inputs, --force, concurrent runs, Ctrl-C/SIGTERM, bags cut
+             short, bad numbers, failed runs, unusable bags (each row run through the CLI)
 
 Run `mbde bench NAME --help` for the options of each."""
 
-BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay", "vi", "smoother", "faults", "transfer")
+BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay", "vi", "smoother", "faults", "transfer", "safety")
+SIGNED = {"initial_angle", "offset", "gravity_error"}  # numeric options that may be negative
+AT_LEAST_ONE = {"jobs", "runs", "repeat", "particles", "max_particles", "multidof_runs", "nees_runs"}
+
+
+def _bounded(parser) -> None:
+    """Range types for the benchmarks' numeric options: seeds in [0, 2^63), counts >= 1
+    (AT_LEAST_ONE) or >= 0, durations and the like >= 0 (finite: mbde_core.cli.main)."""
+    from mbde_core.cli.argtypes import int_range, nonnegative, seed_type
+
+    for a in parser._actions:
+        if a.dest in SIGNED or a.type not in (int, float):
+            continue
+        if a.dest == "seed":
+            a.type = seed_type
+        elif a.type is int:
+            a.type = int_range(1 if a.dest in AT_LEAST_ONE else 0)
+        else:
+            a.type = nonnegative
 
 
 def add_arguments(p):
@@ -44,6 +64,7 @@ def add_arguments(p):
             continue
         sp = sub.add_parser(name, help=getattr(mod, "HELP", name), description=mod.__doc__)
         mod.add_arguments(sp)
+        _bounded(sp)
         if not any("--force" in a.option_strings for a in sp._actions):
             sp.add_argument("--force", action="store_true", help="replace an earlier output of the same benchmark at --out")
         sp.set_defaults(_bench_module=mod, _bench_name=name)

@@ -87,7 +87,19 @@ def _top_parser(commands) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    from mbde_core.runs import stop
+
+    handlers = stop.install()  # first: an interrupt while the command's modules load is clean too
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (stop.Terminated), before the command ran
+        stop.ignore()
+        return stop.exit_status(exc)
+    finally:
+        stop.restore(handlers)
+
+
+def _main(argv: list[str]) -> int:
     table = {name: (module, helptext) for name, module, helptext in COMMANDS}
     if argv and argv[0] not in table:
         table = {name: (module, helptext) for name, module, helptext in _commands()}
@@ -117,18 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     module.add_arguments(parser)
-    from mbde_core.runs import stop
-
-    handlers = stop.install()
-    try:
-        args = parser.parse_args(argv[1:])
-        _check_finite(parser, args)
-        return _run(name, module, args)
-    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (stop.Terminated) before the command ran
-        stop.ignore()
-        return stop.exit_status(exc)
-    finally:
-        stop.restore(handlers)
+    args = parser.parse_args(argv[1:])
+    _check_finite(parser, args)
+    return _run(name, module, args)
 
 
 def _run(name: str, module, args) -> int:
