@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mbde_core.live.backlog import BEHIND, KEEP_ONE_IN, Backlog
+from mbde_core.live.backlog import BEHIND, Backlog
 from mbde_core.live.diagnostics import WARN
 from mbde_core.live.estimator import STALLED
 from mbde_core.live.model_source import load_source
