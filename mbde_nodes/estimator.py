@@ -132,8 +132,10 @@ class Estimator(Node):
     def on_reading(self, topic: str, msg, info=None) -> None:
         # how long the reading waited in the reader queue: the middleware's reception time
         # (system clock, ns) to now; a node that falls behind skips readings evenly
-        received = (info or {}).get("received_timestamp") if isinstance(info, dict) else None
+        info = info if isinstance(info, dict) else {}
+        received = info.get("received_timestamp")
         queued = max(time.time_ns() - received, 0) * 1e-9 if received else None
+        self.core.backlog.sequence(topic, info.get("publication_sequence_number"))
         self.core.on_message(topic, msg, now_seconds(self), queued)
 
     def on_tick(self) -> None:

@@ -18,13 +18,18 @@ from mbde_core.rosio.bag_writer import INCOMPLETE_MARKER
 
 
 def write_dir(path, command="replay", files=("metrics.json",), force=False, inputs=()):
+    before = listing(path)
     with Output(path, command, force=force, inputs=inputs) as out:
         for f in files:
             with open(os.path.join(out.tmp, f), "w") as fh:
                 fh.write(f)
-        assert not os.path.exists(path) or force  # nothing at --out until the commit
+        assert listing(path) == before  # nothing at --out until the commit
         out.commit()
     return out
+
+
+def listing(path):
+    return sorted(os.listdir(path)) if os.path.isdir(path) else None
 
 
 def test_a_directory_output_is_staged_then_renamed_with_its_manifest_last(tmp_path):
@@ -55,9 +60,9 @@ def test_force_never_replaces_what_mbde_did_not_write(tmp_path):
     with pytest.raises(DataError, match="holds the output of `mbde replay`, not of `mbde smooth`"):
         write_dir(d, "smooth", force=True)
     assert (home / "src" / "keep.py").read_text() == "precious" and (d / "metrics.json").exists()
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match="carries no"):
-        write_dir(tmp_path / "empty", force=True)
+    (tmp_path / "empty").mkdir()  # an empty folder (made for the output): nothing to lose, used
+    write_dir(tmp_path / "empty")
+    assert sorted(os.listdir(tmp_path / "empty")) == [MANIFEST, "metrics.json"]
 
 
 def test_a_file_output_has_a_sidecar_and_is_replaced_only_unchanged(tmp_path):

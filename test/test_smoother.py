@@ -140,7 +140,7 @@ def test_mbde_smooth_in_windows(bag, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--sensors", "s.yaml"], "--sensors needs --mechanism"),
-    (["--window", "-1"], "--window: must be >= 0"),
+    (["--window", "-1"], "--window: must be a finite number in [0, inf)"),
     (["--config", "BADCFG"], "smoother.solver: must be lm or trf"),
     (["--config", "BADKEY"], "smoother.steps: unknown key"),
 ])

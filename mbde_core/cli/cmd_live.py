@@ -13,8 +13,8 @@ them cleanly on Ctrl-C or SIGTERM (every node exits 0 without a traceback).
 Needs rclpy, mbde_msgs and tf2_msgs in this Python: a sourced ROS 2 installation with
 mbde built by colcon, or .venv-ros (`make live`, which builds it from PyPI wheels, see
 tools/ros_venv.sh). Watch it with `ros2 topic echo`, RViz (rviz/mbde.rviz) or Foxglove.
-Exit status: 0 after a clean stop, 2 if ROS is missing or a node could not start, 1 if a
-node died."""
+Exit status: 130 / 143 after a clean stop by Ctrl-C / SIGTERM, 0 after --duration, 2 if
+ROS is missing or a node could not start, 1 if a node died."""
 
 STOP_TIMEOUT = 10.0  # s to wait for every node after SIGINT, then SIGKILL
 

@@ -66,7 +66,7 @@ def run(args) -> int:
         raise DataError(f"--size {args.size!r}: expected WxH in inches, each in (0, 100], e.g. 6.4x4.8") from None
     ext = os.path.splitext(args.out)[1].lower()
     if ext not in (".gif", ".png"):
-        raise DataError(f"--out: {args.out}: give a .gif (animation) or .png (one frame) file name")
+        raise DataError(f"--out {args.out}: write a .gif (animation) or a .png (one frame)")
     gif_only = [o for o, v in (("--fps", args.fps), ("--speed", args.speed)) if v is not None]
     if ext == ".png" and gif_only:
         raise DataError(f"{', '.join(gif_only)}: applies to a .gif --out only (a .png is one frame, see --time)")

@@ -115,7 +115,6 @@ def _main(argv: list[str]) -> int:
             if argv:  # e.g. `mbde --help` handled by argparse; anything else is a usage error
                 parser.print_help(sys.stderr)
                 return 2
-            parser.print_usage(sys.stderr)
             print("mbde: error: a command is required (see `mbde --help`)", file=sys.stderr)
             return 2
         print(f"mbde: error: unknown command {args.command!r} (see `mbde --help`)", file=sys.stderr)
@@ -141,7 +140,9 @@ def _run(name: str, module, args) -> int:
     try:
         return int(module.run(args) or 0)
     except MbdeError as err:
-        print(f"mbde {name}: error: {err}", file=sys.stderr)
+        from mbde_core.cli.outputs import as_given
+
+        print(f"mbde {name}: error: {as_given(str(err))}", file=sys.stderr)
         return err.exit_status
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (stop.Terminated)
         stop.ignore()

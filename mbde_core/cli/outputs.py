@@ -36,9 +36,20 @@ TOOL = "mbde"
 _ABANDONED: list[str] = []  # what abandoned outputs left, for the command's last line
 
 
+_STAGED: dict[str, str] = {}  # staging path -> the path the user gave, of this process's outputs
+
+
 def abandoned() -> list[str]:
     """One phrase per output this process abandoned (not written, earlier output kept)."""
     return list(_ABANDONED)
+
+
+def as_given(text: str) -> str:
+    """``text`` (an error message) with the staging paths of this process's outputs
+    replaced by the paths the user gave (``--out``)."""
+    for tmp, given in _STAGED.items():
+        text = text.replace(tmp, given)
+    return text
 
 
 def _real(path) -> str:
@@ -224,6 +235,7 @@ class Output:
             self._check_existing()
             self._clean_stale()
             os.mkdir(self.stage)
+            _STAGED[self.tmp] = self.given
             mark_incomplete(self.stage, self.command)
             if self.kind == "dir" and self.create:
                 os.mkdir(self.tmp)
@@ -235,6 +247,10 @@ class Output:
 
     def _check_existing(self) -> None:
         if not os.path.lexists(self.path):
+            return
+        if (self.kind == "dir" and os.path.isdir(self.path) and not os.path.islink(self.path)
+                and not os.path.ismount(self.path) and not os.listdir(self.path)):
+            self.replaces = True  # an empty folder (e.g. made for the output): nothing to lose
             return
         if not self.force:
             raise DataError(f"{self.what}: {self.given} exists (use --force to replace it)")
@@ -281,16 +297,21 @@ class Output:
                 os.remove(marker)
             doc["files"] = _files(self.tmp)
             _write_json(os.path.join(self.tmp, MANIFEST), doc)
-            if self.replaces:
-                old = os.path.join(self.stage, ".earlier")
-                os.rename(self.path, old)
-            os.rename(self.tmp, self.path)
+            try:
+                if self.replaces:
+                    os.rename(self.path, os.path.join(self.stage, ".earlier"))
+                os.rename(self.tmp, self.path)
+            except OSError as exc:
+                raise DataError(f"{self.what}: cannot put {self.given} in place ({exc.strerror})") from None
         else:
             doc.update(file=self.name, sha256=_sha256(self.tmp))
             side_tmp = sidecar(self.tmp)
             _write_json(side_tmp, doc)
-            os.replace(self.tmp, self.path)
-            os.replace(side_tmp, sidecar(self.path))
+            try:
+                os.replace(self.tmp, self.path)
+                os.replace(side_tmp, sidecar(self.path))
+            except OSError as exc:
+                raise DataError(f"{self.what}: cannot put {self.given} in place ({exc.strerror})") from None
         self.committed = True
         shutil.rmtree(self.stage, ignore_errors=True)
         self._lock.release()

@@ -38,7 +38,7 @@ import numpy as np
 
 from mbde_core.errors import ConfigError, DataError
 from mbde_core.live import estimator_status
-from mbde_core.live.backlog import Backlog
+from mbde_core.live.backlog import STALLED, Backlog
 from mbde_core.live.diagnostics import Status, Throttle
 from mbde_core.live.estimator_options import EstimatorOptions, default_config_file, load_config  # noqa: F401 (re-exported)
 from mbde_core.live.estimator_status import Window
@@ -47,7 +47,6 @@ from mbde_core.rosio.sensor_io import estimate_messages, sensor_reading
 
 CLOCK_TOLERANCE = 2.0  # s: |clock - stamp| on arrival beyond this = different clocks
 OVERDUE_MARGIN = 0.05  # s: transport jitter tolerated before the clock drives predictions
-STALLED = 0.15  # s of wall time without a tick (the node ticks every 0.05 s): it was not running
 
 
 @dataclass
@@ -227,7 +226,6 @@ class LiveEstimator:
             st.received += 1
             st.arrivals.append(arrival)
             if not self.backlog.admit(sensor.name, queued):
-                self.window.skipped += 1
                 if self.throttle("behind"):
                     self.log("warn", self.backlog.warning())
                 continue
@@ -352,6 +350,8 @@ class LiveEstimator:
                          "not published, restarting")
             return
         self.latest = rec
+        if not self.backlog.publish(rec.update is not None):
+            return
         t = snap.stamp
         if self._due("state", t, self.opt.publish_rate):
             state, joints = estimate_messages(self.factory, snap, self.mech, self.frame_id)

@@ -33,7 +33,6 @@ class Window:
         self.resets = 0
         self.errors = 0
         self.frame_mismatch = 0
-        self.skipped = 0  # readings skipped while the node was behind (mbde_core.live.backlog)
 
 
 def status(core, name: str, now: float | None = None, extra_problems=()) -> Status:
@@ -149,7 +148,7 @@ def status(core, name: str, now: float | None = None, extra_problems=()) -> Stat
         problems.append((WARN, "estimator reset this period"))
     if w.errors:
         problems.append((ERROR, f"{w.errors} estimator error(s) this period: {core.last_error}"))
-    behind = core.backlog.problem(w.skipped)
+    behind = core.backlog.problem()
     if behind:
         problems.append((WARN, behind))
     level = max([OK] + [lv for lv, _ in problems])
