@@ -155,6 +155,13 @@ def _run(name: str, module, args) -> int:
         return stop.exit_status(exc)
     except BrokenPipeError:
         return 0
+    except OSError as err:  # the disk is full, a folder not writable...: one line; outputs were abandoned
+        from mbde_core.cli.outputs import abandoned, as_given
+
+        where = f" ({as_given(str(err.filename))})" if err.filename else ""
+        print(f"mbde {name}: error: {err.strerror or err}{where}" + "".join(f"; {a}" for a in abandoned()),
+              file=sys.stderr)
+        return 1
 
 
 def _check_finite(parser, args) -> None:

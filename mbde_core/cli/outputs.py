@@ -227,7 +227,10 @@ class Output:
             if os.path.lexists(self.parent):
                 raise DataError(f"{self.what}: {self.parent} is not a directory")
             self._make_parents()
-        holder = self._lock.acquire()
+        try:
+            holder = self._lock.acquire()
+        except OSError as exc:
+            raise DataError(f"{self.what}: cannot write into {self.parent} ({exc.strerror})") from None
         if holder is not None:
             raise DataError(f"{self.what}: {self.given} is being written by another mbde run"
                             + (f" (pid {holder})" if holder > 0 else "") + "; not writing into it")
@@ -240,6 +243,9 @@ class Output:
             if self.kind == "dir" and self.create:
                 os.mkdir(self.tmp)
                 mark_incomplete(self.tmp, self.command)
+        except OSError as exc:
+            self.abort()
+            raise DataError(f"{self.what}: cannot write into {self.parent} ({exc.strerror})") from None
         except BaseException:
             self.abort()
             raise
