@@ -100,6 +100,16 @@ def test_out_equal_to_inside_or_above_an_input_is_refused_before_anything_is_tou
         check_not_input(str(link), [str(bag)])
 
 
+def test_out_holding_the_current_directory_is_refused(tmp_path, monkeypatch):
+    here = tmp_path / "here"
+    here.mkdir()  # empty: would otherwise be used
+    monkeypatch.chdir(here)
+    for out in (".", str(tmp_path)):
+        with pytest.raises(DataError, match="holds the current directory"):
+            Output(out, "replay", force=True).open()
+    assert os.listdir(tmp_path) == ["here"]
+
+
 def test_an_abandoned_output_leaves_the_earlier_one_and_the_missing_parents_are_removed(tmp_path):
     d = tmp_path / "rep"
     write_dir(d)

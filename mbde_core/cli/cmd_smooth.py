@@ -64,13 +64,13 @@ def run(args) -> int:
         raise DataError(f"--window: must be 0 (whole run) or at least two steps of {cfg['step']:g} s")
     if args.overlap is not None and not cfg["window"] > 0:
         raise DataError("--overlap: applies to windowed smoothing only; give --window (or smoother.window) > 0")
+    source = open_source(args.bag, args.mechanism, args.sensors)
+    if not any(source.expected.values()):
+        raise DataError(f"{args.bag}: no readings of the model's sensors to smooth")
     inputs = [args.bag, args.config, args.mechanism, args.sensors]
     with Output(args.out, "smooth", force=args.force, inputs=inputs) as out:
-        source = open_source(args.bag, args.mechanism, args.sensors)
         for note in source.notes:
             print(f"warning: {note}", file=sys.stderr)
-        if not any(source.expected.values()):
-            raise DataError(f"{args.bag}: no readings of the model's sensors to smooth")
         print(f"bag {args.bag}: {source.mechanism.name}, {source.duration:.3f} s, "
               + ", ".join(f"{k} {v} messages" for k, v in source.expected.items())
               + ("" if source.has_truth else "; no ground truth")

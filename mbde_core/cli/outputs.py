@@ -221,6 +221,9 @@ class Output:
         if not self.name or self.name in (".", ".."):
             raise DataError(f"{self.what}: {self.given!r} is not a usable output path")
         check_not_input(self.path, self.inputs, self.what)
+        here = _real(os.getcwd())
+        if here == _real(self.path) or here.startswith(_real(self.path).rstrip(os.sep) + os.sep):
+            raise DataError(f"{self.what}: {self.given} holds the current directory; give another output path")
         if self.kind == "file" and os.path.isdir(self.path):
             raise DataError(f"{self.what}: {self.given} is a directory; give a file name")
         if not os.path.isdir(self.parent):
