@@ -82,8 +82,8 @@ def run(args) -> int:
     configs = load_estimator_configs(args.config, names)
     bags = find_bags(args.bag)
     inputs = list(args.bag) + bags + [args.config, args.mechanism, args.sensors]
-    timings = Output(args.timings, "replay --timings", force=args.force, inputs=inputs, kind="file",
-                     what="--timings") if args.timings else None
+    timings = Output(args.timings, "replay --timings", force=args.force, inputs=inputs + [args.out], kind="file",
+                     what="--timings") if args.timings else None  # (not inside --out: that is replaced whole)
     with Output(args.out, "replay", force=args.force, inputs=inputs) as out:
         if timings is not None:
             timings.open()
