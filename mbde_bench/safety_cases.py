@@ -268,9 +268,10 @@ def interrupt_other_commands(ws):
         r = ws.interrupt(p, signal.SIGINT, group=True)
         out = args[args.index("--out") + 1]
         clean = not os.path.exists(out)
-        ok &= r["rc"] == 130 and not r["left"] and one_line(r["stderr"]) and clean
+        good = r["rc"] == 130 and not r["left"] and one_line(r["stderr"]) and clean
+        ok &= good
         rows.append(f"{name}: exit {r['rc']} after {r['seconds']:.2f} s, {len(r['left'])} left"
-                    + ("" if clean else ", OUTPUT LEFT"))
+                    + ("" if clean else ", OUTPUT LEFT") + ("" if good else f" (stderr: {r['stderr'].strip()[-300:]!r})"))
     return "; ".join(rows), ok
 
 

@@ -138,7 +138,9 @@ def _run(name: str, module, args) -> int:
     from mbde_core.runs import stop
 
     try:
-        return int(module.run(args) or 0)
+        status = int(module.run(args) or 0)
+        stop.check()  # an interrupt whose exception was lost on the way: still an interrupt
+        return status
     except MbdeError as err:
         from mbde_core.cli.outputs import as_given
 

@@ -29,6 +29,7 @@ import shutil
 
 from mbde_core.errors import DataError
 from mbde_core.rosio.bag_writer import INCOMPLETE_MARKER
+from mbde_core.runs import stop
 
 DEFAULT_STORAGE = "mcap"  # the rosbag2 default of ROS 2 Jazzy (the current LTS); sqlite3 on request
 MANIFEST = ".mbde-output.json"
@@ -294,9 +295,11 @@ class Output:
                 shutil.rmtree(full, ignore_errors=True)
 
     def commit(self, info: dict | None = None) -> None:
-        """Mark the temporary output complete (manifest last) and rename it into place."""
+        """Mark the temporary output complete (manifest last) and rename it into place
+        (not after a Ctrl-C or SIGTERM, even one whose exception was lost on the way)."""
         if self.committed:
             return
+        stop.check()
         doc = {"tool": TOOL, "command": self.command, "version": _version(),
                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                **(info or {})}

@@ -26,8 +26,27 @@ class Terminated(KeyboardInterrupt):
     signal = signal.SIGTERM
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated()
+_RECEIVED: list[int] = []  # the signals received since install()
+
+
+def _on_signal(signum, frame):
+    """Raise the interrupt in the main thread, and remember it: an exception raised where
+    Python cannot propagate it (a finalizer, a callback from C) is lost, the record is not
+    (:func:`check`, called before an output is put in place)."""
+    _RECEIVED.append(signum)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def received() -> int | None:
+    """The first SIGINT/SIGTERM received since :func:`install` (None: none)."""
+    return _RECEIVED[0] if _RECEIVED else None
+
+
+def check() -> None:
+    """Raise the interrupt again if one was received (its exception may have been lost)."""
+    sig = received()
+    if sig is not None:
+        raise Terminated() if sig == signal.SIGTERM else KeyboardInterrupt()
 
 
 def install() -> dict:
@@ -39,8 +58,9 @@ def install() -> dict:
     if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
         return {}
     old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _RECEIVED.clear()
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
     return old
 
 
