@@ -157,3 +157,29 @@ def test_bench_refuses_a_non_empty_out_without_force(tmp_path):
     assert proc.returncode == 2 and "exists (use --force" in proc.stderr
     proc = run_mbde("bench", "speed", "--out", tmp_path, "--force", "--duration", "0.1", "--estimators", "dekf")
     assert proc.returncode == 2 and "not replacing it" in proc.stderr and (tmp_path / "old.csv").read_text() == "x"
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_an_interrupt_whose_exception_was_lost_still_stops_the_commit(tmp_path):
+    """A Ctrl-C that lands in a finalizer raises there, where Python prints "Exception
+    ignored" and goes on: the signal is recorded and the output is not put in place."""
+    import gc
+    import signal
+
+    from mbde_core.runs import stop
+
+    class Finalized:
+        def __del__(self):
+            stop._on_signal(signal.SIGINT, None)  # what the handler does when SIGINT lands here
+
+    handlers = stop.install()
+    try:
+        with Output(tmp_path / "rep", "replay") as out:
+            Finalized()
+            gc.collect()  # its KeyboardInterrupt is raised in __del__: lost
+            assert stop.received() == signal.SIGINT
+            with pytest.raises(KeyboardInterrupt):
+                out.commit()
+        assert not os.path.exists(tmp_path / "rep")
+    finally:
+        stop.restore(handlers)
