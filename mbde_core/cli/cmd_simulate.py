@@ -40,13 +40,14 @@ def run(args) -> int:
     from mbde_core.scenario.epoch import with_start_time
     from mbde_core.simulator.bag import write_simulation_bag
     from mbde_core.simulator.progress import ProgressBar
-    from mbde_core.simulator.size import check_disk
+    from mbde_core.simulator.size import check_disk, check_times
 
     scenario = load_scenario(args.scenario, args.settings)
     try:
         scenario = with_start_time(scenario, args.start_time)
     except ValueError:
         raise DataError(f"--start-time: expected 'now' or seconds, got {args.start_time!r}") from None
+    check_times(scenario)
     check_disk(scenario, args.out)
     inputs = [args.scenario, scenario.mechanism_file, scenario.sensors_file]
     with Output(args.out, "simulate", force=args.force, inputs=inputs, create=False) as out:

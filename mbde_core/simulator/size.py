@@ -55,6 +55,13 @@ def _existing(path: str) -> str:
     return p
 
 
+def check_times(scenario) -> None:
+    """ConfigError unless the bag's last stamp fits rosbag2's int64 nanoseconds (2262)."""
+    if scenario.start_ns + (scenario.n_steps + 1) * scenario.step_ns >= 2**63:
+        raise ConfigError(scenario.file, "duration", "start_time + duration is beyond the year 2262 (bag times are "
+                          "int64 nanoseconds)")
+
+
 def check_disk(scenario, out: str) -> float:
     """ConfigError (the scenario's ``duration``) if the bag of ``scenario`` would not fit on
     the disk that holds ``out``; returns the estimated size [bytes]."""
