@@ -8,8 +8,8 @@ identify / tune / bench, a bag cut short, a duration that would fill the disk, b
 seeds, a failed run, bags without sensor readings or with a ground truth of the wrong
 type, and bare ``mbde``. Prints one line per row (what happens now, and whether it is
 what must happen) and writes safety.json and safety.md into --out. Exit status 1 if a
-row is not as required. About a minute on an idle 2-core machine (the same cases run in
-test/test_safety.py).
+row is not as required. 104 s wall on a 2-core machine with a load average of 12 (the
+same cases run in test/test_safety.py).
 """
 from __future__ import annotations
 
