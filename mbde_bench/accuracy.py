@@ -174,7 +174,7 @@ def run(args) -> int:
     cpu = sum(r["wall_s"] for r in rows)
     print(f"\n{len(tasks)} variants x {len(names)} observers in {time.perf_counter() - t_start:.0f} s "
           f"(runs {wall_runs:.0f} s wall, {cpu:.0f} s in the observers); "
-          f"wrote {args.out}/accuracy.csv, accuracy.json, rmse_*.png, cost.png")
+          f"results: accuracy.csv, accuracy.json, rmse_*.png, cost.png")
     return 0
 
 

@@ -45,7 +45,6 @@ from mbde_core.config.paths import config_path
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.engine import kinematics
 from mbde_core.engine.inverse_dynamics import driver_forces
-from mbde_core.errors import DataError
 from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.kalman.adekf import ADEKF
 from mbde_core.estimators.options.schema import load_estimator_configs
@@ -318,8 +317,6 @@ def tables(sl, msc) -> str:
 
 
 def run(args) -> int:
-    if os.path.exists(args.out) and not args.force and os.listdir(args.out):
-        raise DataError(f"--out: {args.out} exists and is not empty (use --force)")
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
     base = load_estimator_configs(args.config, ["adekf"])["adekf"]
@@ -342,5 +339,5 @@ def run(args) -> int:
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
     print(text)
-    print(f"wrote {args.out}: tables.md, results.json" + (f", {len(figs)} figures" if figs else ""))
+    print("results: tables.md, results.json" + (f", {len(figs)} figures" if figs else ""))
     return 0

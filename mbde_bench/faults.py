@@ -175,7 +175,7 @@ def run(args) -> int:
     cpu = time.process_time() - c_start + sum(float(r.get("cpu_s", 0.0) or 0.0) for r in rows)
     print(f"\n{len(rows)} runs (+ {sum('ungated_rmse' in r for r in rows)} clean runs without the gate) in "
           f"{time.perf_counter() - t_start:.0f} s wall, {cpu:.0f} s CPU (--jobs {args.jobs}); crashes {crashes}; "
-          f"target misses {len(misses)}; wrote {args.out}/faults.csv, faults.json")
+          f"target misses {len(misses)}; results: faults.csv, faults.json")
     return 0
 
 
@@ -207,7 +207,7 @@ def _merge(args, folders) -> int:
     print(format_tables(rows, order, names, faults))
     print(format_summary(rows, names, faults))
     print(f"\n{len(rows)} runs merged from {', '.join(folders)}; crashes {sum(crash_count(r) for r in rows)}; "
-          f"target misses {len(target_misses(rows))}; wrote {args.out}/faults.csv, faults.json")
+          f"target misses {len(target_misses(rows))}; results: faults.csv, faults.json")
     return 0
 
 

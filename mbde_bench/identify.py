@@ -199,5 +199,5 @@ def run(args) -> int:
         doc["loop"] = loop
     with open(os.path.join(args.out, "identify.json"), "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=2, default=lambda x: None)
-    print(f"\n{len(tasks)} identification runs in {time.perf_counter() - t_start:.0f} s; wrote {args.out}/coverage.csv, identify.json")
+    print(f"\n{len(tasks)} identification runs in {time.perf_counter() - t_start:.0f} s; results: coverage.csv, identify.json")
     return 0

@@ -312,5 +312,5 @@ def run(args) -> int:
         json.dump(_clean(doc), fh, indent=2)
     print("\n".join(text))
     print(f"\n{len(tasks)} paper-000 filter runs ({args.runs} per cell) in {time.perf_counter() - t_start:.0f} s in all; "
-          f"wrote {args.out}: results.json, *.csv, {', '.join(figures)}")
+          f"results: results.json, *.csv, {', '.join(figures)}")
     return 0

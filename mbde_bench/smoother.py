@@ -308,5 +308,5 @@ def run(args) -> int:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "smoother_bench.json"), "w", encoding="utf-8") as fh:
             json.dump(out, fh, indent=2, default=float)
-        print(f"\nwrote {args.out}/smoother_bench.json")
+        print("\nresults: smoother_bench.json")
     return 0

@@ -124,7 +124,7 @@ def run(args) -> int:
     with open(os.path.join(args.out, "transfer.md"), "w", encoding="utf-8") as fh:
         fh.write(text + "\n")
     print(f"\n{len(rows)} rows; wall {time.perf_counter() - t0:.0f} s, CPU of this process {time.process_time() - c0:.0f} s; "
-          f"wrote {args.out}/transfer.csv, transfer.json, transfer.md")
+          f"results: transfer.csv, transfer.json, transfer.md")
     return 0
 
 

@@ -140,7 +140,7 @@ def test_mbde_smooth_in_windows(bag, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--sensors", "s.yaml"], "--sensors needs --mechanism"),
-    (["--window", "-1"], "--window: must be >= 0"),
+    (["--window", "-1"], "--window: must be a finite number in [0, inf)"),
     (["--config", "BADCFG"], "smoother.solver: must be lm or trf"),
     (["--config", "BADKEY"], "smoother.steps: unknown key"),
 ])
@@ -153,12 +153,14 @@ def test_mbde_smooth_bad_input_one_line(bag, tmp_path, args, message):
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-def test_mbde_smooth_missing_bag_and_existing_out(tmp_path):
+def test_mbde_smooth_missing_bag_and_existing_out(bag, tmp_path):
     proc = run_mbde("smooth", tmp_path / "nope", "--out", tmp_path / "o")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     (tmp_path / "o").mkdir()
-    proc = run_mbde("smooth", tmp_path / "nope", "--out", tmp_path / "o")
+    (tmp_path / "o" / "notes.txt").write_text("mine")
+    proc = run_mbde("smooth", bag, "--out", tmp_path / "o")
     assert proc.returncode == 2 and "exists" in proc.stderr
+    assert os.listdir(tmp_path / "o") == ["notes.txt"]
 
 
 @pytest.mark.parametrize("mode", ["plain", "retry_all", "lost_filter"])

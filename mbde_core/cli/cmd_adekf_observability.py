@@ -34,14 +34,18 @@ generalized force on each independent coordinate."""
 
 
 def add_arguments(p):
+    from mbde_core.cli.argtypes import float_range, int_range
+
     p.add_argument("mechanism", help="mechanism YAML")
     p.add_argument("--sensors", required=True, help="sensor YAML file (or scenario), or inline YAML list")
     p.add_argument("--only", help="comma-separated sensor names to fuse (default: all)")
     p.add_argument("--config", help="estimator config YAML with an `adekf` section (inputs, map)")
     p.add_argument("--map", choices=("exact", "learned"), help="coordinate map (default: the config's, else exact)")
-    p.add_argument("--speed", type=float, default=40.0, help="rate of the independent coordinates [rad/s or m/s] (default 40)")
-    p.add_argument("--samples", type=int, default=72, help="states along one turn (default 72)")
-    p.add_argument("--rtol", type=float, default=1e-8, help="relative singular-value threshold of the rank (default 1e-8)")
+    p.add_argument("--speed", type=float_range(0.0, 1e6, lo_open=True), default=40.0,
+                   help="rate of the independent coordinates [rad/s or m/s], > 0 (default 40)")
+    p.add_argument("--samples", type=int_range(2, 100000), default=72, help="states along one turn (default 72)")
+    p.add_argument("--rtol", type=float_range(0.0, 1.0, lo_open=True, hi_open=True), default=1e-8,
+                   help="relative singular-value threshold of the rank, in (0, 1) (default 1e-8)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -73,8 +77,6 @@ def run(args) -> int:
         cmap = make_map(mech, "exact")
     inputs = parse_inputs(mech, cfg.get("inputs") or [], args.config or "<defaults>")
     model = AugmentedModel(mech, sensors, cmap, inputs)
-    if args.samples < 2:
-        raise DataError("--samples: at least 2")
     X = steady_states(model, args.speed, args.samples)
     rep = observability_along(model, names, X, rtol=args.rtol)
     deficient = [k for k, r in enumerate(rep.results) if not r.observable]

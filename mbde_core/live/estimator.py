@@ -42,6 +42,7 @@ from mbde_core.estimators.assess.suitability import assess, precheck
 from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
 from mbde_core.estimators.stage.core import EstimatorStage, StageCounters
 from mbde_core.live import estimator_status
+from mbde_core.live.backlog import STALLED, Backlog
 from mbde_core.live.diagnostics import Status, Throttle
 from mbde_core.live.estimator_status import Window
 from mbde_core.replay.runner import initial_state
@@ -74,8 +75,6 @@ class SensorStats:
     first_stamp: float | None = None
     last_stamp: float | None = None
     arrivals: list = field(default_factory=list)
-
-
 
 
 class LiveEstimator:
@@ -147,6 +146,8 @@ class LiveEstimator:
         self.non_finite_estimates = 0
         self.published = collections.Counter()
         self.throttle = Throttle(10.0, wall)
+        self.backlog = Backlog()
+        self._prev_tick: float | None = None  # wall time of the previous tick
         self._drawer = None
         self.stage = None
         self._new_stage()
@@ -210,13 +211,19 @@ class LiveEstimator:
         return self.mech.name
 
     # -- input ------------------------------------------------------------------------------
-    def on_message(self, topic: str, msg, now: float | None = None) -> None:
-        """A message arrived on a sensor topic; now: node clock [s] (None if unknown)."""
+    def on_message(self, topic: str, msg, now: float | None = None, queued: float | None = None) -> None:
+        """A message arrived on a sensor topic; now: node clock [s] (None if unknown);
+        queued: how long it waited in the reader queue [s] (None if unknown): a node that
+        falls behind skips readings evenly (:mod:`mbde_core.live.backlog`)."""
         arrival = self.wall()
         for sensor in self.topics.get(topic, ()):
             st = self.stats[sensor.name]
             st.received += 1
             st.arrivals.append(arrival)
+            if not self.backlog.admit(sensor.name, queued):
+                if self.throttle("behind"):
+                    self.log("warn", self.backlog.warning())
+                continue
             try:
                 m = sensor_reading(sensor, msg)
             except (DataError, ValueError) as exc:
@@ -262,7 +269,11 @@ class LiveEstimator:
                      f"{sensor.frame_id!r} (set the sensor's frame_id or the driver's); counted, reading used")
 
     def tick(self, now: float | None) -> None:
-        """The node clock reads ``now`` [s]: predict through overdue readings (see module doc)."""
+        """The node clock reads ``now`` [s]: predict through overdue readings (see module doc);
+        not on the first tick after the node was stalled (readings may wait in its queue)."""
+        prev, self._prev_tick = self._prev_tick, self.wall()
+        if prev is not None and self._prev_tick - prev > STALLED:
+            return
         if now is None or self.newest is None or self.stage.time is None or self.lag is None:
             return
         self.clock_mismatch = abs(self.lag) > CLOCK_TOLERANCE
@@ -334,6 +345,8 @@ class LiveEstimator:
                          "not published, restarting")
             return
         self.latest = rec
+        if not self.backlog.publish(rec.update is not None):
+            return
         t = snap.stamp
         if self._due("state", t, self.opt.publish_rate):
             state, joints = estimate_messages(self.factory, snap, self.mech, self.frame_id)

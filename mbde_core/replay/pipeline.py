@@ -58,8 +58,9 @@ def find_bags(paths) -> list[str]:
     for p in paths:
         if os.path.isfile(os.path.join(p, "metadata.yaml")):
             out.append(os.path.normpath(p))
-        elif os.path.isdir(p):
-            found = sorted(os.path.join(p, d) for d in os.listdir(p) if os.path.isfile(os.path.join(p, d, "metadata.yaml")))
+        elif os.path.isdir(p):  # hidden folders (e.g. outputs being written) are not bags of the folder
+            found = sorted(os.path.join(p, d) for d in os.listdir(p)
+                           if not d.startswith(".") and os.path.isfile(os.path.join(p, d, "metadata.yaml")))
             if not found:
                 raise DataError(f"{p}: neither a rosbag2 bag nor a folder of bags")
             out += found
@@ -81,6 +82,9 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
     t0 = time.perf_counter()
     sources = {b: open_source(b, mechanism_file, sensors_file) for b in bags}
     t_load = time.perf_counter() - t0
+    for src in sources.values():
+        for note in src.notes:
+            log(f"warning: {note}")
     outs = {b: out if len(bags) == 1 else os.path.join(out, os.path.basename(b)) for b in bags}
     refs = {}
     if reference == "smoother":  # streamed into a file per bag, which the tasks read back (replay/reference.py)
@@ -129,12 +133,11 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
         done = runs.run_tasks(replay_task, [tasks[i] for i in order], sources, jobs=jobs, scheduler=scheduler,
                               label="replay", on_outcome=finished, parent_busy=live,
                               on_start=lambda: [m.start() for m in mergers.values()])
-    except BaseException:
+    except BaseException:  # interrupted, or the engine failed: the outputs are abandoned
         for m in mergers.values():
-            try:
-                m.join()
-            except Exception:  # noqa: BLE001 -- the tasks' error is the one to report
-                pass
+            m.cancel()
+        if plotter is not None:
+            plotter.stop()
         raise
     t_tasks = time.perf_counter() - t0
     by_task = {order[k]: o for k, o in enumerate(done)}

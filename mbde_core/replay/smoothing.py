@@ -99,7 +99,7 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
                chunk: int | None = None) -> dict:
     """``mbde smooth``: smooth a replay source streamed (see module doc) and write
     metrics.json, estimates/ (bag), report.md and the plots into out_dir; returns the
-    metrics document."""
+    metrics document (the caller says where the outputs went once they are in place)."""
     t_wall = time.perf_counter()
     task = ReplayTask(source.bag, NAME, cfg, part=part_path(out_dir, NAME))
     out = RunOutput(task, source.mechanism, max(int(source.duration / cfg["step"]) + 1, 1))  # no source: no /tf
@@ -143,7 +143,6 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
         paths.append(plot_cost(os.path.join(out_dir, "smoother_cost.png"), info))
     write_report(os.path.join(out_dir, "report.md"), doc, paths, "mbde smooth report")
     print(summary_table(doc))
-    print(f"wrote {out_dir}: metrics.json, estimates/ ({storage}), report.md" + (f", {len(paths)} plots" if paths else ""))
     return doc
 
 

@@ -67,6 +67,7 @@ class ReplaySource(ReplayModel):
     topics: dict = field(default_factory=dict)
     expected: dict = field(default_factory=dict)
     reference: object = None  # mbde_core.replay.reference.ReferenceTrajectory (--reference smoother)
+    notes: list = field(default_factory=list)  # one-line warnings about the bag (e.g. unusable ground truth)
 
     @property
     def has_truth(self) -> bool:
@@ -81,6 +82,7 @@ def open_source(bag, mechanism_file: str | None = None, sensors_file: str | None
     """The model, sensors and initial guess of a replay of ``bag`` (DataError/ConfigError)."""
     with BagReader(bag) as reader:
         topics = {t: (ty, n) for t, ty, n in reader.topics()}
+        notes = _truth_topics(bag, topics)
         start, end = reader.start or 0.0, reader.end or 0.0
         scenario = None
         if mechanism_file is None:
@@ -111,13 +113,65 @@ def open_source(bag, mechanism_file: str | None = None, sensors_file: str | None
                         continue
                     z0, zd0 = snap.z, snap.zd
                     break
+        _check_sensor_topics(bag, reader, topics, sensors, mechanism_file is not None)
     src = ReplaySource(os.fspath(bag), mech, sensors, np.asarray(z0, float), np.asarray(zd0, float),
-                       np.asarray(q0, float), branch0, scenario, start, end, topics=topics)
-    if not src.sensor_topics:
-        raise DataError(f"{bag}: none of the sensor topics is in the bag "
-                        f"({', '.join(sorted({s.topic for s in sensors}))})")
+                       np.asarray(q0, float), branch0, scenario, start, end, topics=topics, notes=notes)
     src.expected = {s.name: topics.get(s.topic, (None, 0))[1] for s in sensors}
     return src
+
+
+PROBE = 20  # messages of a sensor topic decoded before the run: one must be a reading
+
+
+def _truth_topics(bag, topics: dict) -> list[str]:
+    """Drop a ground truth the replay cannot use from ``topics`` (wrong type, no messages);
+    returns the one-line notes saying so (the run goes on without truth metrics)."""
+    from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE
+
+    notes = []
+    for topic, want in ((TRUTH_TOPIC, MECHANISM_STATE), (TRUTH_JOINTS_TOPIC, JOINT_STATE)):
+        if topic not in topics:
+            continue
+        typ, count = topics[topic]
+        if typ != want:
+            notes.append(f"{bag}: {topic} holds {typ} messages, not {want}: ignored"
+                         + (" (no ground-truth metrics)" if topic == TRUTH_TOPIC else ""))
+            del topics[topic]
+        elif count == 0 and topic == TRUTH_TOPIC:
+            notes.append(f"{bag}: {topic} has no messages: no ground-truth metrics")
+            del topics[topic]
+    if TRUTH_TOPIC not in topics:
+        topics.pop(TRUTH_JOINTS_TOPIC, None)
+    return notes
+
+
+def _check_sensor_topics(bag, reader, topics: dict, sensors, from_files: bool) -> None:
+    """DataError (one line) unless every sensor of the model has readable messages of its
+    type in the bag: a sensor without readings is a model the bag does not fit."""
+    from mbde_core.replay.decode import ReadingDecoder
+
+    problems = []
+    for s in sensors:
+        typ, count = topics.get(s.topic, (None, 0))
+        if typ is None:
+            problems.append(f"{s.name}: no topic {s.topic}")
+        elif typ != s.msg_type:
+            problems.append(f"{s.name}: {s.topic} holds {typ}, not {s.msg_type}")
+        elif count == 0:
+            problems.append(f"{s.name}: no messages on {s.topic}")
+        else:
+            dec, datas = ReadingDecoder(reader.typestore, typ, s), []
+            for _, _, _, data in reader.raw_messages([s.topic]):
+                datas.append(data)
+                if len(datas) >= PROBE:
+                    break
+            if not any(m is not None for m in dec.decode(datas)):
+                why = dec.reason or "malformed"
+                problems.append(f"{s.name}: none of the first {len(datas)} messages on {s.topic} is a reading ({why})")
+    if problems:
+        hint = ("give --sensors with the sensors this bag has" if from_files else
+                "the bag does not hold the readings its description declares")
+        raise DataError(f"{bag}: no readable messages for sensor " + "; ".join(problems) + f" ({hint})")
 
 
 @dataclass

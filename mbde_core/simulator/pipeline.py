@@ -46,11 +46,12 @@ def _child_states(scenario) -> Iterator[tuple]:
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
     credit_recv, credit_send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_integrate, args=(scenario, send, credit_recv), daemon=True,
+    child = ctx.Process(target=_integrate, args=(scenario, send, credit_recv, (recv, credit_send)), daemon=True,
                         name="mbde-simulate-truth")
     child.start()
     send.close()
     credit_recv.close()
+    done = False
     try:
         for _ in range(AHEAD):
             _credit(credit_send)
@@ -70,13 +71,18 @@ def _child_states(scenario) -> Iterator[tuple]:
             for i in range(len(ks)):
                 yield (int(ks[i]), float(taus[i]), q[i], qd[i], qdd[i],
                        values[i] if gt[i] else None, effort[i] if gt[i] else None)
+        done = True
     finally:
         recv.close()
         credit_send.close()
-        child.join(timeout=5)
-        if child.is_alive():
+        if done:
+            child.join(timeout=5)
+        if child.is_alive():  # interrupted or failed here: the child's work is not wanted
             child.terminate()
-            child.join()
+            child.join(1.0)
+            if child.is_alive():
+                child.kill()
+                child.join()
 
 
 def _credit(conn) -> None:
@@ -87,8 +93,17 @@ def _credit(conn) -> None:
         pass
 
 
-def _integrate(scenario, send, credit) -> None:
-    """Child: run truth_states, send blocks of BLOCK states, one per credit received."""
+def _integrate(scenario, send, credit, parent_ends=()) -> None:
+    """Child: run truth_states, send blocks of BLOCK states, one per credit received.
+
+    The parent's ends of both pipes are closed here first: when the parent ends, this
+    child's writes then fail (EPIPE) instead of blocking on a pipe that it holds open
+    itself; it also gets SIGTERM then (:func:`~mbde_core.runs.stop.child_setup`)."""
+    from mbde_core.runs.stop import child_setup
+
+    child_setup()
+    for conn in parent_ends:
+        conn.close()
     rows: list = []
 
     def flush():
@@ -117,10 +132,21 @@ def _integrate(scenario, send, credit) -> None:
         if rows:
             flush()
         send.send(("end",))
+    except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+        pass  # the parent is gone or stopped reading
     except SimulationError as e:
-        send.send(("error", str(e)))
+        _report(send, str(e))
     except BaseException as e:  # noqa: BLE001 -- reported to the parent, which raises
-        send.send(("error", f"{scenario.file}: ground truth failed: {type(e).__name__}: {e}"))
+        _report(send, f"{scenario.file}: ground truth failed: {type(e).__name__}: {e}")
     finally:
-        send.close()
-        os._exit(0)
+        try:
+            send.close()
+        finally:
+            os._exit(0)
+
+
+def _report(send, text: str) -> None:
+    try:
+        send.send(("error", text))
+    except OSError:
+        pass

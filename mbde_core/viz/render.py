@@ -248,6 +248,9 @@ class Renderer:
             ax.text(0.99, 0.01, title, transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="0.3")
 
 
+MAX_FRAMES = 20000  # of a GIF (about 22 min at 15 fps)
+
+
 def check_output(out: str) -> str:
     """The picture kind of ``out``: '.gif' (animation) or '.png' (one frame); DataError otherwise."""
     ext = os.path.splitext(out)[1].lower()
@@ -279,6 +282,8 @@ def render(truth_mech, est_mech, tracks: dict, out: str, *, fps: float = 15.0, s
     sources = r.order()
     try:
         if ext == ".png":
+            if time is not None and t_first + time > t_last + 1e-9:
+                raise DataError(f"--time {time:g} is after the end of the data ({t_last - t_first:.3f} s)")
             t = t1 if time is None else min(max(t_first + time, t_first), t_last)
             r.draw(t, f"t = {t - t_first:.2f} s")
             r.fig.savefig(out, dpi=dpi)
@@ -287,6 +292,9 @@ def render(truth_mech, est_mech, tracks: dict, out: str, *, fps: float = 15.0, s
 
         # (+1e-6: epoch stamps differ from the nominal grid by up to 0.12 us)
         n = max(1, int(np.floor((t1 - t0) * fps / speed + 1e-6)) + 1)
+        if n > MAX_FRAMES:
+            raise DataError(f"--fps {fps:g} / --speed {speed:g}: {n} frames for {t1 - t0:.3f} s of data, at most "
+                            f"{MAX_FRAMES} (raise --speed, lower --fps or shorten --duration)")
         times = t0 + np.arange(n) * speed / fps
 
         def frame(i):
