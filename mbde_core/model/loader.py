@@ -36,6 +36,7 @@ import numpy as np
 from mbde_core.config.yamlnode import Node, parse_yaml, read_yaml
 from mbde_core.errors import ConfigError
 from mbde_core.expr import ExpressionError, compile_expression
+from mbde_core.model.loads import FRICTION_VELOCITY_SCALE
 from mbde_core.model.spec import (
     BodySpec,
     DriverSpec,
@@ -64,7 +65,8 @@ TOP_KEYS = (
     "sensors",
 )
 REL_TYPES = ("RelativeAngleAbsoluteDOF",)
-LOAD_KINDS = ("force", "torque", "generalized_force", "motor", "joint_damping", "point_damping")
+LOAD_KINDS = ("force", "torque", "generalized_force", "motor", "joint_damping", "point_damping", "joint_friction",
+              "point_friction")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 
 
@@ -377,7 +379,7 @@ def time_function(node: Node, variables: dict[str, float]) -> TimeFunction:
 
 
 def _load(node: Node, li, point_index, body_index, coord_index, points, bodies, variables) -> LoadSpec:
-    node.mapping(required=("type",), optional=("name", "point", "body", "body2", "coordinate", "value", "c"))
+    node.mapping(required=("type",), optional=("name", "point", "body", "body2", "coordinate", "value", "c", "velocity_scale"))
     kind = node.get("type").string(LOAD_KINDS)
     name = node.get("name").string() if node.has("name") else f"load{li}_{kind}"
     allowed = {
@@ -387,9 +389,12 @@ def _load(node: Node, li, point_index, body_index, coord_index, points, bodies, 
         "generalized_force": ("coordinate", "value"),
         "joint_damping": ("body", "c"),
         "point_damping": ("point", "c"),
+        "joint_friction": ("body", "c"),
+        "point_friction": ("point", "c"),
     }[kind]
-    optional = {"motor": ("body", "coordinate"), "joint_damping": ("body2",)}.get(kind, ())
-    for key in ("point", "body", "body2", "coordinate", "value", "c"):
+    optional = {"motor": ("body", "coordinate"), "joint_damping": ("body2",), "joint_friction": ("body2", "velocity_scale"),
+                "point_friction": ("velocity_scale",)}.get(kind, ())
+    for key in ("point", "body", "body2", "coordinate", "value", "c", "velocity_scale"):
         if node.has(key) and key not in allowed and key not in optional:
             raise ConfigError(node.file, node.child_path(key), f"not used by a {kind!r} load")
         if key in allowed and not node.has(key):
@@ -418,4 +423,7 @@ def _load(node: Node, li, point_index, body_index, coord_index, points, bodies, 
             kw["value"] = (time_function(node.get("value"), variables),)
     if node.has("c"):
         kw["c"] = node.get("c").number(variables, nonnegative=True)
+    if kind in ("joint_friction", "point_friction"):  # regularised Coulomb friction (mbde_core.model.loads)
+        kw["scale"] = node.get("velocity_scale").number(variables, positive=True) if node.has("velocity_scale") \
+            else FRICTION_VELOCITY_SCALE
     return LoadSpec(kind=kind, name=name, **kw)

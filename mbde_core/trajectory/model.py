@@ -76,7 +76,7 @@ def complex_kernels(K):
     """The generated ``post``, ``trig``, ``jac`` of kernels K for complex rows (cached)."""
     out = _COMPLEX_KERNELS.get(id(K))
     if out is None or out[0] is not K:
-        env = {"sin": np.sin, "cos": np.cos, "SOLVE": _solve_dense_complex, "__builtins__": {}}
+        env = {"sin": np.sin, "cos": np.cos, "sqrt": np.sqrt, "SOLVE": _solve_dense_complex, "__builtins__": {}}
         exec(compile(K.source, "<mbde kernels (complex)>", "exec"), env)  # noqa: S102 - our own generated source
         out = (K, env["trig"], env["jac"], env["post"])
         _COMPLEX_KERNELS[id(K)] = out
