@@ -118,7 +118,10 @@ def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, pa
 
     stage = EstimatorStage.from_config(est, cfg, lambda t: init, on_step=on_step, **STAGE_DEFAULTS)
     guard = GuardedStage(stage)
-    ms = inputs.measurements
+    from mbde_core.replay.worker import unused_inputs
+
+    unused = unused_inputs(est, inputs.sensors)  # known-input readings it does not take: not fed
+    ms = [m for m in inputs.measurements if m.sensor not in unused] if unused else inputs.measurements
     total = len(ms)
     chunk = max(total // 200, 1)
     t0 = time.perf_counter()

@@ -8,7 +8,8 @@ order, i.e. as they arrived when it was recorded: the estimator stage re-sorts t
 its reorder window and detects stamp anomalies exactly as the live node does, which a
 sort here would hide: a backward stamp jump would be merged into the old time) and the
 ground-truth samples of that stretch of the bag. Malformed messages are counted per
-sensor and skipped.
+sensor and skipped. The readings of known inputs (a measured motor torque,
+``sensors.inputs``) come in the same stream, as Measurements of their sensor names.
 """
 from __future__ import annotations
 
@@ -71,6 +72,12 @@ class ReplaySource(ReplayModel):
     def sensor_topics(self) -> list[str]:
         return [t for t in dict.fromkeys(s.topic for s in self.sensors) if t in self.topics]
 
+    @property
+    def read_sensors(self) -> list:
+        """Every sensor whose readings a replay reads: the measurement sensors and the
+        known inputs (a measured motor torque: ``sensors.inputs``)."""
+        return list(self.sensors) + list(getattr(self.sensors, "inputs", []))
+
 
 def open_source(bag, mechanism_file: str | None = None, sensors_file: str | None = None) -> ReplaySource:
     """The model, sensors and initial guess of a replay of ``bag`` (DataError/ConfigError)."""
@@ -116,7 +123,7 @@ def open_source(bag, mechanism_file: str | None = None, sensors_file: str | None
     if not src.sensor_topics:
         raise DataError(f"{bag}: none of the sensor topics is in the bag "
                         f"({', '.join(sorted({s.topic for s in sensors}))})")
-    src.expected = {s.name: topics.get(s.topic, (None, 0))[1] for s in sensors}
+    src.expected = {s.name: topics.get(s.topic, (None, 0))[1] for s in src.read_sensors}
     return src
 
 
@@ -136,7 +143,7 @@ class Stream:
     def __init__(self, source: ReplaySource, chunk: int = CHUNK, truth: bool = True):
         self.source, self.chunk = source, int(chunk)
         self.truth = truth and source.has_truth
-        self.counts = {s.name: 0 for s in source.sensors}
+        self.counts = {s.name: 0 for s in source.read_sensors}
         self.skipped: dict[str, int] = {}
         self.effort_ok = True
 
@@ -145,7 +152,7 @@ class Stream:
         with BagReader(src.bag) as reader:
             store = reader.typestore
             decoders: dict[str, list] = {}
-            for s in src.sensors:
+            for s in src.read_sensors:
                 if s.topic in src.topics:
                     decoders.setdefault(s.topic, []).append(ReadingDecoder(store, src.topics[s.topic][0], s))
             want = list(decoders)

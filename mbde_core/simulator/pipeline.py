@@ -10,8 +10,8 @@ run), and the parent turns them into events with :func:`~core.sample_events`, ex
 as the serial :func:`~core.simulate` does. The events are the same objects with the same
 values (same code, same inputs; tested), only the time they take differs.
 
-The child sends ``("block", k, tau, q, qd, qdd, gt, values, effort)`` messages (gt:
-which rows are ground-truth steps, whose true inputs are in values/effort), then
+The child sends ``("block", k, tau, q, qd, qdd, values, effort)`` messages (values,
+effort: the true inputs at every sampled step), then
 ``("end",)``, or ``("error", message)`` for a SimulationError (re-raised here with the
 same message) or another exception (re-raised as a SimulationError naming it).
 """
@@ -66,10 +66,9 @@ def _child_states(scenario) -> Iterator[tuple]:
             if kind == "error":
                 raise SimulationError(msg[1])
             _credit(credit_send)
-            _, ks, taus, q, qd, qdd, gt, values, effort = msg
+            _, ks, taus, q, qd, qdd, values, effort = msg
             for i in range(len(ks)):
-                yield (int(ks[i]), float(taus[i]), q[i], qd[i], qdd[i],
-                       values[i] if gt[i] else None, effort[i] if gt[i] else None)
+                yield int(ks[i]), float(taus[i]), q[i], qd[i], qdd[i], values[i], effort[i]
     finally:
         recv.close()
         credit_send.close()
@@ -98,15 +97,9 @@ def _integrate(scenario, send, credit) -> None:
         q = np.array([r[2] for r in rows])
         qd = np.array([r[3] for r in rows])
         qdd = np.array([r[4] for r in rows])
-        gt = np.array([r[5] is not None for r in rows])
-        n_in = next((len(r[5]) for r in rows if r[5] is not None), 0)
-        values = np.zeros((len(rows), n_in))
-        effort = np.zeros((len(rows), q.shape[1]))
-        for i, r in enumerate(rows):
-            if r[5] is not None:
-                values[i] = r[5]
-                effort[i] = r[6]
-        send.send(("block", ks, taus, q, qd, qdd, gt, values, effort))
+        values = np.array([r[5] for r in rows]).reshape(len(rows), -1)
+        effort = np.array([r[6] for r in rows])
+        send.send(("block", ks, taus, q, qd, qdd, values, effort))
         rows.clear()
 
     try:
