@@ -59,7 +59,7 @@ def run(args) -> int:
             if not value >= 0:
                 raise DataError(f"--{key}: must be >= 0, got {value:g}")
             cfg[key] = float(value)
-    if 0 < cfg["window"] < 2 * cfg["step"]:
+    if cfg["step"] != "auto" and 0 < cfg["window"] < 2 * cfg["step"]:
         raise DataError(f"--window: must be 0 (whole run) or at least two steps of {cfg['step']:g} s")
     prepare_output_dir(args.out, args.force, "smoother output", results_like("metrics.json", "report.md"),
                        create=False)

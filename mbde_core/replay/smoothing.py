@@ -43,6 +43,7 @@ class SmoothedStream:
         self.stream = Stream(source, chunk or CHUNK, truth=on_truth is not None)
         self.info: dict = {}
         self.out_of_range = 0
+        self.resolved = cfg
 
     def _readings(self):
         """The readings in arrival order, without those stamped more than SPAN_MARGIN
@@ -63,8 +64,12 @@ class SmoothedStream:
         from mbde_core.replay.runner import initial_state
         from mbde_core.trajectory.smoother import BatchSmoother
 
-        src, cfg = self.source, self.cfg
-        smoother = BatchSmoother(src.mechanism, src.sensors, cfg, self.guess_cfg)
+        from mbde_core.estimators.options.rule import scenario_context
+
+        src = self.source
+        smoother = BatchSmoother(src.mechanism, src.sensors, self.cfg, self.guess_cfg,
+                                 scenario_context(getattr(src, "scenario", None)))
+        cfg = self.resolved = smoother.config  # auto options resolved by the rule
         init = initial_state(src, cfg)
         if cfg.get("window", 0.0) <= 0:
             traj = smoother.smooth(self._readings(), init)
@@ -85,6 +90,16 @@ class SmoothedStream:
         self.info = totals.info()
 
 
+def resolved(source, cfg: dict) -> dict:
+    """The smoother options with ``auto`` resolved by the rule for the source's model,
+    sensors and scenario motor (what :class:`~mbde_core.trajectory.smoother.BatchSmoother`
+    resolves; idempotent)."""
+    from mbde_core.estimators.options.rule import scenario_context
+    from mbde_core.trajectory.config import resolve_smoother
+
+    return resolve_smoother(cfg, source.mechanism, source.sensors, scenario_context(getattr(source, "scenario", None)))
+
+
 def _records(part, cost: float):
     from mbde_core.estimators.stage.core import StepRecord
 
@@ -101,6 +116,7 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
     from mbde_core.replay.worker import EstimatorResult, ReplayTask, part_path
 
     t_wall = time.perf_counter()
+    cfg = resolved(source, cfg)
     task = ReplayTask(source.bag, NAME, cfg, part=part_path(out_dir, NAME))
     out = RunOutput(task, source.mechanism, max(int(source.duration / cfg["step"]) + 1, 1))  # no source: no /tf
     ev = StreamEvaluator(source, out, bound_truth=False)
@@ -115,6 +131,9 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
     print(f"smoother: {info['status']} after {info['iterations']} iterations, cost {info['initial_cost']:.6g} -> "
           f"{info['final_cost']:.6g} ({info['residuals']} residuals, {info['variables']} unknowns), "
           f"{info['wall_time_s']:.2f} s wall")
+    print(fit_line(info))
+    for w in info.get("warnings") or []:
+        print(f"warning: smoother: {w}")
     metrics = ev.result(sm.stream.effort_ok)
     c = info.get("readings", {})
     counters = {"received": c.get("received", 0), "fused": c.get("used", 0), "non_finite": c.get("non_finite", 0),
@@ -125,7 +144,8 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
     metrics.update(counters=counters, diagnostics=diagnostics, wall_time_s=float(info.get("wall_time_s", 0.0)))
     metrics["solver"] = {k: info.get(k) for k in ("status", "iterations", "evaluations", "initial_cost", "final_cost",
                                                   "residuals", "variables", "wall_time_s", "guess_time_s",
-                                                  "solve_time_s", "covariance_time_s", "windows", "seam")}
+                                                  "solve_time_s", "covariance_time_s", "windows", "seam", "fit",
+                                                  "warnings", "inputs")}
     metrics["solver"]["cost_history"] = info.get("history")
     res = EstimatorResult(source.bag, NAME, cfg, metrics, counters, diagnostics, time.perf_counter() - t_wall,
                           dict(sm.stream.counts), dict(sm.stream.skipped), task.part, out.topics, out.series())
@@ -149,6 +169,16 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
     print(summary_table(doc))
     print(f"wrote {out_dir}: metrics.json, estimates/ ({storage}), report.md" + (f", {len(paths)} plots" if paths else ""))
     return doc
+
+
+def fit_line(info: dict) -> str:
+    """One line: the goodness of fit and the estimated plant noise of a smoother run."""
+    fit = info.get("fit") or {}
+    sa = ", ".join(f"{v:.3g}" for v in fit.get("acceleration_sigma", []))
+    sw = ", ".join(f"{v:.3g}" for v in fit.get("input_walk_sigma", []))
+    names = ", ".join(info.get("inputs") or [])
+    return (f"smoother fit: normalised cost {fit.get('normalised_cost', float('nan')):.3g} (1 expected), plant noise "
+            f"{fit.get('noise', '?')}: acceleration sigma {sa}" + (f"; inputs {names}: walk sigma {sw} per step" if names else ""))
 
 
 def plot_cost(path: str, info: dict) -> str:
@@ -207,6 +237,7 @@ def smoother_reference(source, cfg: dict, guess_cfg: dict, path: str):
     info = sm.info
     sig = sig_sum / n_sig if n_sig else np.full(2 * g, np.nan)
     ref = {"kind": "smoother", "status": info["status"], "iterations": info["iterations"],
+           "fit": info.get("fit"), "warnings": info.get("warnings", []),
            "final_cost": info["final_cost"], "wall_time_s": info["wall_time_s"], "windows": info.get("windows"),
            "mean_sigma_z": sig[:g].tolist(), "mean_sigma_zd": sig[g:].tolist(),
            "out_of_range_readings": sm.out_of_range}
