@@ -51,7 +51,7 @@ DEFAULTS = {
     "initial_sigma": {"z": AUTO, "zd": AUTO},
     "sensor_sigma": {},
     "integrator": "linear_acceleration",
-    "integrator_relaxation": 1.0e-3,
+    "integrator_relaxation": 0.1,
     "initial_guess": "errorekf",
     "max_iterations": 50,
     "tolerance": 1.0e-4,

@@ -26,8 +26,7 @@ states), with the factors (whitened rows, cost 1/2 |r|^2):
 - ``input_prior`` r = (u_0 - u0bar) / sigma0 at the first step (sigma0 = the limit);
 - ``input:<sensor>`` r = (u_i / gain - y) / sigma_y for every reading y of a known-input
   sensor on the channel's coordinate (:mod:`mbde_core.sensors.effort`): the measured
-  torque with its noise (sigma_y floored at 1e-3 of the readings' RMS: a noise-free
-  control signal stays a finite weight).
+  torque with its noise and its representativeness of the step (:func:`reading_weights`).
 
 All input rows are linear in the states.
 """
@@ -177,26 +176,38 @@ def prior_rows(X, g: int, mean, sigma0) -> RowBlock:
     return RowBlock("input_prior", np.array([0]), ((X[0, 3 * g:] - mean) * w)[None], Ji, linear=True)
 
 
-def measured_rows(X, g: int, channel: int, rows, gain: float) -> RowBlock:
-    """``input:<sensor>``: W (u_channel / gain - y) at the readings' steps (linear);
-    rows: the sensor's SensorRows (values y (K, 1), whitening W (1, 1))."""
+def measured_rows(X, g: int, channel: int, rows, gain: float, w) -> RowBlock:
+    """``input:<sensor>``: w_k (u_channel / gain - y_k) at the readings' steps (linear);
+    rows: the sensor's SensorRows (values y (K, 1)); w (K,): per-reading weights
+    (:func:`reading_weights`)."""
     b = X.shape[1]
     idx = rows.idx
-    W = float(rows.whiten[0, 0])
-    r = (X[idx, 3 * g + channel] / gain - rows.values[:, 0]) * W
+    r = (X[idx, 3 * g + channel] / gain - rows.values[:, 0]) * w
     Ji = np.zeros((idx.size, 1, b))
-    Ji[:, 0, 3 * g + channel] = W / gain
+    Ji[:, 0, 3 * g + channel] = w / gain
     return RowBlock("input:" + rows.name, idx, r[:, None], Ji, linear=True)
 
 
-def floor_whitening(rows) -> None:
-    """Floor a known input's sigma at SIGMA_FLOOR of its readings' RMS (in place)."""
-    if rows.values.size == 0:
-        return
-    floor = SIGMA_FLOOR * max(float(np.sqrt(np.mean(rows.values**2))), 1e-12)
+def reading_weights(rows, steps_per_reading: float) -> np.ndarray:
+    """(K,) 1 / sigma_k of a known input's readings y (in the reading's unit): the reading's
+    noise (its whitening; floored at SIGMA_FLOOR of the readings' RMS, so a noise-free
+    control signal stays a finite weight) and its representativeness: a reading samples
+    the input at one instant, the input state u_i is the force over the grid step that the
+    integration scheme sees, which differs from it by up to half the input's change over a
+    step -- sigma_k = hypot(sigma_y, max(|y_k - y_k-1|, |y_k+1 - y_k|) / (2 R)), R the
+    readings per grid step (steps_per_reading 1 / R) (a saturating speed controller's
+    torque jumps between readings: without this term the hard integrator rows and the
+    pinned torque contradict each other there)."""
+    y = rows.values[:, 0] if rows.values.size else np.zeros(0)
+    K = y.size
+    if K == 0:
+        return np.zeros(0)
+    floor = SIGMA_FLOOR * max(float(np.sqrt(np.mean(y**2))), 1e-12)
     W = float(rows.whiten[0, 0])
-    if not np.isfinite(W) or 1.0 / W < floor:
-        rows.whiten = np.array([[1.0 / floor]])
+    sig = max(1.0 / W if np.isfinite(W) and W > 0 else 0.0, floor)
+    dy = np.abs(np.diff(y))
+    jump = np.maximum(np.concatenate([[0.0], dy]), np.concatenate([dy, [0.0]])) if K > 1 else np.zeros(1)
+    return 1.0 / np.hypot(sig, jump * min(float(steps_per_reading), 1.0) / 2.0)
 
 
 def inverse_dynamics_guess(G, f, zdd, limit) -> np.ndarray:

@@ -195,8 +195,9 @@ def solve_with_noise(problem, X0, cfg: dict, sigma_rule, estimated=None) -> tupl
     factors_v, chi2, solver_status = verdict
     status, warnings = fit_verdict({k: v for k, v in factors_v.items() if k[4:] not in estimated}, chi2,
                                    solver_status in ("converged", "ftol") and np.isfinite(res.cost))
-    if problem.m:
-        over = np.abs(res.X[:, 3 * problem.g:]) > (1.0 + LIMIT_SLACK) * problem.inputs.limit
+    unknown = np.array([j not in problem.inputs.sensors for j in range(problem.m)], bool)  # measured: known, not bounded
+    if problem.m and unknown.any():
+        over = (np.abs(res.X[:, 3 * problem.g:]) > (1.0 + LIMIT_SLACK) * problem.inputs.limit) & unknown
         if np.mean(np.any(over, axis=1)) > LIMIT_SHARE:
             warnings.append(f"the inputs ({', '.join(problem.inputs.names)}) exceed their limits "
                             f"({', '.join(f'{v:g}' for v in problem.inputs.limit)}) at {100 * np.mean(np.any(over, axis=1)):.1f} "

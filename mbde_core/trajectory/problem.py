@@ -61,8 +61,12 @@ class SmootherProblem:
         n = model.mech.n if hasattr(model, "mech") else None
         E = self.inputs.matrix(n) if (self.m and n is not None) else np.zeros((n or 0, 0))
         self.E = np.hstack([E, direct[0]]) if direct is not None else E
+        self.input_weights = {}  # known-input sensor -> (K,) weights of its readings
         for rows in readings.inputs:
-            inp.floor_whitening(rows)
+            j = self.inputs.channel_of(rows.name)
+            if j is not None:
+                sensor = next(x for x in self.inputs.sensors[j] if x.name == rows.name)
+                self.input_weights[rows.name] = inp.reading_weights(rows, readings.dt * sensor.rate)
         self.ev = None  # the model at the last accepted iterate
         self._trial = None
 
@@ -113,7 +117,7 @@ class SmootherProblem:
                 j = self.inputs.channel_of(s.name)
                 if j is not None and s.idx.size:
                     sensor = next(x for x in self.inputs.sensors[j] if x.name == s.name)
-                    rows.append(inp.measured_rows(X, g, j, s, sensor.gain))
+                    rows.append(inp.measured_rows(X, g, j, s, sensor.gain, self.input_weights[s.name]))
         return rows
 
     def accept(self, X, p=None) -> None:

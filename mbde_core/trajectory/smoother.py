@@ -166,10 +166,11 @@ class BatchSmoother:
 
         The forward filter's estimates are the initial guess. A solution that is not
         plainly good (:func:`suspicious`: not converged, a poor fit, a plant noise far
-        above the rule's or inputs beyond their limits -- the signs of a guess that led to
-        another local minimum, e.g. a mirror motion that an unknown motor explains) is
-        solved again from the next filter of ALTERNATE_GUESSES; the first good solution,
-        else the least suspicious one, is kept (``guesses_tried`` in the info)."""
+        above the rule's or inputs beyond their limits; :func:`noisy`: an acceleration
+        noise above NOISY times the rule's -- the signs of a guess that led to another
+        local minimum, e.g. a mirror motion that an unknown motor explains) is solved
+        again from the next filter of ALTERNATE_GUESSES; the first good solution, else the
+        best by :func:`rank`, is kept (``guesses_tried`` in the info)."""
         t0 = time.perf_counter()
         readings = self.readings(measurements)
         if readings.N == 0:
@@ -180,8 +181,9 @@ class BatchSmoother:
         names = [first] + [n for n in ALTERNATE_GUESSES if n != first]
         best, tried, t_guess = None, [], 0.0
         self.noise = start_noise = None  # a run estimates its own noise levels
+        rule = self.sigma_a()
         for k, name in enumerate(names):
-            if k and (best is None or not suspicious(best)):
+            if k and best is not None and not suspicious(best) and not noisy(best, rule):
                 break
             self.noise = start_noise
             t1 = time.perf_counter()
@@ -193,8 +195,9 @@ class BatchSmoother:
                 tried.append({"filter": name, "failed": f"{type(exc).__name__}: {exc}"})
                 continue
             out.info.update(ginfo)
-            tried.append({"filter": name, "status": out.info["status"], "final_cost": out.info["final_cost"]})
-            if best is None or suspicious(out) < suspicious(best):
+            tried.append({"filter": name, "status": out.info["status"], "final_cost": out.info["final_cost"],
+                          "acceleration_sigma": out.info["fit"]["acceleration_sigma"], "warnings": out.info["warnings"]})
+            if best is None or rank(out) < rank(best):
                 best = out
         if best is None:
             raise FloatingPointError("the smoother found no solution: " + "; ".join(t["failed"] for t in tried))
@@ -262,11 +265,28 @@ class BatchSmoother:
 ALTERNATE_GUESSES = ("errorekf", "dekf")  # the forward filters a suspicious solution is retried from
 
 
+NOISY = 3.0  # a solution whose acceleration noise exceeds this many times the rule's is retried too
+
+
 def suspicious(traj) -> int:
     """0 for a plainly good solution; else 1 (a warning), 2 (not converged or a poor fit)."""
     if traj.info.get("status") != "converged":
         return 2
     return 1 if traj.info.get("warnings") else 0
+
+
+def noisy(traj, rule) -> bool:
+    """The estimated acceleration noise exceeds NOISY times the rule's: the dynamics explain
+    the motion badly (a guess that led to another local minimum needs more of it)."""
+    sa = np.asarray((traj.info.get("fit") or {}).get("acceleration_sigma") or [0.0])
+    return bool(np.any(sa > NOISY * np.asarray(rule)))
+
+
+def rank(traj) -> tuple:
+    """Order of candidate solutions: the least suspicious, then the least acceleration noise
+    (the one the model explains best)."""
+    sa = np.asarray((traj.info.get("fit") or {}).get("acceleration_sigma") or [1.0])
+    return suspicious(traj), float(np.sum(np.log(np.maximum(sa, 1e-300))))
 
 
 class ForwardGuess:
