@@ -54,6 +54,11 @@ def run(args) -> int:
         inputs = load_inputs(bag, args.mechanism, args.sensors)
         if not inputs.measurements:
             raise DataError(f"{bag}: no valid readings of the sensors")
+        if not recordings:  # the smoother options' auto values by the rule (initial sigmas, plant noise)
+            from mbde_core.estimators.options.rule import scenario_context
+            from mbde_core.trajectory.config import resolve_smoother
+
+            smoother_cfg = resolve_smoother(smoother_cfg, mech, inputs.sensors, scenario_context(inputs.scenario))
         init = _initial_state(inputs, smoother_cfg)
         recordings.append(Recording(bag, inputs.measurements, init, inputs.sensors))
         skipped = sum(inputs.skipped.values())
@@ -76,6 +81,8 @@ def run(args) -> int:
         source = fh.read()
     written = write_outputs(args.out, result, list(args.bags), source, sensors_doc, plots=not args.no_plots)
     print(summary_table(result))
+    for w in result.warnings:
+        print(f"warning: identify: {w}")
     t = result.timings
     print(f"{result.iterations} iterations ({result.first_pass_iterations} in the first pass, {result.passes} noise passes), "
           f"status {result.status}; wall time {t['total_s']:.1f} s (initial guess {t['initial_guess_s']:.1f} s)")
@@ -98,5 +105,5 @@ def _initial_state(inputs, cfg):
     q0 = np.asarray(inputs.initial_q, float)
     if inputs.scenario is None and not np.allclose(q0[mech.independent], z0):
         q0 = solve_position_continuation(mech, z0)  # the file's configuration moved to z0, same branch
-    return InitialState(z0, np.asarray(inputs.initial_zd, float), np.full(g, float(sig["z"])),
-                        np.full(g, float(sig["zd"])), q0, inputs.initial_branch)
+    return InitialState(z0, np.asarray(inputs.initial_zd, float), np.broadcast_to(np.asarray(sig["z"], float), (g,)).copy(),
+                        np.broadcast_to(np.asarray(sig["zd"], float), (g,)).copy(), q0, inputs.initial_branch)

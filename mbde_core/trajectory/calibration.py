@@ -79,7 +79,8 @@ def fit_verdict(factors: dict, chi2: float, converged: bool) -> tuple[str, list]
         if not (name.startswith("obs:") or name.startswith("input:")):
             continue
         f = np.atleast_1d(f)
-        if np.any(f > shi) or np.any(f < slo):
+        low = slo if name.startswith("obs:") else 0.0  # a known input's weights include its representativeness
+        if np.any(f > shi) or np.any(f < low):
             worst = float(f[np.argmax(np.abs(np.log(np.maximum(f, 1e-300))))])
             warnings.append(f"readings of {name.split(':', 1)[1]} fit with {worst:.3g} x their declared variance "
                             f"(expected 1, band [{slo:g}, {shi:g}])")

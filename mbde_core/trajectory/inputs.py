@@ -218,3 +218,4 @@ def inverse_dynamics_guess(G, f, zdd, limit) -> np.ndarray:
     A = A + 1e-12 * np.einsum("nii->n", A)[:, None, None] * np.eye(G.shape[2])[None]
     u = np.linalg.solve(A, Gt @ (zdd - f)[..., None])[..., 0]
     return np.clip(u, -limit, limit)
+

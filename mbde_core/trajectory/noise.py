@@ -34,7 +34,7 @@ from mbde_core.trajectory.solver import LMOptions, levenberg_marquardt, scipy_tr
 
 FLOOR = 1e-3  # of the rule's sigma_a: the acceleration sigma's floor (the banded Cholesky's conditioning)
 PLAUSIBLE = 30.0  # estimated sigma_a above this many times the rule's: warned
-LIMIT_SLACK, LIMIT_SHARE = 0.05, 0.002  # inputs beyond 1.05 x their limit at more than 0.2 % of the steps: warned
+LIMIT_SLACK, LIMIT_SHARE = 0.2, 0.01  # inputs beyond 1.2 x their limit at more than 1 % of the steps: warned
 TAU_CUT = 0.05  # the correlation time sums the autocorrelations down to this
 TAU_MIN = 1.5  # readings with a longer correlation time (in readings) get their variance times it
 DESCEND = 10.0  # largest change of a sigma per noise pass before the root is bracketed
@@ -120,10 +120,17 @@ def _estimate(run: _Passes, cfg, sigma_rule, estimated: dict, limit: int):
     k_s = sum(int(estimated[n].sum()) for n in names)
     search = SigmaSearch(g + m + k_s, float(cfg.get("noise_tolerance", 0.1)), DESCEND)
     scale = {n: np.asarray(pr.sensor_scale.get(n, np.ones(estimated[n].size)), float).copy() for n in names}
+    good = None  # (noise levels, result, factors, marginals) of the last pass whose information was positive definite
     while True:
         factors, marg = run.factors()
         if marg is None:
-            return factors, marg, "not positive definite"
+            if good is None:
+                return factors, marg, "not positive definite"
+            # the noise levels went below what the normal equations resolve: keep the last good pass
+            noise, run.res, factors, marg = good
+            pr.set_noise(noise[0], noise[1], noise[2], noise[3])
+            return factors, marg, "numerical floor"
+        good = ((pr.sigma_a.copy(), pr.sigma_w.copy(), pr.discretization, dict(pr.sensor_scale)), run.res, factors, marg)
         f_eom = np.broadcast_to(factors.get("eom", (np.ones(g),))[0], (g,))
         f_walk = np.broadcast_to(factors["input_walk"][0], (m,)) if m and "input_walk" in factors else np.ones(m)
         f_s = [np.broadcast_to(factors.get("obs:" + n, (np.ones(estimated[n].size),))[0], estimated[n].shape)[estimated[n]]

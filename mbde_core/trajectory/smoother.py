@@ -169,8 +169,10 @@ class BatchSmoother:
         above the rule's or inputs beyond their limits; :func:`noisy`: an acceleration
         noise above NOISY times the rule's -- the signs of a guess that led to another
         local minimum, e.g. a mirror motion that an unknown motor explains) is solved
-        again from the next filter of ALTERNATE_GUESSES; the first good solution, else the
-        best by :func:`rank`, is kept (``guesses_tried`` in the info)."""
+        again from the next filter of ALTERNATE_GUESSES, then (without unknown inputs,
+        which the model cannot continue) over a growing horizon from the initial state
+        (:func:`~.motion.growing_guess`); the first good solution, else the best by
+        :func:`rank`, is kept (``guesses_tried`` in the info)."""
         t0 = time.perf_counter()
         readings = self.readings(measurements)
         if readings.N == 0:
@@ -179,6 +181,8 @@ class BatchSmoother:
             raise DataError("no valid readings to smooth")
         first = self.config["initial_guess"]
         names = [first] + [n for n in ALTERNATE_GUESSES if n != first]
+        if all(j in self.inputs.sensors for j in range(self.inputs.m)):  # no unknown input: the model can continue
+            names.append(GROWING)
         best, tried, t_guess = None, [], 0.0
         self.noise = start_noise = None  # a run estimates its own noise levels
         rule = self.sigma_a()
@@ -188,7 +192,13 @@ class BatchSmoother:
             self.noise = start_noise
             t1 = time.perf_counter()
             try:
-                X0, q0, ginfo = self.initial_guess(readings, init, name)
+                if name == GROWING:  # the last resort: no filter, the model from the initial state
+                    from mbde_core.trajectory.motion import growing_guess
+
+                    X0, q0 = growing_guess(self, readings, init)
+                    ginfo = {"filter": GROWING, "filter_failures": 0, "filled_steps": 0}
+                else:
+                    X0, q0, ginfo = self.initial_guess(readings, init, name)
                 t_guess += time.perf_counter() - t1
                 out = self.solve(readings, X0, q0, *self.prior(init))
             except (np.linalg.LinAlgError, FloatingPointError) as exc:
@@ -263,6 +273,7 @@ class BatchSmoother:
 
 
 ALTERNATE_GUESSES = ("errorekf", "dekf")  # the forward filters a suspicious solution is retried from
+GROWING = "growing horizon"  # then a growing horizon from the initial state (trajectory/motion.py)
 
 
 NOISY = 3.0  # a solution whose acceleration noise exceeds this many times the rule's is retried too
