@@ -179,3 +179,37 @@ def calibration(runs: int, duration: float, jobs, names=None) -> tuple[list, lis
     for line in R.failures(outcomes, lambda i: "{} run {}".format(*tasks[i][::2][:2])):
         print(f"failed: {line}")
     return rows, summarise(rows)
+
+
+def tables_7_8(args, tables: set, out: dict) -> None:
+    """Tables 7 (calibration) and 8 (the speed-step slider-crank) of ``mbde bench
+    smoother``: printed, stored in ``out`` and written to the results page."""
+    import os
+
+    from mbde_bench import smoother_motor
+    from mbde_bench.results import table, write_page
+
+    pages = []
+    if "7" in tables and args.calibration_runs > 0:
+        names = [c.strip() for c in args.calibration_cases.split(",")] if args.calibration_cases else None
+        print(f"\n7. calibration: {args.calibration_runs} runs x {args.calibration_length:g} s per case")
+        rows, summary = calibration(args.calibration_runs, args.calibration_length, args.jobs, names)
+        md = table(HEADER, rows_of(summary))
+        print(md)
+        out["calibration"] = {"summary": summary, "runs": rows}
+        pages.append(f"## Calibration of the smoother's uncertainty ({args.calibration_runs} runs x "
+                     f"{args.calibration_length:g} s per case)\n\n" + __doc__.split("\n\n", 1)[1] + "\n" + md)
+    if "8" in tables and args.motor_seeds > 0:
+        print(f"\n8. issue 42's speed-step slider-crank, {args.motor_seeds} seeds: smoother vs filters")
+        rows, md = smoother_motor.motor_table(args.motor_seeds, args.jobs, os.path.join(args.out or ".", "motor_bags"))
+        print(md)
+        out["motor"] = rows
+        pages.append("## The speed-step slider-crank of issue 42: smoother vs filters\n\n"
+                     + smoother_motor.__doc__.split("\n\n", 1)[1] + md)
+    if pages and args.results != "":
+        cmd = (f"mbde bench smoother --tables {','.join(sorted(tables & {'7', '8'}))} --calibration-runs "
+               f"{args.calibration_runs} --calibration-length {args.calibration_length:g} --motor-seeds {args.motor_seeds}")
+        page = write_page("smoother", "Batch smoother: calibration and motor-driven runs (mbde bench smoother)", cmd,
+                          "\n\n".join(pages), args.results)
+        if page:
+            print(f"wrote {page}")

@@ -17,7 +17,7 @@
       initial_sigma: {z: auto, zd: auto}     # prior of [z_0, zd_0] around the initial guess
       sensor_sigma: {}                # sensor name -> sigma assumed (default: noise model)
       integrator: linear_acceleration # linear_acceleration | trapezoidal | euler (factor phi_i)
-      integrator_relaxation: 1.0e-3   # phi_i sigmas relative to one step of sigma_a
+      integrator_relaxation: 0.1      # phi_i sigmas relative to one step of sigma_a (hypot the scheme's error)
       initial_guess: errorekf         # forward filter giving the initial guess (its own
                                       # section of the file, or its defaults)
       max_iterations: 50
