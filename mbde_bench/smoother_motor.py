@@ -114,7 +114,7 @@ def motor_table(seeds: int, jobs, folder: str) -> tuple[list, str]:
             lost = sum(not (v[0] < LOST) for v in vals)
             nees = float(np.nanmedian([v[1] for v in vals]))
             ratio = med[n] / best if np.isfinite(best) and best > 0 else float("nan")
-            body.append([n, f"{med[n]:.2e}", f"{lost} / {len(vals)}", f"{nees:.3g}", f"{ratio:.2f}",
+            body.append([n, f"{med[n]:.2e}", f"{lost} / {len(vals)}", f"{nees:.3g}", f"{ratio:.2g}",
                          f"{np.median([v[2] for v in vals]):.1f}"])
         conv = sum(r["smoother_status"] == "converged" for r in rs)
         flagged = sum(bool(r["smoother_warnings"]) for r in rs)

@@ -32,7 +32,7 @@ import numpy as np
 from mbde_core.trajectory.calibration import SigmaSearch, fit_verdict, leverages, normalised_cost, variance_factors
 from mbde_core.trajectory.solver import LMOptions, levenberg_marquardt, scipy_trf
 
-FLOOR = 1e-3  # of the rule's sigma_a: the acceleration sigma's floor (the banded Cholesky's conditioning)
+FLOOR = 3e-4  # of the rule's sigma_a: the acceleration sigma's floor (the banded Cholesky's conditioning)
 PLAUSIBLE = 30.0  # estimated sigma_a above this many times the rule's: warned
 LIMIT_SLACK, LIMIT_SHARE = 0.2, 0.01  # inputs beyond 1.2 x their limit at more than 1 % of the steps: warned
 TAU_CUT = 0.05  # the correlation time sums the autocorrelations down to this
