@@ -13,6 +13,9 @@ same cases run in test/test_safety.py).
 """
 from __future__ import annotations
 
+from mbde_bench.safety_cases import CASES, Workspace
+from mbde_core.errors import DataError
+
 HELP = "data safety: outputs, interrupts, bad inputs and bags (the table of issue 40), run for real"
 
 
@@ -27,9 +30,6 @@ def run(args) -> int:
     import platform
     import tempfile
     import time
-
-    from mbde_bench.safety_cases import CASES, Workspace
-    from mbde_core.errors import DataError
 
     picked = list(range(len(CASES)))
     if args.only:

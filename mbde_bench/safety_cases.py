@@ -19,6 +19,10 @@ import subprocess
 import sys
 import time
 
+from mbde_core.cli.main import main
+from mbde_core.replay import worker
+from mbde_core.rosio.bag import BagReader, BagWriter
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIO = os.path.join(REPO, "config", "scenarios", "fourbar_gyro.yaml")
 MECHANISM = os.path.join(REPO, "config", "mechanisms", "fourbar.yaml")
@@ -175,7 +179,6 @@ def concurrent_runs(ws):
     _, err1 = first.communicate(timeout=300)
     doc = json.load(open(os.path.join(out, "metrics.json")))
     manifest = json.load(open(os.path.join(out, ".mbde-output.json")))
-    from mbde_core.rosio.bag import BagReader
 
     with BagReader(os.path.join(out, "estimates")) as r:
         topics = {t.split("/")[2] for t, _, _ in r.topics() if t.count("/") == 3 and t.endswith("/state")}
@@ -300,9 +303,6 @@ def failed_run(ws):
     """A run whose estimator fails: no metrics.json, report.md or estimates/, no "wrote"."""
     from unittest import mock
 
-    from mbde_core.cli.main import main
-    from mbde_core.replay import worker
-
     def broken(source, task):
         raise RuntimeError(f"{task.name} failed on purpose")
 
@@ -337,8 +337,6 @@ def truth_of_another_type(ws):
 def _rewritten(ws, name: str, retype) -> str:
     """The bag rewritten: retype(topic, type) -> type (None: declared without messages);
     a topic given another type gets messages of that type (a sensor reading from the bag's Imu)."""
-    from mbde_core.rosio.bag import BagReader, BagWriter
-
     dest = ws.path(name)
     with BagReader(ws.bag()) as r, BagWriter(dest, "mcap") as w:
         imu = next((d for t, _, ty, d in r.raw_messages() if ty == "sensor_msgs/msg/Imu"), None)

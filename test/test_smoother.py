@@ -165,8 +165,9 @@ def test_mbde_smooth_missing_bag_and_existing_out(bag, tmp_path):
 
 @pytest.mark.parametrize("mode", ["plain", "retry_all", "lost_filter"])
 def test_windowed_smoothing_seams(fourbar_truth, mode, monkeypatch):
-    """Windows of 1 s with 0.5 s margins vs the whole-run solution: the seam error (the
-    readings a window does not see) stays below 0.1 posterior sigma (measured 0.014;
+    """Windows of 1 s with 0.5 s margins vs the whole-run solution, with the same (fixed)
+    noise levels: the seam error (the readings a window does not see) stays below 0.1
+    posterior sigma (measured 0.014;
     ``mbde bench smoother`` tables it for longer runs); windows keep every step once.
     retry_all: with RETRY_FACTOR 0 every window after the first counts as an eom-cost
     outlier and is solved again over a growing horizon, the lower-cost solution kept.
@@ -181,7 +182,9 @@ def test_windowed_smoothing_seams(fourbar_truth, mode, monkeypatch):
     sc = tr.scenario
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
     meas = tr.measurements(sc.sensors, 0.005, seed=5)
-    sm = BatchSmoother(mech, sensors)
+    from mbde_core.trajectory.config import smoother_defaults
+
+    sm = BatchSmoother(mech, sensors, dict(smoother_defaults(), noise="fixed"))  # the same noise in every window
     full = sm.smooth(meas, _start(sc, 5))
     sig = np.sqrt(np.einsum("kii->ki", full.cov))
     if mode == "lost_filter":

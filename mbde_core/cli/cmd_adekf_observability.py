@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 
+from mbde_core.cli.argtypes import float_range, int_range
 from mbde_core.config.yamlnode import parse_yaml, read_yaml
 from mbde_core.errors import DataError
 from mbde_core.estimators.options.schema import defaults, load_estimator_configs
@@ -34,8 +35,6 @@ generalized force on each independent coordinate."""
 
 
 def add_arguments(p):
-    from mbde_core.cli.argtypes import float_range, int_range
-
     p.add_argument("mechanism", help="mechanism YAML")
     p.add_argument("--sensors", required=True, help="sensor YAML file (or scenario), or inline YAML list")
     p.add_argument("--only", help="comma-separated sensor names to fuse (default: all)")

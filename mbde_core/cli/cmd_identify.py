@@ -9,6 +9,7 @@ from mbde_core.config.yamlnode import Node, read_yaml
 from mbde_core.engine.kinematics import solve_position_continuation
 from mbde_core.errors import DataError
 from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.options.rule import scenario_context
 from mbde_core.identification.config import load_identification_config
 from mbde_core.identification.identify import Recording, identify
 from mbde_core.identification.model import ParameterizedMechanism
@@ -16,6 +17,7 @@ from mbde_core.identification.outputs import summary_table, write_outputs
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.replay.inputs import load_inputs
 from mbde_core.sensors.config import load_sensors
+from mbde_core.trajectory.config import resolve_smoother
 
 HELP = "identify mechanism parameters (masses, inertias, gravity, damping...) from bags; writes a calibrated mechanism"
 DESCRIPTION = """Identify physical parameters of the mechanism together with the trajectory of every bag
@@ -65,6 +67,8 @@ def run(args) -> int:
                 print(f"warning: {note}", file=sys.stderr)
             if not inputs.measurements:
                 raise DataError(f"{bag}: no valid readings of the sensors")
+            if not recordings:  # the smoother options' auto values by the rule (initial sigmas, plant noise)
+                smoother_cfg = resolve_smoother(smoother_cfg, mech, inputs.sensors, scenario_context(inputs.scenario))
             init = _initial_state(inputs, smoother_cfg)
             recordings.append(Recording(bag, inputs.measurements, init, inputs.sensors))
             skipped = sum(inputs.skipped.values())
@@ -85,6 +89,8 @@ def run(args) -> int:
         written = write_outputs(out.tmp, result, list(args.bags), source, sensors_doc, plots=not args.no_plots)
         out.commit()
     print(summary_table(result))
+    for w in result.warnings:
+        print(f"warning: identify: {w}")
     t = result.timings
     print(f"{result.iterations} iterations ({result.first_pass_iterations} in the first pass, {result.passes} noise passes), "
           f"status {result.status}; wall time {t['total_s']:.1f} s (initial guess {t['initial_guess_s']:.1f} s)")
@@ -103,5 +109,5 @@ def _initial_state(inputs, cfg):
     q0 = np.asarray(inputs.initial_q, float)
     if inputs.scenario is None and not np.allclose(q0[mech.independent], z0):
         q0 = solve_position_continuation(mech, z0)  # the file's configuration moved to z0, same branch
-    return InitialState(z0, np.asarray(inputs.initial_zd, float), np.full(g, float(sig["z"])),
-                        np.full(g, float(sig["zd"])), q0, inputs.initial_branch)
+    return InitialState(z0, np.asarray(inputs.initial_zd, float), np.broadcast_to(np.asarray(sig["z"], float), (g,)).copy(),
+                        np.broadcast_to(np.asarray(sig["zd"], float), (g,)).copy(), q0, inputs.initial_branch)

@@ -1,6 +1,7 @@
 """mbde live [SCENARIO]: the simulated loop as real ROS 2 processes, without ``ros2 launch``."""
 from __future__ import annotations
 
+from mbde_core.cli.argtypes import float_range, nonnegative
 from mbde_core.errors import DataError
 from mbde_core.live.graph import SIM_DEMO_DEFAULTS, sim_demo_nodes
 from mbde_core.live.launcher import Launcher
@@ -28,7 +29,6 @@ def add_arguments(p):
                    help="comma-separated observers, one node each in /mbde/<name> (default: %(default)s)")
     p.add_argument("--config", default=SIM_DEMO_DEFAULTS["config"],
                    help="estimator options YAML ('' = each estimator's shipped estimators/<name>.yaml)")
-    from mbde_core.cli.argtypes import float_range, nonnegative
 
     p.add_argument("--real-time-factor", type=float_range(0.0, 1000.0, lo_open=True),
                    default=float(SIM_DEMO_DEFAULTS["real_time_factor"]),

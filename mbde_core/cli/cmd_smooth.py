@@ -13,10 +13,18 @@ from mbde_core.trajectory.config import load_smoother_config
 
 HELP = "smooth a bag's whole run (paper 003 batch smoother): trajectory bag, covariances, metrics, plots"
 DESCRIPTION = """Solve the whole run of a ROS 2 bag as one sparse nonlinear least-squares problem over
-every state x_i = [z_i, zd_i, zdd_i] on the filters' 5 ms grid (paper 003 sec. 3.4, eq. 23:
+every state x_i = [z_i, zd_i, zdd_i] on the filters' grid (paper 003 sec. 3.4, eq. 23:
 initial-state, readings, equations-of-motion and integrator factors), starting from a
 forward filter's estimates, with the assembly branch fixed. The result is the best
 reference the readings allow when a bag has no ground truth.
+
+Unknown motor torques are unknowns of the problem (inputs: auto, one per force-limited
+coordinate: a scenario's speed controller, or rule.force_limits); a measured torque (an
+`effort` sensor: JointState.effort, or a current times its gain) is a known input with its
+noise. The plant noise is estimated from the residuals, and the run gets a goodness-of-fit
+verdict: `converged` only when the fit is good (normalised cost near 1, every sensor's
+readings at their declared noise, inputs within their limits), else `poor fit` with a
+warning line saying why.
 
 The model and the sensors come from the bag's /mbde/description (bags of `mbde simulate`,
 with the scenario's model errors) or from --mechanism/--sensors. Options come from the
@@ -58,7 +66,7 @@ def run(args) -> int:
         value = getattr(args, key)
         if value is not None:
             cfg[key] = float(value)
-    if 0 < cfg["window"] < 2 * cfg["step"]:
+    if cfg["step"] != "auto" and 0 < cfg["window"] < 2 * cfg["step"]:
         raise DataError(f"--window: must be 0 (whole run) or at least two steps of {cfg['step']:g} s")
     if args.overlap is not None and not cfg["window"] > 0:
         raise DataError("--overlap: applies to windowed smoothing only; give --window (or smoother.window) > 0")

@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 
+from mbde_core import __version__
 from mbde_core.errors import DataError
 from mbde_core.rosio.bag_writer import INCOMPLETE_MARKER
 from mbde_core.runs import stop
@@ -378,6 +379,4 @@ def _alive(pid: int) -> bool:
 
 
 def _version() -> str:
-    from mbde_core import __version__
-
     return __version__

@@ -116,7 +116,9 @@ def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, pa
 
     stage = EstimatorStage.from_config(est, cfg, lambda t: init, on_step=on_step, **STAGE_DEFAULTS)
     guard = GuardedStage(stage)
-    ms = inputs.measurements
+
+    unused = unused_inputs(est, inputs.sensors)  # known-input readings it does not take: not fed
+    ms = [m for m in inputs.measurements if m.sensor not in unused] if unused else inputs.measurements
     total = len(ms)
     chunk = max(total // 200, 1)
     t0 = time.perf_counter()
@@ -215,3 +217,12 @@ class InputMetrics:
                          "rmse_after_1s": float(np.sqrt(a["sq_late"] / a["n_late"])) if a["n_late"] else None,
                          "truth_range": (a["hi"] - a["lo"]) or 1.0}
         return out
+
+
+def unused_inputs(est, sensors) -> dict:
+    """{name: 0} of the known-input sensors (a measured motor torque) whose readings the
+    estimator does not take (it has no ``known_inputs`` attribute set true): they are
+    counted, not fed to its stage."""
+    if getattr(est, "known_inputs", False):
+        return {}
+    return {name: 0 for name in getattr(sensors, "input_names", [])}

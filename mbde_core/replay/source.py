@@ -8,7 +8,8 @@ order, i.e. as they arrived when it was recorded: the estimator stage re-sorts t
 its reorder window and detects stamp anomalies exactly as the live node does, which a
 sort here would hide: a backward stamp jump would be merged into the old time) and the
 ground-truth samples of that stretch of the bag. Malformed messages are counted per
-sensor and skipped.
+sensor and skipped. The readings of known inputs (a measured motor torque,
+``sensors.inputs``) come in the same stream, as Measurements of their sensor names.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from mbde_core.estimators.assess.metrics import truth_at
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.replay.decode import EffortDecoder, ReadingDecoder, TruthDecoder
 from mbde_core.rosio.bag import BagReader
-from mbde_core.rosio.convert import snapshot_from_mechanism_state, string_from_msg
+from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE, snapshot_from_mechanism_state, string_from_msg
 from mbde_core.scenario.description import scenario_from_description
 from mbde_core.sensors.config import load_sensor_file, load_sensors
 
@@ -77,6 +78,12 @@ class ReplaySource(ReplayModel):
     def sensor_topics(self) -> list[str]:
         return [t for t in dict.fromkeys(s.topic for s in self.sensors) if t in self.topics]
 
+    @property
+    def read_sensors(self) -> list:
+        """Every sensor whose readings a replay reads: the measurement sensors and the
+        known inputs (a measured motor torque: ``sensors.inputs``)."""
+        return list(self.sensors) + list(getattr(self.sensors, "inputs", []))
+
 
 def open_source(bag, mechanism_file: str | None = None, sensors_file: str | None = None) -> ReplaySource:
     """The model, sensors and initial guess of a replay of ``bag`` (DataError/ConfigError)."""
@@ -113,10 +120,11 @@ def open_source(bag, mechanism_file: str | None = None, sensors_file: str | None
                         continue
                     z0, zd0 = snap.z, snap.zd
                     break
-        _check_sensor_topics(bag, reader, topics, sensors, mechanism_file is not None)
+        _check_sensor_topics(bag, reader, topics, list(sensors) + list(getattr(sensors, "inputs", [])),
+                             mechanism_file is not None)
     src = ReplaySource(os.fspath(bag), mech, sensors, np.asarray(z0, float), np.asarray(zd0, float),
                        np.asarray(q0, float), branch0, scenario, start, end, topics=topics, notes=notes)
-    src.expected = {s.name: topics.get(s.topic, (None, 0))[1] for s in sensors}
+    src.expected = {s.name: topics.get(s.topic, (None, 0))[1] for s in src.read_sensors}
     return src
 
 
@@ -126,8 +134,6 @@ PROBE = 20  # messages of a sensor topic decoded before the run: one must be a r
 def _truth_topics(bag, topics: dict) -> list[str]:
     """Drop a ground truth the replay cannot use from ``topics`` (wrong type, no messages);
     returns the one-line notes saying so (the run goes on without truth metrics)."""
-    from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE
-
     notes = []
     for topic, want in ((TRUTH_TOPIC, MECHANISM_STATE), (TRUTH_JOINTS_TOPIC, JOINT_STATE)):
         if topic not in topics:
@@ -148,8 +154,6 @@ def _truth_topics(bag, topics: dict) -> list[str]:
 def _check_sensor_topics(bag, reader, topics: dict, sensors, from_files: bool) -> None:
     """DataError (one line) unless every sensor of the model has readable messages of its
     type in the bag: a sensor without readings is a model the bag does not fit."""
-    from mbde_core.replay.decode import ReadingDecoder
-
     problems = []
     for s in sensors:
         typ, count = topics.get(s.topic, (None, 0))
@@ -190,7 +194,7 @@ class Stream:
     def __init__(self, source: ReplaySource, chunk: int = CHUNK, truth: bool = True):
         self.source, self.chunk = source, int(chunk)
         self.truth = truth and source.has_truth
-        self.counts = {s.name: 0 for s in source.sensors}
+        self.counts = {s.name: 0 for s in source.read_sensors}
         self.skipped: dict[str, int] = {}
         self.effort_ok = True
 
@@ -199,7 +203,7 @@ class Stream:
         with BagReader(src.bag) as reader:
             store = reader.typestore
             decoders: dict[str, list] = {}
-            for s in src.sensors:
+            for s in src.read_sensors:
                 if s.topic in src.topics:
                     decoders.setdefault(s.topic, []).append(ReadingDecoder(store, src.topics[s.topic][0], s))
             want = list(decoders)

@@ -22,7 +22,7 @@ from mbde_core.estimators import make_estimator
 from mbde_core.estimators.registry import estimator_rng
 from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
 from mbde_core.replay.plots import plot_branches, plot_run
-from mbde_core.replay.runner import GuardedStage, initial_state, resolved_config
+from mbde_core.replay.runner import GuardedStage, initial_state, resolved_config, unused_inputs
 from mbde_core.replay.source import Stream, open_source
 
 
@@ -89,10 +89,14 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     guard = GuardedStage(stage)
     stream = Stream(source, truth=ev.ref is None)  # a smoother reference replaces the ground truth
     clock = {"filter": 0.0, "output": 0.0}
+    unused = unused_inputs(est, source.sensors)
     for chunk in stream:
         ev.add_truth(chunk.truth)
         t0 = time.perf_counter()
         for m in chunk.readings:  # one reading at a time, as the live node feeds them
+            if m.sensor in unused:
+                unused[m.sensor] += 1
+                continue
             guard.call(stage.feed, m)
         clock["filter"] += time.perf_counter() - t0
         ev.drain()
@@ -102,6 +106,8 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     clock["output"] = ev.time
     result = ev.result(stream.effort_ok)
     counters = {**stage.counters.as_dict(), **guard.counters()}
+    if any(unused.values()):
+        counters["known_input_readings_not_used"] = dict(unused)
     result["counters"] = counters
     result["diagnostics"] = est.diagnostics()
     wall = time.perf_counter() - t_wall

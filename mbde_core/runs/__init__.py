@@ -1,6 +1,7 @@
 """Execution engine of mbde's many-run workloads (replay of many bags and estimators, the
 benchmarks' Monte Carlo loops): serial, local processes or a Dask distributed cluster.
 See :mod:`mbde_core.runs.engine`."""
+from mbde_core.errors import DataError
 from mbde_core.runs.engine import Outcome, default_jobs, failures, run_tasks
 
 __all__ = ["Outcome", "add_arguments", "check_options", "default_jobs", "failures", "run_tasks", "options"]
@@ -31,8 +32,6 @@ def add_arguments(parser, what: str = "tasks") -> None:
 
 def check_options(args) -> None:
     """DataError for --jobs together with --scheduler (--jobs would be ignored)."""
-    from mbde_core.errors import DataError
-
     if getattr(args, "jobs", None) is not None and getattr(args, "scheduler", None):
         raise DataError("--jobs: local worker processes do not apply with --scheduler (the cluster's workers run "
                         "the tasks); give one of them")

@@ -10,8 +10,8 @@ run), and the parent turns them into events with :func:`~core.sample_events`, ex
 as the serial :func:`~core.simulate` does. The events are the same objects with the same
 values (same code, same inputs; tested), only the time they take differs.
 
-The child sends ``("block", k, tau, q, qd, qdd, gt, values, effort)`` messages (gt:
-which rows are ground-truth steps, whose true inputs are in values/effort), then
+The child sends ``("block", k, tau, q, qd, qdd, values, effort)`` messages (values,
+effort: the true inputs at every sampled step), then
 ``("end",)``, or ``("error", message)`` for a SimulationError (re-raised here with the
 same message) or another exception (re-raised as a SimulationError naming it).
 """
@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from mbde_core.runs.stop import child_setup
 from mbde_core.simulator.core import SimulationError, sample_events, simulate, truth_states
 
 BLOCK = 512            # sampled states per message
@@ -67,10 +68,9 @@ def _child_states(scenario) -> Iterator[tuple]:
             if kind == "error":
                 raise SimulationError(msg[1])
             _credit(credit_send)
-            _, ks, taus, q, qd, qdd, gt, values, effort = msg
+            _, ks, taus, q, qd, qdd, values, effort = msg
             for i in range(len(ks)):
-                yield (int(ks[i]), float(taus[i]), q[i], qd[i], qdd[i],
-                       values[i] if gt[i] else None, effort[i] if gt[i] else None)
+                yield int(ks[i]), float(taus[i]), q[i], qd[i], qdd[i], values[i], effort[i]
         done = True
     finally:
         recv.close()
@@ -99,8 +99,6 @@ def _integrate(scenario, send, credit, parent_ends=()) -> None:
     The parent's ends of both pipes are closed here first: when the parent ends, this
     child's writes then fail (EPIPE) instead of blocking on a pipe that it holds open
     itself; it also gets SIGTERM then (:func:`~mbde_core.runs.stop.child_setup`)."""
-    from mbde_core.runs.stop import child_setup
-
     child_setup()
     for conn in parent_ends:
         conn.close()
@@ -113,15 +111,9 @@ def _integrate(scenario, send, credit, parent_ends=()) -> None:
         q = np.array([r[2] for r in rows])
         qd = np.array([r[3] for r in rows])
         qdd = np.array([r[4] for r in rows])
-        gt = np.array([r[5] is not None for r in rows])
-        n_in = next((len(r[5]) for r in rows if r[5] is not None), 0)
-        values = np.zeros((len(rows), n_in))
-        effort = np.zeros((len(rows), q.shape[1]))
-        for i, r in enumerate(rows):
-            if r[5] is not None:
-                values[i] = r[5]
-                effort[i] = r[6]
-        send.send(("block", ks, taus, q, qd, qdd, gt, values, effort))
+        values = np.array([r[5] for r in rows]).reshape(len(rows), -1)
+        effort = np.array([r[6] for r in rows])
+        send.send(("block", ks, taus, q, qd, qdd, values, effort))
         rows.clear()
 
     try:

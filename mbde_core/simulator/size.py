@@ -14,6 +14,10 @@ import shutil
 import numpy as np
 
 from mbde_core.errors import ConfigError
+from mbde_core.rosio import convert as cv
+from mbde_core.rosio.factory import RosbagsFactory
+from mbde_core.simulator.bag import sensor_message_builder
+from mbde_core.simulator.core import TruthSnapshot
 
 # storage bytes per message beyond its CDR payload: with 64 the estimate is 6-8 % above
 # the bags written (fourbar_gyro, pf_sim, adekf_slider_crank; mcap and sqlite3, 5 s)
@@ -23,11 +27,6 @@ MARGIN_BYTES = 64 * 2**20  # left free beyond the estimate
 
 def bytes_per_second(scenario) -> float:
     """Estimated bag bytes per simulated second of ``scenario`` (see module doc)."""
-    from mbde_core.rosio import convert as cv
-    from mbde_core.rosio.factory import RosbagsFactory
-    from mbde_core.simulator.bag import sensor_message_builder
-    from mbde_core.simulator.core import TruthSnapshot
-
     f = RosbagsFactory()
     store = f.typestore
     total = 0.0
