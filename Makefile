@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 ROS_VENV  := .venv-ros
 ROS_STAMP := $(ROS_VENV)/.installed
 
-.PHONY: demo live test venv ros-venv clean
+.PHONY: demo live test docs venv ros-venv clean
 
 $(STAMP): setup.py setup.cfg
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,5 +40,11 @@ test: $(STAMP)
 	$(MAKE) --no-print-directory ros-venv
 	$(ROS_VENV)/bin/python -m pytest -q test/ros
 
+# The documentation site (Sphinx + MyST, docs/conf.py) into docs/_build/html; warnings are
+# errors, as in test/test_docs.py.
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: open docs/_build/html/index.html"
+
 clean:
-	rm -rf $(VENV) build install log .pytest_cache
+	rm -rf $(VENV) build install log .pytest_cache docs/_build

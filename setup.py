@@ -17,6 +17,9 @@ def tree(folder):
 
 
 CLUSTER = ["dask>=2023.1", "distributed>=2023.1"]
+# the documentation site (docs/, `make docs`): Sphinx with MyST Markdown, the toolchain
+# rosdoc2 uses for ROS 2 packages; the test suite builds it (test/test_docs.py)
+DOCS = ["sphinx>=7.2,<10", "myst-parser>=3,<6"]
 
 NODES = [
     # (executable, module:function) -- the ROS 2 nodes of mbde_nodes, prefixed "mbde-"
@@ -51,7 +54,6 @@ setup(
         "numpy>=1.21",
         "scipy>=1.8",
         "pyyaml>=5.4",
-        "transforms3d>=0.4",
         "rosbags>=0.10.10,<0.12",
         "matplotlib>=3.5",
         "tqdm>=4.60",
@@ -62,12 +64,17 @@ setup(
     extras_require={
         # run replays and benchmarks on a Dask distributed cluster (--scheduler tcp://HOST:PORT)
         "cluster": CLUSTER,
+        "docs": DOCS,
+        # `mbde export --format parquet` (CSV needs nothing)
+        "parquet": ["pyarrow>=12,<23"],
         "test": [
             "pytest>=7",
             "mcap>=1.1",
             "mcap-ros2-support>=0.5",
             "filterpy==1.4.5",
-        ] + CLUSTER,  # the cluster tests start a distributed.LocalCluster
+            # the import contracts of .importlinter (test/test_layers.py)
+            "import-linter>=2.1,<3",
+        ] + CLUSTER + DOCS,  # the cluster tests start a distributed.LocalCluster; test_docs builds the site
     },
     entry_points={
         "console_scripts": ["mbde = mbde_core.cli:main"]

@@ -29,6 +29,20 @@ import time
 
 import numpy as np
 
+from mbde_bench.common import TruthRecord
+from mbde_bench.smoother import smooth_run
+from mbde_core import runs
+from mbde_core.config.paths import config_path
+from mbde_core.errors import DataError
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.assess.metrics import coordinate_errors, nees
+from mbde_core.estimators.base import InitialState, initial_sigmas
+from mbde_core.estimators.configure import configure, load as configure_load
+from mbde_core.estimators.options.rule import resolve_config
+from mbde_core.estimators.stage.core import EstimatorStage
+from mbde_core.scenario import load_scenario
+from mbde_core.trajectory.config import load_smoother_config
+
 HELP = "paper 003 accuracy matrix (RMSE vs sensor period, gravity error, sensors) for all observers"
 CASES = {
     "fourbar_gyro": ("fourbar", "gyroscopes"),
@@ -53,7 +67,6 @@ def add_arguments(p):
     p.add_argument("--scaling", metavar="N,N", help="run the matrix on each of these numbers of local workers "
                    "(e.g. 1,2; instead of --jobs): speed-up, efficiency, identical results, and the estimated wall "
                    "time of 100 runs per cell on N workers")
-    from mbde_core import runs
 
     runs.add_arguments(p, "variants")
 
@@ -62,12 +75,6 @@ def _run_task(truths, task):
     """One (case, period, gravity error, run): every observer on the same readings.
 
     truths: {case: TruthRecord} shared by all tasks (simulated once by the caller)."""
-    from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.base import InitialState, initial_sigmas
-    from mbde_core.estimators.configure import configure
-    from mbde_core.estimators.assess.metrics import coordinate_errors, nees
-    from mbde_core.estimators.stage.core import EstimatorStage
-
     case, period, gerr, run, names, configs = task
     truth = truths[case]
     sc = truth.scenario.with_overrides(gravity_error=gerr)
@@ -88,8 +95,6 @@ def _run_task(truths, task):
             sz, szd = initial_sigmas(cfg["initial_sigma"] if name == "smoother" else cfg.initial_sigma, mech.dof)
             start = InitialState(init.z, init.zd, sz, szd, init.q, init.branch)
             if name == "smoother":
-                from mbde_bench.smoother import smooth_run
-
                 stamps, z, zd, covs, step_s = smooth_run(mech, sensors, meas, start, cfg)
             else:
                 est = make_estimator(name, mech, sensors, cfg, rng=np.random.default_rng(run))
@@ -119,13 +124,6 @@ def _run_task(truths, task):
 
 
 def run(args) -> int:
-    from mbde_bench.common import TruthRecord
-    from mbde_core.config.paths import config_path
-    from mbde_core.errors import DataError
-    from mbde_core.estimators.configure import load as load_estimator_configs
-    from mbde_core.scenario import load_scenario
-    from mbde_core import runs
-
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     bad = [c for c in cases if c not in CASES]
@@ -140,10 +138,8 @@ def run(args) -> int:
     except ValueError:
         raise DataError(f"--gravity-errors: expected comma-separated numbers, got {args.gravity_errors!r}") from None
     cfg_file = args.config or config_path("estimators", "paper003.yaml")
-    configs = load_estimator_configs(cfg_file, [n for n in names if n != "smoother"])
+    configs = configure_load(cfg_file, [n for n in names if n != "smoother"])
     if "smoother" in names:
-        from mbde_core.trajectory.config import load_smoother_config
-
         scfg, gcfg = load_smoother_config(cfg_file)
         configs["smoother"] = dict(scfg, guess_config=gcfg)
     os.makedirs(args.out, exist_ok=True)
@@ -178,15 +174,13 @@ def run(args) -> int:
     cpu = sum(r["wall_s"] for r in rows)
     print(f"\n{len(tasks)} variants x {len(names)} observers in {time.perf_counter() - t_start:.0f} s "
           f"(runs {wall_runs:.0f} s wall, {cpu:.0f} s in the observers); "
-          f"wrote {args.out}/accuracy.csv, accuracy.json, rmse_*.png, cost.png")
+          f"results: accuracy.csv, accuracy.json, rmse_*.png, cost.png")
     return 0
 
 
 def _scaling(args, tasks, truths):
     """Wall time of the variants on each worker count of --scaling (local processes);
     returns (table data, outcomes of the last count)."""
-    from mbde_core import runs
-
     def key(outcomes):
         return [None if not o.ok else [(r["estimator"], r["rmse_z"], r["rmse_zd"]) for r in o.value] for o in outcomes]
 

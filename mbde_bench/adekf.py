@@ -40,7 +40,22 @@ import time
 
 import numpy as np
 
+from mbde_bench.adekf_figures import _wrap, figures
 from mbde_core.config.paths import config_path
+from mbde_core.config.yamlnode import parse_yaml
+from mbde_core.engine import kinematics
+from mbde_core.engine.inverse_dynamics import driver_forces
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.configure import configure, load
+from mbde_core.estimators.kalman.adekf import ADEKF
+from mbde_core.estimators.stage.core import EstimatorStage
+from mbde_core.minimal import make_map
+from mbde_core.minimal.learned import TOLERANCES, train_map
+from mbde_core.model.mechanism import load_mechanism
+from mbde_core.scenario.scenario import load_scenario
+from mbde_core.sensors.config import load_sensors
+from mbde_core.simulator import run as simulate
+from mbde_core.types import Measurement
 
 HELP = "paper 004 ADE-KF: slider-crank torque from one accelerometer, exact vs learned map, MSC Adams torque check"
 
@@ -52,8 +67,6 @@ PAPER_R_A = (1.5e-4, 5e-3)
 # per 5 ms step; the filter assumes 0.01 m/s^2 of sensor noise).
 MSC_OVERRIDES = {"step": 0.005, "r_a": 1.0, "sensor_sigma": {"accel_coupler": 0.01}, "jump_nis": 25.0,
                  "jump_sigma": 20.0, "plant_noise": {"acceleration_psd": 0.0, "velocity_psd": 0.0}}
-
-
 
 
 def add_arguments(p):
@@ -78,10 +91,6 @@ def run_adekf(mech, sensors, cfg, measurements, init, cmap=None):
     t (K,), z, zd, zdd (K, g), q, qd, qdd (K, n), a (K, n_a), a_sd (K, n_a), cost (K,) [s].
     ``cmap``: an already built coordinate map (shared between runs).
     """
-    from mbde_core.estimators.configure import configure
-    from mbde_core.estimators.kalman.adekf import ADEKF
-    from mbde_core.estimators.stage.core import EstimatorStage
-
     est = ADEKF(mech, sensors, configure("adekf", cfg, mech, sensors), coordinate_map=cmap)
     stage = EstimatorStage.for_estimator(est, lambda t: init)
     t0 = time.perf_counter()
@@ -103,10 +112,6 @@ def run_adekf(mech, sensors, cfg, measurements, init, cmap=None):
 def _rmse(x):
     x = np.asarray(x, float)
     return float(np.sqrt(np.mean(x**2))) if x.size else float("nan")
-
-
-def _wrap(a):
-    return (np.asarray(a) + np.pi) % (2 * np.pi) - np.pi
 
 
 def slider_metrics(run, truth, coord, slider_col):
@@ -148,12 +153,6 @@ def map_cost(cmap, z, repeats=300) -> float:
 # the experiments
 # ------------------------------------------------------------------------------------------
 def slider_crank(args, base_cfg, out, log):
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.minimal import make_map
-    from mbde_core.minimal.learned import TOLERANCES, train_map
-    from mbde_core.scenario.scenario import load_scenario
-    from mbde_core.simulator import run as simulate
-
     duration = 3.0 if args.quick else None
     sc = load_scenario(args.scenario).with_overrides(duration=duration,
                                                      settings=[f"initial_state.position.theta={args.initial_angle!r}"])
@@ -165,7 +164,6 @@ def slider_crank(args, base_cfg, out, log):
     coord = int(mech.independent[0])
     slider_col = int(mech.px[mech.point_index(mech.spec.sliders[0].point)])
     truth = {"t": res.t, "q": res.q, "qd": res.qd, "qdd": res.qdd, "effort": res.effort}
-    from mbde_core.types import Measurement
 
     names = sensors.names
     ms = []
@@ -210,15 +208,6 @@ def slider_crank(args, base_cfg, out, log):
 
 
 def msc_check(args, base_cfg, out, log):
-    from mbde_core.config.yamlnode import parse_yaml
-    from mbde_core.engine import kinematics
-    from mbde_core.engine.inverse_dynamics import driver_forces
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.minimal import make_map
-    from mbde_core.model.mechanism import load_mechanism
-    from mbde_core.sensors.config import load_sensors
-    from mbde_core.types import Measurement
-
     mech_file = os.path.join(args.msc_dir, "fourbars1-with-rel-angle.yaml")
     tab = os.path.join(args.msc_dir, "InverseDynamics_4bars_MSC.tab")
     traj = os.path.join(args.msc_dir, "fourbars1-with-rel-angle-trajectory.txt")
@@ -260,8 +249,6 @@ def msc_check(args, base_cfg, out, log):
         c["map"] = source
         cmap = make_map(mech, "exact") if source == "exact" else None
         if source == "learned":
-            from mbde_core.minimal.learned import train_map
-
             cmap, _ = train_map(mech, dict(cfg["learn"]))
             cmap.save(os.path.join(out, "fourbar_msc.map.npz"))
         run, _ = run_adekf(mech, sensors, c, ms, init, cmap=cmap)
@@ -325,127 +312,7 @@ def tables(sl, msc) -> str:
     return "\n".join(lines)
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def figures(sl, msc, out) -> list[str]:
-    plt = _plt()
-    paths = []
-    tr = sl["truth"]
-    c, sc = sl["coord"], sl["slider_col"]
-    T = tr["t"][-1]
-    zooms = [(0.0, 0.15)] + [(s - 0.03, s + 0.15) for s in (10 / 3, 20 / 3) if s < T]
-    for label, _ in sl["cases"]:
-        run = sl["runs"][f"{label}, exact map"]
-        t = run["t"]
-        idx = np.clip(np.searchsorted(tr["t"], t - 1e-9), 0, len(tr["t"]) - 1)
-        rows = [("crank angle [rad] (mod 2 pi)", np.mod(tr["q"][idx, c], 2 * np.pi), np.mod(run["z"][:, 0], 2 * np.pi)),
-                ("angle error [rad]", np.zeros(len(t)), _wrap(run["z"][:, 0] - tr["q"][idx, c])),
-                ("crank speed [rad/s]", tr["qd"][idx, c], run["zd"][:, 0]),
-                ("slider acceleration [m/s^2]", tr["qdd"][idx, sc], run["qdd"][:, sc]),
-                ("motor torque [N m]", tr["effort"][idx, c], run["a"][:, 0])]
-        fig, axes = plt.subplots(len(rows), 1 + len(zooms), figsize=(4 + 3.2 * len(zooms), 11), squeeze=False)
-        for r, (name, truth, est) in enumerate(rows):
-            for col, win in enumerate([None] + zooms):
-                ax = axes[r, col]
-                m = slice(None) if win is None else (t >= win[0]) & (t <= win[1])
-                if r == 0 and win is None:  # the full run: too many turns to see, show the turn count
-                    truth, est = tr["q"][idx, c] / (2 * np.pi), run["z"][:, 0] / (2 * np.pi)
-                    ax.set_ylabel("crank turns", fontsize=8)
-                style = "-" if r != 0 else "."
-                ax.plot(t[m], truth[m], "k" + style, lw=1.0, ms=1.5, label="truth")
-                ax.plot(t[m], est[m], "C3" + style, lw=0.8, ms=1.0, label="ADE-KF")
-                if col == 0 and r != 0:
-                    ax.set_ylabel(name, fontsize=8)
-                elif col == 1 and r == 0:
-                    ax.set_ylabel(name, fontsize=8)
-                if r == 0:
-                    ax.set_title("full run" if win is None else f"{win[0]:.2f}-{win[1]:.2f} s", fontsize=9)
-                ax.tick_params(labelsize=7)
-        axes[0, 0].legend(fontsize=7, loc="upper right")
-        for ax in axes[-1]:
-            ax.set_xlabel("t [s]", fontsize=8)
-        fig.suptitle(f"slider-crank, {label}, exact map: only the slider accelerometer is fused", fontsize=10)
-        fig.tight_layout()
-        p = os.path.join(out, f"slider_crank_{label.split()[0]}_{label.split('=')[1]}.png")
-        fig.savefig(p, dpi=100)
-        plt.close(fig)
-        paths.append(p)
-    # Fig. 9: augmented state with the 95 % band for the r_a values
-    fig, axes = plt.subplots(len(sl["cases"]), 1, figsize=(11, 2.6 * len(sl["cases"])), sharex=True, squeeze=False)
-    for ax, (label, _) in zip(axes[:, 0], sl["cases"]):
-        run = sl["runs"][f"{label}, exact map"]
-        t, a, s = run["t"], run["a"][:, 0], run["a_sd"][:, 0]
-        idx = np.clip(np.searchsorted(tr["t"], t - 1e-9), 0, len(tr["t"]) - 1)
-        ax.plot(t, tr["effort"][idx, c], "k-", lw=0.6, label="true motor torque")
-        ax.plot(t, a, "C3-", lw=0.6, label="augmented state a")
-        ax.fill_between(t, a - 1.96 * s, a + 1.96 * s, color="C3", alpha=0.25, lw=0, label="95 % band")
-        ax.set_ylabel("a [N m]")
-        ax.set_ylim(-4, 6)
-        ax.set_title(label, fontsize=9)
-        ax.legend(fontsize=7, loc="upper right")
-    axes[-1, 0].set_xlabel("t [s]")
-    fig.tight_layout()
-    p = os.path.join(out, "augmented_state.png")
-    fig.savefig(p, dpi=100)
-    plt.close(fig)
-    paths.append(p)
-    # exact vs learned
-    label = sl["cases"][-1][0]
-    fig, axes = plt.subplots(2, 1, figsize=(11, 5), sharex=True)
-    for src, col in (("exact", "C0"), ("learned", "C3")):
-        run = sl["runs"][f"{label}, {src} map"]
-        t = run["t"]
-        idx = np.clip(np.searchsorted(tr["t"], t - 1e-9), 0, len(tr["t"]) - 1)
-        axes[0].plot(t, run["a"][:, 0] - tr["effort"][idx, c], col, lw=0.6, label=f"{src} map")
-        axes[1].plot(t, _wrap(run["z"][:, 0] - tr["q"][idx, c]), col, lw=0.6, label=f"{src} map")
-    axes[0].set_ylabel("torque error [N m]")
-    axes[0].set_ylim(-3, 3)
-    axes[1].set_ylabel("angle error [rad]")
-    axes[1].set_xlabel("t [s]")
-    axes[0].legend(fontsize=8)
-    axes[0].set_title(f"exact vs learned minimal-coordinate map ({label})", fontsize=9)
-    fig.tight_layout()
-    p = os.path.join(out, "exact_vs_learned.png")
-    fig.savefig(p, dpi=100)
-    plt.close(fig)
-    paths.append(p)
-    if msc is not None:
-        fig, axes = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True)
-        t = msc["t"]
-        axes[0].plot(t, msc["ref"], "k-", lw=1.4, label="MSC Adams (negated)")
-        axes[0].plot(t, msc["id"], "C2--", lw=1.0, label="engine inverse dynamics")
-        for src, col in (("exact", "C0"), ("learned", "C3")):
-            axes[0].plot(t, msc["runs"][src][1], col, lw=0.8, label=f"ADE-KF, {src} map")
-            axes[1].plot(t, msc["runs"][src][1] - msc["ref"], col, lw=0.8, label=f"ADE-KF, {src} map")
-        axes[1].plot(t, msc["id"] - msc["ref"], "C2--", lw=0.8, label="inverse dynamics")
-        axes[0].set_ylabel("crank torque [N m]")
-        axes[1].set_ylabel("estimate - MSC [N m]")
-        axes[1].set_ylim(-0.5, 0.5)
-        axes[1].set_xlabel("t [s]")
-        axes[0].legend(fontsize=8)
-        axes[1].legend(fontsize=8)
-        axes[0].set_title("four-bar, prescribed crank angle: torque from noise-free coupler accelerations", fontsize=9)
-        fig.tight_layout()
-        p = os.path.join(out, "msc_fourbar.png")
-        fig.savefig(p, dpi=100)
-        plt.close(fig)
-        paths.append(p)
-    return paths
-
-
 def run(args) -> int:
-    from mbde_core.errors import DataError
-    from mbde_core.estimators.configure import load
-
-    if os.path.exists(args.out) and not args.force and os.listdir(args.out):
-        raise DataError(f"--out: {args.out} exists and is not empty (use --force)")
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
     base = load(args.config, ["adekf"])["adekf"].as_dict()
@@ -468,5 +335,5 @@ def run(args) -> int:
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
     print(text)
-    print(f"wrote {args.out}: tables.md, results.json" + (f", {len(figs)} figures" if figs else ""))
+    print("results: tables.md, results.json" + (f", {len(figs)} figures" if figs else ""))
     return 0

@@ -7,13 +7,20 @@ variant are sampled from it with seeded noise streams.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
 import os
-import sys
+import resource
 import zlib
 
 import numpy as np
 
 from mbde_core.config.paths import config_path  # noqa: F401  (the benches' one resolver)
+from mbde_core.estimators.configure import load
+from mbde_core.replay.inputs import load_inputs
+from mbde_core.scenario import load_scenario
+from mbde_core.simulator import run
+from mbde_core.simulator.bag import write_simulation_bag
 from mbde_core.types import Measurement
 
 
@@ -24,8 +31,6 @@ def paper003_config(name: str) -> dict:
     benchmarks whose README tables were measured with those numbers (speed, faults, vi)
     keep them; `mbde bench transfer` compares them with the default rule. Plain values
     (validated), to edit and pass to ``make_estimator``."""
-    from mbde_core.estimators.configure import load
-
     return load(config_path("estimators", "paper003.yaml"), [name])[name].as_dict()
 
 
@@ -35,10 +40,6 @@ def simulate_scenario_bag(path: str, duration: float, folder: str):
     ``duration`` s into the bag ``folder``/<name> (replaced if it exists), read back as
     ``mbde replay`` reads it (the fault and transfer benchmarks)."""
     import shutil
-
-    from mbde_core.replay.inputs import load_inputs
-    from mbde_core.scenario import load_scenario
-    from mbde_core.simulator.bag import write_simulation_bag
 
     sc = load_scenario(path)
     sc = sc.with_overrides(duration=min(duration, sc.duration))
@@ -53,8 +54,6 @@ class TruthRecord:
     """Ground truth of a scenario on its ground-truth grid: t (K,), q/qd/qdd (K, n), z/zd/zdd."""
 
     def __init__(self, scenario, duration: float):
-        from mbde_core.simulator import run
-
         sc = scenario.with_overrides(duration=duration)
         res = run(sc)
         self.scenario = sc
@@ -88,3 +87,14 @@ class TruthRecord:
     def at(self, times: np.ndarray):
         idx = self.index_at(times)
         return self.z[idx], self.zd[idx], self.zdd[idx]
+
+
+def peak_mb() -> float:
+    """This process's peak resident memory [MB]."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def in_fresh_process(fn, args):
+    """fn(args) in a new process (spawn): its peak memory is its own."""
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        return ex.submit(fn, args).result()

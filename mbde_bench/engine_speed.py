@@ -21,7 +21,6 @@ asserted in unit tests.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import numpy as np

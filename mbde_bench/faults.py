@@ -41,10 +41,18 @@ import time
 
 import numpy as np
 
-HELP = "fault injection (outliers, stamp anomalies, gaps, dropouts, drift...) on every scenario and estimator"
+from mbde_bench.common import simulate_scenario_bag
+from mbde_bench.faults_tables import TARGETS, crash_count, format_summary, format_tables, target_misses
+from mbde_core.config.paths import config_path
+from mbde_core.errors import DataError
+from mbde_core.estimators.configure import load, validate
+from mbde_core.faults.kinds import FAULT_NAMES, inject
+from mbde_core.faults.score import ACQUISITION, errors, rms, score
+from mbde_core.replay.runner import resolved_options, run_estimator, suitability
+from mbde_core.simulator.progress import ProgressBar
 from mbde_core.estimators.registry import ESTIMATOR_NAMES as ESTIMATORS  # every estimator
-TARGETS = {"outliers": ("ratio_steady", 1.5), "backward_jump": ("recovery_s", 1.0), "bag_loop": ("recovery_s", 1.0),
-           "gap": ("recovery_s", 1.0)}
+
+HELP = "fault injection (outliers, stamp anomalies, gaps, dropouts, drift...) on every scenario and estimator"
 STOCHASTIC = ("pf", "vipf")  # estimators whose steady-state ratio is a median over seeds (_seed_mean)
 STEADY_SEEDS = 3
 COUNTERS = ("received", "rejected_gate", "gate_scale_max", "gate_believed", "reacquisitions", "multistarts", "out_of_order", "non_finite", "duplicates",
@@ -54,8 +62,6 @@ _INPUTS = {}  # scenario -> ReplayInputs, filled before forking the workers
 
 
 def add_arguments(p):
-    from mbde_core.faults.kinds import FAULT_NAMES
-
     p.add_argument("--scenario", "--scenarios", dest="scenarios", default="",
                    help="comma-separated scenario names or YAML files (default: every shipped scenario)")
     p.add_argument("--estimators", default=",".join(ESTIMATORS), help="estimators (default %(default)s)")
@@ -72,8 +78,6 @@ def add_arguments(p):
 
 
 def _scenarios(arg):
-    from mbde_core.config.paths import config_path
-
     if not arg:
         folder = config_path("scenarios")
         return [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".yaml")]
@@ -86,10 +90,6 @@ def _scenarios(arg):
 def _run_pair(task):
     """Every fault of one (scenario, estimator): clean first (the reference)."""
     import dataclasses
-
-    from mbde_core.faults.kinds import inject
-    from mbde_core.faults.score import ACQUISITION, errors, score
-    from mbde_core.replay.runner import run_estimator
 
     scen, name, faults, seed, cfg = task
     inputs = _INPUTS[scen]
@@ -133,10 +133,6 @@ def _run_pair(task):
 
 
 def run(args) -> int:
-    from mbde_core.errors import DataError
-    from mbde_core.faults.kinds import FAULT_NAMES
-    from mbde_core.simulator.progress import ProgressBar
-
     if args.merge:
         return _merge(args, [d.strip() for d in args.merge.split(",") if d.strip()])
 
@@ -146,10 +142,8 @@ def run(args) -> int:
     bad = [n for n in names if n not in ESTIMATORS] + [f for f in faults if f not in FAULT_NAMES]
     if bad:
         raise DataError(f"unknown estimator(s) or fault(s): {', '.join(bad)}")
-    from mbde_core.estimators.configure import load
 
     configs = {n: s.as_dict() for n, s in load(args.config or None, names).items()}  # defaults unless --config
-    from mbde_bench.common import simulate_scenario_bag
 
     paths = _scenarios(args.scenarios)
     for p in paths:
@@ -177,11 +171,11 @@ def run(args) -> int:
     print(format_tables(rows, order, names, faults))
     print(format_summary(rows, names, faults))
     misses = target_misses(rows)
-    crashes = sum(_crashes(r) for r in rows)
+    crashes = sum(crash_count(r) for r in rows)
     cpu = time.process_time() - c_start + sum(float(r.get("cpu_s", 0.0) or 0.0) for r in rows)
     print(f"\n{len(rows)} runs (+ {sum('ungated_rmse' in r for r in rows)} clean runs without the gate) in "
           f"{time.perf_counter() - t_start:.0f} s wall, {cpu:.0f} s CPU (--jobs {args.jobs}); crashes {crashes}; "
-          f"target misses {len(misses)}; wrote {args.out}/faults.csv, faults.json")
+          f"target misses {len(misses)}; results: faults.csv, faults.json")
     return 0
 
 
@@ -189,9 +183,6 @@ def _merge(args, folders) -> int:
     """--merge: the rows of earlier runs' faults.json (non-finite values are kept as
     JSON's Infinity/NaN) in one set of tables; a (scenario, estimator, fault) given twice
     keeps the last folder's row."""
-    from mbde_core.errors import DataError
-    from mbde_core.faults.kinds import FAULT_NAMES
-
     by = {}
     for folder in folders:
         path = os.path.join(folder, "faults.json")
@@ -215,8 +206,8 @@ def _merge(args, folders) -> int:
     _write(args.out, rows)
     print(format_tables(rows, order, names, faults))
     print(format_summary(rows, names, faults))
-    print(f"\n{len(rows)} runs merged from {', '.join(folders)}; crashes {sum(_crashes(r) for r in rows)}; "
-          f"target misses {len(target_misses(rows))}; wrote {args.out}/faults.csv, faults.json")
+    print(f"\n{len(rows)} runs merged from {', '.join(folders)}; crashes {sum(crash_count(r) for r in rows)}; "
+          f"target misses {len(target_misses(rows))}; results: faults.csv, faults.json")
     return 0
 
 
@@ -228,9 +219,6 @@ def _seed_mean(row, name, cfg, seed, clean_in, fault_in, truth, angular) -> dict
     draw (a failed acquisition in either run, e.g. pf_rig_branch1 in about 1 of 6 seeds,
     gives 0.02x or 30x), so the median of three is reported, with every seed's ratio in
     ``ratio_steady_seeds``."""
-    from mbde_core.faults.score import ACQUISITION, errors, rms
-    from mbde_core.replay.runner import run_estimator
-
     t_s = truth.t[0] + ACQUISITION
     sums = {"rmse_steady": [row["rmse_steady"]], "clean_rmse_steady": [row["clean_rmse_steady"]]}
     for k in range(1, STEADY_SEEDS):
@@ -257,26 +245,10 @@ def _steady_gate(records, t_s) -> dict:
 
 def _suitability(inputs, name, cfg) -> str:
     """The suitability level of the estimator with these sensors ('?' if it cannot be assessed)."""
-    from mbde_core.estimators.configure import validate
-    from mbde_core.replay.runner import resolved_options, suitability
-
     try:
         return suitability(inputs, name, resolved_options(inputs, validate(name, cfg))).level
     except Exception as exc:  # noqa: BLE001 - the verdict is informative only
         return type(exc).__name__
-
-
-def _crashes(r) -> int:
-    return int(r.get("raised", 0) or 0) + int(r.get("non_finite_estimates", 0) or 0) + int(r.get("bad_nees", 0) or 0)
-
-
-def target_misses(rows) -> list:
-    out = []
-    for r in rows:
-        key, limit = TARGETS.get(r["fault"], (None, None))
-        if key is not None and not (r.get(key, math.inf) <= limit):
-            out.append(r)
-    return out
 
 
 def _write(folder, rows):
@@ -292,124 +264,3 @@ def _write(folder, rows):
         json.dump(rows, fh, indent=1, default=lambda x: None if isinstance(x, float) and not math.isfinite(x) else str(x))
 
 
-def _cell(r) -> str:
-    if r is None:
-        return "-"
-    if r.get("rmse") is None:
-        return "crash"
-    text = _ratio_text(r)
-    if "recovery_s" in r:
-        rec = r["recovery_s"]
-        text += f"/{rec:.2f}s" if math.isfinite(rec) else "/never"
-    key, limit = TARGETS.get(r["fault"], (None, None))
-    if key is not None and not (r.get(key, math.inf) <= limit):
-        text += "!"
-    if _crashes(r):
-        text += f" C{_crashes(r)}"
-    return text
-
-
-def _ratio_text(r) -> str:
-    """The whole-run ratio; for a fault whose target is the steady-state ratio, that one
-    first and the whole-run ratio in parentheses."""
-    whole = r.get("ratio", math.nan)
-    whole = f"{whole:.2f}" if math.isfinite(whole) else "nan"
-    if TARGETS.get(r["fault"], (None,))[0] != "ratio_steady":
-        return whole
-    steady = r.get("ratio_steady", math.nan)
-    return (f"{steady:.2f}" if math.isfinite(steady) else "nan") + f" ({whole})"
-
-
-def format_tables(rows, scenarios, names, faults) -> str:
-    """Per scenario: RMSE ratio to clean (/recovery time) per fault and estimator, then the
-    counters of the stage summed over the estimators."""
-    by = {(r["scenario"], r["estimator"], r["fault"]): r for r in rows}
-    lines = []
-    w = max(len(f) for f in faults) + 2
-    for s in scenarios:
-        lines.append(f"\n{s}: RMSE(z) / clean RMSE [/ recovery time]; ! = misses its target, C = crashes")
-        lines.append(f"{'fault':<{w}}" + "".join(f"{n:>16}" for n in names))
-        for f in faults:
-            lines.append(f"{f:<{w}}" + "".join(f"{_cell(by.get((s, n, f))):>16}" for n in names))
-        clean = [by.get((s, n, "clean")) for n in names]
-        lines.append(f"{'clean RMSE [rad]':<{w}}" + "".join(
-            f"{(c['rmse'] if c and c.get('rmse') is not None else math.nan):>16.4f}" for c in clean))
-    return "\n".join(lines)
-
-
-def _worst(rs, key, default=math.nan):
-    vals = [r.get(key) for r in rs if r.get(key) is not None]
-    vals = [v for v in vals if not (isinstance(v, float) and math.isnan(v))]
-    return max(vals) if vals else default
-
-
-def format_summary(rows, names, faults) -> str:
-    """Markdown table over every scenario: per fault and estimator the worst RMSE ratio to
-    clean, the worst recovery time [s] and the worst RMSE-after-recovery ratio (faults
-    that end), crashes; then the clean runs' false-rejection rate of the gate."""
-    by = {}
-    for r in rows:
-        by.setdefault((r["fault"], r["estimator"]), []).append(r)
-    scen = len({r["scenario"] for r in rows})
-    lines = [f"\nAll {scen} scenario(s), worst case: RMSE / clean [/ recovery s, RMSE after recovery / clean]; "
-             "! misses a target, C crashes", "", "| fault | " + " | ".join(names) + " |",
-             "|---|" + "---|" * len(names)]
-    for f in faults:
-        cells = []
-        for n in names:
-            rs = by.get((f, n), [])
-            if not rs:
-                cells.append("-")
-                continue
-            text = f"{_worst(rs, 'ratio'):.2f}"
-            if TARGETS.get(f, (None,))[0] == "ratio_steady":
-                text = f"{_worst(rs, 'ratio_steady'):.2f} ({text})"
-            if any("recovery_s" in r for r in rs):
-                rec = _worst(rs, "recovery_s", math.inf)
-                after = [r["rmse_after"] / r["clean_rmse_after"] for r in rs
-                         if r.get("rmse_after") is not None and r.get("clean_rmse_after")]
-                text += f" / {rec:.2f} s" if math.isfinite(rec) else " / never"
-                if after:
-                    text += f", {max(after):.2f}"
-            if any(r in target_misses(rs) for r in rs):
-                text += " !"
-            crashes = sum(_crashes(r) for r in rs)
-            if crashes:
-                text += f" C{crashes}"
-            cells.append(text)
-        lines.append(f"| {f} | " + " | ".join(cells) + " |")
-    rates, steady, cost = [], [], []
-    for n in names:
-        rs = by.get(("clean", n), [])
-        rec = sum(int(r.get("received", 0) or 0) for r in rs)
-        rej = sum(int(r.get("rejected_gate", 0) or 0) for r in rs)
-        rates.append(f"{100.0 * max(rej_rate(r) for r in rs):.2f} % max, {100.0 * rej / rec:.2f} % all" if rec else "-")
-        steady.append(_steady_rates(rs))
-        ratios = [r["rmse"] / r["ungated_rmse"] for r in rs if r.get("rmse") is not None and r.get("ungated_rmse")]
-        cost.append(f"{max(ratios):.2f}" if ratios else "-")
-    lines.append("| clean: gate rejections | " + " | ".join(rates) + " |")
-    lines.append("| clean, t >= 1 s: gate rejections, suitable runs (weak runs) | " + " | ".join(steady) + " |")
-    lines.append("| clean: RMSE / ungated RMSE | " + " | ".join(cost) + " |")
-    return "\n".join(lines)
-
-
-def _steady_rates(rs) -> str:
-    """False-rejection rate after the first second over the runs whose suitability is ok
-    (the largest of a run, and all their readings pooled), then the largest of the weak
-    ones (where the estimator cannot follow the state)."""
-    def rate(r):
-        n = int(r.get("gated_steady", 0) or 0)
-        return int(r.get("rejected_steady", 0) or 0) / n if n else 0.0
-
-    ok = [r for r in rs if r.get("suitability") == "ok"]
-    weak = [rate(r) for r in rs if r.get("suitability", "ok") != "ok"]
-    n = sum(int(r.get("gated_steady", 0) or 0) for r in ok)
-    pooled = sum(int(r.get("rejected_steady", 0) or 0) for r in ok) / n if n else 0.0
-    text = f"{100.0 * max(map(rate, ok)):.2f} % max, {100.0 * pooled:.3f} % all" if ok else "-"
-    return text + (f" ({100.0 * max(weak):.2f} %)" if weak else "")
-
-
-def rej_rate(r) -> float:
-    """Fraction of a run's readings rejected by the gate."""
-    rec = int(r.get("received", 0) or 0)
-    return int(r.get("rejected_gate", 0) or 0) / rec if rec else 0.0

@@ -22,14 +22,18 @@ import os
 
 import yaml
 
+from mbde_core import runs
+from mbde_core.cli.main import main
+from mbde_core.config.paths import config_path
+from mbde_core.scenario import load_scenario
+from mbde_core.simulator.bag import write_simulation_bag
+
 OBSERVERS = "ukf,errorekf,dekf,cekf,diekfpm"
 GRAVITY_ERRORS = (1.0, 4.0)
 
 
 def _mbde(*args) -> str:
     """Run an mbde command in-process, its output captured; raises on a non-zero status."""
-    from mbde_core.cli.main import main
-
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
         status = main([str(a) for a in args])
@@ -67,10 +71,6 @@ def _start_file(sc, gerr: float, path: str) -> str:
 def loop_case(task) -> list:
     """One scenario: bags of seeds 0..R, then per gravity error: identify on bag 0, replay
     bags 1..R (held out: other noise) with the start and the calibrated file."""
-    from mbde_core.config.paths import config_path
-    from mbde_core.scenario import load_scenario
-    from mbde_core.simulator.bag import write_simulation_bag
-
     case, root, held_out = task
     work = os.path.join(root, case)
     os.makedirs(work, exist_ok=True)
@@ -121,7 +121,6 @@ def close_the_loop(cases, out: str, jobs: int, held_out: int = 4) -> list:
     root = os.path.join(out, "loop")
     os.makedirs(root, exist_ok=True)
     tasks = [(c, root, held_out) for c in cases]
-    from mbde_core import runs
 
     outcomes = runs.run_tasks(_loop_task, tasks, label="closing the loop", jobs=jobs)  # local: work files
     rows = []

@@ -42,6 +42,17 @@ import time
 
 import numpy as np
 
+from mbde_bench.common import TruthRecord
+from mbde_core.config.paths import config_path
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.configure import configure, defaults
+from mbde_core.estimators.options.rule import scenario_context
+from mbde_core.estimators.registry import estimator_rng
+from mbde_core.estimators.stage.core import EstimatorStage
+from mbde_core.scenario import load_scenario
+
 CONV_RAD = 0.1
 WINDOW = 0.1   # [s] windows of the convergence test (a step or two of glitch is not a loss of track)
 CONVERGE_WITHIN = 1.0
@@ -55,8 +66,6 @@ _TRUTHS: dict = {}
 
 def scenario_paths():
     """(key, path) of every shipped scenario and of the multi-DOF set, in a fixed order."""
-    from mbde_core.config.paths import config_path
-
     out = []
     for folder in (config_path("scenarios"), config_path("bench", "pf_multidof")):
         for p in sorted(glob.glob(os.path.join(folder, "*.yaml"))):
@@ -92,14 +101,6 @@ def convergence_time(t, err, p_true, ref=None):
 def _run_filter(truth, name, seed, at_truth):
     """One filter run on the readings of seed ``seed``: (t, err (K, g), P(true branch) (K,),
     estimator, cpu seconds)."""
-    from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.configure import configure, defaults
-    from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
-    from mbde_core.estimators.options.rule import scenario_context
-    from mbde_core.estimators.registry import estimator_rng
-    from mbde_core.estimators.stage.core import EstimatorStage
-
     sc = truth.scenario
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
     period = min(s.period for s in sc.sensors)
@@ -188,9 +189,6 @@ def task(truths, item):
 
 def simulate_truths(duration: float, only=None):
     """{key: TruthRecord} of every scenario (``only``: keys to keep)."""
-    from mbde_bench.common import TruthRecord
-    from mbde_core.scenario import load_scenario
-
     out = {}
     for key, path in scenario_paths():
         if only and key not in only:

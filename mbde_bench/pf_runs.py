@@ -13,6 +13,14 @@ import time
 
 import numpy as np
 
+from mbde_core.config.paths import config_path
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.configure import load
+from mbde_core.estimators.particle import outputs
+from mbde_core.estimators.stage.core import EstimatorStage
+
 L1 = 0.125  # crank length of fourbar_pf [m]: sigma_a [m/s^2] / L1 = sigma of theta'' [rad/s^2]
 CONVERGED_DEG = 2.0
 BRANCH_P = 0.99
@@ -27,9 +35,6 @@ _MODELS: dict = {}  # per worker: (truth key, error %) -> (mechanism, sensors, s
 
 def _configs():
     """(Table 1, Table 2) PF options of paper 000: config/estimators/pf_table1.yaml, pf_rig.yaml."""
-    from mbde_core.config.paths import config_path
-    from mbde_core.estimators.configure import load
-
     sim = load(config_path("estimators", "pf_table1.yaml"), ["pf"])["pf"].as_dict()
     rig = load(config_path("estimators", "pf_rig.yaml"), ["pf"])["pf"].as_dict()
     for cfg in (sim, rig):
@@ -79,12 +84,6 @@ def _model(key: str, error: float):
 def run_pf(key: str, cfg: dict, seed: int, error: float = 0.0, series: bool = True) -> dict:
     """One PF run on the readings (noise seed ``seed``) of truth ``key``; returns metrics
     and, with ``series``, the time series (mean, 95 % interval, branch probabilities)."""
-    from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.particle import outputs
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
-    from mbde_core.estimators.stage.core import EstimatorStage
-
     truth = _TRUTHS[key]
     mech, sensors, sc = _model(key, error)
     meas = truth.measurements(truth.scenario.sensors, list(truth.scenario.sensors)[0].period, seed=1000 + seed)

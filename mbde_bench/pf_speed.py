@@ -29,6 +29,10 @@ import numpy as np
 
 from mbde_bench.pf_runs import _TRUTHS, _configs, _merge, _model, run_pf
 from mbde_core.engine import numba_kernels
+from mbde_core.engine.integrators import MBState, get_integrator
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.particle.propagate import default_threads
 
 SPEED_N = (100, 1000, 10000, 100000)
 SPEED_INTEGRATORS = ("rk4", "euler", "midpoint")
@@ -37,8 +41,6 @@ TARGET = 2e6  # particle-steps/s at 1e4 and 1e5 particles (issue 13)
 
 def _engine_step(mech, integ, q, qd, qdd, dt, repeats: int = 3) -> float:
     """Best CPU time of one bare batched step of the engine's integrator on these states."""
-    from mbde_core.engine.integrators import MBState, get_integrator
-
     step = get_integrator(integ)
     best = float("inf")
     for _ in range(repeats):
@@ -52,10 +54,6 @@ def speed_experiment(counts, seed: int = 0, threads=None, budget: float = 1.5):
     """Rows {integrator, N, threads, CPU and wall ms/step, particle-steps/s, shares, engine}.
 
     ``threads``: thread counts to measure (default: 1 and the filter's default)."""
-    from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.particle.propagate import default_threads
-
     sim_cfg, _ = _configs()
     truth = _TRUTHS["sim0"]
     mech, sensors, sc = _model("sim0", 0.0)

@@ -29,6 +29,11 @@ import subprocess
 import sys
 import time
 
+from mbde_core.config.paths import config_path
+from mbde_core.engine import numba_kernels
+from mbde_core.errors import DataError
+from mbde_core.replay.source import open_source
+
 HELP = "replay at scale: wall-time breakdown of a 10 s replay, long bags streamed (time and peak memory)"
 SCENARIO = "fourbar_imu"
 ESTIMATORS = "pf,ukf,errorekf,adekf"
@@ -64,8 +69,6 @@ def measured(cmd) -> dict:
 
 
 def simulate(out_bag: str, duration: float, storage: str, scenario: str = SCENARIO) -> dict:
-    from mbde_core.config.paths import config_path
-
     return measured(_mbde("simulate", config_path("scenarios", scenario + ".yaml"), "--out", out_bag, "--force", "--storage",
                           storage, "--set", f"duration={duration:g}", "--set", "ground_truth_rate=200"))
 
@@ -74,9 +77,6 @@ def warm_numba(bag: str) -> float | None:
     """Compile (or load) the numba RK4 of the bag's mechanism once, outside the timed runs
     (the replays then load it from the disk cache: :func:`mbde_core.engine.numba_kernels.backend`).
     Seconds taken, None without numba."""
-    from mbde_core.engine import numba_kernels
-    from mbde_core.replay.source import open_source
-
     t0 = time.time()
     mech = open_source(bag).mechanism
     if not numba_kernels.supported(mech) or numba_kernels.load(mech) is None:
@@ -191,8 +191,6 @@ def streaming_table(doc) -> str:
 
 
 def run(args) -> int:
-    from mbde_core.errors import DataError
-
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     if not only or only - {"breakdown", "streaming"}:
         raise DataError("--only: choose from breakdown, streaming")

@@ -23,7 +23,16 @@ Tables (paper 003 gyroscope scenarios: a reading every 5 ms step, gravity error 
 6. with --cli-memory 60,180,600: peak memory of the command ``mbde smooth BAG --window``
    (streamed end to end) against the bag's length, beside the same smoother on the bag
    read whole into memory, and the difference of their results
-   (:mod:`mbde_bench.smoother_cli`).
+   (:mod:`mbde_bench.smoother_cli`);
+7. calibration (--calibration-runs N, default 20): mean NEES / dim and the coverage of the
+   95 % intervals over N runs of every shipped scenario and of the linkages of
+   config/bench/calibration, as shipped and with a 5 % mass error
+   (:mod:`mbde_bench.smoother_calibration`);
+8. the speed-step slider-crank of issue 42 (--motor-seeds N, default 5): the smoother
+   against every default filter, torque unknown and measured (:mod:`mbde_bench.smoother_motor`).
+
+``--tables`` picks the tables (default all: 1,2,3,5,7,8; 4 and 6 by their own options).
+Tables 7 and 8 are the page of ``--results DIR`` (docs/results/smoother.md).
 
 The truths of tables 1-3 are simulated once per case with RK4 at 1 ms. Targets
 (reported, not asserted): 10 s four-bar <= 2 s wall, five-bar <= 4 s; time linear in
@@ -33,10 +42,25 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import time
 
 import numpy as np
+
+from mbde_bench.common import TruthRecord, in_fresh_process, peak_mb
+from mbde_bench.smoother_calibration import tables_7_8
+from mbde_bench.smoother_cli import add_arguments as cli_arguments, cli_memory
+from mbde_core import runs
+from mbde_core.config.paths import config_path
+from mbde_core.engine import dynamics, kinematics
+from mbde_core.engine.integrators import MBState, get_integrator
+from mbde_core.estimators.assess.metrics import chi2_band, coordinate_errors, nees
+from mbde_core.estimators.base import InitialState
+from mbde_core.scenario import load_scenario
+from mbde_core.trajectory.config import smoother_defaults
+from mbde_core.trajectory.factors import SCHEMES
+from mbde_core.trajectory.smoother import BatchSmoother
+from mbde_core.trajectory.windowed import iter_windows, smooth_windowed
+from mbde_core.types import Measurement
 
 HELP = "batch smoother: wall time vs run length (10/60/300 s), LM vs scipy trf, windowed seams, 1 h run, mbde smooth memory"
 CASES = ("fourbar_gyro", "fivebar_gyro")
@@ -54,15 +78,18 @@ def add_arguments(p):
     p.add_argument("--nees-runs", type=int, default=10, help="runs per case of the consistency table (0 = skip)")
     p.add_argument("--nees-length", type=float, default=5.0, help="run length [s] of the consistency table")
     p.add_argument("--gravity-error", type=float, default=1.0, help="model error of the smoother [m/s^2] (default %(default)s)")
-    from mbde_bench.smoother_cli import add_arguments as cli_arguments
+    p.add_argument("--tables", default="1,2,3,5,7,8", help="tables to run (default %(default)s)")
+    p.add_argument("--calibration-runs", type=int, default=20, help="runs per case of table 7 (default %(default)s)")
+    p.add_argument("--calibration-length", type=float, default=5.0, help="run length [s] of table 7 (default %(default)s)")
+    p.add_argument("--calibration-cases", help="cases of table 7 (default: all)")
+    p.add_argument("--motor-seeds", type=int, default=5, help="seeds of table 8 (default %(default)s)")
 
     cli_arguments(p)
+    runs.add_arguments(p, "runs of tables 7 and 8")
 
 
 def smooth_run(mech, sensors, meas, start, cfg):
     """(stamps, z, zd, cov, wall time per step [s]) of the smoother on one run (bench accuracy)."""
-    from mbde_core.trajectory.smoother import BatchSmoother
-
     cfg = dict(cfg)
     guess = cfg.pop("guess_config", None)
     res = BatchSmoother(mech, sensors, cfg, guess).smooth(meas, start)
@@ -75,10 +102,6 @@ def model_runs(smoother, init, runs: int, steps: int, rng):
     N(0, sigma_a^2) (paper 000 eq. 11), the integrator scheme exact between steps (implicit
     in zdd_{i+1}: fixed-point iterations), every sensor read at every step with its noise.
     The runs are a batch axis. Returns (Z, ZD (runs, steps, g), measurements per run)."""
-    from mbde_core.engine import dynamics, kinematics
-    from mbde_core.trajectory.factors import SCHEMES
-    from mbde_core.types import Measurement
-
     mech, g, dt = smoother.mech, smoother.g, smoother.dt
     beta, gamma = SCHEMES[smoother.config["integrator"]]
     sz, szd = np.broadcast_to(init.sigma_z, (g,)), np.broadcast_to(init.sigma_zd, (g,))
@@ -123,12 +146,6 @@ def model_nees(case, runs: int, length: float, every: int = 60, seed: int = 0):
     """Consistency of the smoother on runs of its own model (:func:`model_runs`): NEES of
     [z, zd] at every ``every``-th step (nearly independent samples) of ``runs`` runs, its
     mean, the chi-square band of that mean, and the mean over all steps."""
-    from mbde_core.config.paths import config_path
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.assess.metrics import chi2_band, coordinate_errors, nees
-    from mbde_core.scenario import load_scenario
-    from mbde_core.trajectory.smoother import BatchSmoother
-
     sc = load_scenario(config_path("scenarios", f"{case}.yaml")).with_overrides(gravity_error=0.0)
     mech, sensors, init = sc.estimator_mechanism(), sc.estimator_sensors(), sc.estimator_initial_state()
     g = mech.dof
@@ -150,11 +167,6 @@ def model_nees(case, runs: int, length: float, every: int = 60, seed: int = 0):
 
 
 def _setup(case, length, gerr):
-    from mbde_bench.common import TruthRecord
-    from mbde_core.config.paths import config_path
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.scenario import load_scenario
-
     sc = load_scenario(config_path("scenarios", f"{case}.yaml"))
     sc = sc.with_overrides(settings=["integrator=rk4", "ground_truth_rate=200"])
     truth = TruthRecord(sc, length)
@@ -165,18 +177,12 @@ def _setup(case, length, gerr):
     return truth, mech, sensors, start, meas
 
 
-def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
 def _speed_task(args):
     """One (case, length) in a fresh process: timings and peak memory of the smoothing."""
     case, length, gerr, solver = args
-    from mbde_core.trajectory.config import smoother_defaults
-    from mbde_core.trajectory.smoother import BatchSmoother
 
     truth, mech, sensors, start, meas = _setup(case, length, gerr)
-    base = _peak_mb()
+    base = peak_mb()
     cfg = dict(smoother_defaults(), solver=solver)
     if solver == "trf":
         cfg["max_iterations"] = 200
@@ -191,13 +197,11 @@ def _speed_task(args):
             "initial_cost": i["initial_cost"], "final_cost": i["final_cost"], "guess_s": i["guess_time_s"],
             "solve_s": i["solve_time_s"], "covariance_s": i["covariance_time_s"], "wall_s": i["wall_time_s"],
             "us_per_step": 1e6 * i["wall_time_s"] / len(res), "cpu_s": cpu, "rmse_z": float(np.sqrt(np.mean(err**2))),
-            "peak_mb": _peak_mb(), "setup_peak_mb": base}
+            "peak_mb": peak_mb(), "setup_peak_mb": base}
 
 
 def _seam_task(args):
     case, length, gerr, window, overlap = args
-    from mbde_core.trajectory.smoother import BatchSmoother
-    from mbde_core.trajectory.windowed import smooth_windowed
 
     truth, mech, sensors, start, meas = _setup(case, length, gerr)
     sm = BatchSmoother(mech, sensors)
@@ -215,13 +219,6 @@ def _seam_task(args):
 def _long_task(args):
     """A long four-bar run, readings made on the fly, smoothed window by window."""
     length, gerr, window, overlap = args
-    from mbde_core.config.paths import config_path
-    from mbde_core.engine.integrators import MBState, get_integrator
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.scenario import load_scenario
-    from mbde_core.trajectory.smoother import BatchSmoother
-    from mbde_core.trajectory.windowed import iter_windows
-    from mbde_core.types import Measurement
 
     sc = load_scenario(config_path("scenarios", "fourbar_gyro.yaml"))
     true_mech = sc.truth_mechanism()
@@ -244,9 +241,8 @@ def _long_task(args):
     meas = (Measurement(k * dt, gyro.name, np.array([h[k] + noise[k]])) for k in range(N))
     start = InitialState(init.z, init.zd, np.full(mech.dof, 0.05), np.full(mech.dof, 0.5), init.q, init.branch)
     sm = BatchSmoother(mech, sensors)
-    base = _peak_mb()
+    base = peak_mb()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    from mbde_core.estimators.assess.metrics import coordinate_errors
 
     angular = np.isin(mech.independent, mech.rel_columns)
     sq, n, iters, worst, worst_rmse = 0.0, 0, 0, 0, 0.0
@@ -262,31 +258,32 @@ def _long_task(args):
     return {"length_s": length, "cpu_s": cpu, "steps": N, "window_s": window, "overlap_s": overlap, "simulate_s": t_sim, "wall_s": wall,
             "us_per_step": 1e6 * wall / N, "iterations": iters, "max_window_iterations": worst,
             "rmse_z": float(np.sqrt(sq / n)), "worst_window_rmse_z": worst_rmse, "windows_retried": part.info["retried"],
-            "windows_replaced": part.info["replaced"], "peak_mb": _peak_mb(), "before_smoothing_mb": base}
-
-
-def _in_fresh_process(fn, args):
-    """fn(args) in a new process (spawn): its peak memory is its own."""
-    import concurrent.futures
-    import multiprocessing
-
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-        return ex.submit(fn, args).result()
+            "windows_replaced": part.info["replaced"], "peak_mb": peak_mb(), "before_smoothing_mb": base}
 
 
 def run(args) -> int:
+    tables = {t.strip() for t in args.tables.split(",") if t.strip()}
+    if not tables & {"1", "2", "3", "5"}:
+        args.lengths, args.trf_lengths, args.seam_length, args.nees_runs = "", "", 0.0, 0
+    else:
+        args.lengths = args.lengths if "1" in tables else ""
+        args.trf_lengths = args.trf_lengths if "2" in tables else ""
+        args.seam_length = args.seam_length if "3" in tables else 0.0
+        args.nees_runs = args.nees_runs if "5" in tables else 0
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     lengths = [float(v) for v in args.lengths.split(",") if v.strip()]
     trf_lengths = [float(v) for v in args.trf_lengths.split(",") if v.strip()]
     out = {"load_average": os.getloadavg(), "speed": [], "solvers": [], "seams": [], "long": None}
     print(f"load average at start: {out['load_average'][0]:.2f} (2 cores shared; timings are noisy under load)")
-    print("\n1. whole-run smoother: wall time vs run length (fresh process per row)")
+    if lengths:
+        print("\n1. whole-run smoother: wall time vs run length (fresh process per row)")
     hdr = (f"{'case':<14}{'length s':>9}{'steps':>8}{'unknowns':>10}{'iter':>6}{'guess s':>9}{'solve s':>9}{'cov s':>7}"
            f"{'wall s':>8}{'CPU s':>8}{'us/step':>9}{'peak MB':>9}{'RMSE z':>9}")
-    print(hdr)
+    if lengths:
+        print(hdr)
     for case in cases:
         for length in lengths:
-            r = _in_fresh_process(_speed_task, (case, length, args.gravity_error, "lm"))
+            r = in_fresh_process(_speed_task, (case, length, args.gravity_error, "lm"))
             out["speed"].append(r)
             print(f"{case:<14}{length:>9g}{r['steps']:>8}{r['unknowns']:>10}{r['iterations']:>6}{r['guess_s']:>9.2f}"
                   f"{r['solve_s']:>9.2f}{r['covariance_s']:>7.2f}{r['wall_s']:>8.2f}{r['cpu_s']:>8.2f}{r['us_per_step']:>9.0f}"
@@ -297,7 +294,7 @@ def run(args) -> int:
         for case in cases:
             for length in trf_lengths:
                 for solver in ("lm", "trf"):
-                    r = _in_fresh_process(_speed_task, (case, length, args.gravity_error, solver))
+                    r = in_fresh_process(_speed_task, (case, length, args.gravity_error, solver))
                     out["solvers"].append(r)
                     print(f"{case:<14}{length:>9g}{solver:>7}{str(r['status'])[:21]:>22}{r['iterations']:>6}"
                           f"{r['final_cost']:>13.6g}{r['solve_s']:>9.2f}{r['rmse_z']:>9.4f}")
@@ -306,13 +303,13 @@ def run(args) -> int:
               f"({args.seam_length:g} s): seam error in whole-run sigmas")
         print(f"{'case':<14}{'windows':>8}{'max z':>9}{'max zd':>9}{'rms z':>9}{'rms zd':>9}{'whole s':>9}{'windowed s':>11}")
         for case in cases:
-            r = _in_fresh_process(_seam_task, (case, args.seam_length, args.gravity_error, args.window, args.overlap))
+            r = in_fresh_process(_seam_task, (case, args.seam_length, args.gravity_error, args.window, args.overlap))
             out["seams"].append(r)
             print(f"{case:<14}{r['windows']:>8}{r['max_seam_z']:>9.3g}{r['max_seam_zd']:>9.3g}{r['rms_seam_z']:>9.3g}"
                   f"{r['rms_seam_zd']:>9.3g}{r['wall_full_s']:>9.2f}{r['wall_windowed_s']:>11.2f}")
     if args.long > 0:
         print(f"\n4. a {args.long:g} s four-bar run in windows of {args.window:g} s (readings made on the fly)")
-        r = _in_fresh_process(_long_task, (args.long, args.gravity_error, args.window, args.overlap))
+        r = in_fresh_process(_long_task, (args.long, args.gravity_error, args.window, args.overlap))
         out["long"] = r
         print(f"steps {r['steps']}, simulated in {r['simulate_s']:.0f} s; smoothed in {r['wall_s']:.1f} s wall, "
               f"{r['cpu_s']:.1f} s CPU ({r['us_per_step']:.0f} us/step, {r['iterations']} iterations, at most {r['max_window_iterations']} "
@@ -331,14 +328,14 @@ def run(args) -> int:
                   f"{r['mean_nees_all_steps']:>11.2f}")
     cli_lengths = [float(v) for v in args.cli_memory.split(",") if v.strip()]
     if cli_lengths:
-        from mbde_bench.smoother_cli import cli_memory
-
         print(f"\n6. `mbde smooth BAG --window {args.window:g}` (streamed) vs the bag read whole into memory: peak "
               "memory against the bag's length (fourbar_gyro, fresh process each)")
         out["cli_memory"] = cli_memory(cli_lengths, args.window, args.cli_bags)
+    if tables & {"7", "8"}:
+        tables_7_8(args, tables, out)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "smoother_bench.json"), "w", encoding="utf-8") as fh:
             json.dump(out, fh, indent=2, default=float)
-        print(f"\nwrote {args.out}/smoother_bench.json")
+        print("\nresults: smoother_bench.json")
     return 0

@@ -28,6 +28,16 @@ import time
 
 import numpy as np
 
+from mbde_bench.common import in_fresh_process
+from mbde_core.config.paths import config_path
+from mbde_core.replay.inputs import load_inputs
+from mbde_core.replay.runner import initial_state
+from mbde_core.rosio.bag import BagReader
+from mbde_core.rosio.convert import snapshot_from_mechanism_state
+from mbde_core.trajectory.config import smoother_defaults
+from mbde_core.trajectory.smoother import BatchSmoother
+from mbde_core.trajectory.windowed import smooth_windowed
+
 SCENARIO = "fourbar_gyro"
 
 
@@ -67,8 +77,6 @@ def _run_cli(args: list[str]) -> dict:
 
 def make_bag(folder: str, length: float) -> str:
     """The fourbar_gyro bag of ``length`` seconds in folder (simulated unless present)."""
-    from mbde_core.config.paths import config_path
-
     bag = os.path.join(folder, f"{SCENARIO}_{length:g}s")
     if not os.path.isfile(os.path.join(bag, "metadata.yaml")):
         _run_cli(["simulate", config_path("scenarios", f"{SCENARIO}.yaml"), "--set", f"duration={length:g}",
@@ -79,12 +87,6 @@ def make_bag(folder: str, length: float) -> str:
 def _in_memory_task(args):
     """The windowed smoother on a bag read whole into memory: peak memory, trajectory saved to npz."""
     import resource
-
-    from mbde_core.replay.inputs import load_inputs
-    from mbde_core.replay.runner import initial_state
-    from mbde_core.trajectory.config import smoother_defaults
-    from mbde_core.trajectory.smoother import BatchSmoother
-    from mbde_core.trajectory.windowed import smooth_windowed
 
     bag, window, npz = args
     t0, c0 = time.perf_counter(), time.process_time()
@@ -99,9 +101,6 @@ def _in_memory_task(args):
 
 def read_estimates(bag: str, name: str = "smoother"):
     """(t, z, zd, cov) of /mbde/<name>/state in an estimates bag."""
-    from mbde_core.rosio.bag import BagReader
-    from mbde_core.rosio.convert import snapshot_from_mechanism_state
-
     t, z, zd, cov = [], [], [], []
     with BagReader(bag) as r:
         for _, _, msg in r.messages([f"/mbde/{name}/state"]):
@@ -115,8 +114,6 @@ def read_estimates(bag: str, name: str = "smoother"):
 
 def cli_memory(lengths, window: float, bag_folder: str | None = None) -> list[dict]:
     """The table's rows (see module doc), printed as they come."""
-    from mbde_bench.smoother import _in_fresh_process
-
     rows = []
     print(f"{'bag s':>6}{'bag MB':>8}{'steps':>8}{'windows':>8}{'wall s':>8}{'CPU s':>7}{'peak MB':>9}"
           f"{'in-memory MB':>13}{'RMSE z':>9}{'max dz':>10}{'max dcov':>10}")
@@ -131,7 +128,7 @@ def cli_memory(lengths, window: float, bag_folder: str | None = None) -> list[di
             doc = json.load(open(os.path.join(out, "metrics.json"), encoding="utf-8"))
             m = doc["estimators"]["smoother"]["metrics"]
             npz = os.path.join(tmp, f"mem_{length:g}.npz")
-            mem = _in_fresh_process(_in_memory_task, (bag, window, npz))
+            mem = in_fresh_process(_in_memory_task, (bag, window, npz))
             ref = np.load(npz)
             t, z, zd, cov = read_estimates(os.path.join(out, "estimates"))
             same_t = len(t) == len(ref["t"]) and bool(np.allclose(t, ref["t"], atol=1e-9, rtol=0))

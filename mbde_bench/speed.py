@@ -20,6 +20,15 @@ import time
 
 import numpy as np
 
+from mbde_bench.common import TruthRecord, paper003_config
+from mbde_core.config.paths import config_path
+from mbde_core.engine import dynamics, kinematics
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.noise import kinematic_plant_noise
+from mbde_core.estimators.stage.core import EstimatorStage
+from mbde_core.scenario import load_scenario
+
 HELP = "us per filter step of each observer on fourbar/fivebar, and our UKF vs FilterPy's"
 OBSERVERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm")
 CASES = ("fourbar_gyro", "fivebar_gyro")
@@ -33,11 +42,6 @@ def add_arguments(p):
 
 
 def _measure(name, sc, truth, meas, warmup):
-    from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.base import InitialState
-    from mbde_bench.common import paper003_config
-    from mbde_core.estimators.stage.core import EstimatorStage
-
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
     cfg = paper003_config(name)
     init = sc.estimator_initial_state()
@@ -53,10 +57,6 @@ def _measure(name, sc, truth, meas, warmup):
 def _filterpy_ukf(sc, meas, warmup):
     """Mean/median us per step of FilterPy's UKF with our multibody model as callbacks."""
     from filterpy.kalman import MerweScaledSigmaPoints, UnscentedKalmanFilter
-
-    from mbde_core.engine import dynamics, kinematics
-    from mbde_core.estimators.noise import kinematic_plant_noise
-    from mbde_bench.common import paper003_config
 
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
     cfg = paper003_config("ukf")  # forward Euler, as fx below
@@ -104,10 +104,6 @@ def _filterpy_ukf(sc, meas, warmup):
 
 
 def run(args) -> int:
-    from mbde_bench.common import TruthRecord
-    from mbde_core.config.paths import config_path
-    from mbde_core.scenario import load_scenario
-
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     warmup = 20
     results = {}

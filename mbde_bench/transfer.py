@@ -31,6 +31,15 @@ import os
 import sys
 import time
 
+from mbde_bench.common import simulate_scenario_bag
+from mbde_bench.transfer_runs import run_task, tune_task
+from mbde_core import runs
+from mbde_core.config.paths import config_path
+from mbde_core.errors import DataError
+from mbde_core.estimators.assess.suitability import UnsuitableError, precheck
+from mbde_core.estimators.configure import defaults
+from mbde_core.tuning.output import pf_step, section
+
 HELP = "every estimator x every shipped scenario x {defaults, tuned}: RMSE, steady-state RMSE, NEES band, pass/fail"
 ESTIMATORS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf", "adekf", "pf", "vipf")
 KALMAN = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf", "adekf")
@@ -39,8 +48,6 @@ COLUMNS = ["scenario", "estimator", "variant", "status", "rmse", "rmse_ss", "nee
 
 
 def add_arguments(p):
-    from mbde_core import runs
-
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--scenarios", default="", help="comma-separated scenario names (default: every config/scenarios/*.yaml)")
     p.add_argument("--estimators", default=",".join(ESTIMATORS), help="(default: %(default)s)")
@@ -52,12 +59,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from mbde_core import runs
-    from mbde_bench.common import simulate_scenario_bag
-    from mbde_core.config.paths import config_path
-    from mbde_bench.transfer_runs import run_task, tune_task
-    from mbde_core.errors import DataError
-
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     bad = [n for n in names if n not in ESTIMATORS]
     if bad or not names:
@@ -80,8 +81,6 @@ def run(args) -> int:
     scen = list(shared)
     tuned = {}
     if not args.no_tuned:
-        from mbde_core.estimators.assess.suitability import UnsuitableError, precheck
-
         ttasks = []
         for s in scen:
             for n in sorted(set(names) & set(KALMAN) | ({"ukf"} if {"pf", "vipf"} & set(names) else set())):
@@ -125,14 +124,12 @@ def run(args) -> int:
     with open(os.path.join(args.out, "transfer.md"), "w", encoding="utf-8") as fh:
         fh.write(text + "\n")
     print(f"\n{len(rows)} rows; wall {time.perf_counter() - t0:.0f} s, CPU of this process {time.process_time() - c0:.0f} s; "
-          f"wrote {args.out}/transfer.csv, transfer.json, transfer.md")
+          f"results: transfer.csv, transfer.json, transfer.md")
     return 0
 
 
 def _tuned_config(name, scen, tuned):
     """The tuned options of ``name`` on ``scen`` (None: not tuned / meaningless)."""
-    from mbde_core.estimators.configure import defaults
-
     if name in KALMAN:
         r = tuned.get((scen, name))
         return None if r is None else r.tuned
@@ -144,14 +141,10 @@ def _tuned_config(name, scen, tuned):
     q = float(np.max(np.atleast_1d(ukf.tuned.plant_noise.acceleration_psd)))
     cfg = defaults(name)
     if name == "pf":
-        from mbde_core.tuning.output import pf_step
-
         cfg["acceleration_sigma"] = math.sqrt(q / pf_step(cfg))
     else:  # vipf: velocity noise density gamma^2 = q
         cfg["noise"] = dict(cfg["noise"], velocity=math.sqrt(q))
     if cfg["refine"]["estimator"] == "ukf":  # its Gaussian follower: the tuned UKF (as mbde tune writes it)
-        from mbde_core.tuning.output import section
-
         cfg["refine"] = dict(cfg["refine"], options={k: v for k, v in section(ukf).items() if k != "step"})
     return cfg
 

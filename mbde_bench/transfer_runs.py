@@ -12,16 +12,18 @@ import time
 
 import numpy as np
 
+from mbde_core.estimators.assess.metrics import coordinate_errors, nees, record_arrays, truth_at
+from mbde_core.estimators.assess.suitability import UnsuitableError, precheck
+from mbde_core.estimators.configure import defaults, validate
+from mbde_core.replay.runner import resolved_options, run_estimator
+from mbde_core.tuning.search import tune
+
 STEADY = 1.0  # s: steady state = t > first estimate + STEADY
 BAND = (0.3, 3.0)  # x the degrees of freedom 2g: the acceptance band of the mean NEES
 
 
 def tune_task(shared, task):
     """(scenario, name, window, seed) -> TuneResult of the observer on the scenario's bag."""
-    from mbde_core.estimators.configure import validate
-    from mbde_core.replay.runner import resolved_options
-    from mbde_core.tuning.search import tune
-
     scen, name, window, seed = task
     src = shared[scen]
     readings = [m for m in src.measurements if m.stamp <= src.start + window]
@@ -30,11 +32,6 @@ def tune_task(shared, task):
 
 def run_task(shared, task):
     """(scenario, name, variant, config or None, seed) -> row dict of metrics."""
-    from mbde_core.estimators.configure import defaults
-    from mbde_core.estimators.assess.metrics import coordinate_errors, nees, record_arrays, truth_at
-    from mbde_core.estimators.assess.suitability import UnsuitableError, precheck
-    from mbde_core.replay.runner import run_estimator
-
     scen, name, variant, cfg, seed = task
     src = shared[scen]
     mech = src.mechanism

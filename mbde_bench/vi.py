@@ -35,6 +35,20 @@ import time
 
 import numpy as np
 
+from mbde_bench import vi_crane, vi_figures
+from mbde_bench.common import TruthRecord, paper003_config
+from mbde_bench.symplectic import oscillator as osc, riccati as ric
+from mbde_core.config.paths import config_path
+from mbde_core.engine import dynamics, kinematics
+from mbde_core.engine.integrators import MBState, get_integrator
+from mbde_core.errors import DataError
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.stage.core import EstimatorStage
+from mbde_core.model.mechanism import load_mechanism
+from mbde_core.scenario import load_scenario
+from mbde_core.sensors.base import wrap_angle
+
 HELP = "paper 002 variational-integrator filters: oscillator clouds, symplectic Kalman, crane PF, VI-EKF vs errorEKF, speed"
 EXPERIMENTS = ("oscillator", "kalman", "pendulum", "crane", "ekf", "speed")
 H_PF, H_KF = 0.0625, 0.03125
@@ -55,8 +69,6 @@ def add_arguments(p):
 
 # ------------------------------------------------------------------------------ 1. oscillator
 def oscillator_experiment(particles: int, seed: int):
-    from mbde_bench.symplectic import oscillator as osc
-
     rng = np.random.default_rng(seed)
     x0 = 0.1 * rng.standard_normal((particles, 2)) + [1.0, 0.0]
     every = int(round(10.0 / H_PF))
@@ -86,9 +98,6 @@ def kalman_experiment(seed: int, T: float = 60.0):
     import warnings
 
     import scipy.linalg
-
-    from mbde_bench.symplectic import oscillator as osc
-    from mbde_bench.symplectic import riccati as ric
 
     rows = []
     K = int(round(T / H_KF))
@@ -157,11 +166,6 @@ def pendulum_experiment(particles: int, seed: int, T: float = 10.0):
     noise gamma = 0.5 (the VI's dW2, the PF's acceleration noise with the same spread per
     step): mean energy change against RK4 at h/16 with the same increments.
     """
-    from mbde_core.config.paths import config_path
-    from mbde_core.engine import kinematics
-    from mbde_core.engine.integrators import MBState, get_integrator
-    from mbde_core.model.mechanism import load_mechanism
-
     mech = load_mechanism(config_path("mechanisms", "pendulum.yaml"))
     I0 = float(mech.spec.bodies[0].I0)
     a = np.linspace(0.0, 2.0 * np.pi, particles, endpoint=False)
@@ -221,15 +225,6 @@ EKF_VARIANTS = {  # label -> (estimator, options)
 
 def ekf_experiment(periods, runs: int, duration: float, seed: int):
     """RMSE of z per (case, period, variant), mean over runs (filter = measurement period)."""
-    from mbde_bench.common import TruthRecord
-    from mbde_core.config.paths import config_path
-    from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.base import InitialState
-    from mbde_bench.common import paper003_config
-    from mbde_core.estimators.stage.core import EstimatorStage
-    from mbde_core.scenario import load_scenario
-    from mbde_core.sensors.base import wrap_angle
-
     rows = []
     for case in EKF_CASES:
         sc = load_scenario(config_path("scenarios", f"{case}.yaml")).with_overrides(gravity_error=0.0)
@@ -283,11 +278,6 @@ def ekf_table(rows) -> str:
 
 # ------------------------------------------------------------------------------ 6. speed
 def speed_experiment(counts):
-    from mbde_core.config.paths import config_path
-    from mbde_core.engine import dynamics, kinematics
-    from mbde_core.engine.integrators import MBState, get_integrator
-    from mbde_core.model.mechanism import load_mechanism
-
     mech = load_mechanism(config_path("mechanisms", "fourbar_pf.yaml"))
     rows = []
     for N in counts:
@@ -325,9 +315,6 @@ def speed_table(rows, load) -> str:
 
 # ------------------------------------------------------------------------------ driver
 def run(args) -> int:
-    from mbde_bench import vi_figures
-    from mbde_core.errors import DataError
-
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     bad = set(only) - set(EXPERIMENTS)
     if bad or not only:
@@ -361,8 +348,6 @@ def run(args) -> int:
         rows = pendulum_experiment(args.particles, args.seed)
         report("pendulum", rows, pendulum_table(rows))
     if "crane" in only:
-        from mbde_bench import vi_crane
-
         res = vi_crane.crane_experiment(args.particles, args.runs, args.duration, args.seed)
         report("crane", res["rows"], vi_crane.crane_table(res["rows"]))
         vi_crane.figure(os.path.join(args.out, "crane.png"), res)
@@ -378,5 +363,5 @@ def run(args) -> int:
         json.dump(doc, f, indent=1, default=float)
     with open(os.path.join(args.out, "tables.md"), "w") as f:
         f.write("\n".join(text) + "\n")
-    print(f"\nmbde bench vi: {', '.join(only)} in {time.perf_counter() - t0:.0f} s; results in {args.out}")
+    print(f"\nmbde bench vi: {', '.join(only)} in {time.perf_counter() - t0:.0f} s")
     return 0

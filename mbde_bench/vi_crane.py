@@ -26,6 +26,19 @@ import math
 
 import numpy as np
 
+from mbde_bench.vi_figures import _plt
+from mbde_core.config.paths import config_path
+from mbde_core.engine import kinematics
+from mbde_core.engine.integrators import MBState, get_integrator
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.configure import defaults
+from mbde_core.model.mechanism import load_mechanism
+from mbde_core.sensors.base import NoiseModel
+from mbde_core.sensors.point_position import PointPosition
+from mbde_core.sensors.sensor_set import SensorSet
+from mbde_core.types import Measurement
+
 GAMMA = 0.5        # [rad/s/sqrt(s)] swing acceleration noise of the truth (and the filters' model)
 SIGMA_M = 0.01     # [m] reading noise of the payload position
 RATES = (30.0, 6.0)
@@ -37,9 +50,6 @@ TRUTH_H = 1.0 / 600.0  # both reading periods (1/30, 1/6 s) are multiples of it
 
 def crane_truth(mech, duration: float, seed: int):
     """(t (K,), q (K, n), qd (K, n)) every TRUTH_H, RK4 with the swing disturbance."""
-    from mbde_core.engine import kinematics
-    from mbde_core.engine.integrators import MBState, get_integrator
-
     rng = np.random.default_rng(seed)
     q = kinematics.solve_position(mech, [SWING0], mech.q0, t=0.0)[0]
     st = MBState(q, kinematics.velocity(mech, q, [0.0], t=0.0))
@@ -56,14 +66,6 @@ def crane_truth(mech, duration: float, seed: int):
 
 def run_filter(mech, truth, rate: float, name: str, over: dict, particles: int, seed: int):
     """One filter run: per update (t, payload error [m], unique particles after resampling, ESS)."""
-    from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.configure import defaults
-    from mbde_core.sensors.base import NoiseModel
-    from mbde_core.sensors.point_position import PointPosition
-    from mbde_core.sensors.sensor_set import SensorSet
-    from mbde_core.types import Measurement
-
     t_true, q_true, qd_true = truth
     h = 1.0 / rate
     cam = PointPosition(mech, "payload", point=1, rate=rate, noise=NoiseModel.white(SIGMA_M, 2), frame_id="camera", topic="/camera")
@@ -100,9 +102,6 @@ def run_filter(mech, truth, rate: float, name: str, over: dict, particles: int, 
 
 
 def crane_experiment(particles: int, runs: int, duration: float, seed: int):
-    from mbde_core.config.paths import config_path
-    from mbde_core.model.mechanism import load_mechanism
-
     mech = load_mechanism(config_path("mechanisms", "crane.yaml"))
     rows, series = [], {}
     for run in range(runs):
@@ -134,8 +133,6 @@ def crane_table(rows) -> str:
 
 def figure(path, res):
     """Fig. 7 analogue (unique particles vs time) and the payload error vs time, first run."""
-    from mbde_bench.vi_figures import _plt
-
     plt = _plt()
     fig, ax = plt.subplots(2, len(RATES), figsize=(12, 7), squeeze=False)
     for c, rate in enumerate(RATES):

@@ -1,9 +1,9 @@
 """Figures of ``mbde bench vi`` (paper 002 Figs. 2, 4 and 8 analogues)."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
+
+from mbde_bench.symplectic import oscillator as osc, riccati as ric
 
 
 def _plt():
@@ -21,8 +21,6 @@ COLORS = {"exact": "k", "euler": "tab:blue", "symplectic_euler": "tab:green", "m
 def oscillator(path, particles: int, seed: int):
     """Fig. 2: covariance eigenvalues of the oscillator clouds over 60 s, and the
     noise-free clouds after 60 s."""
-    from mbde_bench.symplectic import oscillator as osc
-
     plt = _plt()
     rng = np.random.default_rng(seed)
     x0 = 0.1 * rng.standard_normal((particles, 2)) + [1.0, 0.0]
@@ -54,9 +52,6 @@ def oscillator(path, particles: int, seed: int):
 def kalman(path, seed: int):
     """Fig. 8 analogue: covariance eigenvalues of the filters over time (R_d = 0.25 and 0.01)."""
     import warnings
-
-    from mbde_bench.symplectic import oscillator as osc
-    from mbde_bench.symplectic import riccati as ric
 
     plt = _plt()
     h = 0.03125

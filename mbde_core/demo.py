@@ -22,24 +22,15 @@ import math
 import os
 import sys
 
+from mbde_core.cli.main import main as mbde
+from mbde_core.config.paths import config_path
+
 OUT = os.path.join("out", "demo")
 KALMAN = "ukf,errorekf,dekf,cekf,diekfpm"
 
 
-def config_path(*parts: str) -> str:
-    """Path of a shipped config file (repo checkout or installed share/mbde)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for base in (os.path.join(here, os.pardir, "config"), os.path.join(sys.prefix, "share", "mbde", "config")):
-        path = os.path.normpath(os.path.join(base, *parts))
-        if os.path.exists(path):
-            return path
-    return os.path.normpath(os.path.join(here, os.pardir, "config", *parts))
-
-
 def _run(name: str, scenario: str, settings: list[str], estimators: str, config: str, plots: bool) -> dict:
     """simulate + replay into out/demo/<name>/; the replay's metrics.json."""
-    from mbde_core.cli.main import main as mbde
-
     bag, rep = os.path.join(OUT, name, "bag"), os.path.join(OUT, name)
     sets = [a for s in settings for a in ("--set", s)]
     if mbde(["simulate", config_path("scenarios", scenario), "--out", bag, "--force", *sets]):

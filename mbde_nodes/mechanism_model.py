@@ -24,6 +24,9 @@ from mbde_core.errors import MbdeError
 from mbde_core.live import topics
 from mbde_core.live.model_source import load_source
 from mbde_core.live.params import ParameterError
+from mbde_core.scenario.description import write_description
+from mbde_core.viz.marker_msgs import marker_array
+from mbde_core.viz.markers import MechanismDrawer
 from mbde_nodes.common import LATCHED, RclpyFactory, declare_parameters, fail, now_seconds, run
 
 
@@ -36,8 +39,6 @@ class MechanismModel(Node):
                 raise ParameterError("mechanism_model: set parameter 'mechanism_file' (e.g. "
                                      "mechanisms/fourbar.yaml) or 'scenario_file'")
             scenario = load_source(p["scenario_file"], p["mechanism_file"], p["sensors_file"], p["settings"])
-            from mbde_core.scenario.description import write_description
-            from mbde_core.viz.markers import MechanismDrawer, marker_array
 
             text = write_description(scenario)
             mech = scenario.estimator_mechanism()

@@ -40,8 +40,11 @@ from mbde_core.live.model_source import load_source
 from mbde_core.live.params import ParameterError
 from mbde_core.live.simulator import PacedSimulation, stamp_msg, truth_messages, with_truth_period
 from mbde_core.rosio.tf import TF_STATIC_TOPIC, TF_TOPIC, tf_message
+from mbde_core.scenario.description import write_description
 from mbde_core.scenario.epoch import with_start_time
 from mbde_core.viz.frames import MechanismFrames
+from mbde_core.viz.marker_msgs import marker_array
+from mbde_core.viz.markers import MechanismDrawer, truth_shapes
 from mbde_nodes.common import LATCHED, STREAM, RclpyFactory, declare_parameters, fail, run, wall_clock
 
 MAX_BURST = 0.25  # s of simulated time per timer tick at most (then it runs slower than asked)
@@ -70,8 +73,6 @@ class Simulator(Node):
         self.marker_pub = self.create_publisher(MarkerArray, topics.GROUND_TRUTH_MARKERS, 10)
         self.clock_pub = self.create_publisher(Clock, topics.CLOCK_TOPIC, 10) if p["publish_clock"] else None
         if p["publish_description"]:
-            from mbde_core.scenario.description import write_description
-
             self.desc_pub = self.create_publisher(String, topics.DESCRIPTION, LATCHED)
             self.desc_pub.publish(String(data=write_description(sc)))
         self.marker_period = 1.0 / p["marker_rate"] if p["marker_rate"] > 0 else None
@@ -182,8 +183,6 @@ class Simulator(Node):
             self.tf_pub.publish(tf_message(self.factory, self.frames.moving(ev.q), state.header.stamp))
             self._next_tf = ev.stamp + self.tf_period
         if self.marker_period is not None and (self._next_marker is None or ev.stamp >= self._next_marker - 1e-9):
-            from mbde_core.viz.markers import MechanismDrawer, marker_array, truth_shapes
-
             if self._drawer is None:
                 self._drawer = MechanismDrawer(self.scenario.truth_mechanism())
             arr = marker_array(self.factory, truth_shapes(self._drawer, ev), self.scenario.frame_id, ev.stamp)

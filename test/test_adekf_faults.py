@@ -1,7 +1,7 @@
 """ADE-KF under sensor faults (issue 18): the simulated slider-crank of paper 004 with its
 one accelerometer and unknown motor torque, default options, as `mbde bench faults`.
 
-- a stuck accelerometer (1 s of one value) no longer overflows the filter: every
+- a stuck accelerometer (1 s of one value) does not overflow the filter: every
   estimate finite, covariances symmetric positive semi-definite, nothing raised
   (adekf_bounds: the plausible-state box; kalman.gate_rows: no float ** overflow);
 - 100-sigma outliers are not fused as torque jumps (adekf_jumps: the two-hypothesis

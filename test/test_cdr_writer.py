@@ -9,8 +9,8 @@ from mbde_core.model.mechanism import load_mechanism
 from mbde_core.rosio.cdr_writer import CdrWriter
 from mbde_core.rosio.factory import RosbagsFactory
 from mbde_core.types import MechanismSnapshot
-from mbde_core.viz.markers import (MARKER_ARRAY, MechanismDrawer, Shape, estimate_shapes, marker_array,
-                                   marker_array_cdr)
+from mbde_core.viz.marker_msgs import MARKER_ARRAY, marker_array, marker_array_cdr
+from mbde_core.viz.markers import MechanismDrawer, Shape, estimate_shapes
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """DIEKFpm's transitions: the local error of one prediction against an rk4 reference.
 
-``heun`` (the default since stop 30) has O(dt^3) local errors in z and zd; the
-``constant_acceleration`` transition's velocity update is forward Euler, O(dt^2). Until
-stop 30 ``heun`` was accepted and silently ran as ``constant_acceleration``.
+``heun`` (the default) has O(dt^3) local errors in z and zd; the
+``constant_acceleration`` transition's velocity update is forward Euler, O(dt^2). The
+test also guards against ``heun`` being accepted but run as ``constant_acceleration``.
 """
 from __future__ import annotations
 

@@ -280,16 +280,15 @@ def test_two_channel_gate_distance_equals_the_solve():
 
 
 def test_cekf_fuses_the_readings_right_after_a_reset():
-    """A CEKF update redoes the last step with the continuous correction; right after a
-    reset there is no step. The readings were then neither fused nor rejected, so the
-    gap bank's candidates (reset when the readings resume) skipped their first reading:
-    no correction of their guessed velocities and no score, and on fivebar_gyro the kept
-    open-loop member, ~pi off in the first crank, won the bank (-661.5 against -638.3).
-    Now they get the discrete EKF update (since stop 36 every update of the default
-    ``correction_at: reading`` is a correction of the current state, whose first Newton
+    """Right after a reset there is no step for the CEKF's continuous correction to redo:
+    the first reading still gets fused, by the discrete EKF update (every update of the
+    default ``correction_at: reading`` is a correction of the current state, whose first Newton
     step is that update; newton_iterations 0 stops there): checked against
     x+ = x + P H^T S^-1 y with H from central differences of the sensor model (not the
-    filter's analytic Jacobian)."""
+    filter's analytic Jacobian). Otherwise the gap bank's candidates (reset when the
+    readings resume) would skip their first reading: no correction of their guessed
+    velocities and no score (on fivebar_gyro an open-loop member ~pi off in the first
+    crank then wins the bank)."""
     m, ss = _fivebar()
     est = make_estimator("cekf", m, ss, dict(defaults("cekf"), measurement_order=1,  # order 2: test_second_order.py
                                              newton_iterations=0))

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy.spatial.transform import Rotation
 
 from conftest import mech_path
 from mbde_core.config.yamlnode import parse_yaml
@@ -14,7 +15,7 @@ from mbde_core.rosio.factory import RosbagsFactory
 from mbde_core.rosio.tf import TF_MESSAGE, tf_message, transforms_from_message
 from mbde_core.rosio.typestore import get_typestore
 from mbde_core.sensors.config import load_sensors
-from mbde_core.viz.frames import MechanismFrames
+from mbde_core.viz.frames import MechanismFrames, yaw_quaternion
 
 SENSORS = """
 - {name: gyro, type: gyroscope, body: rod, rate: 100, noise: {sigma: 0.01}}
@@ -42,6 +43,16 @@ def random_state(m, seed):
     q, ok = kinematics.solve_position(m, z, m.q0)
     assert ok
     return q
+
+
+def test_yaw_quaternion_equals_scipys_rotation():
+    """The TF quaternion of a yaw against an implementation it did not produce: scipy's
+    Rotation.from_euler('z', yaw).as_quat() (scalar last, ROS's order), over several turns."""
+    yaws = np.linspace(-3 * math.pi, 3 * math.pi, 1201)
+    ref = Rotation.from_euler("z", yaws[:, None]).as_quat(canonical=False)
+    ours = np.array([yaw_quaternion(float(y)) for y in yaws])
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-15)
 
 
 @pytest.mark.parametrize("name", ["fourbar", "fivebar", "slider_crank"])

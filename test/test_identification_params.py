@@ -48,8 +48,11 @@ def test_setting_values_follows_expressions_and_adds_joint_loads():
 @pytest.mark.parametrize("keys, message", [
     ("bodies.nope.mass", "unknown body 'nope'"),
     ("bodies.crank.colour", "identifiable body fields"),
-    ("sensors.gyro.noise", "not an identifiable section"),
-    ("joints.A.friction", "joints have one identifiable field"),
+    ("sensor.gyro.noise", "not an identifiable section"),
+    ("sensors.gyro.noise", "sensors have one identifiable field: gain"),
+    ("sensors.gyro.gain", "no known-input (type: effort) sensor"),
+    ("joints.A.stiffness", "joints have two identifiable fields"),
+    ("gravity.x,gravity.tilt", "overlap"),
     ("loads.x.c", "unknown load"),
     ("gravity.z", "gravity components"),
     ("bodies..mass", "malformed"),

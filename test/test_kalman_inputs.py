@@ -45,7 +45,7 @@ def slider():
 @pytest.mark.parametrize("name", ["ukf", "dekf", "errorekf", "viekf", "cekf"])
 def test_rule_gives_inputs_only_with_force_limits(slider, name):
     sc, mech, sensors, ctx = slider
-    # the built-in default: the rule's inputs for every one of them (the CEKF's since stop 36)
+    # the built-in default: the rule's inputs for every one of them
     default_auto = True
     assert defaults(name)["inputs"] == (AUTO if default_auto else [])
     opt_in = validate(name, {"inputs": AUTO, "input_jump_nis": 0.0})  # without jumps: the limit's rate
@@ -186,7 +186,7 @@ def test_cekf_input_states_predict_as_the_dekfs(slider):
 
 @pytest.mark.parametrize("iterations", [0, 5])
 def test_cekf_corrects_at_the_readings_time(slider, iterations):
-    # correction_at: reading (stop 36): after the trapezoidal prediction x^-, P^-, the
+    # correction_at: reading: after the trapezoidal prediction x^-, P^-, the
     # correction x' = K (o - h(x)) over the step by implicit Euler with K of the reading's
     # time, x1 = x^- + P^- H^T R^-1 (o - h(x1)) (H at x^-); its first Newton step is the
     # discrete Kalman update, the next ones solve the nonlinear equation; the covariance is

@@ -6,7 +6,8 @@ import numpy as np
 from mbde_core.rosio.cdr_writer import CdrWriter
 from mbde_core.rosio.factory import RosbagsFactory
 from mbde_core.viz.marker_cdr import MarkerArrayTemplate
-from mbde_core.viz.markers import Shape, marker_array_cdr
+from mbde_core.viz.marker_msgs import marker_array_cdr
+from mbde_core.viz.markers import Shape
 
 
 def _frame(rng, k):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import MSC_DIR, mech_path
+from mbde_core.errors import ConfigError
 from mbde_core.model.loader import mechanism_spec_from_text
 from mbde_core.model.mechanism import Mechanism, load_mechanism
 
@@ -119,3 +120,56 @@ initial_velocity: {th: 2.0}
     assert Q1[m.coordinate_index("th")] - Q0[m.coordinate_index("th")] == pytest.approx(0.5 * math.sin(0.5))
     k = m.coordinate_index("S.x")
     assert m.M[k, k] > 2.0  # slider point mass added
+
+
+# ------------------------------------------------------------------ index conventions
+BASE_PTS = "points: [{x: 0, y: 0, fixed: true}, {x: 1, y: 0}, {x: 1, y: 1}]\n"
+
+
+@pytest.mark.parametrize("text, where, says", [
+    # x<i> is 0-based and exists for points above: using the point itself names the range
+    ("points: [{x: 0, y: 0, fixed: true}, {x: 1, y: x1}]\nplanar_bodies: [{points: [0, 1], length: auto, mass: 1, I0: 1, cog: [0, 0]}]",
+     "points[1].y", "numbered from 0 in file order, and exist for points defined above this one (here x0)"),
+    # counting points from 1 in a body
+    (BASE_PTS + "planar_bodies: [{points: [0, 1], length: x3, mass: 1, I0: 1, cog: [0, 0]}]",
+     "planar_bodies[0].length", "there is no point 3 (counting from 1?)"),
+    # lengthIJ is 1-based within the body: the 0-based spelling names the right one
+    (BASE_PTS + "planar_bodies: [{points: [0, 1, 2], mass: length01, I0: 1, cog: [0, 0]}]",
+     "planar_bodies[0].mass", "numbers the body's own points from 1 (libmbse)"),
+    (BASE_PTS + "planar_bodies: [{points: [0, 1, 2], mass: length01, I0: 1, cog: [0, 0]}]",
+     "planar_bodies[0].mass", "did you mean length12?"),
+    (BASE_PTS + "planar_bodies: [{points: [0, 1], length: length12, mass: 1, I0: 1, cog: [0, 0]}]",
+     "planar_bodies[0].length", "only for bodies with 3 or more points"),
+    # a ternary body's length is fixed by its points
+    (BASE_PTS + "planar_bodies: [{points: [0, 1, 2], length: 2, mass: 1, I0: 1, cog: [0, 0]}]",
+     "planar_bodies[0].length", "distance from its first to its second point (1 m), fixed by the points"),
+    # the angle convention in the error
+    (BASE_PTS + "planar_bodies: [{points: [0, 1], length: auto, mass: 1, I0: 1, cog: [0, 0]}]\n"
+     "relative_coordinates: [{type: RelativeAngle, points: [0, 1]}]",
+     "relative_coordinates[0].type", "counter-clockwise from the world x axis"),
+])
+def test_index_and_length_conventions_in_errors(text, where, says):
+    with pytest.raises(ConfigError) as err:
+        mechanism_spec_from_text(text, "m.yaml")
+    assert err.value.path == where and says in str(err.value), str(err.value)
+
+
+def test_ternary_body_length_auto_or_its_value_is_accepted():
+    for length in ("auto", "1.0", "sqrt(1)"):
+        spec = mechanism_spec_from_text(
+            BASE_PTS + f"planar_bodies: [{{points: [0, 1, 2], length: {length}, mass: 1, I0: 1, cog: [0, 0]}}]", "m.yaml")
+        assert spec.bodies[0].length == pytest.approx(1.0)
+
+
+def test_schema_is_what_the_loader_accepts():
+    """Every key of the schema's sections is accepted where the schema says (one file using
+    them all loads), and a key the schema does not list is refused with its path."""
+    from mbde_core.model import schema
+
+    assert set(schema.LOAD_TYPES) == {"force", "torque", "motor", "generalized_force", "joint_damping", "point_damping"}
+    for sec in schema.SECTIONS:
+        assert all(k.meaning for k in sec.keys), sec.path
+    with pytest.raises(ConfigError) as err:
+        mechanism_spec_from_text(BASE_PTS.replace("{x: 1, y: 0}", "{x: 1, y: 0, fixd: true}")
+                                 + "planar_bodies: [{points: [0, 1], length: auto, mass: 1, I0: 1, cog: [0, 0]}]", "m.yaml")
+    assert err.value.path == "points[1].fixd" and "did you mean 'fixed'" in str(err.value)

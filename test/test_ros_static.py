@@ -46,7 +46,15 @@ def package_depends() -> set[str]:
 
 
 def readme() -> str:
-    return open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    """The user documentation of the nodes: the README, the live guide and the ROS
+    reference generated from the nodes' declarations (docs/_ext/mbde_docs/ros.py)."""
+    sys.path.insert(0, os.path.join(REPO, "docs", "_ext"))
+    from mbde_docs import ros
+
+    parts = [open(os.path.join(REPO, "README.md"), encoding="utf-8").read()]
+    parts.append(open(os.path.join(REPO, "docs", "guides", "live.md"), encoding="utf-8").read())
+    parts.append(ros.markdown())
+    return "\n".join(parts)
 
 
 def constants(tree) -> dict:
@@ -148,11 +156,14 @@ def test_launch_file_is_consistent(path):
     # every launch argument is documented in the file's docstring and in the README
     doc = ast.get_docstring(tree) or ""
     base = os.path.basename(path)
-    section = readme().split(f"`launch/{base}`", 1)
-    assert len(section) == 2, f"README does not document launch/{base}"
+    assert f"launch/{base}" in readme(), f"the docs do not mention launch/{base}"
+    from mbde_docs import ros
+
+    section = ros.markdown().split(f"`launch/{base}`", 1)
+    assert len(section) == 2, f"the ROS reference does not document launch/{base}"
     for arg in declared:
         assert re.search(rf"\b{arg}\b", doc), f"{base}: argument {arg} not in the docstring"
-        assert f"`{arg}`" in section[1][:4000], f"README: launch argument {arg} of {base} not documented"
+        assert f"`{arg}`" in section[1].split("### ", 1)[0], f"reference: launch argument {arg} of {base} not documented"
 
 
 # ------------------------------------------------------------------------------ parameters
@@ -227,7 +238,7 @@ def test_parameter_validation_errors(tmp_path):
 # ------------------------------------------------------------------------------ package.xml
 STDLIB = set(sys.stdlib_module_names)
 PY_DEPS = {"numpy": "python3-numpy", "scipy": "python3-scipy", "yaml": "python3-yaml",
-           "matplotlib": "python3-matplotlib", "transforms3d": "python3-transforms3d"}
+           "matplotlib": "python3-matplotlib"}
 
 
 def imported_modules(paths) -> set[str]:
@@ -301,5 +312,5 @@ def test_readme_documents_nodes_topics_and_parameters():
             if not topic.startswith("<"):
                 assert f"`{topic}`" in text, f"README: topic {topic}"
     assert "`~/reset`" in text and "mbde render" in text
-    pics = re.findall(r"!\[[^]]*\]\((docs/[^)]+)\)", text)
-    assert pics and all(os.path.isfile(os.path.join(REPO, p)) for p in pics)
+    pics = re.findall(r"!\[[^]]*\]\(\.\./([^)]+)\)", text)
+    assert pics and all(os.path.isfile(os.path.join(REPO, "docs", p)) for p in pics)

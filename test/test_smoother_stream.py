@@ -129,6 +129,9 @@ def test_streamed_smooth_equals_the_windows_in_memory(bag, tmp_path, monkeypatch
     doc = smooth_bag(open_source(bag), cfg, guess, str(out), "sqlite3", plots=False, chunk=64)
     inputs = load_inputs(bag)
     mech = inputs.mechanism
+    from mbde_core.replay.smoothing import resolved
+
+    cfg = resolved(inputs, cfg)
     ref = smooth_windowed(BatchSmoother(mech, inputs.sensors, cfg, guess), inputs.measurements, initial_state(inputs, cfg))
     t, z, zd, cov = read_estimates(out / "estimates")
     assert len(t) == len(ref.t) == 601

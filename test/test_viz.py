@@ -10,8 +10,8 @@ from mbde_core.engine.branches import BranchTool
 from mbde_core.rosio.factory import RosbagsFactory
 from mbde_core.types import MechanismSnapshot, ParticleCloud
 from mbde_core.estimators.registry import traits
-from mbde_core.viz.markers import (CHI2_2_95, MechanismDrawer, estimate_shapes, label_text, marker_array,
-                                   shapes_from_marker_array, truth_shapes)
+from mbde_core.viz.marker_msgs import marker_array, shapes_from_marker_array
+from mbde_core.viz.markers import CHI2_2_95, MechanismDrawer, estimate_shapes, label_text, truth_shapes
 
 
 def snapshot(mech, q, cov=None, probs=None):

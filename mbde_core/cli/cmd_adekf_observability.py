@@ -4,6 +4,16 @@ from __future__ import annotations
 import json
 import os
 
+from mbde_core.cli.argtypes import float_range, int_range
+from mbde_core.config.yamlnode import parse_yaml, read_yaml
+from mbde_core.errors import DataError
+from mbde_core.estimators.configure import load
+from mbde_core.minimal import make_map
+from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
+from mbde_core.minimal.observability import observability_along, steady_states
+from mbde_core.model.mechanism import load_mechanism
+from mbde_core.sensors.config import load_sensors
+
 HELP = "PBH observability test of the ADE-KF (states + unknown inputs) for a set of sensors"
 DESCRIPTION = """Evaluate the Popov-Belevitch-Hautus rank test of paper 004 (eqs. 57-58) for the
 ADE-KF model x = [z, zd, a] of a mechanism with the given sensors and unknown inputs:
@@ -30,16 +40,15 @@ def add_arguments(p):
     p.add_argument("--only", help="comma-separated sensor names to fuse (default: all)")
     p.add_argument("--config", help="estimator config YAML with an `adekf` section (inputs, map)")
     p.add_argument("--map", choices=("exact", "learned"), help="coordinate map (default: the config's, else exact)")
-    p.add_argument("--speed", type=float, default=40.0, help="rate of the independent coordinates [rad/s or m/s] (default 40)")
-    p.add_argument("--samples", type=int, default=72, help="states along one turn (default 72)")
-    p.add_argument("--rtol", type=float, default=1e-8, help="relative singular-value threshold of the rank (default 1e-8)")
+    p.add_argument("--speed", type=float_range(0.0, 1e6, lo_open=True), default=40.0,
+                   help="rate of the independent coordinates [rad/s or m/s], > 0 (default 40)")
+    p.add_argument("--samples", type=int_range(2, 100000), default=72, help="states along one turn (default 72)")
+    p.add_argument("--rtol", type=float_range(0.0, 1.0, lo_open=True, hi_open=True), default=1e-8,
+                   help="relative singular-value threshold of the rank, in (0, 1) (default 1e-8)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def _sensors(arg, mech):
-    from mbde_core.config.yamlnode import parse_yaml, read_yaml
-    from mbde_core.sensors.config import load_sensors
-
     root = read_yaml(arg) if os.path.exists(arg) else parse_yaml(arg, "--sensors")
     if isinstance(root.value, dict):
         if "sensors" not in root.value:
@@ -50,13 +59,6 @@ def _sensors(arg, mech):
 
 def run(args) -> int:
     import numpy as np
-
-    from mbde_core.errors import DataError
-    from mbde_core.estimators.configure import load
-    from mbde_core.minimal import make_map
-    from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
-    from mbde_core.minimal.observability import observability_along, steady_states
-    from mbde_core.model.mechanism import load_mechanism
 
     mech = load_mechanism(args.mechanism)
     sensors = _sensors(args.sensors, mech)
@@ -74,8 +76,6 @@ def run(args) -> int:
         cmap = make_map(mech, "exact")
     inputs = parse_inputs(mech, cfg.get("inputs") or [], args.config or "<defaults>")
     model = AugmentedModel(mech, sensors, cmap, inputs)
-    if args.samples < 2:
-        raise DataError("--samples: at least 2")
     X = steady_states(model, args.speed, args.samples)
     rep = observability_along(model, names, X, rtol=args.rtol)
     deficient = [k for k, r in enumerate(rep.results) if not r.observable]

@@ -1,6 +1,8 @@
 """mbde bag-info DIR: topics, types, counts, rates and duration of a ROS 2 bag."""
 from __future__ import annotations
 
+from mbde_core.rosio.bag import bag_info
+
 HELP = "list a ROS 2 bag's topics, types, message counts, rates and duration"
 DESCRIPTION = """Summarise a rosbag2 bag directory (sqlite3 or mcap storage): storage and
 format version, duration, and per topic its message type, message count and mean rate
@@ -15,8 +17,6 @@ def add_arguments(p):
 
 def run(args) -> int:
     import json
-
-    from mbde_core.rosio.bag import bag_info
 
     info = bag_info(args.bag)
     if args.json:

@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from mbde_core.engine.branches import BranchTool
+from mbde_core.model.mechanism import load_mechanism
+
 HELP = "describe a mechanism YAML: points, bodies, coordinates, DOF, branches"
 DESCRIPTION = """Load a mechanism YAML file (libmbse format + mbde extensions) and print its
 points, bodies, natural coordinates q, degrees of freedom, the independent coordinates
-z and the number of assembly branches at the initial z. Exit status 2 on a config error."""
+z and every assembly branch at the initial z (label 0: the file's configuration). Exit
+status 2 on a config error."""
 
 
 def add_arguments(p):
@@ -14,9 +18,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from mbde_core.engine.branches import BranchTool
-    from mbde_core.model.mechanism import load_mechanism
-
     mech = load_mechanism(args.mechanism)
     spec = mech.spec
     print(f"mechanism: {mech.name}  ({spec.file})")
@@ -34,9 +35,13 @@ def run(args) -> int:
         print(f"  slider {s.name}: point {spec.points[s.point].name} on line through ({s.origin[0]:g}, {s.origin[1]:g}) along ({s.direction[0]:.4g}, {s.direction[1]:.4g}), mass {s.mass:g} kg")
     for ld in spec.loads:
         print(f"  load {ld.name}: {ld.kind}")
-    print(f"\ncoordinates q ({mech.n}):")
+    print(f"\ncoordinates q ({mech.n}; m, and rad for angles):")
+    angles = {r.name: r for r in spec.relative_coordinates}
     for i, name in enumerate(mech.coordinate_names):
         tag = "  <- independent" if i in mech.independent else ""
+        if name in angles:  # RelativeAngleAbsoluteDOF: from the world x axis
+            a, b = (spec.points[k].name for k in angles[name].points)
+            tag += f"  (angle of {a}->{b} from the world x axis, counter-clockwise)"
         print(f"  {i:>2} {name:<12} {mech.q0[i]: .6g}{tag}")
     print(f"\nconstraints: {mech.m} (|Phi(q0)| = {np.max(np.abs(mech.phi(mech.q0))):.2e})")
     print(f"degrees of freedom: {mech.dof}")

@@ -37,9 +37,9 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg import lapack
 
-from mbde_core.engine import dynamics, fastpath
+from mbde_core.engine import dynamics, fastpath, kinematics
 from mbde_core.engine.linalg import solve_one
-from mbde_core.engine.integrators import MBState
+from mbde_core.engine.state import MBState
 
 
 class ALI3P:
@@ -94,8 +94,6 @@ class ALI3P:
         t1 = t + h
         Qe = None
         if extra_zdd is not None:
-            from mbde_core.engine import kinematics
-
             R0 = kinematics.r_matrix(mech, q0)
             Qe = M @ R0 @ np.asarray(extra_zdd, dtype=float).reshape(mech.dof)
         ev = _Evaluator(mech, t1, Qe)

@@ -43,23 +43,36 @@ class BranchTool:
 
     # -- geometry of candidates ----------------------------------------------------------
     def _candidates(self):
-        mech = self.mech
-        spec = mech.spec
-        neighbours: dict[int, list[tuple[int, int]]] = {}
-        for bi, b in enumerate(spec.bodies):
-            i, j = b.points[0], b.points[1]
-            neighbours.setdefault(i, []).append((bi, j))
-            neighbours.setdefault(j, []).append((bi, i))
-        cands = []
-        for k, lst in sorted(neighbours.items()):
-            if spec.points[k].fixed:
-                continue
-            for (b1, a), (b2, c) in itertools.combinations(lst, 2):
-                if b1 != b2 and a != c:
-                    cands.append(("triangle", a, k, c))
+        """Sign candidates: the joint triangle (a, k, c) at every moving point k shared by two
+        bodies (a, c their other points), then the slider sides. Bodies contribute their first
+        two points first (the triangles that label linkages of two-point bodies); the other
+        points of bodies with three or more points follow as extra candidates, used only where
+        the first ones cannot tell every assembly apart (:meth:`_select`)."""
+        spec = self.mech.spec
+
+        def triangles(pairs_of):
+            neighbours: dict[int, list[tuple[int, int]]] = {}
+            for bi, b in enumerate(spec.bodies):
+                for i, j in pairs_of(b.points):
+                    neighbours.setdefault(i, []).append((bi, j))
+                    neighbours.setdefault(j, []).append((bi, i))
+            out = []
+            for k, lst in sorted(neighbours.items()):
+                if spec.points[k].fixed:
+                    continue
+                for (b1, a), (b2, c) in itertools.combinations(lst, 2):
+                    if b1 != b2 and a != c:
+                        out.append(("triangle", a, k, c))
+            return out, neighbours
+
+        first, neighbours = triangles(lambda pts: [(pts[0], pts[1])])
+        cands = list(first)
         for s in spec.sliders:
             for bi, a in neighbours.get(s.point, []):
                 cands.append(("slider", a, s.point, s.direction))
+        every, _ = triangles(lambda pts: list(itertools.combinations(pts, 2)))
+        self.n_first = len(cands)  # candidates from here on: the extra ones
+        cands += [c for c in every if c not in cands]
         return cands
 
     def _bounding_box(self):
@@ -151,11 +164,18 @@ class BranchTool:
         return np.array([o[0] for o in out]).reshape(-1, mech.n)
 
     def _select(self, samples: int) -> list[int]:
-        """Candidate signs that separate the assemblies at every sampled z."""
+        """Candidate signs that tell the assemblies apart, a greedy minimal set. Preferred:
+        signs that separate the assemblies at every sampled z (a sign that flips along a
+        motion, as the crank-side triangle of a four-bar, never does), first the triangles of
+        the bodies' first two points; where those cannot tell every assembly apart (several
+        loops, bodies with three or more points), signs that separate them at some sampled z
+        are added, so that distinct assemblies get distinct labels."""
         mech = self.mech
         if not self.candidates:
             return []
-        keep = np.ones(len(self.candidates), dtype=bool)
+        strict = np.ones(len(self.candidates), dtype=bool)
+        some = np.zeros(len(self.candidates), dtype=bool)
+        defined = np.ones(len(self.candidates), dtype=bool)  # never 0 (collinear) at a sampled assembly
         motion = np.zeros(len(self.candidates))  # how much a candidate's neighbours move
         z0 = mech.q0[mech.independent]
         sample_signs = []
@@ -165,7 +185,9 @@ class BranchTool:
             if len(sols) < 2:
                 continue
             signs = self._raw_signs(sols)
-            keep &= np.ptp(signs, axis=0) > 0  # takes both values among the assemblies
+            strict &= np.ptp(signs, axis=0) > 0  # takes both values among the assemblies
+            some |= np.ptp(signs, axis=0) > 0
+            defined &= np.all(signs != 0, axis=0)
             P = mech.points(sols)
             for c, cand in enumerate(self.candidates):
                 motion[c] += np.ptp(P[:, cand[1]], axis=0).sum()
@@ -174,10 +196,12 @@ class BranchTool:
             sample_signs.append(signs)
         if not sample_signs:
             return []
+        extra = np.arange(len(self.candidates)) >= self.n_first
+        some &= defined
+        groups = (strict & ~extra, strict & extra, some & ~strict & ~extra, some & ~strict & extra)
+        order = [int(c) for g in groups for c in sorted(np.nonzero(g)[0], key=lambda c: motion[c])]
         # Greedy minimal set, dyad apexes (neighbours fixed across assemblies) first.
         chosen: list[int] = []
-        order = [int(i) for i in np.nonzero(keep)[0]]
-        order.sort(key=lambda c: motion[c])
         for c in order:
             trial = chosen + [c]
             if not chosen or any(_n_distinct(sg[:, trial]) > _n_distinct(sg[:, chosen]) for sg in sample_signs):
@@ -198,17 +222,18 @@ class BranchTool:
 
     # -- labels -------------------------------------------------------------------------------
     def label(self, q: np.ndarray) -> np.ndarray:
-        """(N,) branch labels of configurations q (N, n); new signatures get new labels."""
-        sig = self.signature(np.atleast_2d(q))
-        out = np.empty(sig.shape[0], dtype=np.int64)
-        for r, row in enumerate(tuple(int(v) for v in srow) for srow in sig):
-            if 0 in row:
-                out[r] = -1  # on a singular (flattened) configuration: undefined
-                continue
-            if row not in self.signatures:
-                self.signatures.append(row)
-                self.signatures[1:] = sorted(self.signatures[1:])
-            out[r] = self.signatures.index(row)
+        """(N,) branch labels of configurations q (N, n); new signatures get new labels.
+
+        New signatures are registered first and the labels read after (the signatures after
+        label 0 are kept sorted, so a label read before a later insertion could be stale:
+        two distinct assemblies of one call would share it)."""
+        rows = [tuple(int(v) for v in srow) for srow in self.signature(np.atleast_2d(q))]
+        new = {row for row in rows if 0 not in row and row not in self.signatures}
+        if new:
+            self.signatures[1:] = sorted(self.signatures[1:] + sorted(new))
+        out = np.empty(len(rows), dtype=np.int64)
+        for r, row in enumerate(rows):
+            out[r] = -1 if 0 in row else self.signatures.index(row)  # -1: on a singular (flattened) configuration
         return out
 
     def enumerate(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

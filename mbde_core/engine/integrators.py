@@ -38,41 +38,13 @@ results are Fortran-ordered (N, n) views (no copy when steps are chained).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from mbde_core.engine import dynamics, fastpath, kinematics, step_backends, variational
+from mbde_core.engine.ali3p import ALI3P
 from mbde_core.engine.linalg import solve
 from mbde_core.engine.rk4_single import rk4_step
-
-
-@dataclass
-class MBState:
-    """Dynamic state: q, qd, qdd (n,) or (N, n); ok: bool or (N,) bool (assembly succeeded).
-
-    aux: what a batched fast step knows at its result q (:class:`step_backends.Context`), or
-    None; passed back with q unchanged, the next step reuses it. Drop it (None) when
-    editing q; gather it with the states by ``aux.take(idx)``.
-    """
-
-    q: np.ndarray
-    qd: np.ndarray
-    qdd: np.ndarray | None = None
-    ok: np.ndarray | bool = True
-    aux: object = None
-
-    def batch(self):
-        """(q, qd, qdd, single) with arrays forced to (N, n)."""
-        single = np.asarray(self.q).ndim == 1
-        f = (lambda a: None if a is None else np.atleast_2d(np.asarray(a, dtype=float)))
-        return f(self.q), f(self.qd), f(self.qdd), single
-
-    @staticmethod
-    def make(q, qd, qdd, ok, single) -> "MBState":
-        if single:
-            return MBState(q[0], qd[0], None if qdd is None else qdd[0], bool(np.all(ok)))
-        return MBState(q, qd, qdd, ok)
+from mbde_core.engine.state import MBState
 
 
 def _extra(extra_zdd, N, g):
@@ -391,8 +363,6 @@ class SymplecticEuler(_Variational):
 
 def get_integrator(name: str, **kwargs):
     """Integrator by name: euler, rk4, trapezoidal, midpoint, symplectic_euler, ali3p."""
-    from mbde_core.engine.ali3p import ALI3P
-
     table = {
         "euler": ExplicitEuler,
         "rk4": RK4,

@@ -47,12 +47,10 @@ def driver_forces(mech, t: np.ndarray, driven_values: np.ndarray, driven: list[i
     coordinates ``driven`` (g indices into q, g = mech.dof).
     Returns (tau (K, g), q (K, n)). Raises DataError if the linkage cannot follow.
     """
-    from mbde_core.model.mechanism import Mechanism
-
     driven = [int(d) for d in driven]
     if len(driven) != mech.dof:
         raise DataError(f"the mechanism has {mech.dof} degree(s) of freedom: give the trajectory of {mech.dof} coordinate(s), got {len(driven)}")
-    model = mech if list(mech.independent) == sorted(driven) and len(driven) == 1 else Mechanism(mech.spec.replace(independent=tuple(driven)))
+    model = mech if list(mech.independent) == sorted(driven) and len(driven) == 1 else mech.with_independent(driven)
     order = [list(model.independent).index(d) for d in driven]
     x = np.asarray(driven_values, dtype=float).reshape(len(t), -1)
     z, zd, zdd = differentiate(t, x)

@@ -34,7 +34,15 @@ import numpy as np
 from mbde_core.engine import fastpath
 from mbde_core.engine.fastpath import phi_tol as _phi_tol
 from mbde_core.engine.linalg import solve
-from mbde_core.model.drivers import require_time
+
+
+def require_time(mech, t):
+    """t as a float; a ValueError naming the mechanism if it has drivers and t is None."""
+    if t is None:
+        if getattr(mech, "drivers", None):
+            raise ValueError(f"mechanism {mech.name!r} has time-dependent driving constraints: the time t is needed")
+        return 0.0
+    return float(t)
 
 
 def _offset(mech, t):

@@ -82,6 +82,7 @@ import threading
 import numpy as np
 
 from mbde_core.engine import fastpath, step_backends, thread_pools
+from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.engine.numba_source import module_source
 
 AUTO_MIN = 4096
@@ -281,8 +282,6 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
         f.result()
     ctx = step_backends.Context(N, tuple(otr), tuple(oj), tuple(tuple(orr[i * g + k] for k in range(g)) for i in range(n)))
     if bad.any():  # non-finite values met: the numpy path decides for those particles
-        from mbde_core.engine.integrators import MBState, get_integrator
-
         idx = np.nonzero(bad)[0]
         st = get_integrator("rk4").step(mech, t, MBState(Q[:, idx].T, QD[:, idx].T, None if qdd is None else QDD[:, idx].T),
                                         h, extra_zdd=None if extra is None else V[:, idx].T)

@@ -60,6 +60,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.engine import fastpath, step_backends
+from mbde_core.engine.state import MBState
 from mbde_core.engine.vi_backends import BatchVI, GenericVI, SingleVI
 
 
@@ -184,8 +185,6 @@ def _noise(x, N, g):
 def run(mech, t, state, P: VIParams, extra_zdd=None, s1=None, s2=None, extra_force=None):
     """The step on the best backend: MBState (single: arrays (n,); batch: (N, n), with
     ``aux`` the kernel context at q1 when the batch ran in one piece)."""
-    from mbde_core.engine.integrators import MBState
-
     K = fastpath.kernels(mech)
     q = np.asarray(state.q, dtype=float)
     single = q.ndim == 1

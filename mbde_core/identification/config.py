@@ -34,6 +34,7 @@ import copy
 from mbde_core.config.yamlnode import Node, read_yaml
 from mbde_core.errors import ConfigError
 from mbde_core.identification.identify import DEFAULTS as SOLVER_DEFAULTS
+from mbde_core.trajectory.config import load_smoother_config
 
 DEFAULTS = dict(SOLVER_DEFAULTS, integrator_relaxation=1.0e-2)
 DEFAULTS.pop("min_sigma_a")
@@ -75,8 +76,6 @@ def validate_identification(options, file: str = "<config>", path: str = "identi
 def load_identification_config(path) -> tuple[dict, dict, dict]:
     """(smoother options, initial-guess filter options, identification options) of an
     estimator config file (None: defaults)."""
-    from mbde_core.trajectory.config import load_smoother_config
-
     smoother, guess = load_smoother_config(path)
     ident = identification_defaults()
     if path is not None:

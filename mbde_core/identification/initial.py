@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from mbde_core.engine import kinematics
 from mbde_core.sensors.base import wrap_angle
 
 
 def encoder_channels(mech, sensors, q_hint, samples: int = 8, seed: int = 0) -> dict | None:
     """{independent coordinate k: (sensor name, offset)} if every z_k is read by an
     encoder as z_k - offset; None otherwise."""
-    from mbde_core.engine import kinematics
-
     rng = np.random.default_rng(seed)
     z0 = np.asarray(q_hint, dtype=float)[mech.independent]
     Z = z0 + 0.3 * rng.standard_normal((samples, mech.dof))
@@ -67,8 +66,6 @@ def follow(mech, Z, q_hint, max_move: float = 0.3):
     previous one: chunks in which z moves by at most ``max_move`` [rad or m] are solved
     at once from the chunk's first pose (Newton converges from there), a failing chunk
     step by step."""
-    from mbde_core.engine import kinematics
-
     N = Z.shape[0]
     q = np.empty((N, mech.n))
     guess = np.asarray(q_hint, dtype=float)

@@ -37,12 +37,24 @@ from types import SimpleNamespace
 import numpy as np
 
 from mbde_core.errors import ConfigError, DataError
+from mbde_core.estimators import estimator_rng, make_estimator
+from mbde_core.estimators.assess.suitability import assess, precheck
+from mbde_core.estimators.configure import as_spec, resolve
+from mbde_core.estimators.options.frozen import Options
+from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
+from mbde_core.estimators.stage.core import EstimatorStage, StageCounters
 from mbde_core.live import estimator_status
+from mbde_core.live.backlog import STALLED, Backlog
 from mbde_core.live.diagnostics import Status, Throttle
-from mbde_core.live.estimator_options import EstimatorOptions, default_config_file, load_config  # noqa: F401 (re-exported)
 from mbde_core.live.estimator_status import Window
+from mbde_core.replay.runner import initial_state
 from mbde_core.rosio.convert import particle_set_msg
 from mbde_core.rosio.sensor_io import estimate_messages, sensor_reading
+from mbde_core.rosio.tf import tf_message
+from mbde_core.viz.frames import MechanismFrames
+from mbde_core.viz.marker_msgs import marker_array
+from mbde_core.viz.markers import MechanismDrawer, estimate_shapes
+from mbde_core.live.estimator_options import EstimatorOptions, default_config_file, load_config  # noqa: F401 (re-exported)
 
 CLOCK_TOLERANCE = 2.0  # s: |clock - stamp| on arrival beyond this = different clocks
 OVERDUE_MARGIN = 0.05  # s: transport jitter tolerated before the clock drives predictions
@@ -67,8 +79,6 @@ class SensorStats:
     arrivals: list = field(default_factory=list)
 
 
-
-
 class LiveEstimator:
     """See the module docstring.
 
@@ -83,10 +93,6 @@ class LiveEstimator:
     KEYS = ("state", "joint_states", "particles", "markers", "tf")
 
     def __init__(self, scenario, options: EstimatorOptions, factory, publish, log=None, wall=_time.monotonic):
-        from mbde_core.estimators import estimator_rng, make_estimator
-        from mbde_core.estimators.stage.core import StageCounters
-        from mbde_core.replay.runner import initial_state
-
         self.scenario = scenario
         self.opt = options
         self.factory = factory
@@ -98,11 +104,6 @@ class LiveEstimator:
         if len(self.sensors) == 0:
             raise ConfigError(scenario.file, "sensors", "the model has no sensors: nothing to estimate from")
         from dataclasses import replace
-
-        from mbde_core.estimators.configure import as_spec, resolve
-        from mbde_core.estimators.options.frozen import Options
-        from mbde_core.estimators.options.rule import force_limits, scenario_context
-        from mbde_core.estimators.assess.suitability import assess, precheck
 
         # `auto` options from the default-tuning rule, as `mbde replay` resolves them (once)
         context = scenario_context(scenario)
@@ -147,6 +148,8 @@ class LiveEstimator:
         self.non_finite_estimates = 0
         self.published = collections.Counter()
         self.throttle = Throttle(10.0, wall)
+        self.backlog = Backlog()
+        self._prev_tick: float | None = None  # wall time of the previous tick
         self._drawer = None
         self.stage = None
         self._new_stage()
@@ -155,21 +158,16 @@ class LiveEstimator:
         self._recent: dict = {}  # NIS and step-time lines of the last period with steps
         self.clock_mismatch = False
         self._after_jump = False  # the clock jumped back, no reading of the new timeline yet
-        from mbde_core.viz.frames import MechanismFrames
 
         # REP 105: <frame_id> -> <prefix><body> on /tf, sensor mounts on /tf_static
         self.frames = MechanismFrames(self.mech, self.sensors, world=self.frame_id, prefix=options.tf_prefix)
 
     def static_tf(self, stamp: float = 0.0):
         """The TFMessage for /tf_static: the estimate's ground links and sensor mounts."""
-        from mbde_core.rosio.tf import tf_message
-
         return tf_message(self.factory, self.frames.static(), stamp)
 
     # -- stage ------------------------------------------------------------------------------
     def _new_stage(self) -> None:
-        from mbde_core.estimators.stage.core import EstimatorStage
-
         self.stage = EstimatorStage.for_estimator(self.est, lambda t: self.initial,
                                                 backward_jump=self.opt.backward_jump, max_gap=self.opt.max_gap,
                                                 reorder_window=self.opt.reorder_window, on_step=self._on_step,
@@ -214,13 +212,19 @@ class LiveEstimator:
         return self.mech.name
 
     # -- input ------------------------------------------------------------------------------
-    def on_message(self, topic: str, msg, now: float | None = None) -> None:
-        """A message arrived on a sensor topic; now: node clock [s] (None if unknown)."""
+    def on_message(self, topic: str, msg, now: float | None = None, queued: float | None = None) -> None:
+        """A message arrived on a sensor topic; now: node clock [s] (None if unknown);
+        queued: how long it waited in the reader queue [s] (None if unknown): a node that
+        falls behind skips readings evenly (:mod:`mbde_core.live.backlog`)."""
         arrival = self.wall()
         for sensor in self.topics.get(topic, ()):
             st = self.stats[sensor.name]
             st.received += 1
             st.arrivals.append(arrival)
+            if not self.backlog.admit(sensor.name, queued):
+                if self.throttle("behind"):
+                    self.log("warn", self.backlog.warning())
+                continue
             try:
                 m = sensor_reading(sensor, msg)
             except (DataError, ValueError) as exc:
@@ -266,7 +270,11 @@ class LiveEstimator:
                      f"{sensor.frame_id!r} (set the sensor's frame_id or the driver's); counted, reading used")
 
     def tick(self, now: float | None) -> None:
-        """The node clock reads ``now`` [s]: predict through overdue readings (see module doc)."""
+        """The node clock reads ``now`` [s]: predict through overdue readings (see module doc);
+        not on the first tick after the node was stalled (readings may wait in its queue)."""
+        prev, self._prev_tick = self._prev_tick, self.wall()
+        if prev is not None and self._prev_tick - prev > STALLED:
+            return
         if now is None or self.newest is None or self.stage.time is None or self.lag is None:
             return
         self.clock_mismatch = abs(self.lag) > CLOCK_TOLERANCE
@@ -338,14 +346,14 @@ class LiveEstimator:
                          "not published, restarting")
             return
         self.latest = rec
+        if not self.backlog.publish(rec.update is not None):
+            return
         t = snap.stamp
         if self._due("state", t, self.opt.publish_rate):
             state, joints = estimate_messages(self.factory, snap, self.mech, self.frame_id)
             self._emit("state", state)
             self._emit("joint_states", joints)
             if self.opt.publish_tf:
-                from mbde_core.rosio.tf import tf_message
-
                 self._emit("tf", tf_message(self.factory, self.frames.moving(snap.q), state.header.stamp))
         want_cloud = self._due("particles", t, self.opt.particles_rate)
         want_markers = self._due("markers", t, self.opt.marker_rate)
@@ -366,8 +374,6 @@ class LiveEstimator:
 
     def markers(self, snap, cloud=None):
         """MarkerArray of an estimate (bars, ellipses, hypotheses, label)."""
-        from mbde_core.viz.markers import MechanismDrawer, estimate_shapes, marker_array
-
         if self._drawer is None:
             self._drawer = MechanismDrawer(self.mech)
         w = self.window

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from mbde_core.config.paths import config_dirs, resolve
 from mbde_core.errors import ConfigError
+from mbde_core.estimators.configure import load
 
 
 @dataclass
@@ -43,8 +45,6 @@ class EstimatorOptions:
 def default_config_file(name: str) -> str | None:
     """The shipped options of estimator ``name``: ``estimators/<name>.yaml`` if the package
     has one, else ``estimators/default.yaml`` (None if neither exists)."""
-    from mbde_core.config.paths import config_dirs
-
     for rel in (f"estimators/{name}.yaml", "estimators/default.yaml"):
         for base in config_dirs():
             path = os.path.join(base, rel)
@@ -57,9 +57,6 @@ def load_config(name: str, config_file: str = ""):
     """The validated options (a Spec) of estimator ``name`` from a config file ('' = the
     shipped one, :func:`default_config_file`; options it does not set keep the estimator's
     defaults); the estimator core resolves them for its model."""
-    from mbde_core.config.paths import resolve
-    from mbde_core.estimators.configure import load
-
     path = resolve(config_file, "estimator config file") if config_file else default_config_file(name)
     try:
         return load(path, [name])[name]

@@ -13,8 +13,14 @@ from __future__ import annotations
 import math
 import os
 
-from mbde_core.errors import ConfigError
 from mbde_core.config.paths import resolve
+from mbde_core.config.yamlnode import Node
+from mbde_core.errors import ConfigError
+from mbde_core.model.mechanism import load_mechanism
+from mbde_core.rosio.stamps import sec_to_ns
+from mbde_core.scenario.description import scenario_from_description
+from mbde_core.scenario.scenario import Scenario, load_scenario
+from mbde_core.sensors.config import load_sensor_file, load_sensors
 
 
 def scenario_for_mechanism(mechanism_file: str, sensors_file: str | None = None):
@@ -23,12 +29,6 @@ def scenario_for_mechanism(mechanism_file: str, sensors_file: str | None = None)
     The internal step is the greatest common divisor of the sensor periods (whole ns),
     so every sensor period is a multiple of it; duration = one step (nothing is simulated).
     """
-    from mbde_core.config.yamlnode import Node
-    from mbde_core.model.mechanism import load_mechanism
-    from mbde_core.rosio.stamps import sec_to_ns
-    from mbde_core.scenario.scenario import Scenario
-    from mbde_core.sensors.config import load_sensor_file, load_sensors
-
     mech_path = resolve(mechanism_file, "mechanism file")
     sens_path = resolve(sensors_file, "sensors file") if sensors_file else None
     mech = load_mechanism(mech_path)
@@ -50,8 +50,6 @@ def scenario_for_mechanism(mechanism_file: str, sensors_file: str | None = None)
 def load_source(scenario_file: str = "", mechanism_file: str = "", sensors_file: str = "", settings=()):
     """The Scenario named by node parameters, or None when both files are '' (then the node
     waits for the description topic). ConfigError for bad files."""
-    from mbde_core.scenario.scenario import load_scenario
-
     if scenario_file:
         if mechanism_file or sensors_file:
             raise ConfigError(scenario_file, "", "give scenario_file or mechanism_file/sensors_file, not both")
@@ -67,6 +65,4 @@ def load_source(scenario_file: str = "", mechanism_file: str = "", sensors_file:
 
 def from_description(text: str, label: str = "/mbde/description"):
     """The Scenario of a description text (DataError if it is not one)."""
-    from mbde_core.scenario.description import scenario_from_description
-
     return scenario_from_description(text, label)

@@ -22,7 +22,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from mbde_core.config.yamlnode import read_yaml
 from mbde_core.errors import ConfigError, MbdeError
+from mbde_core.estimators.registry import names
 from mbde_core.estimators.stage.core import STAGE_DEFAULTS
 
 TYPES = ("string", "bool", "integer", "double", "string_array")
@@ -117,8 +119,6 @@ def _model_params(what: str) -> list[Param]:
 
 
 def _estimator_names() -> tuple[str, ...]:
-    from mbde_core.estimators.registry import names
-
     return names()
 
 
@@ -269,8 +269,6 @@ def validate_param_file(path: str | os.PathLike, executable: str | None = None) 
     executable: default = the file name without extension. Returns {node key: coerced
     parameters given in the file}. Raises ConfigError (file, key path, problem).
     """
-    from mbde_core.config.yamlnode import read_yaml
-
     path = os.fspath(path)
     executable = executable or os.path.splitext(os.path.basename(path))[0]
     root = read_yaml(path)

@@ -15,6 +15,10 @@ import copy
 import math
 
 from mbde_core.errors import ConfigError
+from mbde_core.rosio import convert as cv
+from mbde_core.rosio.stamps import ns_to_sec, sec_to_ns
+from mbde_core.scenario.scenario import Scenario
+from mbde_core.simulator.core import TruthSnapshot, simulate
 
 
 def sensor_grid_steps(scenario) -> int:
@@ -32,9 +36,6 @@ def with_truth_period(scenario, rate: float = 0.0, duration: float = 0.0):
     """A copy of the scenario publishing ground truth at ``rate`` Hz (0 = the sensor grid),
     lasting ``duration`` s (0 = unchanged). ConfigError if the period is not a whole number
     of internal steps."""
-    from mbde_core.rosio.stamps import sec_to_ns
-    from mbde_core.scenario.scenario import Scenario
-
     if rate > 0:
         k = 1.0 / (rate * scenario.step)
         every = int(round(k))
@@ -61,8 +62,6 @@ class PacedSimulation:
     """
 
     def __init__(self, scenario, loop: bool = False, offset_ns: int = 0, clock: bool = True):
-        from mbde_core.simulator.core import TruthSnapshot, simulate
-
         self.scenario = scenario
         self.loop = loop
         self.offset_ns = int(offset_ns)
@@ -95,8 +94,6 @@ class PacedSimulation:
         At the end of the scenario: with loop, a new lap starts (``lap`` increments; the
         caller sees it through the stamps), else ``finished`` becomes True.
         """
-        from mbde_core.rosio.stamps import ns_to_sec
-
         out = []
         step_ns = self.scenario.step_ns
         while len(out) < max_events and not self.finished:
@@ -129,8 +126,6 @@ def truth_messages(factory, ev, coordinate_names, independent_names, frame_id: s
     """(MechanismState, JointState) of a ground-truth sample, as ``mbde simulate`` writes
     them (JointState effort = the true generalized input per coordinate); header stamps
     exact from ``ev.stamp_ns``."""
-    from mbde_core.rosio import convert as cv
-
     state = cv.mechanism_state_msg(factory, ev, coordinate_names, independent_names, frame_id)
     joints = cv.joint_state_msg(factory, ev.stamp, coordinate_names, ev.q, ev.qd, ev.effort, frame_id)
     if hasattr(ev, "stamp_ns"):

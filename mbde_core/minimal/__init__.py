@@ -12,7 +12,9 @@ interchangeable sources:
 :mod:`.augmented` builds the ADE-KF's augmented model over x = [z, zd, a] on any map
 (eqs. 28-56), :mod:`.observability` the PBH test of eqs. 57-58.
 """
+from mbde_core.minimal.exact import ExactMap
 from mbde_core.minimal.jet import MapJet
+from mbde_core.minimal.learned import LearnedMap, train_map
 
 __all__ = ["MapJet", "make_map"]
 
@@ -21,12 +23,8 @@ def make_map(mech, source: str = "exact", **kw):
     """A coordinate map of ``mech``: ``exact`` or ``learned`` (``file=`` path or
     ``options=`` training options, see :func:`mbde_core.minimal.learned.train_map`)."""
     if source == "exact":
-        from mbde_core.minimal.exact import ExactMap
-
         return ExactMap(mech, **kw)
     if source == "learned":
-        from mbde_core.minimal.learned import LearnedMap, train_map
-
         path = kw.pop("file", None)
         if path:
             return LearnedMap.load(path, mech)

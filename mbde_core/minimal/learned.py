@@ -18,8 +18,9 @@ configurations of the natural-coordinate model. Here:
   normalised by its target's mean square. Fitting derivatives too (Sobolev training) is
   our choice: the filter uses the map's second and third derivatives (eqs. 35-49), and
   the engine gives them for free; the paper's Adam/TensorFlow fit used values only;
-- optimiser: scipy L-BFGS-B, ``restarts`` seeded Glorot initialisations, the best kept,
-  everything bounded by ``time_limit`` seconds (well under a minute);
+- optimiser: L-BFGS with scipy's strong-Wolfe line search (:func:`mbde_core.learn.fit.lbfgs`),
+  ``restarts`` seeded Glorot initialisations, the best kept, everything bounded by
+  ``time_limit`` seconds (well under a minute);
 - the derivatives of the trained map are the network's analytic jets (orders 1-3).
 
 Accuracy is measured on held-out configurations (seeded uniform draws over the domain,
@@ -43,8 +44,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbde_core.engine import kinematics
 from mbde_core.errors import DataError
-from mbde_core.learn.mlp import Features, TanhMLP, fit
+from mbde_core.learn.fit import fit
+from mbde_core.learn.mlp import Features, TanhMLP
 from mbde_core.minimal.exact import ExactMap
 from mbde_core.minimal.jet import MapJet
 
@@ -181,8 +184,6 @@ def sample_configurations(mech, samples: int, domains):
     neighbour must converge, keep the sign of det(Phi_q,d) and move no point by more
     than a quarter of the length scale).
     """
-    from mbde_core.engine import kinematics
-
     g = mech.dof
     axes = []
     for lo, hi, periodic in domains:

@@ -160,3 +160,41 @@ class ConstraintSet:
             w = V[:, self.a_b] - V[:, self.a_a]
             out[:, self.rows_a] = thd**2 * (-s * v[..., 0] + c * v[..., 1]) + 2.0 * thd * (c * w[..., 0] + s * w[..., 1])
         return out
+
+
+def assemble_constraints(spec, n: int, px, py, fixed_xy, rel_columns):
+    """The constraint rows of a mechanism spec, in the order of the module docstring:
+    (ConstraintSet bound to the fixed points, {driver name: its row in the full set}).
+
+    px, py: (n_points,) columns of each point's x / y in q (``n`` for fixed points);
+    fixed_xy (n_points, 2) the spec's point positions; rel_columns the columns of the
+    relative coordinates.
+    """
+    pts = spec.points
+    distances, rigid = [], []
+    xy = fixed_xy
+    driven = {d.body: d for d in spec.drivers if d.kind == "distance"}
+    driver_rows = {}  # driver name -> row of the full constraint set
+    for bi, b in enumerate(spec.bodies):
+        i, j = b.points[0], b.points[1]
+        if not (pts[i].fixed and pts[j].fixed):
+            if bi in driven:  # |P_j - P_i|^2 - 0, the driver's f(t)^2 is the time-dependent part
+                driver_rows[driven[bi].name] = len(distances)
+            distances.append((i, j, 0.0 if bi in driven else b.length))
+        d = xy[j] - xy[i]
+        L = float(np.hypot(*d))
+        for k in b.points[2:]:
+            if pts[k].fixed and pts[i].fixed and pts[j].fixed:
+                continue
+            e = xy[k] - xy[i]
+            a = float(np.dot(e, d) / L**2)
+            bb = float((d[0] * e[1] - d[1] * e[0]) / L**2)
+            rigid.append((i, j, k, a, bb))
+    sliders = [(s.point, s.origin[0], s.origin[1], s.direction[0], s.direction[1]) for s in spec.sliders]
+    angles = [(r.points[0], r.points[1], rel_columns[k]) for k, r in enumerate(spec.relative_coordinates)]
+    coords = [d for d in spec.drivers if d.kind == "coordinate"]
+    base = len(distances) + 2 * len(rigid) + len(sliders)
+    driver_rows.update({d.name: base + k for k, d in enumerate(coords)})
+    out = ConstraintSet(n, px, py, distances, rigid, sliders, angles, [d.coordinate for d in coords])
+    out.bind_fixed(fixed_xy)
+    return out, driver_rows

@@ -88,12 +88,3 @@ class DriverSet:
     def prescribed(self, t: float) -> dict[str, float]:
         """{driver name: f(t)} (the prescribed values, for reports)."""
         return {s.name: float(s.position(t)) for s in self.specs}
-
-
-def require_time(mech, t):
-    """t as a float; a ValueError naming the mechanism if it has drivers and t is None."""
-    if t is None:
-        if getattr(mech, "drivers", None):
-            raise ValueError(f"mechanism {mech.name!r} has time-dependent driving constraints: the time t is needed")
-        return 0.0
-    return float(t)

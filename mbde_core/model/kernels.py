@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from mbde_core.engine.fastpath import soa
+from mbde_core.engine.linalg import eliminate_batch_last
 from mbde_core.model import codegen_ali3p
 from mbde_core.model.codegen import generate
 
@@ -43,8 +45,6 @@ def _solve_dense_py(A, b):
 
 def _solve_dense_np(A, b):
     """Batch-last elimination with partial pivoting: entries are (N,) arrays or floats."""
-    from mbde_core.engine.linalg import eliminate_batch_last
-
     k = len(b)
     N = max((np.size(v) for row in A for v in row), default=1)
     N = max(N, max(np.size(v) for v in b))
@@ -58,8 +58,8 @@ def _solve_dense_np(A, b):
     return tuple(X[i, 0] for i in range(k))
 
 
-_SCALAR_NS = {"sin": math.sin, "cos": math.cos, "SOLVE": _solve_dense_py, "__builtins__": {}}
-_VECTOR_NS = {"sin": np.sin, "cos": np.cos, "SOLVE": _solve_dense_np, "__builtins__": {}}
+_SCALAR_NS = {"sin": math.sin, "cos": math.cos, "sqrt": math.sqrt, "SOLVE": _solve_dense_py, "__builtins__": {}}
+_VECTOR_NS = {"sin": np.sin, "cos": np.cos, "sqrt": np.sqrt, "SOLVE": _solve_dense_np, "__builtins__": {}}
 
 # Mechanism attributes the generated code depends on (replacing one marks it stale)
 KERNEL_INPUTS = frozenset({"M", "Q_gravity", "independent", "dependent", "keep_rows", "constraints", "loads",
@@ -129,6 +129,55 @@ class Kernels:
 
     def time_values(self, t: float) -> tuple:
         return tuple(f(t) for f in self.time_fns) if self.time_fns else ()
+
+    def evaluate(self, name: str, q, qd=None, t=None) -> np.ndarray:
+        """Phi ('phi'), (Phi_q)' qd ('jdot') or Q ('forces') by the generated kernels."""
+        q = np.asarray(q, dtype=float)
+        n = self.n
+        if q.ndim == 1:
+            S = self.scalar
+            x = q.tolist()
+            if name == "forces":
+                v = np.asarray(qd, dtype=float).reshape(n).tolist()
+                return np.array(S.forces(x, v, self.time_values(t)))
+            tr = S.trig(x)
+            if name == "phi":
+                return np.array(S.phi(x, tr))
+            return np.array(S.jdot(x, np.asarray(qd, dtype=float).reshape(n).tolist(), tr))
+        V = self.vector
+        N = q.shape[0]
+        x = soa(q, n)
+        with np.errstate(all="ignore"):
+            if name == "forces":
+                vals = V.forces(x, np.ascontiguousarray(np.asarray(qd, dtype=float).reshape(N, n).T), self.time_values(t))
+            elif name == "phi":
+                vals = V.phi(x, V.trig(x))
+            else:
+                vals = V.jdot(x, np.ascontiguousarray(np.asarray(qd, dtype=float).reshape(N, n).T), V.trig(x))
+        out = np.empty((N, len(vals)))
+        for k, v in enumerate(vals):
+            out[:, k] = v
+        return out
+
+    def dense_jacobian(self, q) -> np.ndarray:
+        """Dense Phi_q (m, n) or (N, m, n) from the generated structural non-zeros."""
+        q = np.asarray(q, dtype=float)
+        m, n = self.m, self.n
+        if q.ndim == 1:
+            S = self.scalar
+            x = q.tolist()
+            out = np.zeros(m * n)
+            out[self.jac_flat] = S.jac_values(x, S.trig(x))
+            return out.reshape(m, n)
+        V = self.vector
+        N = q.shape[0]
+        x = soa(q, n)
+        with np.errstate(all="ignore"):
+            vals = V.jac_values(x, V.trig(x))
+        out = np.zeros((N, m * n))
+        for f, v in zip(self.jac_flat, vals):
+            out[:, f] = v
+        return out.reshape(N, m, n)
 
 
 def build(mech) -> Kernels | None:

@@ -8,16 +8,18 @@ axis. Kinematics and dynamics live in :mod:`mbde_core.engine`.
 """
 from __future__ import annotations
 
+import copy
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace as dc_replace
 
 import numpy as np
 
 from mbde_core.errors import ConfigError
-from mbde_core.engine.fastpath import soa as _soa  # (fastpath imports nothing of the model)
+from mbde_core.engine import coordinates, kinematics
+from mbde_core.engine.kinematics import require_time
 from mbde_core.model import kernels
-from mbde_core.model.constraints import ConstraintSet
-from mbde_core.model.drivers import DriverSet, require_time
+from mbde_core.model.constraints import assemble_constraints
+from mbde_core.model.drivers import DriverSet
 from mbde_core.model.inertia import assemble_inertia, body_point_coefficients
 from mbde_core.model.loader import load_mechanism_spec
 from mbde_core.model.loads import LoadSet
@@ -66,32 +68,7 @@ class Mechanism:
         self.length_scale = max(b.length for b in spec.bodies)
 
         # -- constraints -------------------------------------------------------------
-        distances, rigid = [], []
-        xy = self.fixed_xy
-        driven = {d.body: d for d in spec.drivers if d.kind == "distance"}
-        driver_rows = {}  # driver name -> row of the full constraint set
-        for bi, b in enumerate(spec.bodies):
-            i, j = b.points[0], b.points[1]
-            if not (pts[i].fixed and pts[j].fixed):
-                if bi in driven:  # |P_j - P_i|^2 - 0, the driver's f(t)^2 is the time-dependent part
-                    driver_rows[driven[bi].name] = len(distances)
-                distances.append((i, j, 0.0 if bi in driven else b.length))
-            d = xy[j] - xy[i]
-            L = float(np.hypot(*d))
-            for k in b.points[2:]:
-                if pts[k].fixed and pts[i].fixed and pts[j].fixed:
-                    continue
-                e = xy[k] - xy[i]
-                a = float(np.dot(e, d) / L**2)
-                bb = float((d[0] * e[1] - d[1] * e[0]) / L**2)
-                rigid.append((i, j, k, a, bb))
-        sliders = [(s.point, s.origin[0], s.origin[1], s.direction[0], s.direction[1]) for s in spec.sliders]
-        angles = [(r.points[0], r.points[1], self.rel_columns[k]) for k, r in enumerate(spec.relative_coordinates)]
-        coords = [d for d in spec.drivers if d.kind == "coordinate"]
-        base = len(distances) + 2 * len(rigid) + len(sliders)
-        driver_rows.update({d.name: base + k for k, d in enumerate(coords)})
-        self.constraints = ConstraintSet(n, px, py, distances, rigid, sliders, angles, [d.coordinate for d in coords])
-        self.constraints.bind_fixed(self.fixed_xy)
+        self.constraints, driver_rows = assemble_constraints(spec, n, px, py, self.fixed_xy, self.rel_columns)
         self.drivers = DriverSet([], (), 0)  # filled once the independent rows are known
 
         # -- mass matrix and gravity --------------------------------------------------------
@@ -103,8 +80,6 @@ class Mechanism:
         self.loads = LoadSet(spec.loads, n, px, py, spec.bodies)
 
         # -- rank, independent coordinates, assembly -----------------------------------------
-        from mbde_core.engine import coordinates, kinematics  # local: engine imports model
-
         q_guess = self._raw_q0()
         self.keep_rows = coordinates.independent_rows(self, q_guess)
         self.m = len(self.keep_rows)
@@ -178,8 +153,6 @@ class Mechanism:
         return new
 
     def __deepcopy__(self, memo):
-        import copy
-
         new = object.__new__(type(self))
         memo[id(self)] = new
         for key, value in self.__dict__.items():
@@ -279,7 +252,7 @@ class Mechanism:
         """Constraint residuals Phi(q, t): (m,) or (N, m) (t: needed with driving constraints)."""
         K = self._fast()
         if K is not None:
-            out = _kernel_eval(K, "phi", q)
+            out = K.evaluate("phi", q)
         else:
             qb, single = self._batch(q)
             out = self.constraints.phi(qb, self.points(qb))
@@ -299,7 +272,7 @@ class Mechanism:
         """Constraint Jacobian: (m, n) or (N, m, n)."""
         K = self._fast()
         if K is not None:
-            return _kernel_jacobian(K, q)
+            return K.dense_jacobian(q)
         qb, single = self._batch(q)
         out = self.constraints.jacobian(qb, self.points(qb))
         if len(self.keep_rows) != self.constraints.m:
@@ -310,7 +283,7 @@ class Mechanism:
         """(d Phi_q / dt) qd: (m,) or (N, m) -- the right-hand side term of the acceleration problem."""
         K = self._fast()
         if K is not None:
-            return _kernel_eval(K, "jdot", q, qd)
+            return K.evaluate("jdot", q, qd)
         qb, single = self._batch(q)
         qdb = np.asarray(qd, dtype=float).reshape(qb.shape)
         out = self.constraints.jacobian_dot_qd(qb, qdb, self.points(qb), self.point_velocities(qdb))
@@ -326,7 +299,7 @@ class Mechanism:
             return self.Q_gravity.copy() if len(shape) == 1 else np.broadcast_to(self.Q_gravity, shape).copy()
         K = self._fast()
         if K is not None:
-            return _kernel_eval(K, "forces", q, qd, t=t)
+            return K.evaluate("forces", q, qd, t=t)
         qb, single = self._batch(q)
         if not self.loads:
             Q = np.broadcast_to(self.Q_gravity, qb.shape).copy()
@@ -375,8 +348,6 @@ class Mechanism:
         mass_factor and I0 with mass_factor * length_factor^2. Moving points of that body
         beyond its first point are moved accordingly before re-assembly.
         """
-        from dataclasses import replace as dc_replace
-
         spec = self.spec
         if gravity is not None:
             spec = spec.replace(gravity=tuple(float(g) for g in gravity))
@@ -404,56 +375,9 @@ class Mechanism:
             spec = spec.replace(independent=tuple(int(i) for i in self.independent))
         return Mechanism(spec)
 
-
-def _kernel_eval(K, name: str, q, qd=None, t=None) -> np.ndarray:
-    """Phi ('phi'), (Phi_q)' qd ('jdot') or Q ('forces') by the generated kernels."""
-    q = np.asarray(q, dtype=float)
-    n = K.n
-    if q.ndim == 1:
-        S = K.scalar
-        x = q.tolist()
-        if name == "forces":
-            v = np.asarray(qd, dtype=float).reshape(n).tolist()
-            return np.array(S.forces(x, v, K.time_values(t)))
-        tr = S.trig(x)
-        if name == "phi":
-            return np.array(S.phi(x, tr))
-        return np.array(S.jdot(x, np.asarray(qd, dtype=float).reshape(n).tolist(), tr))
-    V = K.vector
-    N = q.shape[0]
-    x = _soa(q, n)
-    with np.errstate(all="ignore"):
-        if name == "forces":
-            vals = V.forces(x, np.ascontiguousarray(np.asarray(qd, dtype=float).reshape(N, n).T), K.time_values(t))
-        elif name == "phi":
-            vals = V.phi(x, V.trig(x))
-        else:
-            vals = V.jdot(x, np.ascontiguousarray(np.asarray(qd, dtype=float).reshape(N, n).T), V.trig(x))
-    out = np.empty((N, len(vals)))
-    for k, v in enumerate(vals):
-        out[:, k] = v
-    return out
-
-
-def _kernel_jacobian(K, q) -> np.ndarray:
-    """Dense Phi_q (m, n) or (N, m, n) from the generated structural non-zeros."""
-    q = np.asarray(q, dtype=float)
-    m, n = K.m, K.n
-    if q.ndim == 1:
-        S = K.scalar
-        x = q.tolist()
-        out = np.zeros(m * n)
-        out[K.jac_flat] = S.jac_values(x, S.trig(x))
-        return out.reshape(m, n)
-    V = K.vector
-    N = q.shape[0]
-    x = _soa(q, n)
-    with np.errstate(all="ignore"):
-        vals = V.jac_values(x, V.trig(x))
-    out = np.zeros((N, m * n))
-    for f, v in zip(K.jac_flat, vals):
-        out[:, f] = v
-    return out.reshape(N, m, n)
+    def with_independent(self, independent) -> "Mechanism":
+        """The same mechanism with the independent coordinates z = q[independent]."""
+        return Mechanism(self.spec.replace(independent=tuple(int(i) for i in independent)))
 
 
 def load_mechanism(path: str | os.PathLike) -> Mechanism:

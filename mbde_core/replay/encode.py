@@ -23,10 +23,10 @@ import time
 import numpy as np
 
 from mbde_core.rosio.cdr_batch import Layout
-from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE
+from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE, PARTICLE_SET, particle_set_msg
 from mbde_core.rosio.factory import RosbagsFactory
 from mbde_core.rosio.sensor_io import estimate_messages
-from mbde_core.rosio.stamps import NS_PER_S, sec_to_ns
+from mbde_core.rosio.stamps import NS_PER_S, sec_to_ns, sec_to_stamp
 
 _OPTIONAL = ("cov", "branch_probabilities", "inputs", "input_cov")
 _KEY_FIELDS = ("q", "qd", "qdd", "z", "zd", "zdd") + _OPTIONAL
@@ -118,9 +118,6 @@ class ParticleSetEncoder:
         self.layouts: dict[tuple, Layout] = {}
 
     def encode(self, cloud) -> bytes:
-        from mbde_core.rosio.convert import PARTICLE_SET, particle_set_msg
-        from mbde_core.rosio.stamps import sec_to_stamp
-
         z = np.asarray(cloud.z, dtype=np.float64)
         branch = np.asarray(cloud.branch).ravel()
         key = (z.shape, np.shape(cloud.zd), branch.size, np.size(cloud.weight))
@@ -219,8 +216,6 @@ def read_part(path: str, on_declare=None, follow=None):
 def write_records_part(path: str, name: str, records, particles, mech, batch: int = 2048) -> list:
     """Part file of an in-memory run (StepRecords and [(step, ParticleCloud)] with stamps),
     e.g. the batch smoother's; returns its [(topic, type)] (see module doc)."""
-    from mbde_core.rosio.convert import PARTICLE_SET, particle_set_msg
-
     enc = EstimateEncoder(mech)
     ns = f"/mbde/{name}"
     topics = [(ns + "/state", MECHANISM_STATE), (ns + "/joint_states", JOINT_STATE)]

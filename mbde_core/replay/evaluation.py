@@ -17,8 +17,13 @@ import time
 import numpy as np
 
 from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, reference_nees
-from mbde_core.replay.encode import EstimateEncoder, PartWriter
+from mbde_core.replay.convergence import ConvergenceMetrics
+from mbde_core.replay.encode import EstimateEncoder, ParticleSetEncoder, PartWriter
+from mbde_core.replay.runner import InputMetrics
 from mbde_core.replay.source import TruthWindow
+from mbde_core.replay.viewables import EstimateView
+from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE, PARTICLE_SET
+from mbde_core.rosio.stamps import sec_to_ns
 
 BATCH = 2048  # estimates evaluated and serialised together
 SERIES_POINTS = 20_000  # steps kept for the plots
@@ -38,9 +43,6 @@ class StreamEvaluator:
     whole run, after its readings)."""
 
     def __init__(self, source, out=None, batch: int = BATCH, bound_truth: bool = True):
-        from mbde_core.replay.convergence import ConvergenceMetrics
-        from mbde_core.replay.runner import InputMetrics
-
         mech = source.mechanism
         self.source, self.out, self.batch = source, out, int(batch)
         self.angular = np.isin(mech.independent, mech.rel_columns)
@@ -135,13 +137,10 @@ class RunOutput:
         self.part = PartWriter(task.part) if task.part else None
         self.encoder = EstimateEncoder(mech) if task.part else None
         ns = f"/mbde/{task.name}"
-        from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE, PARTICLE_SET
 
         self.topics = [(ns + "/state", MECHANISM_STATE), (ns + "/joint_states", JOINT_STATE)]
         self.view = None
         if self.part is not None and source is not None:
-            from mbde_core.replay.viewables import EstimateView
-
             self.view = EstimateView(task.name, mech, source, self.encoder)
             self.topics += self.view.topics
         if self.part is not None:
@@ -168,9 +167,6 @@ class RunOutput:
                 per = cloud.z.size * 2 + 2 * len(cloud.weight)
                 self.every = max(1, int(np.ceil(per * self.total_steps / self.budget)))
             if self.k % self.every == 0 and self.part is not None:
-                from mbde_core.replay.encode import ParticleSetEncoder
-                from mbde_core.rosio.stamps import sec_to_ns
-
                 cloud.stamp = rec.estimate.stamp
                 if self.cloud_encoder is None:
                     self.cloud_encoder = ParticleSetEncoder(self.encoder.factory, self.mech.independent_names, "world")

@@ -23,9 +23,18 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from mbde_core import runs
 from mbde_core.errors import DataError
-from mbde_core.replay.outputs import write_report
+from mbde_core.estimators.registry import traits
+from mbde_core.replay.merge import LiveMerge
+from mbde_core.replay.outputs import write_estimates_bag, write_metrics, write_report
 from mbde_core.replay.plot_worker import PlotWorker
+from mbde_core.replay.runner import resolved_options, suitability
+from mbde_core.replay.smoothing import reference_path, smoother_reference
+from mbde_core.replay.source import open_source
+from mbde_core.replay.worker import ReplayTask, part_path, replay_task
+from mbde_core.scenario.description import write_description
+from mbde_core.trajectory.config import load_smoother_config
 
 
 @dataclass
@@ -47,8 +56,9 @@ def find_bags(paths) -> list[str]:
     for p in paths:
         if os.path.isfile(os.path.join(p, "metadata.yaml")):
             out.append(os.path.normpath(p))
-        elif os.path.isdir(p):
-            found = sorted(os.path.join(p, d) for d in os.listdir(p) if os.path.isfile(os.path.join(p, d, "metadata.yaml")))
+        elif os.path.isdir(p):  # hidden folders (e.g. outputs being written) are not bags of the folder
+            found = sorted(os.path.join(p, d) for d in os.listdir(p)
+                           if not d.startswith(".") and os.path.isfile(os.path.join(p, d, "metadata.yaml")))
             if not found:
                 raise DataError(f"{p}: neither a rosbag2 bag nor a folder of bags")
             out += found
@@ -69,15 +79,13 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
     reference ``smoother``: every bag is first smoothed (the ``smoother:`` options of
     config_file) and RMSE/NEES compare with the smoothed trajectory
     (:func:`mbde_core.replay.smoothing.smoother_reference`)."""
-    from mbde_core import runs
-    from mbde_core.replay.source import open_source
-    from mbde_core.replay.worker import ReplayTask, part_path, replay_task
-
     t0 = time.perf_counter()
     sources = {b: open_source(b, mechanism_file, sensors_file) for b in bags}
     t_load = time.perf_counter() - t0
+    for src in sources.values():
+        for note in src.notes:
+            log(f"warning: {note}")
     outs = {b: out if len(bags) == 1 else os.path.join(out, os.path.basename(b)) for b in bags}
-    from mbde_core.replay.runner import resolved_options, suitability
 
     verdicts, options = {}, {}
     for b in bags:  # before running: options resolved for the bag (a bad name exits 2), a meaningless
@@ -88,9 +96,6 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
                 log(f"warning: {os.path.basename(b)}: {v.message}")
     refs = {}
     if reference == "smoother":  # streamed into a file per bag, which the tasks read back (replay/reference.py)
-        from mbde_core.replay.smoothing import reference_path, smoother_reference
-        from mbde_core.trajectory.config import load_smoother_config
-
         smoother_cfg = load_smoother_config(config_file)
         for b in bags:
             os.makedirs(outs[b], exist_ok=True)
@@ -110,7 +115,6 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
         for name in names:
             tasks.append(ReplayTask(b, name, options[(b, name)], seed, part_path(bag_out, name), None,
                                     mechanism_file, sensors_file, reorder_window=reorder_window))
-    from mbde_core.estimators.registry import traits
 
     # expensive first: each estimator's relative cost per simulated second (its traits)
     order = sorted(range(len(tasks)), key=lambda i: -traits(tasks[i].name).cost * sources[tasks[i].bag].duration)
@@ -132,12 +136,11 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
         done = runs.run_tasks(replay_task, [tasks[i] for i in order], sources, jobs=jobs, scheduler=scheduler,
                               label="replay", on_outcome=finished, parent_busy=live,
                               on_start=lambda: [m.start() for m in mergers.values()])
-    except BaseException:
+    except BaseException:  # interrupted, or the engine failed: the outputs are abandoned
         for m in mergers.values():
-            try:
-                m.join()
-            except Exception:  # noqa: BLE001 -- the tasks' error is the one to report
-                pass
+            m.cancel()
+        if plotter is not None:
+            plotter.stop()
         raise
     t_tasks = time.perf_counter() - t0
     by_task = {order[k]: o for k, o in enumerate(done)}
@@ -177,16 +180,12 @@ def _drawn(bo: BagOutcome) -> list[str]:
 def _description(source) -> str | None:
     if source.scenario is None:
         return None
-    from mbde_core.scenario.description import write_description
 
     return write_description(source.scenario)
 
 
 def _live_merge(bo: BagOutcome, source, names, storage: str):
     """A LiveMerge writing bo's estimates bag from the part files as the tasks write them."""
-    from mbde_core.replay.merge import LiveMerge
-    from mbde_core.replay.worker import part_path
-
     return LiveMerge(os.path.join(bo.out, "estimates"), source, [(n, part_path(bo.out, n)) for n in names], storage,
                      _description(source))
 
@@ -194,8 +193,6 @@ def _live_merge(bo: BagOutcome, source, names, storage: str):
 def _write_bag(bo: BagOutcome, source, storage: str, plotter, merger=None) -> None:
     """metrics.json, the summary figure (queued to ``plotter``) and the estimates bag
     (written by ``merger`` meanwhile if given: waited for here)."""
-    from mbde_core.replay.outputs import write_estimates_bag, write_metrics
-
     results = bo.results
     for r in results:
         if r.counters.get("estimator_errors"):
@@ -222,8 +219,6 @@ def _write_bag(bo: BagOutcome, source, storage: str, plotter, merger=None) -> No
 
 
 def _part(out_dir, name):
-    from mbde_core.replay.worker import part_path
-
     return part_path(out_dir, name)
 
 

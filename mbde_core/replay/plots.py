@@ -5,7 +5,11 @@ import os
 
 import numpy as np
 
+from mbde_core.estimators.assess.metrics import coordinate_errors, nees, record_arrays, truth_at
 from mbde_core.estimators.chi2 import chi2_ppf
+
+# every time axis of the replay's figures: the estimates start at the first reading
+TIME_LABEL = "t [s] since the first reading"
 
 
 def _plt():
@@ -43,6 +47,7 @@ def plot_run(path: str, source, run, series: dict | None = None) -> str:
     mech = source.mechanism
     ser = run.series if series is None else series
     t, z, sig = ser["t"], ser["z"], ser["sig"]
+    t = np.asarray(t) - (t[0] if len(t) else 0.0)  # bag stamps are epoch seconds: time since the first reading
     angular = np.isin(mech.independent, mech.rel_columns)
     has_truth = "ez" in ser
     rows = 3 if has_truth else 1
@@ -75,32 +80,82 @@ def plot_run(path: str, source, run, series: dict | None = None) -> str:
             ax.set_ylabel("NEES")
             ax.legend(loc="upper right", fontsize=8)
     for c in range(mech.dof):
-        axes[-1, c].set_xlabel("t [s]")
+        axes[-1, c].set_xlabel(TIME_LABEL)
     _margins(fig, rows, mech.dof)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
+def _metric(doc: dict, name: str, *keys):
+    m = doc["estimators"][name].get("metrics") or {}
+    for k in keys:
+        m = m.get(k) if isinstance(m, dict) else None
+    return m
+
+
 def plot_summary(path: str, doc: dict) -> str:
-    """Bar charts of RMSE(z) and mean step time per estimator, linear axes from zero (a
-    truncated log axis makes small differences look large)."""
+    """The run at a glance, per estimator (one or many): RMSE of z over the run and after
+    convergence, mean NEES and NIS/dof against the acceptance band [0.3, 3] (x 2g for the
+    NEES; log axes), the real-time factor against 1, and what the stage did (fused and
+    rejected readings, the time to converge, the suitability verdict)."""
     plt = _plt()
     units = (doc.get("units") or {}).get("z") or []
     unit = units[0] if units and all(u == units[0] for u in units) else ""
     names = list(doc["estimators"])
-    rmse = [((doc["estimators"][n]["metrics"] or {}).get("rmse") or {}).get("z") for n in names]
-    cost = [((doc["estimators"][n]["metrics"] or {}).get("step_time_us") or {}).get("mean") for n in names]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-    if any(r is not None for r in rmse):
-        vals = [np.sqrt(np.mean(np.square(r))) if r else np.nan for r in rmse]
-        axes[0].bar(names, vals, color="C3")
-        axes[0].set_ylabel(f"RMSE z{f' [{unit}]' if unit else ''} (rms over coordinates)")
-    axes[1].bar(names, [c or 0 for c in cost], color="C0")
-    axes[1].set_ylabel("mean step time [us]")
-    for ax in axes:
+    x = np.arange(len(names))
+    fig, axes = plt.subplots(2, 2, figsize=(max(9.0, 2.2 + 1.1 * len(names) * 2), 6.4))
+
+    def rms(v):
+        return float(np.sqrt(np.mean(np.square(v)))) if v else np.nan
+
+    ax = axes[0, 0]
+    whole = [rms(_metric(doc, n, "rmse", "z")) for n in names]
+    settled = [rms(_metric(doc, n, "convergence", "rmse_settled")) for n in names]
+    if not all(np.isnan(whole)):
+        ax.bar(x - 0.2, whole, 0.4, color="C3", label="whole run")
+        ax.bar(x + 0.2, settled, 0.4, color="C1", label="after convergence")
         ax.set_ylim(bottom=0.0)
-        ax.tick_params(axis="x", rotation=30)
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no reference (ground truth or --reference smoother)", ha="center", va="center",
+                transform=ax.transAxes, fontsize=9)
+    ax.set_ylabel(f"RMSE z{f' [{unit}]' if unit else ''}")
+    ax.set_title("accuracy", fontsize=10)
+    for ax, key, dof_key, title in ((axes[0, 1], "nees", "dof", "consistency: mean NEES / dof"),
+                                     (axes[1, 0], "nis", "mean_dof", "consistency: mean NIS / dof")):
+        vals = []
+        for n in names:
+            mean, dof = _metric(doc, n, key, "mean"), _metric(doc, n, key, dof_key)
+            vals.append(mean / dof if mean is not None and dof else np.nan)
+        ax.axhspan(0.3, 3.0, color="C2", alpha=0.15, label="acceptance band [0.3, 3]")
+        ax.axhline(1.0, color="C2", lw=0.8)
+        if not all(np.isnan(vals)):
+            ax.bar(x, np.clip(vals, 1e-3, None), 0.5, color="C2")
+        ax.set_yscale("log")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8, loc="upper right")
+    ax = axes[1, 1]
+    rtf = [_metric(doc, n, "realtime_factor") or 0.0 for n in names]
+    ax.bar(x, rtf, 0.5, color="C0")
+    ax.axhline(1.0, color="k", lw=0.8, ls="--", label="real time")
+    ax.set_ylim(bottom=0.0)
+    ax.set_title("real-time factor (processing time / data time)", fontsize=10)
+    ax.legend(fontsize=8, loc="upper right")
+    for ax in axes.ravel():
+        ax.set_xticks(x)
+        ax.set_xticklabels(names, rotation=30 if len(names) > 3 else 0)
+    for i, n in enumerate(names):  # what the stage did, under the real-time factor's bars
+        c = _metric(doc, n, "counters") or {}
+        conv = _metric(doc, n, "convergence", "converged_after")
+        level = _metric(doc, n, "suitability", "level")
+        text = f"fused {c.get('fused', '-')}\nrejected {c.get('rejected_gate', '-')}"
+        text += "" if conv is None else f"\nconverged {conv:.2f} s"
+        text += "" if level is None else f"\n{level}"
+        axes[1, 1].text(i, 0.02, text, ha="center", va="bottom", fontsize=7,
+                        transform=axes[1, 1].get_xaxis_transform())
+    fig.suptitle(f"{doc.get('mechanism', '')}: {len(names)} estimator{'s' if len(names) > 1 else ''}"
+                 f"{', ground truth' if doc.get('ground_truth') else ''}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -122,7 +177,7 @@ def plot_branches(path: str, source, run) -> str | None:
         true = b == truth
         ax.plot(t, bp[:, b], lw=2.0 if true else 1.2, label=f"branch {b}" + (" (truth at the start)" if true else ""))
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("t [s] since the first estimate")
+    ax.set_xlabel(TIME_LABEL)
     ax.set_ylabel("probability")
     ax.set_title(f"{run.name}: assembly-branch probabilities")
     ax.legend(loc="center right", fontsize=8)
@@ -140,8 +195,6 @@ def has_branch_probabilities(series: dict) -> bool:
 
 def series_of_records(inputs, run) -> dict:
     """The plot series (see :func:`plot_run`) of an in-memory run against inputs.truth."""
-    from mbde_core.estimators.assess.metrics import coordinate_errors, nees, record_arrays, truth_at
-
     mech = inputs.mechanism
     a = record_arrays(run.records)
     g = mech.dof

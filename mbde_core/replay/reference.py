@@ -14,6 +14,8 @@ import os
 
 import numpy as np
 
+from mbde_core.estimators.assess.metrics import truth_at
+
 
 class ReferenceWriter:
     """Append smoothed steps (t (K,), z, zd, zdd (K, g), cov (K, 2g, 2g) or None) in time order."""
@@ -73,8 +75,6 @@ class ReferenceTrajectory:
 
     def at(self, stamps) -> dict:
         """{z, zd, zdd (K, g), cov (K, 2g, 2g) or None, effort None} at ``stamps`` (K,)."""
-        from mbde_core.estimators.assess.metrics import truth_at
-
         stamps = np.asarray(stamps, dtype=float)
         g, K = self.g, len(stamps)
         out = {"z": np.empty((K, g)), "zd": np.empty((K, g)), "zdd": np.empty((K, g)),

@@ -14,9 +14,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mbde_core.estimators import estimator_rng, make_estimator
+from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, truth_at
+from mbde_core.estimators.assess.suitability import assess, precheck
 from mbde_core.estimators.base import InitialState, initial_sigmas
-from mbde_core.estimators.assess.metrics import RunMetrics, record_arrays, truth_at
+from mbde_core.estimators.configure import as_spec, resolve
+from mbde_core.estimators.options.frozen import Options
+from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
+from mbde_core.estimators.registry import traits
 from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
+from mbde_core.replay.convergence import ConvergenceMetrics
 
 
 @dataclass
@@ -45,10 +51,6 @@ def resolved_options(source, spec, name: str | None = None):
     the source's model and sensors (and its scenario's motor, if any), as the live node
     resolves them; frozen options are returned as they are, a mapping of the user's
     options of estimator ``name`` (given in code) is validated first."""
-    from mbde_core.estimators.configure import as_spec, resolve
-    from mbde_core.estimators.options.frozen import Options
-    from mbde_core.estimators.options.rule import scenario_context
-
     if isinstance(spec, Options):
         return spec
     return resolve(as_spec(name, spec), source.mechanism, source.sensors,
@@ -60,10 +62,6 @@ def suitability(source, name: str, options):
     with its resolved ``options`` and the source's sensors from its initial guess; raises
     UnsuitableError (exit status 2) for a meaningless pair, e.g. the ADE-KF without an
     accelerometer."""
-    from mbde_core.estimators.assess.suitability import assess, precheck
-    from mbde_core.estimators.options.rule import force_limits, scenario_context
-    from mbde_core.estimators.registry import traits
-
     precheck(name, source.sensors)
     est = make_estimator(name, source.mechanism, source.sensors, options) if traits(name).pbh else None
     limits = force_limits(source.mechanism, options.as_dict(), scenario_context(getattr(source, "scenario", None)))
@@ -129,7 +127,9 @@ def run_estimator(inputs, name: str, options, seed: int = 0, progress=None, part
 
     stage = EstimatorStage.for_estimator(est, lambda t: init, on_step=on_step, **STAGE_DEFAULTS)
     guard = GuardedStage(stage)
-    ms = inputs.measurements
+
+    unused = unused_inputs(est, inputs.sensors)  # known-input readings it does not take: not fed
+    ms = [m for m in inputs.measurements if m.sensor not in unused] if unused else inputs.measurements
     total = len(ms)
     chunk = max(total // 200, 1)
     t0 = time.perf_counter()
@@ -177,9 +177,6 @@ def evaluate(inputs, run: EstimatorRun) -> dict:
 def _convergence(inputs, recs, stamps, arrays, tz, angular) -> dict:
     """Convergence time, settled RMSE and branch identification (replay/convergence.py),
     as the streamed replay worker computes them."""
-    from mbde_core.estimators.assess.metrics import coordinate_errors
-    from mbde_core.replay.convergence import ConvergenceMetrics
-
     conv = ConvergenceMetrics(angular, inputs.mechanism.length_scale)
     probs = [r.estimate.branch_probabilities for r in recs]
     bp = true_branch = None
@@ -231,3 +228,12 @@ class InputMetrics:
                          "rmse_after_1s": float(np.sqrt(a["sq_late"] / a["n_late"])) if a["n_late"] else None,
                          "truth_range": (a["hi"] - a["lo"]) or 1.0}
         return out
+
+
+def unused_inputs(est, sensors) -> dict:
+    """{name: 0} of the known-input sensors (a measured motor torque) whose readings the
+    estimator does not take (it has no ``known_inputs`` attribute set true): they are
+    counted, not fed to its stage."""
+    if getattr(est, "known_inputs", False):
+        return {}
+    return {name: 0 for name in getattr(sensors, "input_names", [])}

@@ -17,12 +17,14 @@ both bags, or `mbde render` them together).
 """
 from __future__ import annotations
 
+from mbde_core.estimators.registry import traits
 from mbde_core.rosio.cdr_batch import Layout
 from mbde_core.rosio.stamps import sec_to_stamp
 from mbde_core.rosio.tf import TF_MESSAGE, TF_STATIC_TOPIC, TF_TOPIC, tf_message
 from mbde_core.viz.frames import MechanismFrames, yaw_quaternion
 from mbde_core.viz.marker_cdr import MarkerArrayTemplate
-from mbde_core.viz.markers import MARKER_ARRAY, MechanismDrawer, estimate_shapes, marker_array
+from mbde_core.viz.marker_msgs import MARKER_ARRAY, marker_array
+from mbde_core.viz.markers import MechanismDrawer, estimate_shapes
 
 MODEL_MARKERS = "/mbde/model/markers"
 MARKER_PERIOD = 0.1  # s: 10 Hz of data time, as the live nodes' marker_rate
@@ -102,8 +104,6 @@ def static_messages(factory, source, names) -> list[tuple[str, str, object]]:
 
 def _style(name: str):
     """The estimator's traits (its colour and label slot), or None for another source."""
-    from mbde_core.estimators.registry import traits
-
     try:
         return traits(name)
     except KeyError:

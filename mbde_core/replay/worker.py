@@ -18,6 +18,11 @@ import time
 from dataclasses import dataclass, field
 
 from mbde_core.replay.evaluation import BATCH, SERIES_POINTS, RunOutput, StreamEvaluator  # noqa: F401
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.registry import estimator_rng
+from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
+from mbde_core.replay.plots import plot_branches, plot_run
+from mbde_core.replay.runner import GuardedStage, initial_state, resolved_options, unused_inputs
 from mbde_core.replay.source import Stream, open_source
 
 
@@ -64,11 +69,6 @@ def replay_task(shared, task: ReplayTask) -> EstimatorResult:
 
 
 def run_streamed(source, task: ReplayTask) -> EstimatorResult:
-    from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.registry import estimator_rng
-    from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
-    from mbde_core.replay.runner import GuardedStage, initial_state, resolved_options
-
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     mech, options = source.mechanism, resolved_options(source, task.config, task.name)
     est = make_estimator(task.name, mech, source.sensors, options, rng=estimator_rng(task.seed, task.name))
@@ -89,10 +89,14 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     guard = GuardedStage(stage)
     stream = Stream(source, truth=ev.ref is None)  # a smoother reference replaces the ground truth
     clock = {"filter": 0.0, "output": 0.0}
+    unused = unused_inputs(est, source.sensors)
     for chunk in stream:
         ev.add_truth(chunk.truth)
         t0 = time.perf_counter()
         for m in chunk.readings:  # one reading at a time, as the live node feeds them
+            if m.sensor in unused:
+                unused[m.sensor] += 1
+                continue
             guard.call(stage.feed, m)
         clock["filter"] += time.perf_counter() - t0
         ev.drain()
@@ -102,6 +106,8 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     clock["output"] = ev.time
     result = ev.result(stream.effort_ok)
     counters = {**stage.counters.as_dict(), **guard.counters()}
+    if any(unused.values()):
+        counters["known_input_readings_not_used"] = dict(unused)
     result["counters"] = counters
     result["diagnostics"] = est.diagnostics()
     wall = time.perf_counter() - t_wall
@@ -109,11 +115,8 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     res = EstimatorResult(source.bag, task.name, options.as_dict(), result, counters, result["diagnostics"], wall, dict(stream.counts),
                           dict(stream.skipped), task.part, out.topics, out.series(), None, clock)
     if task.plot:
-        from mbde_core.replay.plots import plot_run
-
         t0 = time.perf_counter()
         res.plot = plot_run(task.plot, source, res)
-        from mbde_core.replay.plots import plot_branches
 
         branches = plot_branches(os.path.splitext(task.plot)[0] + "_branches.png", source, res)
         if branches:

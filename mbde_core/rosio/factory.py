@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from mbde_core.rosio import typestore as ts
 from mbde_core.rosio.stamps import sec_to_stamp
 
 
@@ -74,8 +75,6 @@ class RosbagsFactory:
 
     def __init__(self, typestore=None):
         """typestore: a rosbags Typestore; default :func:`mbde_core.rosio.typestore.get_typestore`."""
-        from mbde_core.rosio import typestore as ts
-
         self.typestore = ts.get_typestore() if typestore is None else typestore
         self._defs = ts.fielddefs(self.typestore)
 

@@ -19,6 +19,16 @@ only: from the estimator's point of view it is the unknown input force.
 The target r(t) is a time function: a number, an expression in ``t``, ``{table: [[t,
 v], ...]}`` (linear interpolation) or ``{steps: [[t, v], ...]}`` (piecewise constant:
 the value of the last row with t_i <= t; before the first row, its value).
+
+Scenario section ``speed_controller``::
+
+    speed_controller:
+      name: motor                                # default motor
+      coordinate: theta                          # the driven coordinate (required)
+      target: {steps: [[0, 40], [3.3, 50]]}      # rad/s or m/s, a time function (required)
+      kp: 1.2                                    # proportional gain [N m s/rad] (required)
+      ki: 40                                     # integral gain [N m/rad], default 0
+      torque_limit: 5                            # |u| bound [N m or N], default none
 """
 from __future__ import annotations
 
@@ -28,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbde_core.config.yamlnode import Node
-from mbde_core.model.loader import time_function
+from mbde_core.model.loader_items import time_function
 from mbde_core.model.spec import TimeFunction
 
 KEYS = ("name", "coordinate", "target", "kp", "ki", "torque_limit")

@@ -33,7 +33,11 @@ from __future__ import annotations
 import numpy as np
 import yaml
 
+from mbde_core import __version__
 from mbde_core.errors import ConfigError, DataError
+from mbde_core.rosio.bag import BagReader
+from mbde_core.rosio.convert import string_from_msg
+from mbde_core.scenario.scenario import Scenario
 
 FORMAT = "mbde/simulation-description/1"
 DESCRIPTION_TOPIC = "/mbde/description"
@@ -43,14 +47,12 @@ GROUND_TRUTH_JOINTS_TOPIC = "/mbde/ground_truth/joint_states"
 
 def description_document(scenario) -> dict:
     """The description (a plain dict, see the module docstring) of a scenario."""
-    from mbde_core import __version__
-
     truth = scenario.truth_mechanism()
     init = scenario.initial_state
     est = scenario.estimator_initial_state()
     sensors = []
     for reference, sset in ((False, scenario.sensors), (True, scenario.reference_sensors)):
-        for s in sset:
+        for s in sset.ordered:  # known-input sensors (a measured torque) too
             d = s.describe()
             d["period"] = scenario.sensor_every[s.name] * scenario.step
             d["reference"] = reference
@@ -107,8 +109,6 @@ def scenario_from_description(text: str, label: str = "<description>", check: bo
     check: verify the rebuilt initial states (truth and estimator) and coordinate names
     equal the recorded ones (DataError otherwise, e.g. after an incompatible change).
     """
-    from mbde_core.scenario.scenario import Scenario
-
     doc = read_description(text, label)
     try:
         scenario = Scenario(doc["scenario"], file=f"{label}:scenario", base_dir=None)
@@ -121,9 +121,6 @@ def scenario_from_description(text: str, label: str = "<description>", check: bo
 
 def scenario_from_bag(path, check: bool = True):
     """Rebuild the Scenario recorded in a bag's /mbde/description (DataError if none)."""
-    from mbde_core.rosio.bag import BagReader
-    from mbde_core.rosio.convert import string_from_msg
-
     with BagReader(path) as bag:
         if DESCRIPTION_TOPIC not in {t for t, _, _ in bag.topics()}:
             raise DataError(f"{path}: no {DESCRIPTION_TOPIC} topic (not a bag written by mbde simulate)")

@@ -41,16 +41,16 @@ import math
 import os
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from mbde_core.config.yamlnode import Node, read_yaml
-from mbde_core.engine import kinematics
 from mbde_core.engine.integrators import INTEGRATOR_NAMES
 from mbde_core.errors import ConfigError
 from mbde_core.model import loader as mech_loader
+from mbde_core.model.loader_items import read_load
 from mbde_core.model.mechanism import Mechanism
 from mbde_core.model.spec import LoadSpec, MechanismSpec, TimeFunction
+from mbde_core.rosio.stamps import sec_to_ns
 from mbde_core.scenario.controller import HeldInput, SpeedControllerSpec, parse_speed_controller
+from mbde_core.scenario.initial import InitialState, estimator_initial_state, read_initial_state
 from mbde_core.scenario.model_errors import ModelErrors, body_scale, estimator_gravity, parse_model_errors
 from mbde_core.scenario.overrides import apply_settings
 from mbde_core.sensors.config import load_sensors
@@ -63,21 +63,9 @@ TOP_KEYS = (
     "filter_step", "model_errors",
 )
 REQUIRED = ("mechanism", "duration", "step")
-INITIAL_KEYS = ("position", "velocity", "release_from", "branch")
 REFERENCE_TOPIC = "/mbde/reference/{}"
 RESERVED_TOPICS = ("/mbde/description", "/mbde/ground_truth", "/mbde/ground_truth/joint_states")
 _TOL = 1e-9  # relative tolerance of "integer multiple of the step"
-
-
-@dataclass(frozen=True)
-class InitialState:
-    """An assembled initial state: q, qd (n,), z, zd (g,), branch label."""
-
-    q: np.ndarray
-    qd: np.ndarray
-    z: np.ndarray
-    zd: np.ndarray
-    branch: int
 
 
 @dataclass
@@ -171,7 +159,7 @@ class Scenario:
         self.sensor_every: dict[str, int] = {}
         topics = dict.fromkeys(RESERVED_TOPICS, "mbde simulate")
         for node, sset in ((self._sensor_node, self.sensors), (self._reference_node, self.reference_sensors)):
-            for k, sensor in enumerate(sset):
+            for k, sensor in enumerate(sset.ordered):  # measurement and known-input sensors, in file order
                 item = Node(node.value[k], node.file, node.child_path(k))
                 if sensor.name in self.sensor_every:
                     raise item.get("name").error(f"duplicate sensor name {sensor.name!r}")
@@ -183,10 +171,11 @@ class Scenario:
                 self.sensor_every[sensor.name] = self._multiple(item.get(key), sensor.period, what="sensor period")
 
         # -- initial state, model errors, estimator model ------------------------------------------
-        self.initial_state = self._initial_state(root.get("initial_state"), truth)
+        self.initial_state = read_initial_state(root.get("initial_state"), truth, self._vars)
         self.model_errors: ModelErrors = parse_model_errors(root.get("model_errors"), truth, self._vars)
         self._estimator = self._build_estimator()
-        self._estimator_initial = self._estimator_initial_state(root.get("model_errors"))
+        self._estimator_initial = estimator_initial_state(root.get("model_errors"), self._estimator, self.initial_state,
+                                                          self.model_errors)
 
     # =====================================================================================
     # public API
@@ -269,8 +258,9 @@ class Scenario:
 
     @property
     def all_sensors(self) -> list:
-        """Sensors then reference sensors (the order the simulator samples them in)."""
-        return list(self.sensors) + list(self.reference_sensors)
+        """Sensors then reference sensors (the order the simulator samples them in), each
+        in file order, known-input sensors (a measured motor torque) included."""
+        return list(self.sensors.ordered) + list(self.reference_sensors.ordered)
 
     def __repr__(self) -> str:
         return (f"<Scenario {self.name!r}: {self.spec.name}, {len(self.sensors)} sensor(s), "
@@ -312,8 +302,8 @@ class Scenario:
         body_index = {b.name: i for i, b in enumerate(spec.bodies)}
         coord_index = {c: i for i, c in enumerate(spec.coordinate_names())}
         # the mechanism loader's own load parser (mbde_core.model.loader), same schema and errors
-        return tuple(mech_loader._load(item, first_index + i, point_index, body_index, coord_index, points,
-                                       list(spec.bodies), self._vars)
+        return tuple(read_load(item, first_index + i, point_index, body_index, coord_index, points,
+                               list(spec.bodies), self._vars)
                      for i, item in enumerate(node.sequence()))
 
     def _sensor_source(self, root: Node) -> tuple[Node, str | None]:
@@ -337,40 +327,6 @@ class Scenario:
         return Node(self.spec.sensors, self.mechanism_file or self.file,
                     "sensors" if self.mechanism_file else "mechanism.sensors"), None
 
-    def _initial_state(self, node: Node, truth: Mechanism) -> InitialState:
-        g = truth.dof
-        z = truth.q0[truth.independent].copy()
-        zd = truth.qd0[truth.independent].copy()
-        branch = 0
-        moved = False
-        if node.value is not None:
-            node.mapping(optional=INITIAL_KEYS)
-            if node.has("release_from") and (node.has("position") or node.has("velocity")):
-                raise node.error("give either 'release_from' or 'position'/'velocity', not both")
-            pos_key = "release_from" if node.has("release_from") else "position"
-            for key, target in ((pos_key, z), ("velocity", zd)):
-                if node.get(key).value is None:
-                    continue
-                for name, child in node.get(key).items():
-                    if name not in truth.independent_names:
-                        raise child.error(f"not an independent coordinate (independent: {', '.join(truth.independent_names)})")
-                    target[truth.independent_names.index(name)] = child.number(self._vars)
-                    moved = moved or key == pos_key
-            if node.has("release_from"):
-                zd = np.zeros(g)
-            if node.has("branch"):
-                branch = node.get("branch").number(integer=True, nonnegative=True)
-                moved = moved or branch != 0
-        if not moved:
-            q = truth.q0.copy()
-        else:
-            q, ok = _assemble(truth, z, branch)
-            if not ok:
-                where = node.get("branch") if node.has("branch") else node
-                raise where.error(_no_assembly(truth, z, branch))
-        qd = kinematics.velocity(truth, q, zd)
-        return InitialState(q, qd, q[truth.independent].copy(), zd.copy(), int(branch))
-
     def _build_estimator(self) -> Mechanism:
         spec = self.spec.replace(loads=tuple(self.spec.loads) + tuple(self.known_loads),
                                  independent=tuple(int(i) for i in self._truth.mechanism.independent))
@@ -385,29 +341,9 @@ class Scenario:
         except ConfigError as exc:
             raise ConfigError(self.file, "model_errors", f"the estimator's model cannot be built: {exc.message}") from None
 
-    def _estimator_initial_state(self, node: Node) -> InitialState:
-        est = self._estimator
-        init = self.initial_state
-        z = init.z.copy()
-        zd = init.zd.copy()
-        for k, name in enumerate(est.independent_names):
-            z[k] += self.model_errors.initial_position.get(name, 0.0)
-            zd[k] += self.model_errors.initial_velocity.get(name, 0.0)
-        if np.allclose(z, est.q0[est.independent], rtol=0, atol=0) and init.branch == 0:
-            q = est.q0.copy()
-        else:
-            q, ok = _assemble(est, z, init.branch)
-            if not ok:
-                raise node.error("estimator initial state: " + _no_assembly(est, z, init.branch))
-        qd = kinematics.velocity(est, q, zd)
-        return InitialState(q, qd, q[est.independent].copy(), zd, init.branch)
-
-
 # ------------------------------------------------------------------------------------------
 def _whole_ns(node: Node, seconds: float) -> int:
     """Seconds -> integer ns (exact rational value of the float, rounded; 1e-3 s -> 1000000)."""
-    from mbde_core.rosio.stamps import sec_to_ns
-
     ns = sec_to_ns(seconds)
     if abs(ns - seconds * 1e9) > max(1e-3, 1e-12 * seconds * 1e9):
         raise node.error(f"{seconds!r} s is not a whole number of nanoseconds")
@@ -436,21 +372,3 @@ def _with_default_topics(node: Node) -> Node:
             v["topic"] = REFERENCE_TOPIC.format(v["name"])
         out.append(v)
     return Node(out, node.file, node.path)
-
-
-def _assemble(mech: Mechanism, z: np.ndarray, branch: int):
-    """(q, ok): the configuration at independent coordinates z on branch label ``branch``."""
-    from mbde_core.engine.branches import BranchTool
-
-    bt = BranchTool(mech)
-    q, ok = bt.assemble(np.asarray(z, dtype=float)[None], np.array([branch]), starts=48)
-    return q[0], bool(ok[0])
-
-
-def _no_assembly(mech: Mechanism, z: np.ndarray, branch: int) -> str:
-    from mbde_core.engine.branches import BranchTool
-
-    zs = ", ".join(f"{n} = {v:.6g}" for n, v in zip(mech.independent_names, z))
-    _, labels = BranchTool(mech).enumerate(np.asarray(z, dtype=float))
-    have = ", ".join(str(int(v)) for v in labels) or "none"
-    return f"the mechanism cannot be assembled on branch {branch} at {zs} (branches there: {have})"

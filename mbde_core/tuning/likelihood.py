@@ -20,6 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mbde_core.estimators import estimator_rng, make_estimator
+from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
+from mbde_core.replay.runner import initial_state
+
 LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -61,10 +65,6 @@ def innovation_fit(source, readings, name: str, cfg, seed: int = 0) -> Innovatio
     """Run estimator ``name`` with the resolved (frozen) options ``cfg`` over ``readings`` (the
     source's model, sensors and initial guess, as ``mbde replay``) and sum its innovation
     log-likelihood (module doc)."""
-    from mbde_core.estimators import estimator_rng, make_estimator
-    from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
-    from mbde_core.replay.runner import initial_state
-
     fit = InnovationFit()
 
     def on_step(rec):

@@ -20,13 +20,13 @@ import math
 
 import numpy as np
 
+from mbde_core.estimators.registry import traits
+
 KEYS = ("step", "plant_noise", "initial_sigma", "transition", "integrator")
 ADEKF_KEYS = ("r_a", "jump_sigma", "inputs")  # the ADE-KF family's options the default-tuning rule resolves
 
 
 def _traits(name: str):
-    from mbde_core.estimators.registry import traits
-
     return traits(name)
 
 

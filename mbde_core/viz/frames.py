@@ -17,7 +17,7 @@ Sensor frames (the readings' ``header.frame_id``) hang below the frame they are 
 - point position sensor: at its point with world axes (moving).
 
 A frame is a planar rigid transform (x, y, yaw); :attr:`FrameTransform.quaternion` is
-the rotation about z as a unit quaternion (transforms3d), in ROS's (x, y, z, w) order.
+the rotation about z as a unit quaternion, in ROS's (x, y, z, w) order.
 Every name gets ``prefix`` (e.g. ``ukf/`` for an estimate, '' for the ground truth or a
 robot's own tree); the fixed frame does not.
 """
@@ -46,9 +46,10 @@ class FrameTransform:
 
 
 def yaw_quaternion(yaw: float) -> tuple[float, float, float, float]:
-    """(x, y, z, w) of a rotation yaw [rad] about z: transforms3d's euler2quat(0, 0, yaw)
-    ('sxyz') operation for operation on floats, so the same bits (signed zeros included),
-    without its per-call array."""
+    """(x, y, z, w) = (0, 0, sin(yaw/2), cos(yaw/2)), the rotation yaw [rad] about z,
+    computed as the 'sxyz' Euler product with roll = pitch = 0 (the signed zeros of
+    transforms3d's and scipy's ``from_euler``; test/test_frames.py checks it against
+    scipy's :class:`~scipy.spatial.transform.Rotation`)."""
     ck, sk = math.cos(yaw / 2.0), math.sin(yaw / 2.0)  # ci = cj = cos(0) = 1, si = sj = 0
     cc, cs, sc, ss = 1.0 * ck, 1.0 * sk, 0.0 * ck, 0.0 * sk
     return 1.0 * sc - 0.0 * cs, 1.0 * ss + 0.0 * cc, 1.0 * cs - 0.0 * sc, 1.0 * cc + 0.0 * ss

@@ -4,7 +4,7 @@ An estimator's markers in the estimates bag (:mod:`mbde_core.replay.viewables`, 
 0.1 s of data time) have the same *shape* from frame to frame: the same markers (kind,
 namespace, id, text), the same number of points and colours; only the stamp, the
 vertices, the colours and sizes change. :class:`MarkerArrayTemplate` writes the first
-frame of a shape with :func:`~mbde_core.viz.markers.marker_array_cdr` (the
+frame of a shape with :func:`~mbde_core.viz.marker_msgs.marker_array_cdr` (the
 :class:`~mbde_core.rosio.cdr_writer.CdrWriter`), finds the byte offsets of its numbers
 (:class:`~mbde_core.rosio.cdr_batch.Layout`) and writes the next frames of that shape
 into a copy of those bytes: the stamp and every number :func:`marker_values` sets, packed
@@ -22,7 +22,7 @@ import numpy as np
 from mbde_core.rosio.cdr_batch import Layout, LayoutError
 from mbde_core.rosio.cdr_writer import CdrWriter
 from mbde_core.rosio.stamps import sec_to_stamp
-from mbde_core.viz.markers import MARKER_ARRAY, marker_array_cdr
+from mbde_core.viz.marker_msgs import MARKER_ARRAY, marker_array_cdr
 
 
 def _shape_key(s) -> tuple:

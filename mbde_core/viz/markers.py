@@ -1,7 +1,7 @@
 """Marker builder: the picture of a mechanism, its ground truth and its estimates.
 
 Shared by the ROS nodes (``visualization_msgs/MarkerArray`` for RViz, via
-:func:`marker_array`) and by ``mbde render`` (matplotlib, :mod:`mbde_core.viz.render`),
+:func:`mbde_core.viz.marker_msgs.marker_array`) and by ``mbde render`` (matplotlib, :mod:`mbde_core.viz.render`),
 so both show the same picture. Everything lives in the mechanism plane (x, y) of the
 frame the states are expressed in; shapes are plain data (:class:`Shape`).
 
@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mbde_core.rosio.stamps import sec_to_stamp
+from mbde_core.engine import kinematics
+from mbde_core.engine.branches import BranchTool
 
 CHI2_2_95 = 5.991464547107979  # chi-square quantile, 2 dof, p = 0.95
 HYPOTHESIS_ALPHA = 0.6
@@ -179,8 +180,6 @@ class MechanismDrawer:
     # -- uncertainty ----------------------------------------------------------------------------
     def point_covariances(self, q, cov_z) -> np.ndarray:
         """(M, 2, 2) position covariances of the moving points from P_zz (g, g): R_p P R_p^T."""
-        from mbde_core.engine import kinematics
-
         mech = self.mech
         R = kinematics.r_matrix(mech, np.asarray(q, float)[None])[0]  # (n, g)
         rows = np.stack([mech.px[self.geo.moving], mech.py[self.geo.moving]], axis=1)  # (M, 2)
@@ -274,15 +273,11 @@ class ParticleAssembler:
     @property
     def branches(self):
         if self._bt is None:
-            from mbde_core.engine.branches import BranchTool
-
             self._bt = BranchTool(self.mech)
         return self._bt
 
     def assemble(self, z, branch, hint=None):
         """z (K, g), branch (K,) -> (q (K, n), ok (K,))."""
-        from mbde_core.engine import kinematics
-
         mech = self.mech
         z = np.atleast_2d(np.asarray(z, float))
         branch = np.asarray(branch, dtype=np.int64).reshape(-1)
@@ -355,111 +350,3 @@ def estimate_shapes(drawer: MechanismDrawer, source: str, snap, cloud=None, top_
         shapes.append(drawer.hypotheses(cloud, source, top_k, hint=snap))
     shapes.append(drawer.label(source, label_text(source, snap, cloud, nis), color=color, slot=slot))
     return shapes
-
-
-# ------------------------------------------------------------------------------- markers
-MARKER = "visualization_msgs/msg/Marker"
-MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
-_TYPES = {"lines": 5, "points": 7, "text": 9}  # LINE_LIST, SPHERE_LIST, TEXT_VIEW_FACING
-ADD, DELETE = 0, 2
-
-
-def _point(factory, x, y, z):
-    p = factory.new("geometry_msgs/msg/Point")
-    p.x, p.y, p.z = float(x), float(y), float(z)
-    return p
-
-
-def _rgba(factory, c):
-    col = factory.new("std_msgs/msg/ColorRGBA")
-    col.r, col.g, col.b, col.a = (float(v) for v in c)
-    return col
-
-
-def marker(factory, shape: Shape, frame_id: str, stamp: float):
-    """visualization_msgs/Marker of a shape; an empty shape gives a DELETE of its id."""
-    m = factory.new(MARKER)
-    m.header.stamp = factory.time(stamp)
-    m.header.frame_id = str(frame_id)
-    m.ns, m.id = shape.ns, int(shape.id)
-    m.pose.orientation.w = 1.0  # identity (RViz rejects an all-zero quaternion)
-    if shape.empty:
-        m.action = DELETE
-        return m
-    m.action = ADD
-    m.type = _TYPES[shape.kind]
-    m.color = _rgba(factory, shape.color)
-    s = float(shape.size)
-    if shape.kind == "text":
-        m.pose.position.x, m.pose.position.y, m.pose.position.z = float(shape.xy[0, 0]), float(shape.xy[0, 1]), shape.z
-        m.scale.z = s
-        m.text = shape.text
-        return m
-    m.scale.x = s
-    if shape.kind == "points":
-        m.scale.y = m.scale.z = s
-    m.points = [_point(factory, x, y, shape.z) for x, y in np.asarray(shape.xy, float)]
-    if shape.colors is not None:
-        m.colors = [_rgba(factory, c) for c in np.asarray(shape.colors, float)]
-    return m
-
-
-def marker_array(factory, shapes, frame_id: str, stamp: float):
-    """visualization_msgs/MarkerArray of shapes (in order)."""
-    arr = factory.new(MARKER_ARRAY)
-    arr.markers = [marker(factory, s, frame_id, stamp) for s in shapes]
-    return arr
-
-
-def marker_values(shape: Shape, frame_id: str, sec: int, nanosec: int) -> dict:
-    """The fields of :func:`marker`'s message as plain values (for
-    :class:`mbde_core.rosio.cdr_writer.CdrWriter`): the same message, no objects built."""
-    m = {"header": {"stamp": {"sec": sec, "nanosec": nanosec}, "frame_id": str(frame_id)},
-         "ns": shape.ns, "id": int(shape.id), "pose": {"orientation": {"w": 1.0}}}
-    if shape.empty:
-        m["action"] = DELETE
-        return m
-    m["action"] = ADD
-    m["type"] = _TYPES[shape.kind]
-    m["color"] = dict(zip("rgba", (float(v) for v in shape.color)))
-    s = float(shape.size)
-    if shape.kind == "text":
-        m["pose"]["position"] = {"x": float(shape.xy[0, 0]), "y": float(shape.xy[0, 1]), "z": float(shape.z)}
-        m["scale"] = {"z": s}
-        m["text"] = shape.text
-        return m
-    m["scale"] = {"x": s, "y": s, "z": s} if shape.kind == "points" else {"x": s}
-    xy = np.asarray(shape.xy, float).reshape(-1, 2)
-    m["points"] = np.column_stack([xy, np.full(len(xy), float(shape.z))])
-    if shape.colors is not None:
-        m["colors"] = np.asarray(shape.colors, float).reshape(-1, 4)
-    return m
-
-
-def marker_array_cdr(writer, shapes, frame_id: str, stamp: float) -> bytes:
-    """CDR bytes of :func:`marker_array` (identical), written by a
-    :class:`~mbde_core.rosio.cdr_writer.CdrWriter` without building message objects."""
-    sec, nanosec = sec_to_stamp(stamp)
-    return writer.serialize(MARKER_ARRAY, {"markers": [marker_values(s, frame_id, sec, nanosec) for s in shapes]})
-
-
-def shapes_from_marker_array(msg) -> list[Shape]:
-    """Shapes of a MarkerArray built by :func:`marker_array` (ADD markers only).
-
-    Lets ``mbde render`` and the tests read back markers recorded in a bag."""
-    inv = {v: k for k, v in _TYPES.items()}
-    out = []
-    for m in msg.markers:
-        if int(m.action) != ADD or int(m.type) not in inv:
-            continue
-        kind = inv[int(m.type)]
-        c = (m.color.r, m.color.g, m.color.b, m.color.a)
-        if kind == "text":
-            out.append(Shape(kind, m.ns, int(m.id), np.array([[m.pose.position.x, m.pose.position.y]]), c,
-                             float(m.scale.z), text=m.text, z=float(m.pose.position.z)))
-            continue
-        xy = np.array([[p.x, p.y] for p in m.points], dtype=float).reshape(-1, 2)
-        cols = np.array([[k.r, k.g, k.b, k.a] for k in m.colors], dtype=float).reshape(-1, 4) if len(m.colors) else None
-        zz = float(m.points[0].z) if len(m.points) else 0.0
-        out.append(Shape(kind, m.ns, int(m.id), xy, c, float(m.scale.x), colors=cols, z=zz))
-    return out

@@ -7,9 +7,9 @@ markers), so a frame of ``mbde render`` is the RViz view of the same instant.
 A bag is read into :class:`Track` objects, one per source: the ground truth
 (``/mbde/ground_truth``), every estimate (``/mbde/<name>/state``, with
 ``/mbde/<name>/particles`` if present: the estimates bag of ``mbde replay`` or a bag
-recorded from the live nodes), and optionally estimators run on the bag's readings on
-the spot (the replay stage). Each frame shows, for every source, its latest state at the
-frame time.
+recorded from the live nodes), and optionally in-memory replay runs (``mbde render
+--estimators``: :mod:`mbde_core.cli.cmd_render` runs them, this module only draws). Each
+frame shows, for every source, its latest state at the frame time.
 """
 from __future__ import annotations
 
@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbde_core.config.paths import resolve
 from mbde_core.errors import DataError
+from mbde_core.model.mechanism import load_mechanism
+from mbde_core.rosio.bag import BagReader
+from mbde_core.rosio.convert import (
+    MECHANISM_STATE, PARTICLE_SET, cloud_from_particle_set, snapshot_from_mechanism_state, string_from_msg)
+from mbde_core.scenario.description import DESCRIPTION_TOPIC, scenario_from_description
 from mbde_core.viz.markers import MechanismDrawer, estimate_shapes, truth_shapes
 
 TRUTH_TOPIC = "/mbde/ground_truth"
@@ -90,16 +96,8 @@ def load_tracks(bags, mechanism_file: str | None = None):
     The mechanisms come from the first ``/mbde/description`` found (truth model and the
     estimator's model with its model errors), or from ``mechanism_file`` for both.
     """
-    from mbde_core.model.mechanism import load_mechanism
-    from mbde_core.rosio.bag import BagReader
-    from mbde_core.rosio.convert import (MECHANISM_STATE, PARTICLE_SET, cloud_from_particle_set,
-                                         snapshot_from_mechanism_state, string_from_msg)
-    from mbde_core.scenario.description import DESCRIPTION_TOPIC, scenario_from_description
-
     truth_mech = est_mech = None
     if mechanism_file:
-        from mbde_core.config.paths import resolve
-
         truth_mech = est_mech = load_mechanism(resolve(mechanism_file, "mechanism file"))
     tracks: dict[str, Track] = {}
     for bag in bags:
@@ -253,31 +251,29 @@ class Renderer:
             ax.text(0.99, 0.01, title, transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="0.3")
 
 
-def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, seed: int = 0, fps: float = 15.0,
-           speed: float = 1.0, start: float = 0.0, duration: float | None = None, time: float | None = None,
-           top_k: int = 30, size=(6.4, 4.8), dpi: int = 100, progress=None, style_of=None) -> dict:
-    """Render bag(s) into ``out``: an animated GIF (``.gif``) or one PNG frame (``.png``).
+MAX_FRAMES = 20000  # of a GIF (about 22 min at 15 fps)
 
-    estimators: names to run on the first bag's readings (the replay stage) in addition
-    to the estimates found in the bags. start/duration [s]: the time window relative to
-    the first state; time [s]: the PNG frame's time (default: the window's end). style_of:
-    source name -> its colour and label slot (an estimator's traits) or None.
-    Returns {frames, t0, t1, sources}.
-    """
+
+def check_output(out: str) -> str:
+    """The picture kind of ``out``: '.gif' (animation) or '.png' (one frame); DataError otherwise."""
     ext = os.path.splitext(out)[1].lower()
     if ext not in (".gif", ".png"):
         raise DataError(f"--out {out}: write a .gif (animation) or a .png (one frame)")
-    truth_mech, est_mech, tracks = load_tracks(bags, mechanism_file)
-    if estimators:
-        from mbde_core.estimators.configure import load
-        from mbde_core.replay.inputs import load_inputs
-        from mbde_core.replay.runner import run_estimator
+    return ext
 
-        configs = load(config, list(estimators))
-        inputs = load_inputs(bags[0], mechanism_file)
-        est_mech = inputs.mechanism
-        runs = [run_estimator(inputs, name, configs[name], seed=seed) for name in estimators]
-        tracks.update(tracks_from_runs(runs))
+
+def render(truth_mech, est_mech, tracks: dict, out: str, *, fps: float = 15.0, speed: float = 1.0,
+           start: float = 0.0, duration: float | None = None, time: float | None = None, top_k: int = 30,
+           size=(6.4, 4.8), dpi: int = 100, progress=None, style_of=None) -> dict:
+    """Render tracks (:func:`load_tracks`, :func:`tracks_from_runs`) into ``out``: an
+    animated GIF (``.gif``) or one PNG frame (``.png``).
+
+    Truth is drawn with ``truth_mech``, estimates with ``est_mech``. start/duration [s]:
+    the time window relative to the first state; time [s]: the PNG frame's time (default:
+    the window's end). style_of: source name -> its colour and label slot (an estimator's
+    traits) or None. Returns {frames, t0, t1, sources}.
+    """
+    ext = check_output(out)
     r = Renderer(truth_mech, est_mech, tracks, top_k=top_k, size=size, dpi=dpi, style_of=style_of)
     t_first, t_last = r.time_range()
     t0 = t_first + max(0.0, start)
@@ -290,6 +286,8 @@ def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, s
     sources = r.order()
     try:
         if ext == ".png":
+            if time is not None and t_first + time > t_last + 1e-9:
+                raise DataError(f"--time {time:g} is after the end of the data ({t_last - t_first:.3f} s)")
             t = t1 if time is None else min(max(t_first + time, t_first), t_last)
             r.draw(t, f"t = {t - t_first:.2f} s")
             r.fig.savefig(out, dpi=dpi)
@@ -298,6 +296,9 @@ def render(bags, out: str, *, mechanism_file=None, estimators=(), config=None, s
 
         # (+1e-6: epoch stamps differ from the nominal grid by up to 0.12 us)
         n = max(1, int(np.floor((t1 - t0) * fps / speed + 1e-6)) + 1)
+        if n > MAX_FRAMES:
+            raise DataError(f"--fps {fps:g} / --speed {speed:g}: {n} frames for {t1 - t0:.3f} s of data, at most "
+                            f"{MAX_FRAMES} (raise --speed, lower --fps or shorten --duration)")
         times = t0 + np.arange(n) * speed / fps
 
         def frame(i):
