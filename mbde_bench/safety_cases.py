@@ -167,15 +167,24 @@ def out_is_a_folder_of_bags(ws):
 
 
 def concurrent_runs(ws):
-    """Two `mbde replay BAG --out SAME --force` a few seconds apart."""
+    """Two `mbde replay BAG --out SAME --force` at once: the second starts while the first
+    holds its lock (the first is paused by SIGSTOP once its lock exists, so that the two
+    overlap however loaded the machine is, then resumed)."""
     out = ws.path("same")
     rc0, _, _ = ws.mbde("replay", ws.bag(), "--out", out, "--estimators", "ukf", "--no-plots")
     first = ws.start("replay", ws.bag(), "--out", out, "--force", "--estimators", "ukf,errorekf", "--no-plots")
     lock = ws.path(".same.lock")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while not os.path.exists(lock) and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    rc2, out2, err2 = ws.mbde("replay", ws.bag(), "--out", out, "--force", "--estimators", "dekf", "--no-plots")
+        time.sleep(0.01)
+    paused = first.poll() is None
+    if paused:
+        os.killpg(first.pid, signal.SIGSTOP)
+    try:
+        rc2, out2, err2 = ws.mbde("replay", ws.bag(), "--out", out, "--force", "--estimators", "dekf", "--no-plots")
+    finally:
+        if paused:
+            os.killpg(first.pid, signal.SIGCONT)
     _, err1 = first.communicate(timeout=300)
     doc = json.load(open(os.path.join(out, "metrics.json")))
     manifest = json.load(open(os.path.join(out, ".mbde-output.json")))

@@ -102,7 +102,7 @@ def run_case(task) -> dict:
             c0 = time.process_time()
             sm = BatchSmoother(mech, sensors, None, None, scenario_context(est))
             ini = est.estimator_initial_state()
-            sz, szd = initial_sigmas(sm.config, mech.dof)
+            sz, szd = initial_sigmas(sm.config["initial_sigma"], mech.dof)
             tr = sm.smooth(meas, InitialState(ini.z, ini.zd, sz, szd, ini.q, ini.branch))
             row["cpu_s"] = time.process_time() - c0
             ang = np.isin(mech.independent, mech.rel_columns)

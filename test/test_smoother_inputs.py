@@ -108,7 +108,7 @@ def _smooth(sensors_extra=(), cfg=None, duration=3.0, step_at=1.5, seed=5):
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
     sm = BatchSmoother(mech, sensors, dict(smoother_defaults(), **(cfg or {})), None, scenario_context(sc))
     ini = sc.estimator_initial_state()
-    sz, szd = initial_sigmas(sm.config, 1)
+    sz, szd = initial_sigmas(sm.config["initial_sigma"], 1)
     tr = sm.smooth(meas, InitialState(ini.z, ini.zd, sz, szd, ini.q, ini.branch))
     ez = (tr.z - truth_at(tr.t, res.t, res.z, np.array([True])) + np.pi) % (2 * np.pi) - np.pi
     e = np.hstack([ez, tr.zd - truth_at(tr.t, res.t, res.zd)])
