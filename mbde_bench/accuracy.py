@@ -37,8 +37,8 @@ from mbde_core.errors import DataError
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.assess.metrics import coordinate_errors, nees
 from mbde_core.estimators.base import InitialState, initial_sigmas
+from mbde_core.estimators.configure import configure, load as configure_load
 from mbde_core.estimators.options.rule import resolve_config
-from mbde_core.estimators.options.schema import load_estimator_configs
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.scenario import load_scenario
 from mbde_core.trajectory.config import load_smoother_config
@@ -91,14 +91,14 @@ def _run_task(truths, task):
         t0 = time.perf_counter()
         try:
             if name != "smoother":
-                cfg = resolve_config(name, cfg, mech, sensors)  # `auto` options of a user config
-            sz, szd = initial_sigmas(cfg, mech.dof)
+                cfg = configure(name, cfg, mech, sensors)  # `auto` options of a user config
+            sz, szd = initial_sigmas(cfg["initial_sigma"] if name == "smoother" else cfg.initial_sigma, mech.dof)
             start = InitialState(init.z, init.zd, sz, szd, init.q, init.branch)
             if name == "smoother":
                 stamps, z, zd, covs, step_s = smooth_run(mech, sensors, meas, start, cfg)
             else:
                 est = make_estimator(name, mech, sensors, cfg, rng=np.random.default_rng(run))
-                stage = EstimatorStage(est, cfg["step"], lambda t: start, keep=True)
+                stage = EstimatorStage(est, cfg.step, lambda t: start, keep=True)
                 stage.feed(meas)
                 stage.advance_to(truth.t[-1] + 1e-9)
                 stage.flush()
@@ -138,7 +138,7 @@ def run(args) -> int:
     except ValueError:
         raise DataError(f"--gravity-errors: expected comma-separated numbers, got {args.gravity_errors!r}") from None
     cfg_file = args.config or config_path("estimators", "paper003.yaml")
-    configs = load_estimator_configs(cfg_file, [n for n in names if n != "smoother"])
+    configs = configure_load(cfg_file, [n for n in names if n != "smoother"])
     if "smoother" in names:
         scfg, gcfg = load_smoother_config(cfg_file)
         configs["smoother"] = dict(scfg, guess_config=gcfg)
@@ -174,7 +174,7 @@ def run(args) -> int:
     cpu = sum(r["wall_s"] for r in rows)
     print(f"\n{len(tasks)} variants x {len(names)} observers in {time.perf_counter() - t_start:.0f} s "
           f"(runs {wall_runs:.0f} s wall, {cpu:.0f} s in the observers); "
-          f"wrote {args.out}/accuracy.csv, accuracy.json, rmse_*.png, cost.png")
+          f"results: accuracy.csv, accuracy.json, rmse_*.png, cost.png")
     return 0
 
 

@@ -40,15 +40,14 @@ import time
 
 import numpy as np
 
-from mbde_bench.adekf_figures import figures
+from mbde_bench.adekf_figures import _wrap, figures
 from mbde_core.config.paths import config_path
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.engine import kinematics
 from mbde_core.engine.inverse_dynamics import driver_forces
-from mbde_core.errors import DataError
 from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.configure import configure, load
 from mbde_core.estimators.kalman.adekf import ADEKF
-from mbde_core.estimators.options.schema import load_estimator_configs
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.minimal import make_map
 from mbde_core.minimal.learned import TOLERANCES, train_map
@@ -92,8 +91,8 @@ def run_adekf(mech, sensors, cfg, measurements, init, cmap=None):
     t (K,), z, zd, zdd (K, g), q, qd, qdd (K, n), a (K, n_a), a_sd (K, n_a), cost (K,) [s].
     ``cmap``: an already built coordinate map (shared between runs).
     """
-    est = ADEKF(mech, sensors, cfg, coordinate_map=cmap)
-    stage = EstimatorStage.from_config(est, cfg, lambda t: init)
+    est = ADEKF(mech, sensors, configure("adekf", cfg, mech, sensors), coordinate_map=cmap)
+    stage = EstimatorStage.for_estimator(est, lambda t: init)
     t0 = time.perf_counter()
     stage.feed(measurements)
     stage.flush()
@@ -113,10 +112,6 @@ def run_adekf(mech, sensors, cfg, measurements, init, cmap=None):
 def _rmse(x):
     x = np.asarray(x, float)
     return float(np.sqrt(np.mean(x**2))) if x.size else float("nan")
-
-
-def _wrap(a):
-    return (np.asarray(a) + np.pi) % (2 * np.pi) - np.pi
 
 
 def slider_metrics(run, truth, coord, slider_col):
@@ -318,11 +313,9 @@ def tables(sl, msc) -> str:
 
 
 def run(args) -> int:
-    if os.path.exists(args.out) and not args.force and os.listdir(args.out):
-        raise DataError(f"--out: {args.out} exists and is not empty (use --force)")
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
-    base = load_estimator_configs(args.config, ["adekf"])["adekf"]
+    base = load(args.config, ["adekf"])["adekf"].as_dict()
 
     def log(msg):
         print(f"[{time.perf_counter() - t_start:6.1f} s] {msg}", flush=True)
@@ -342,5 +335,5 @@ def run(args) -> int:
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
     print(text)
-    print(f"wrote {args.out}: tables.md, results.json" + (f", {len(figs)} figures" if figs else ""))
+    print("results: tables.md, results.json" + (f", {len(figs)} figures" if figs else ""))
     return 0

@@ -6,6 +6,11 @@ import os
 import numpy as np
 
 
+def _wrap(a):
+    """Angles wrapped into [-pi, pi)."""
+    return (np.asarray(a) + np.pi) % (2 * np.pi) - np.pi
+
+
 def _plt():
     import matplotlib
 

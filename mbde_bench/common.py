@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 
 from mbde_core.config.paths import config_path  # noqa: F401  (the benches' one resolver)
-from mbde_core.estimators.options.schema import defaults, load_estimator_configs
+from mbde_core.estimators.configure import load
 from mbde_core.replay.inputs import load_inputs
 from mbde_core.scenario import load_scenario
 from mbde_core.simulator import run
@@ -29,9 +29,9 @@ def paper003_config(name: str) -> dict:
     """Options of ``name`` from config/estimators/paper003.yaml (paper 003's explicit tuning
     and forward-Euler transition) if it has a section, else the estimator's defaults. The
     benchmarks whose README tables were measured with those numbers (speed, faults, vi)
-    keep them; `mbde bench transfer` compares them with the default rule."""
-    cfg = load_estimator_configs(config_path("estimators", "paper003.yaml"), [name])[name]
-    return cfg if cfg is not None else defaults(name)
+    keep them; `mbde bench transfer` compares them with the default rule. Plain values
+    (validated), to edit and pass to ``make_estimator``."""
+    return load(config_path("estimators", "paper003.yaml"), [name])[name].as_dict()
 
 
 

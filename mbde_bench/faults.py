@@ -45,12 +45,12 @@ from mbde_bench.common import simulate_scenario_bag
 from mbde_bench.faults_tables import TARGETS, crash_count, format_summary, format_tables, target_misses
 from mbde_core.config.paths import config_path
 from mbde_core.errors import DataError
-from mbde_core.estimators.options.schema import load_estimator_configs
-from mbde_core.estimators.registry import ESTIMATOR_NAMES as ESTIMATORS  # every estimator
+from mbde_core.estimators.configure import load, validate
 from mbde_core.faults.kinds import FAULT_NAMES, inject
 from mbde_core.faults.score import ACQUISITION, errors, rms, score
-from mbde_core.replay.runner import run_estimator, suitability
+from mbde_core.replay.runner import resolved_options, run_estimator, suitability
 from mbde_core.simulator.progress import ProgressBar
+from mbde_core.estimators.registry import ESTIMATOR_NAMES as ESTIMATORS  # every estimator
 
 HELP = "fault injection (outliers, stamp anomalies, gaps, dropouts, drift...) on every scenario and estimator"
 STOCHASTIC = ("pf", "vipf")  # estimators whose steady-state ratio is a median over seeds (_seed_mean)
@@ -143,7 +143,7 @@ def run(args) -> int:
     if bad:
         raise DataError(f"unknown estimator(s) or fault(s): {', '.join(bad)}")
 
-    configs = load_estimator_configs(args.config or None, names)  # defaults unless --config
+    configs = {n: s.as_dict() for n, s in load(args.config or None, names).items()}  # defaults unless --config
 
     paths = _scenarios(args.scenarios)
     for p in paths:
@@ -175,7 +175,7 @@ def run(args) -> int:
     cpu = time.process_time() - c_start + sum(float(r.get("cpu_s", 0.0) or 0.0) for r in rows)
     print(f"\n{len(rows)} runs (+ {sum('ungated_rmse' in r for r in rows)} clean runs without the gate) in "
           f"{time.perf_counter() - t_start:.0f} s wall, {cpu:.0f} s CPU (--jobs {args.jobs}); crashes {crashes}; "
-          f"target misses {len(misses)}; wrote {args.out}/faults.csv, faults.json")
+          f"target misses {len(misses)}; results: faults.csv, faults.json")
     return 0
 
 
@@ -207,7 +207,7 @@ def _merge(args, folders) -> int:
     print(format_tables(rows, order, names, faults))
     print(format_summary(rows, names, faults))
     print(f"\n{len(rows)} runs merged from {', '.join(folders)}; crashes {sum(crash_count(r) for r in rows)}; "
-          f"target misses {len(target_misses(rows))}; wrote {args.out}/faults.csv, faults.json")
+          f"target misses {len(target_misses(rows))}; results: faults.csv, faults.json")
     return 0
 
 
@@ -246,7 +246,7 @@ def _steady_gate(records, t_s) -> dict:
 def _suitability(inputs, name, cfg) -> str:
     """The suitability level of the estimator with these sensors ('?' if it cannot be assessed)."""
     try:
-        return suitability(inputs, name, cfg).level
+        return suitability(inputs, name, resolved_options(inputs, validate(name, cfg))).level
     except Exception as exc:  # noqa: BLE001 - the verdict is informative only
         return type(exc).__name__
 

@@ -64,7 +64,7 @@ from mbde_bench.pf_tables import (INTEGRATOR_RUNS, SEPARATRIX_ERRORS, branch_tab
 from mbde_core import runs
 from mbde_core.config.paths import config_path
 from mbde_core.errors import DataError
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.scenario import load_scenario
 
 HELP = "paper 000 particle filter: convergence, branches, Fig. 8 sweep, speed; multi-DOF convergence (issue 13)"
@@ -312,5 +312,5 @@ def run(args) -> int:
         json.dump(_clean(doc), fh, indent=2)
     print("\n".join(text))
     print(f"\n{len(tasks)} paper-000 filter runs ({args.runs} per cell) in {time.perf_counter() - t_start:.0f} s in all; "
-          f"wrote {args.out}: results.json, *.csv, {', '.join(figures)}")
+          f"results: results.json, *.csv, {', '.join(figures)}")
     return 0

@@ -47,8 +47,8 @@ from mbde_core.config.paths import config_path
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.rule import resolve_config, scenario_context
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import configure, defaults
+from mbde_core.estimators.options.rule import scenario_context
 from mbde_core.estimators.registry import estimator_rng
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.scenario import load_scenario
@@ -105,18 +105,18 @@ def _run_filter(truth, name, seed, at_truth):
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
     period = min(s.period for s in sc.sensors)
     meas = truth.measurements(sc.sensors, period, seed=1000 + seed)
-    cfg = resolve_config(name, defaults(name), mech, sensors, scenario_context(sc))  # 'auto' options, as replay
+    cfg = configure(name, defaults(name), mech, sensors, scenario_context(sc))  # 'auto' options, as replay
     g = mech.dof
     init = sc.estimator_initial_state()
-    sig = cfg["initial_sigma"]
+    sig = cfg.initial_sigma
     if at_truth:
-        start = InitialState(truth.z[0].copy(), truth.zd[0].copy(), np.full(g, sig["z"]), np.full(g, sig["zd"]),
+        start = InitialState(truth.z[0].copy(), truth.zd[0].copy(), np.full(g, sig.z), np.full(g, sig.zd),
                              truth.q[0].copy(), sc.initial_state.branch)
     else:
-        start = InitialState(init.z, init.zd, np.full(g, sig["z"]), np.full(g, sig["zd"]), init.q, init.branch)
+        start = InitialState(init.z, init.zd, np.full(g, sig.z), np.full(g, sig.zd), init.q, init.branch)
     est = make_estimator(name, mech, sensors, cfg, rng=estimator_rng(seed, name))
     rows, probs, cloud = [], [], []
-    own = getattr(est, "_follower", None) is not None  # a PF with a Gaussian follower: the cloud's z too
+    own = getattr(getattr(est, "follower", None), "est", None) is not None  # a PF with a Gaussian follower: the cloud's z too
 
     def on_step(rec):
         e = rec.estimate
@@ -126,7 +126,7 @@ def _run_filter(truth, name, seed, at_truth):
         if own:
             cloud.append(est.cloud_estimate().z)
 
-    stage = EstimatorStage.from_config(est, cfg, lambda t: start, on_step=on_step, keep=False)
+    stage = EstimatorStage.for_estimator(est, lambda t: start, on_step=on_step, keep=False)
     c0 = time.process_time()
     stage.feed(meas)
     stage.advance_to(truth.t[-1] + 1e-9)

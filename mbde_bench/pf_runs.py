@@ -17,7 +17,8 @@ from mbde_core.config.paths import config_path
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import load_estimator_configs
+from mbde_core.estimators.configure import load
+from mbde_core.estimators.particle import outputs
 from mbde_core.estimators.stage.core import EstimatorStage
 
 L1 = 0.125  # crank length of fourbar_pf [m]: sigma_a [m/s^2] / L1 = sigma of theta'' [rad/s^2]
@@ -34,8 +35,8 @@ _MODELS: dict = {}  # per worker: (truth key, error %) -> (mechanism, sensors, s
 
 def _configs():
     """(Table 1, Table 2) PF options of paper 000: config/estimators/pf_table1.yaml, pf_rig.yaml."""
-    sim = load_estimator_configs(config_path("estimators", "pf_table1.yaml"), ["pf"])["pf"]
-    rig = load_estimator_configs(config_path("estimators", "pf_rig.yaml"), ["pf"])["pf"]
+    sim = load(config_path("estimators", "pf_table1.yaml"), ["pf"])["pf"].as_dict()
+    rig = load(config_path("estimators", "pf_rig.yaml"), ["pf"])["pf"].as_dict()
     for cfg in (sim, rig):
         cfg["gate"] = 0.0  # paper 000's filter has no gate (the shipped configs do: pf_gate.py)
     return sim, rig
@@ -95,12 +96,12 @@ def run_pf(key: str, cfg: dict, seed: int, error: float = 0.0, series: bool = Tr
     def on_step(rec):
         e = rec.estimate
         if series:
-            iv = est.interval(0.95)["z"]
+            iv = outputs.interval(est, 0.95)["z"]
             rows.append((e.stamp, e.z[0], iv[0][0], iv[1][0], *e.branch_probabilities, est.N, rec.cost))
         else:
             rows.append((e.stamp, e.z[0], *e.branch_probabilities, est.N, rec.cost))
 
-    stage = EstimatorStage(est, cfg["step"], lambda t: start, on_step=on_step, keep=False)
+    stage = EstimatorStage(est, est.options.step, lambda t: start, on_step=on_step, keep=False)
     c0, w0 = time.process_time(), time.perf_counter()
     stage.feed(meas)
     stage.advance_to(truth.t[-1] + 1e-9)

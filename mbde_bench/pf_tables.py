@@ -8,7 +8,7 @@ import numpy as np
 
 from mbde_bench.pf_runs import BRANCH_P, L1, _fmt_s, _stats
 from mbde_core import runs
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 
 LOST_DEG = 10.0  # a run whose RMSE over t >= 1 s exceeds this has lost track
 SEPARATRIX_ERRORS = (0, 1, 3)

@@ -169,3 +169,10 @@ def bench_page(name: str, module, args, printed: str, load_start: str) -> str:
 def _demote_headings(text: str) -> str:
     """A bench's own Markdown under the page's title: '# x' -> '## x', '## x' -> '### x'."""
     return re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", text, flags=re.M)
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    """A Markdown table."""
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"

@@ -23,7 +23,16 @@ Tables (paper 003 gyroscope scenarios: a reading every 5 ms step, gravity error 
 6. with --cli-memory 60,180,600: peak memory of the command ``mbde smooth BAG --window``
    (streamed end to end) against the bag's length, beside the same smoother on the bag
    read whole into memory, and the difference of their results
-   (:mod:`mbde_bench.smoother_cli`).
+   (:mod:`mbde_bench.smoother_cli`);
+7. calibration (--calibration-runs N, default 20): mean NEES / dim and the coverage of the
+   95 % intervals over N runs of every shipped scenario and of the linkages of
+   config/bench/calibration, as shipped and with a 5 % mass error
+   (:mod:`mbde_bench.smoother_calibration`);
+8. the speed-step slider-crank of issue 42 (--motor-seeds N, default 5): the smoother
+   against every default filter, torque unknown and measured (:mod:`mbde_bench.smoother_motor`).
+
+``--tables`` picks the tables (default all: 1,2,3,5,7,8; 4 and 6 by their own options).
+Tables 7 and 8 are the page of ``--results DIR`` (docs/results/smoother.md).
 
 The truths of tables 1-3 are simulated once per case with RK4 at 1 ms. Targets
 (reported, not asserted): 10 s four-bar <= 2 s wall, five-bar <= 4 s; time linear in
@@ -38,7 +47,9 @@ import time
 import numpy as np
 
 from mbde_bench.common import TruthRecord, in_fresh_process, peak_mb
+from mbde_bench.smoother_calibration import tables_7_8
 from mbde_bench.smoother_cli import add_arguments as cli_arguments, cli_memory
+from mbde_core import runs
 from mbde_core.config.paths import config_path
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
@@ -67,8 +78,14 @@ def add_arguments(p):
     p.add_argument("--nees-runs", type=int, default=10, help="runs per case of the consistency table (0 = skip)")
     p.add_argument("--nees-length", type=float, default=5.0, help="run length [s] of the consistency table")
     p.add_argument("--gravity-error", type=float, default=1.0, help="model error of the smoother [m/s^2] (default %(default)s)")
+    p.add_argument("--tables", default="1,2,3,5,7,8", help="tables to run (default %(default)s)")
+    p.add_argument("--calibration-runs", type=int, default=20, help="runs per case of table 7 (default %(default)s)")
+    p.add_argument("--calibration-length", type=float, default=5.0, help="run length [s] of table 7 (default %(default)s)")
+    p.add_argument("--calibration-cases", help="cases of table 7 (default: all)")
+    p.add_argument("--motor-seeds", type=int, default=5, help="seeds of table 8 (default %(default)s)")
 
     cli_arguments(p)
+    runs.add_arguments(p, "runs of tables 7 and 8")
 
 
 def smooth_run(mech, sensors, meas, start, cfg):
@@ -245,15 +262,25 @@ def _long_task(args):
 
 
 def run(args) -> int:
+    tables = {t.strip() for t in args.tables.split(",") if t.strip()}
+    if not tables & {"1", "2", "3", "5"}:
+        args.lengths, args.trf_lengths, args.seam_length, args.nees_runs = "", "", 0.0, 0
+    else:
+        args.lengths = args.lengths if "1" in tables else ""
+        args.trf_lengths = args.trf_lengths if "2" in tables else ""
+        args.seam_length = args.seam_length if "3" in tables else 0.0
+        args.nees_runs = args.nees_runs if "5" in tables else 0
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     lengths = [float(v) for v in args.lengths.split(",") if v.strip()]
     trf_lengths = [float(v) for v in args.trf_lengths.split(",") if v.strip()]
     out = {"load_average": os.getloadavg(), "speed": [], "solvers": [], "seams": [], "long": None}
     print(f"load average at start: {out['load_average'][0]:.2f} (2 cores shared; timings are noisy under load)")
-    print("\n1. whole-run smoother: wall time vs run length (fresh process per row)")
+    if lengths:
+        print("\n1. whole-run smoother: wall time vs run length (fresh process per row)")
     hdr = (f"{'case':<14}{'length s':>9}{'steps':>8}{'unknowns':>10}{'iter':>6}{'guess s':>9}{'solve s':>9}{'cov s':>7}"
            f"{'wall s':>8}{'CPU s':>8}{'us/step':>9}{'peak MB':>9}{'RMSE z':>9}")
-    print(hdr)
+    if lengths:
+        print(hdr)
     for case in cases:
         for length in lengths:
             r = in_fresh_process(_speed_task, (case, length, args.gravity_error, "lm"))
@@ -304,9 +331,11 @@ def run(args) -> int:
         print(f"\n6. `mbde smooth BAG --window {args.window:g}` (streamed) vs the bag read whole into memory: peak "
               "memory against the bag's length (fourbar_gyro, fresh process each)")
         out["cli_memory"] = cli_memory(cli_lengths, args.window, args.cli_bags)
+    if tables & {"7", "8"}:
+        tables_7_8(args, tables, out)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "smoother_bench.json"), "w", encoding="utf-8") as fh:
             json.dump(out, fh, indent=2, default=float)
-        print(f"\nwrote {args.out}/smoother_bench.json")
+        print("\nresults: smoother_bench.json")
     return 0

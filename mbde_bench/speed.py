@@ -47,7 +47,7 @@ def _measure(name, sc, truth, meas, warmup):
     init = sc.estimator_initial_state()
     start = InitialState(init.z, init.zd, np.full(mech.dof, 0.05), np.full(mech.dof, 0.5), init.q, init.branch)
     est = make_estimator(name, mech, sensors, cfg, rng=np.random.default_rng(0))
-    stage = EstimatorStage(est, cfg["step"], lambda t: start)
+    stage = EstimatorStage(est, est.options.step, lambda t: start)
     stage.feed(meas)
     stage.flush()
     cost = np.array([r.cost for r in stage.records[warmup:]]) * 1e6

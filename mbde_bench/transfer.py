@@ -37,7 +37,7 @@ from mbde_core import runs
 from mbde_core.config.paths import config_path
 from mbde_core.errors import DataError
 from mbde_core.estimators.assess.suitability import UnsuitableError, precheck
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.tuning.output import pf_step, section
 
 HELP = "every estimator x every shipped scenario x {defaults, tuned}: RMSE, steady-state RMSE, NEES band, pass/fail"
@@ -124,7 +124,7 @@ def run(args) -> int:
     with open(os.path.join(args.out, "transfer.md"), "w", encoding="utf-8") as fh:
         fh.write(text + "\n")
     print(f"\n{len(rows)} rows; wall {time.perf_counter() - t0:.0f} s, CPU of this process {time.process_time() - c0:.0f} s; "
-          f"wrote {args.out}/transfer.csv, transfer.json, transfer.md")
+          f"results: transfer.csv, transfer.json, transfer.md")
     return 0
 
 
@@ -138,7 +138,7 @@ def _tuned_config(name, scen, tuned):
         return None
     import numpy as np
 
-    q = float(np.max(np.atleast_1d(ukf.tuned["plant_noise"]["acceleration_psd"])))
+    q = float(np.max(np.atleast_1d(ukf.tuned.plant_noise.acceleration_psd)))
     cfg = defaults(name)
     if name == "pf":
         cfg["acceleration_sigma"] = math.sqrt(q / pf_step(cfg))

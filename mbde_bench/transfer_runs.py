@@ -14,8 +14,8 @@ import numpy as np
 
 from mbde_core.estimators.assess.metrics import coordinate_errors, nees, record_arrays, truth_at
 from mbde_core.estimators.assess.suitability import UnsuitableError, precheck
-from mbde_core.estimators.options.schema import defaults
-from mbde_core.replay.runner import resolved_config, run_estimator
+from mbde_core.estimators.configure import defaults, validate
+from mbde_core.replay.runner import resolved_options, run_estimator
 from mbde_core.tuning.search import tune
 
 STEADY = 1.0  # s: steady state = t > first estimate + STEADY
@@ -27,7 +27,7 @@ def tune_task(shared, task):
     scen, name, window, seed = task
     src = shared[scen]
     readings = [m for m in src.measurements if m.stamp <= src.start + window]
-    return tune(src, readings, name, resolved_config(src, name, defaults(name)), seed=seed)
+    return tune(src, readings, name, resolved_options(src, validate(name)), seed=seed)
 
 
 def run_task(shared, task):

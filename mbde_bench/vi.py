@@ -363,5 +363,5 @@ def run(args) -> int:
         json.dump(doc, f, indent=1, default=float)
     with open(os.path.join(args.out, "tables.md"), "w") as f:
         f.write("\n".join(text) + "\n")
-    print(f"\nmbde bench vi: {', '.join(only)} in {time.perf_counter() - t0:.0f} s; results in {args.out}")
+    print(f"\nmbde bench vi: {', '.join(only)} in {time.perf_counter() - t0:.0f} s")
     return 0

@@ -32,9 +32,9 @@ from mbde_core.config.yamlnode import Node, parse_yaml
 from mbde_core.engine import kinematics
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import InitialState, initial_sigmas
-from mbde_core.estimators.options.rule import resolve_config, scenario_context
-from mbde_core.estimators.options.schema import load_estimator_configs, validate
-from mbde_core.estimators.registry import ESTIMATOR_NAMES, estimator_rng, make_estimator
+from mbde_core.estimators.configure import load as load_options, make_estimator, resolve, validate
+from mbde_core.estimators.options.rule import scenario_context
+from mbde_core.estimators.registry import estimator_rng, names as estimator_names
 from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
 from mbde_core.model.mechanism import load_mechanism as load
 from mbde_core.scenario import load_scenario
@@ -45,11 +45,7 @@ from mbde_core.types import Measurement
 __all__ = ["Filter", "load_mechanism", "load_sensors", "simulate", "ESTIMATORS"]
 
 
-def _estimator_names() -> tuple[str, ...]:
-    return tuple(ESTIMATOR_NAMES)
-
-
-ESTIMATORS = _estimator_names()
+ESTIMATORS = estimator_names()
 
 
 def load_mechanism(path):
@@ -77,11 +73,11 @@ def simulate(scenario, duration: float | None = None, seed: int | None = None, s
     return run(sc), sc
 
 
-def _options(name: str, options) -> dict:
-    """Validated options of estimator ``name`` from a mapping or an options file."""
+def _options(name: str, options):
+    """Validated options (a Spec) of estimator ``name`` from a mapping or an options file."""
     if options is None or isinstance(options, dict):
         return validate(name, options or {}, "<options>", name)
-    return load_estimator_configs(os.fspath(options), [name])[name]
+    return load_options(os.fspath(options), [name])[name]
 
 
 class Filter:
@@ -98,17 +94,17 @@ class Filter:
 
     def __init__(self, estimator: str, mechanism, sensors=None, options=None, *, initial=None,
                  initial_velocity=None, branch: int | None = None, seed: int = 0, context=None):
-        if estimator not in ESTIMATORS:
-            raise ConfigError("<Filter>", "estimator", f"unknown estimator {estimator!r} (one of {', '.join(ESTIMATORS)})")
+        if estimator not in estimator_names():
+            raise ConfigError("<Filter>", "estimator", f"unknown estimator {estimator!r} (one of {', '.join(estimator_names())})")
         mech = load_mechanism(mechanism) if isinstance(mechanism, (str, os.PathLike)) else mechanism
         if sensors is None:
             sensors = load_sensors(mech.spec.sensors or [], mech)
         elif not hasattr(sensors, "names"):
             sensors = load_sensors(sensors, mech)
         self.name, self.mechanism, self.sensors = estimator, mech, sensors
-        cfg = resolve_config(estimator, _options(estimator, options), mech, sensors, context)
-        self.config = cfg
-        self.estimator = make_estimator(estimator, mech, sensors, cfg, rng=estimator_rng(seed, estimator))
+        self.options = resolve(_options(estimator, options), mech, sensors, context)  # frozen, typed
+        self.config = self.options.as_dict()  # the same values, plain (``auto`` resolved)
+        self.estimator = make_estimator(estimator, mech, sensors, self.options, rng=estimator_rng(seed, estimator))
         z = mech.q0[mech.independent].astype(float).copy()
         zd = np.zeros(mech.dof)
         names = list(mech.independent_names)
@@ -120,10 +116,10 @@ class Filter:
         if initial_velocity is None and mech.spec.initial_velocity:
             zd = np.array([mech.spec.initial_velocity.get(c, 0.0) for c in mech.independent], dtype=float)
         q, ok = kinematics.solve_position(mech, z[None], mech.q0[None])
-        sz, szd = initial_sigmas(cfg, mech.dof)
+        sz, szd = initial_sigmas(self.options.initial_sigma, mech.dof)
         self.initial = InitialState(z, zd, sz, szd, q[0] if ok[0] else mech.q0.copy(), branch)
-        self.stage = EstimatorStage.from_config(self.estimator, cfg, lambda t: self.initial, keep=True,
-                                                **dict(STAGE_DEFAULTS, reorder_window=0.0))
+        self.stage = EstimatorStage.for_estimator(self.estimator, lambda t: self.initial, keep=True,
+                                                  **dict(STAGE_DEFAULTS, reorder_window=0.0))
 
     # -- feeding -------------------------------------------------------------------------
     @property

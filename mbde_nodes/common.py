@@ -32,11 +32,17 @@ SENSOR = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=qos_
                     durability=qos_profile_sensor_data.durability)
 
 
+QUEUE_SECONDS = 4.0  # s of readings a sensor subscription's reader history holds at least
+
+
 def sensor_qos(rate_hz: float, reorder_window: float) -> QoSProfile:
-    """SENSOR with a reader history that holds twice the readings of one reorder window
-    (at least 100, at most 20000): a 1 kHz IMU read by a node that a busy CPU stalls for
-    a few hundred ms keeps its readings instead of losing all but the last 100."""
-    depth = int(min(20000, max(100, math.ceil(2.0 * rate_hz * max(reorder_window, 0.1)))))
+    """SENSOR with a reader history that holds QUEUE_SECONDS of readings or twice one
+    reorder window, whichever is more (at least 100, at most 20000): a 1 kHz IMU read by a
+    node that a busy CPU stalls keeps its readings instead of losing the oldest ones (a
+    hole in the stream); a node that stays behind skips readings evenly instead
+    (:mod:`mbde_core.live.backlog`)."""
+    span = max(QUEUE_SECONDS, 2.0 * reorder_window)
+    depth = int(min(20000, max(100, math.ceil(rate_hz * span))))
     return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth, reliability=SENSOR.reliability,
                       durability=SENSOR.durability)
 

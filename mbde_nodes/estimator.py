@@ -23,6 +23,7 @@ from /mbde/description (then the node says it waits for it).
 from __future__ import annotations
 
 import sys
+import time
 
 from diagnostic_msgs.msg import DiagnosticArray
 from mbde_msgs.msg import MechanismState, ParticleSet
@@ -105,7 +106,8 @@ class Estimator(Node):
         for topic, typename in core.topic_types.items():
             cls = self.factory.cls(typename)
             qos = sensor_qos(rates.get(topic, 0.0), opts.reorder_window)
-            self.subs.append(self.create_subscription(cls, topic, lambda msg, t=topic: self.on_reading(t, msg), qos))
+            self.subs.append(self.create_subscription(cls, topic, lambda msg, info, t=topic: self.on_reading(t, msg, info),
+                                                      qos))
         listening = ", ".join(f"{s.topic_name} [{core.topic_types[t]}]" for s, t in zip(self.subs, core.topic_types))
         mech = core.mech
         self.get_logger().info(
@@ -127,8 +129,14 @@ class Estimator(Node):
             self.get_logger().error(str(exc))
 
     # -- data -------------------------------------------------------------------------------
-    def on_reading(self, topic: str, msg) -> None:
-        self.core.on_message(topic, msg, now_seconds(self))
+    def on_reading(self, topic: str, msg, info=None) -> None:
+        # how long the reading waited in the reader queue: the middleware's reception time
+        # (system clock, ns) to now; a node that falls behind skips readings evenly
+        info = info if isinstance(info, dict) else {}
+        received = info.get("received_timestamp")
+        queued = max(time.time_ns() - received, 0) * 1e-9 if received else None
+        self.core.backlog.sequence(topic, info.get("publication_sequence_number"))
+        self.core.on_message(topic, msg, now_seconds(self), queued)
 
     def on_tick(self) -> None:
         if self.core is not None:

@@ -78,3 +78,12 @@ def in_forked_child(fn, timeout: float = 60.0):
     out = recv.recv()
     proc.join(30)
     return out
+
+
+def load_options(path, names) -> dict:
+    """{name: its validated options as plain values} from an estimator config file (None:
+    the defaults): the pipeline's load (mbde_core.estimators.configure), as dicts a test
+    may edit and hand to make_estimator (which validates and resolves them)."""
+    from mbde_core.estimators.configure import load
+
+    return {n: s.as_dict() for n, s in load(path, names).items()}

@@ -39,6 +39,9 @@ loads:
   - {type: point_damping, point: D, c: 0.7}
   - {type: force, point: D, value: [1, -2]}
   - {type: generalized_force, coordinate: th, value: 0.4}
+  - {type: joint_friction, body: coupler, body2: crank, c: 0.05, velocity_scale: 0.5}
+  - {type: joint_friction, body: rocker, c: 0.04}
+  - {type: point_friction, point: D, c: 0.3, velocity_scale: 0.2}
 """
 
 POLY_SLIDER = """

@@ -269,9 +269,10 @@ def test_observability_cli():
 # configuration
 # ------------------------------------------------------------------------------------------
 def test_config_file_and_errors(tmp_path):
-    from mbde_core.estimators.options.schema import load_estimator_configs, validate
+    from conftest import load_options
+    from mbde_core.estimators.configure import validate
 
-    cfg = load_estimator_configs(CONFIG, ["adekf"])["adekf"]
+    cfg = load_options(CONFIG, ["adekf"])["adekf"]
     assert cfg["map"] == "exact" and cfg["step"] == 0.001 and cfg["r_a"] > 0
     with pytest.raises(ConfigError, match="adekf.map"):
         validate("adekf", {"map": "neural"})
@@ -289,7 +290,7 @@ def test_config_file_and_errors(tmp_path):
     # a relative map_file is resolved next to the config file
     p = tmp_path / "e.yaml"
     p.write_text("adekf: {map: learned, map_file: maps/x.npz}\n")
-    cfg = load_estimator_configs(str(p), ["adekf"])["adekf"]
+    cfg = load_options(str(p), ["adekf"])["adekf"]
     assert cfg["map_file"] == str(tmp_path / "maps" / "x.npz")
 
 
@@ -300,7 +301,7 @@ def test_config_file_and_errors(tmp_path):
 def slider_run():
     from mbde_bench.adekf import run_adekf, slider_metrics
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from conftest import load_options
     from mbde_core.scenario.scenario import load_scenario
     from mbde_core.simulator import run as simulate
     from mbde_core.types import Measurement
@@ -311,7 +312,7 @@ def slider_run():
     assert sensors.names == ["accel_slider"]  # the encoder is a reference sensor only
     ts, vs = res.measurements["accel_slider"]
     ms = [Measurement(float(t), "accel_slider", v) for t, v in zip(ts, vs)]
-    cfg = load_estimator_configs(CONFIG, ["adekf"])["adekf"]
+    cfg = load_options(CONFIG, ["adekf"])["adekf"]
     ini = sc.estimator_initial_state()
     init = InitialState(ini.z, ini.zd, np.full(1, cfg["initial_sigma"]["z"]), np.full(1, cfg["initial_sigma"]["zd"]), ini.q, 0)
     run, est = run_adekf(mech, sensors, cfg, ms, init)

@@ -36,13 +36,13 @@ def slider(tmp_path_factory):
 
 
 def _run(inputs, fault):
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from conftest import load_options
     from mbde_core.replay.runner import run_estimator
 
     target = next(iter(inputs.sensors)).name
     sigma = {s.name: np.sqrt(np.diag(s.covariance())) for s in inputs.sensors}
     inj = inject(fault, inputs.measurements, target, sigma, 0)
-    cfg = load_estimator_configs(None, ["adekf"])["adekf"]
+    cfg = load_options(None, ["adekf"])["adekf"]
     run = run_estimator(dataclasses.replace(inputs, measurements=inj.measurements), "adekf", cfg, particle_budget=0)
     return run, inj
 

@@ -78,7 +78,8 @@ def test_bench_accuracy_smoother_column(tmp_path):
 
 
 def test_bench_smoother_tiny(tmp_path):
-    proc = run_mbde("bench", "smoother", "--cases", "fourbar_gyro", "--lengths", "1", "--trf-lengths", "", "--seam-length", "2",
+    proc = run_mbde("bench", "smoother", "--tables", "1,3,5", "--cases", "fourbar_gyro", "--lengths", "1",
+                    "--trf-lengths", "", "--seam-length", "2",
                     "--window", "1", "--overlap", "0.3", "--nees-runs", "2", "--nees-length", "0.5", "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "smoother_bench.json").read_text())

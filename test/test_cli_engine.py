@@ -147,6 +147,11 @@ def test_inverse_dynamics_coordinate_count_and_overwrite_rules(tmp_path):
                     "--out", out)
     assert proc.returncode == 2 and "exists (use --force" in proc.stderr and out.read_text() == "keep me\n"
     proc = run_mbde("inverse-dynamics", mech_path("fivebar"), "--trajectory", traj, "--coordinate", "theta1,theta2",
-                    "--out", out, "--force")
-    assert proc.returncode == 0, proc.stderr
-    assert out.read_text().startswith("t,force_theta1,force_theta2\n")
+                    "--out", out, "--force")  # --force replaces only an earlier output of the command
+    assert proc.returncode == 2 and "not replacing it" in proc.stderr and out.read_text() == "keep me\n"
+    mine = tmp_path / "mine.csv"
+    for force in ([], ["--force"]):
+        proc = run_mbde("inverse-dynamics", mech_path("fivebar"), "--trajectory", traj, "--coordinate", "theta1,theta2",
+                        "--out", mine, *force)
+        assert proc.returncode == 0, proc.stderr
+        assert mine.read_text().startswith("t,force_theta1,force_theta2\n")

@@ -135,13 +135,71 @@ FILES = [
     ("estimator-deep-nesting", "estimator", "ukf: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n", ["nested deeper"]),
     ("estimator-tag", "estimator", "ukf: !!python/object:dict {}\n", ["python/object"]),
     ("estimator-huge-expression", "estimator", "ukf: {step: '" + "1+" * 5000 + "1'}\n", ["ukf.step", "too long"]),
+    # every numeric option finite and in range, before the run
+    ("estimator-ukf-alpha-zero", "estimator", "ukf: {alpha: 0}\n", ["ukf.alpha", "> 0"]),
+    ("estimator-ukf-beta-negative", "estimator", "ukf: {beta: -1}\n", ["ukf.beta", ">= 0"]),
+    ("estimator-nan-psd", "estimator", "dekf: {plant_noise: {acceleration_psd: .nan}}\n",
+     ["dekf.plant_noise.acceleration_psd", "finite"]),
+    ("estimator-input-nan-psd", "estimator", "ukf: {inputs: [{coordinate: theta, psd: .nan, sigma0: 1}]}\n",
+     ["ukf.inputs[0].psd", "finite"]),
+    ("estimator-input-nan-sigma0", "estimator", "dekf: {inputs: [{coordinate: theta, sigma0: .nan}]}\n",
+     ["dekf.inputs[0].sigma0", "finite"]),
+    ("estimator-input-nan-limit", "estimator", "errorekf: {inputs: [{coordinate: theta, limit: .nan}]}\n",
+     ["errorekf.inputs[0].limit", "finite"]),
+    ("estimator-input-nan-initial", "estimator", "cekf: {inputs: [{coordinate: theta, initial: .nan}]}\n",
+     ["cekf.inputs[0].initial", "finite"]),
+    ("estimator-input-inf-psd", "estimator", "viekf: {inputs: [{coordinate: theta, psd: .inf}]}\n",
+     ["viekf.inputs[0].psd", "finite"]),
+    ("estimator-adekf-input-nan", "estimator", "adekf: {inputs: [{coordinate: theta, r_a: .nan}]}\n",
+     ["adekf.inputs[0].r_a", "finite"]),
+    ("estimator-adekf-weights-nan", "estimator", "adekf: {learn: {order_weights: [1, .nan]}}\n",
+     ["adekf.learn.order_weights"]),
+    ("estimator-adekf-samples", "estimator", "adekf: {learn: {samples: -3}}\n", ["adekf.learn.samples"]),
+    ("estimator-cekf-newton", "estimator", "cekf: {newton_iterations: 1.5}\n", ["cekf.newton_iterations"]),
+    ("estimator-diekfpm-iterations", "estimator", "diekfpm: {iterations: 0}\n", ["diekfpm.iterations", ">= 1"]),
+    ("estimator-errorekf-bias-psd", "estimator", "errorekf: {acceleration_bias_psd: -1}\n",
+     ["errorekf.acceleration_bias_psd", ">= 0"]),
+    ("estimator-pf-follower-alpha", "estimator", "pf: {refine: {options: {alpha: 0}}}\n", ["pf.refine.options.alpha"]),
+]
+
+# options checked against the run (its model and sensors) before it starts: (id, text, fragments);
+# the bag: fourbar_imu (coordinates P1.x, P1.y, P2.x, P2.y, theta; sensors gyro_coupler, accel_rocker)
+RUN_FILES = [
+    ("run-unknown-sensor", "ukf: {sensor_sigma: {gyro: 0.01}}\n", ["ukf.sensor_sigma.gyro", "not a sensor", "gyro_coupler"]),
+    ("run-unknown-sensor-pf", "pf: {sensor_sigma: {camera: 0.01}}\n", ["pf.sensor_sigma.camera", "not a sensor"]),
+    ("run-unknown-input-coordinate", "ukf: {inputs: [{coordinate: phi, psd: 1, sigma0: 1}]}\n",
+     ["ukf.inputs[0].coordinate", "'phi'", "theta"]),
+    ("run-unknown-force-limit", "dekf: {rule: {force_limits: {phi: 2.0}}}\n", ["dekf.rule.force_limits.phi", "theta"]),
+    ("run-adekf-unknown-coordinate", "adekf: {inputs: [{coordinate: phi}]}\n", ["adekf.inputs[0].coordinate"]),
+    ("run-pf-particles-budget", "pf: {particles: 100000000}\n", ["pf.particles", "GB", "at most"]),
+    ("run-pf-init-particles-budget", "vipf: {uniform: {particles: 1000000000}}\n", ["vipf.uniform.particles", "GB"]),
+    ("run-pf-unknown-branch", "pf: {uniform: {branches: [7]}}\n", ["pf.uniform.branches", "[7]"]),
+    ("run-pf-range-pairs", "pf: {uniform: {z: [[0, 1], [0, 1]]}}\n", ["pf.uniform.z", "1 [lo, hi] pairs"]),
 ]
 
 SCEN = os.path.join(REPO, "config", "scenarios", "fourbar_gyro.yaml")
 # (id, argv, expected fragments)
 ARGS = [
     ("replay-missing-arguments", ["replay"], ["required", "bag"]),
-    ("replay-seed-not-int", ["replay", "BAG", "--out", "OUT", "--seed", "abc"], ["--seed", "invalid int"]),
+    ("replay-seed-not-int", ["replay", "BAG", "--out", "OUT", "--seed", "abc"], ["--seed", "non-negative integer"]),
+    ("replay-seed-negative", ["replay", "BAG", "--out", "OUT", "--seed=-5"], ["--seed", "got -5"]),
+    ("replay-jobs-zero", ["replay", "BAG", "--out", "OUT", "--jobs", "0"], ["--jobs", "got 0"]),
+    ("replay-jobs-and-scheduler", ["replay", "BAG", "--out", "OUT", "--jobs", "2", "--scheduler", "tcp://h:1"],
+     ["--jobs", "--scheduler"]),
+    ("replay-reorder-nan", ["replay", "BAG", "--out", "OUT", "--reorder-window", "nan"], ["--reorder-window", "finite"]),
+    ("simulate-duration-fills-disk", ["simulate", SCEN, "--out", "OUT", "--set", "duration=1e8"], ["duration", "free"]),
+    ("simulate-beyond-2262", ["simulate", SCEN, "--out", "OUT", "--set", "duration=1e10"], ["duration", "2262"]),
+    ("smooth-window-nan", ["smooth", "BAG", "--out", "OUT", "--window", "nan"], ["--window", "finite"]),
+    ("tune-window-inf", ["tune", "BAG", "--window", "inf"], ["--window", "finite"]),
+    ("tune-force-without-out", ["tune", "BAG", "--force"], ["--force", "--out"]),
+    ("render-dpi-zero", ["render", "BAG", "--out", "OUT", "--dpi", "0"], ["--dpi", "got 0"]),
+    ("learn-map-restarts-zero", ["learn-map", mech_path("pendulum"), "--restarts", "0"], ["--restarts", "got 0"]),
+    ("observability-rtol", ["adekf-observability", mech_path("slider_crank"), "--sensors", "[]", "--rtol", "2"],
+     ["--rtol", "(0, 1)"]),
+    ("live-rtf-zero", ["live", "--real-time-factor", "0"], ["--real-time-factor", "got 0"]),
+    ("bench-seed-negative", ["bench", "faults", "--seed=-1"], ["--seed", "got -1"]),
+    ("bench-runs-zero", ["bench", "accuracy", "--out", "OUT", "--runs", "0"], ["--runs", "got 0"]),
+    ("bare-mbde", [], ["a command is required"]),
     ("replay-unknown-estimator", ["replay", "BAG", "--out", "OUT", "--estimators", "ukf,kalman"], ["--estimators", "kalman"]),
     ("replay-no-such-bag", ["replay", "BAG", "--out", "OUT"], ["BAG", "no such bag"]),
     ("replay-storage-choice", ["replay", "BAG", "--out", "OUT", "--storage", "zip"], ["--storage", "zip"]),
@@ -192,6 +250,29 @@ def test_malformed_file(tmp_path, label, kind, text, fragments):
     code, stderr = _run(argv)
     _check(code, stderr, [str(path)] + fragments)
     assert not (tmp_path / "bag").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def imu_bag(tmp_path_factory):
+    from mbde_core.live.model_source import load_source
+    from mbde_core.simulator.bag import write_simulation_bag
+
+    out = tmp_path_factory.mktemp("corpus") / "bag"
+    write_simulation_bag(load_source(scenario_file="scenarios/fourbar_imu.yaml", settings=["duration=0.2"]), out)
+    return out
+
+
+@pytest.mark.parametrize("label, text, fragments", RUN_FILES, ids=[c[0] for c in RUN_FILES])
+def test_options_checked_against_the_run(tmp_path, imu_bag, label, text, fragments):
+    """Names, branch labels, range dimensions and the particles' memory budget: one line
+    naming the file and key path, exit 2, before any estimator runs (no metrics written)."""
+    path = tmp_path / f"{label}.yaml"
+    path.write_text(text, encoding="utf-8")
+    name = text.split(":")[0]
+    code, stderr = _run(["replay", imu_bag, "--estimators", name, "--config", path, "--out", tmp_path / "out",
+                         "--jobs", "1", "--no-plots"])
+    _check(code, stderr, [str(path)] + fragments)
+    assert not (tmp_path / "out" / "metrics.json").exists()
 
 
 @pytest.mark.parametrize("label, argv, fragments", ARGS, ids=[c[0] for c in ARGS])

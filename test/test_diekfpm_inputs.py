@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.options.schema import defaults, validate
-from mbde_core.estimators.options.rule import AUTO, resolve_config
+from mbde_core.estimators.configure import configure, defaults, validate
+from mbde_core.estimators.options.frozen import AUTO
 from test_kalman_inputs import DT, _filter, _track, slider  # noqa: F401 (slider: the fixture)
 
 
@@ -16,20 +16,20 @@ def test_diekfpm_takes_the_rules_input_with_jumps(slider):
     _, mech, sensors, ctx = slider
     cfg = defaults("diekfpm")
     assert cfg["inputs"] == AUTO and cfg["input_jump_nis"] == 16.0
-    [inp] = resolve_config("diekfpm", cfg, mech, sensors, ctx)["inputs"]
-    assert inp["coordinate"] == "theta" and inp["limit"] == pytest.approx(5.0, abs=1e-12)  # N m
-    assert 20.0 < inp["psd"] < 40.0  # (N m)^2/s: with jumps the holding torque's ripple, as the errorEKF's
-    assert resolve_config("diekfpm", cfg, mech, sensors, None)["inputs"] == []  # no motor: no inputs
+    [inp] = configure("diekfpm", cfg, mech, sensors, ctx).inputs
+    assert inp.coordinate == "theta" and inp.limit == pytest.approx(5.0, abs=1e-12)  # N m
+    assert 20.0 < inp.psd < 40.0  # (N m)^2/s: with jumps the holding torque's ripple, as the errorEKF's
+    assert configure("diekfpm", cfg, mech, sensors, None).inputs == ()  # no motor: no inputs
     with pytest.raises(ConfigError, match="input_jump_nis"):
         validate("diekfpm", {"input_jump_nis": -1.0})
 
 
 def _diekfpm(slider):
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.registry import make_estimator
+    from mbde_core.estimators import make_estimator
 
     _, mech, sensors, _ = slider
-    cfg = resolve_config("diekfpm", validate("diekfpm", {"inputs": [{"coordinate": "theta", "psd": 90.0, "sigma0": 5.0}]}),
+    cfg = configure("diekfpm", validate("diekfpm", {"inputs": [{"coordinate": "theta", "psd": 90.0, "sigma0": 5.0}]}),
                          mech, sensors, None)
     est = make_estimator("diekfpm", mech, sensors, cfg)
     est.reset(0.0, InitialState(np.array([1.2]), np.array([40.0]), np.array([0.003]), np.array([0.2]), mech.q0, None))
@@ -106,7 +106,7 @@ def test_diekfpm_simple_transition_with_inputs_is_the_euler_block(slider):
     [0, 1, dt B], [0, 0, 1]] plus the plant noise, so a z-only prior maps to F's first
     column e_1 (F F^T, as a first version had, gives dt = 1e-3 in the zd row)."""
     di = _diekfpm(slider)
-    di.config = dict(di.config, transition_jacobian="simple")
+    di.options = di.options.replace(transition_jacobian="simple")
     di.Pz = np.diag([1e-4, 0.0, 0.0])
     Qz = di._input_noise(di.plant_noise(DT), DT)
     di.predict(DT)

@@ -13,9 +13,8 @@ from conftest import mech_path
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults, validate
-from mbde_core.estimators.options.rule import resolve_config
-from mbde_core.estimators.registry import make_estimator
+from mbde_core.estimators.configure import defaults, validate
+from mbde_core.estimators import make_estimator
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors
 
@@ -37,8 +36,7 @@ def _reference(m, q, qd, dt):
 
 
 def _one_step(m, ss, transition, dt):
-    cfg = validate("diekfpm", dict(defaults("diekfpm"), transition=transition, step=dt))
-    est = make_estimator("diekfpm", m, ss, resolve_config("diekfpm", cfg, m, ss, None))
+    est = make_estimator("diekfpm", m, ss, dict(defaults("diekfpm"), transition=transition, step=dt))
     z0, zd0 = m.q0[m.independent], np.array([2.0])
     est.reset(0.0, InitialState(z0, zd0, np.array([0.01]), np.array([0.1]), m.q0, None))
     q, qd = est.X[: est.n].copy(), est.X[est.n :].copy()

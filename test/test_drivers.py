@@ -9,7 +9,7 @@ from mbde_core.engine import dynamics, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.model.drivers import derivatives
 from mbde_core.model.loader import mechanism_spec_from_text
 from mbde_core.model.mechanism import Mechanism, load_mechanism
@@ -135,7 +135,7 @@ def test_estimators_without_driver_support_refuse_the_model(crane):
         make_estimator("errorekf", crane, SensorSet(sensors), defaults("errorekf"))
     for name in ("pf", "vipf"):
         est = make_estimator(name, crane, SensorSet(sensors), dict(defaults(name), init="gaussian"))
-        assert est.SUPPORTS_DRIVERS
+        assert est.traits.drivers
         refine = est.diagnostics()["refine"]  # no Gaussian follower (pf_refine): the Kalman observers refuse drivers
         assert refine["estimator"] == "none" and "driving constraints" in refine["reason"]
 

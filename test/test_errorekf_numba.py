@@ -14,14 +14,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import COUPLER_GYRO, random_states
+from conftest import COUPLER_GYRO, load_options, random_states
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.engine import dynamics, fastpath, numba_kernels
 from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.kalman import errorekf_numba
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import load_estimator_configs
 from mbde_core.sensors.config import load_sensors
 from mbde_core.types import Measurement
 
@@ -58,7 +57,7 @@ def test_compiled_rk4_step_equals_rk4_single(mechanisms, name):
 def _errorekf(m, backend, monkeypatch):
     monkeypatch.setenv("MBDE_EKF_BACKEND", backend)
     sensors = load_sensors(parse_yaml(GYRO), m)
-    cfg = load_estimator_configs(None, ["errorekf"])["errorekf"]
+    cfg = load_options(None, ["errorekf"])["errorekf"]
     est = make_estimator("errorekf", m, sensors, cfg)
     assert (est._nb is not None) == (backend == "numba") or backend == "auto"
     est.reset(0.0, InitialState(z=m.q0[m.independent] + 0.05, zd=np.zeros(1), sigma_z=0.2, sigma_zd=0.5))

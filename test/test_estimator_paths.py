@@ -16,7 +16,7 @@ from mbde_core.engine import dynamics, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.kalman.reduced import ReducedModel
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.model.mechanism import load_mechanism
@@ -183,7 +183,7 @@ def test_observer_variants_track(fourbar_case, name, changes, fused):
 
 def test_errorekf_correction_option_is_validated():
     from mbde_core.errors import ConfigError
-    from mbde_core.estimators.options.schema import validate
+    from mbde_core.estimators.configure import validate
 
     assert validate("errorekf", {"correction": "linear"}, "est.yaml", "errorekf")["correction"] == "linear"
     with pytest.raises(ConfigError) as e:

@@ -20,7 +20,7 @@ from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.assess.metrics import chi2_band, evaluate_run, truth_at
 from mbde_core.estimators.noise import kinematic_plant_noise, van_loan
 from mbde_core.estimators.stage.core import EstimatorStage

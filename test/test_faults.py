@@ -18,8 +18,9 @@ from conftest import mech_path, run_mbde
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import GATE, defaults
-from mbde_core.estimators.particle.gate import predictive_d2
+from mbde_core.estimators.configure import defaults
+from mbde_core.estimators.options.common import GATE
+from mbde_core.estimators.particle.likelihood import predictive_d2
 from mbde_core.estimators.registry import ESTIMATOR_NAMES
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.faults.kinds import FAULT_NAMES, inject
@@ -146,7 +147,7 @@ def stage_for(m, ss, name="dekf", z_offset=0.0, sigma_z=0.05, **kw):
     est = make_estimator(name, m, ss, cfg)
     z = m.q0[m.independent] + z_offset
     init = InitialState(z, m.qd0[m.independent], np.array([sigma_z]), np.array([0.5]), None)
-    return EstimatorStage.from_config(est, cfg, lambda t: init, **kw)
+    return EstimatorStage.for_estimator(est, lambda t: init, **kw)
 
 
 def z_of(stage):
@@ -377,7 +378,7 @@ def test_every_estimator_gates_outliers(rig, name):
     spiked = [Measurement(x.stamp, x.sensor, x.value + (2.0 if k % 40 == 20 else 0.0)) for k, x in enumerate(ms)]
     est = make_estimator(name, m, ss, cfg, rng=np.random.default_rng(0))
     init = InitialState(m.q0[m.independent], m.qd0[m.independent], np.array([0.05]), np.array([0.5]), m.q0, 0)
-    st = EstimatorStage.from_config(est, cfg, lambda t: init)
+    st = EstimatorStage.for_estimator(est, lambda t: init)
     st.feed(spiked)
     st.flush()
     n_out = sum(1 for k in range(len(ms)) if k % 40 == 20)
@@ -404,7 +405,7 @@ def test_pf_gate_is_the_mahalanobis_gate_for_a_gaussian_cloud():
 def test_pf_gate_kernel_smooths_a_sparse_cloud():
     """A uniform cloud spaced 0.01 read with noise 0.0005: a reading between two particles
     is no outlier once the kernel is widened (kernel_whitening), and stays one outside."""
-    from mbde_core.estimators.particle.gate import kernel_whitening
+    from mbde_core.estimators.particle.likelihood import kernel_whitening
 
     pred = np.linspace(-np.pi, np.pi, 629)[:, None]
     logw = np.full(len(pred), -np.log(len(pred)))

@@ -21,7 +21,7 @@ from conftest import mech_path
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.kalman.reduced import ReducedModel
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors
@@ -166,7 +166,7 @@ def test_stage_restarts_a_diverged_estimate_instead_of_emitting_it():
     cfg = defaults("ukf")
     est = make_estimator("ukf", m, ss, cfg)
     init = InitialState(m.q0[m.independent], m.qd0[m.independent], np.array([0.05]), np.array([0.5]), m.q0)
-    stage = EstimatorStage.from_config(est, cfg, lambda t: init)
+    stage = EstimatorStage.for_estimator(est, lambda t: init)
     z0 = float(m.q0[m.independent][0])
     stage.feed([Measurement(0.005 * k, "enc", np.array([z0])) for k in range(20)])
     est.P = est.P * np.inf  # what the overflow left
@@ -246,7 +246,7 @@ def test_adaptive_gate_keeps_an_overconfident_filter_corrected():
         cfg = {**defaults("dekf"), "sensor_sigma": {"enc": np.radians(0.2)}, **over}
         est = make_estimator("dekf", m, ss, cfg)
         init = InitialState(m.q0[m.independent], m.qd0[m.independent], np.array([0.05]), np.array([0.5]), m.q0)
-        stage = EstimatorStage.from_config(est, cfg, lambda t: init)
+        stage = EstimatorStage.for_estimator(est, lambda t: init)
         stage.feed(ms)
         stage.flush()
         z = np.array([[r.estimate.stamp, r.estimate.z[0]] for r in stage.records])
@@ -365,7 +365,7 @@ def test_diekfpm_at_rest_finds_the_crank_through_the_gravity_stiffness():
     for mode in ("simple", None):  # None: the default
         cfg = defaults("diekfpm") if mode is None else dict(defaults("diekfpm"), transition_jacobian=mode)
         est = make_estimator("diekfpm", m, ss, cfg)
-        dt = est.config["step"]
+        dt = est.options.step
         z0 = z_eq - 0.14
         est.reset(0.0, InitialState(np.array([z0]), np.zeros(1), np.array([0.05]), np.array([0.5]), at(z0)))
         t, due = 0.0, 0.006

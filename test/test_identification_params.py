@@ -48,8 +48,11 @@ def test_setting_values_follows_expressions_and_adds_joint_loads():
 @pytest.mark.parametrize("keys, message", [
     ("bodies.nope.mass", "unknown body 'nope'"),
     ("bodies.crank.colour", "identifiable body fields"),
-    ("sensors.gyro.noise", "not an identifiable section"),
-    ("joints.A.friction", "joints have one identifiable field"),
+    ("sensor.gyro.noise", "not an identifiable section"),
+    ("sensors.gyro.noise", "sensors have one identifiable field: gain"),
+    ("sensors.gyro.gain", "no known-input (type: effort) sensor"),
+    ("joints.A.stiffness", "joints have two identifiable fields"),
+    ("gravity.x,gravity.tilt", "overlap"),
     ("loads.x.c", "unknown load"),
     ("gravity.z", "gravity components"),
     ("bodies..mass", "malformed"),
@@ -165,7 +168,7 @@ def test_identifiability_finds_the_mass_gravity_null_direction():
 
 def test_identification_config_section(tmp_path):
     from mbde_core.errors import ConfigError
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from conftest import load_options
     from mbde_core.identification.config import load_identification_config
 
     path = tmp_path / "est.yaml"
@@ -174,7 +177,7 @@ def test_identification_config_section(tmp_path):
     smoother, guess, ident = load_identification_config(str(path))
     assert smoother["step"] == 0.01 and smoother["integrator_relaxation"] == 0.05
     assert ident["noise_passes"] == 2 and ident["step"] == 0.002 and ident["rank_tolerance"] == 1e-9
-    assert "errorekf" in load_estimator_configs(str(path), ["errorekf"])  # the section is not an observer
+    assert "errorekf" in load_options(str(path), ["errorekf"])  # the section is not an observer
     path.write_text("identification: {noise_passes: -1}\n")
     with pytest.raises(ConfigError, match="identification.noise_passes"):
         load_identification_config(str(path))

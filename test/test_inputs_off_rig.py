@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from mbde_core.estimators.options.schema import validate
-from mbde_core.estimators.options.rule import resolve_config
+from mbde_core.estimators.configure import configure
 
 SCENARIO = f"{REPO}/config/scenarios/fivebar_gyro.yaml"
 
@@ -28,18 +27,17 @@ def run():
 @pytest.mark.parametrize("name", ["ukf", "errorekf", "viekf", "diekfpm", "cekf", "dekf"])
 def test_a_declared_motor_on_the_five_bar_keeps_the_observers_consistent(run, name):
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.registry import make_estimator
+    from mbde_core.estimators import make_estimator
     from mbde_core.types import Measurement
 
     sc, res = run
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
-    cfg = resolve_config(name, validate(name, {"rule": {"force_limits": {"theta1": 1.0, "theta2": 1.0}}}),
-                         mech, sensors, None)
-    assert [i["coordinate"] for i in cfg["inputs"]] == ["theta1", "theta2"]
-    assert all(i["psd"] < 1.0 for i in cfg["inputs"])  # (N m)^2/s: capped at the 1 N m limit's rate
+    cfg = configure(name, {"rule": {"force_limits": {"theta1": 1.0, "theta2": 1.0}}}, mech, sensors, None)
+    assert [i.coordinate for i in cfg.inputs] == ["theta1", "theta2"]
+    assert all(i.psd < 1.0 for i in cfg.inputs)  # (N m)^2/s: capped at the 1 N m limit's rate
     est = make_estimator(name, mech, sensors, cfg)
     ini = sc.estimator_initial_state()
-    sz, szd = cfg["initial_sigma"]["z"], cfg["initial_sigma"]["zd"]
+    sz, szd = cfg.initial_sigma.z, cfg.initial_sigma.zd
     est.reset(0.0, InitialState(ini.z, ini.zd, np.full(2, sz), np.full(2, szd), ini.q, None))
     names = [s.name for s in sensors]
     stamps = res.measurements[names[0]][0]
@@ -48,7 +46,7 @@ def test_a_declared_motor_on_the_five_bar_keeps_the_observers_consistent(run, na
     nees = []
     for t in stamps:
         while est.t < t - 1e-9:
-            est.predict(cfg["step"])
+            est.predict(cfg.step)
         est.update([Measurement(float(t), n, values[n][round(float(t), 9)]) for n in names
                     if round(float(t), 9) in values[n]])
         snap = est.estimate()

@@ -132,6 +132,9 @@ loads:
   - {type: point_damping, point: D, c: 0.7}
   - {type: force, point: D, value: [1, -2]}
   - {type: generalized_force, coordinate: th, value: 0.4}
+  - {type: joint_friction, body: coupler, body2: crank, c: 0.05, velocity_scale: 0.5}
+  - {type: joint_friction, body: rocker, c: 0.04}
+  - {type: point_friction, point: D, c: 0.3, velocity_scale: 0.2}
 """
 
 
@@ -150,10 +153,10 @@ def test_force_jacobians_match_finite_differences():
 def test_damping_dissipates_and_torque_does_work():
     m = Mechanism(mechanism_spec_from_text(LOADED))
     q, qd = moving_state(m, seed=5)
-    spec_free = m.spec.replace(loads=tuple(ld for ld in m.spec.loads if ld.kind.endswith("damping")))
+    spec_free = m.spec.replace(loads=tuple(ld for ld in m.spec.loads if ld.kind.endswith(("damping", "friction"))))
     md = Mechanism(spec_free)
     Qd = md.forces(0.0, q, qd) - md.Q_gravity
-    assert Qd @ qd < 0  # viscous loads only remove power
+    assert Qd @ qd < 0  # viscous and dry friction only remove power
 
 
 def test_batched_dynamics_equal_single(mechanisms):

@@ -21,8 +21,14 @@ import pytest
 
 from conftest import REPO
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.options.schema import defaults, validate
-from mbde_core.estimators.options.rule import AUTO, resolve_config, rule_scales, scenario_context
+from mbde_core.estimators.configure import configure, defaults, validate
+from mbde_core.estimators.options.frozen import AUTO
+from mbde_core.estimators.options.rule import rule_scales, scenario_context
+
+
+def resolved(name, options, mech, sensors, ctx) -> dict:
+    """The resolved options as plain values (the pipeline's validate and resolve)."""
+    return configure(name, options, mech, sensors, ctx).as_dict()
 
 SCENARIO = f"{REPO}/config/scenarios/adekf_slider_crank.yaml"
 DT = 0.001
@@ -43,23 +49,23 @@ def test_rule_gives_inputs_only_with_force_limits(slider, name):
     default_auto = True
     assert defaults(name)["inputs"] == (AUTO if default_auto else [])
     opt_in = validate(name, {"inputs": AUTO, "input_jump_nis": 0.0})  # without jumps: the limit's rate
-    built_in = resolve_config(name, defaults(name), mech, sensors, ctx)["inputs"]
+    built_in = resolved(name, defaults(name), mech, sensors, ctx)["inputs"]
     assert [i["coordinate"] for i in built_in] == (["theta"] if default_auto else [])
-    assert resolve_config(name, defaults(name), mech, sensors, None)["inputs"] == []  # no force limits: none
-    free = resolve_config(name, opt_in, mech, sensors, None)  # no motor: no inputs
+    assert resolved(name, defaults(name), mech, sensors, None)["inputs"] == []  # no force limits: none
+    free = resolved(name, opt_in, mech, sensors, None)  # no motor: no inputs
     assert free["inputs"] == []
-    auto = resolve_config(name, opt_in, mech, sensors, ctx)
-    explicit = resolve_config(name, validate(name, {"inputs": []}), mech, sensors, ctx)
+    auto = resolved(name, opt_in, mech, sensors, ctx)
+    explicit = resolved(name, validate(name, {"inputs": []}), mech, sensors, ctx)
     assert explicit["inputs"] == []
     scl = rule_scales(mech, defaults(name), ctx)
     step = auto["step"]
-    adekf = resolve_config("adekf", defaults("adekf"), mech, sensors, ctx)
+    adekf = resolved("adekf", defaults("adekf"), mech, sensors, ctx)
     [inp] = auto["inputs"]
     assert inp["coordinate"] == "theta" and inp["sigma0"] == pytest.approx(5.0, abs=1e-12)  # N m
     assert inp["limit"] == pytest.approx(5.0, abs=1e-12)  # N m: the motor's torque limit
     assert inp["psd"] == pytest.approx(adekf["r_a"] / adekf["step"], rel=1e-12)  # (N m)^2/s
     # with input jumps the random walk keeps the holding torque's ripple, f_r^2 + (eps F w')^2
-    [jumpy] = resolve_config(name, validate(name, {"inputs": AUTO, "input_jump_nis": 16.0}), mech, sensors, ctx)["inputs"]
+    [jumpy] = resolved(name, validate(name, {"inputs": AUTO, "input_jump_nis": 16.0}), mech, sensors, ctx)["inputs"]
     rate2 = adekf["r_a"] / step**2  # (F w')^2
     assert jumpy["psd"] == pytest.approx((scl.f_r[0] ** 2 + 0.01 * rate2) * step, rel=1e-9)
     assert 20.0 < jumpy["psd"] < 40.0  # (N m)^2/s: the ripple's 28 at 60 rad/s, not 90
@@ -72,7 +78,7 @@ def test_rule_gives_inputs_only_with_force_limits(slider, name):
     assert step == explicit["step"]
     # an explicit list is kept as given; a_f leaves the coordinates it names
     mine = [{"coordinate": "theta", "psd": 10.0, "sigma0": 1.0}]
-    named = resolve_config(name, validate(name, {"inputs": mine}), mech, sensors, ctx)
+    named = resolved(name, validate(name, {"inputs": mine}), mech, sensors, ctx)
     assert named["inputs"] == mine
     assert named["plant_noise"]["acceleration_psd"] == pytest.approx(q_auto, rel=1e-12)
 
@@ -80,7 +86,7 @@ def test_rule_gives_inputs_only_with_force_limits(slider, name):
 def test_rule_force_limits_option_adds_inputs_without_scenario(slider):
     _, mech, sensors, _ = slider
     cfg = validate("dekf", {"inputs": AUTO, "rule": {"force_limits": {"theta": 2.0}}})
-    out = resolve_config("dekf", cfg, mech, sensors, None)
+    out = resolved("dekf", cfg, mech, sensors, None)
     assert [i["coordinate"] for i in out["inputs"]] == ["theta"]
     assert out["inputs"][0]["sigma0"] == pytest.approx(2.0, abs=1e-12)
 
@@ -88,7 +94,7 @@ def test_rule_force_limits_option_adds_inputs_without_scenario(slider):
 def test_input_options_are_validated():
     assert validate("ukf", {"inputs": "auto"})["inputs"] == AUTO
     given = [{"coordinate": "theta", "psd": 10.0, "sigma0": 1.0}]
-    assert validate("dekf", {"inputs": given})["inputs"] == given
+    assert validate("dekf", {"inputs": given}).as_dict()["inputs"] == given
     with pytest.raises(ConfigError, match=r"ukf\.inputs\[0\]\.psd"):
         validate("ukf", {"inputs": [{"coordinate": "theta", "psd": -1.0}]}, "my.yaml")
     with pytest.raises(ConfigError, match=r"dekf\.inputs\[0\]\.gain"):
@@ -101,11 +107,11 @@ def test_input_options_are_validated():
 
 def _filter(name, slider, **options):
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.registry import make_estimator
+    from mbde_core.estimators import make_estimator
 
     _, mech, sensors, _ = slider
-    cfg = resolve_config(name, validate(name, dict({"inputs": [{"coordinate": "theta", "psd": 90.0, "sigma0": 5.0}]},
-                                                   **options)), mech, sensors, None)
+    cfg = configure(name, dict({"inputs": [{"coordinate": "theta", "psd": 90.0, "sigma0": 5.0}]}, **options), mech,
+                    sensors, None)
     est = make_estimator(name, mech, sensors, cfg)
     est.reset(0.0, InitialState(np.array([1.2]), np.array([40.0]), np.array([0.003]), np.array([0.2]), mech.q0, None))
     est.x[2] = 0.5  # N m
@@ -231,7 +237,7 @@ def _track(name, sensor_names, duration, cfg_options=None):
     simulated run of the slider-crank from the given sensors; mean NEES of [z, zd] after
     0.1 s and the RMSE of z [rad]."""
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.registry import make_estimator
+    from mbde_core.estimators import make_estimator
     from mbde_core.scenario.scenario import load_scenario
     from mbde_core.sensors.sensor_set import SensorSet
     from mbde_core.simulator import run as simulate
@@ -242,11 +248,11 @@ def _track(name, sensor_names, duration, cfg_options=None):
     mech = sc.estimator_mechanism()
     every = list(sc.estimator_sensors()) + list(sc.sensors_for(mech, reference=True))
     sensors = SensorSet([s for s in every if s.name in sensor_names])
-    cfg = resolve_config(name, validate(name, {"inputs": AUTO, **(cfg_options or {})}), mech, sensors, scenario_context(sc))
-    assert len(cfg["inputs"]) == 1
+    cfg = configure(name, {"inputs": AUTO, **(cfg_options or {})}, mech, sensors, scenario_context(sc))
+    assert len(cfg.inputs) == 1
     est = make_estimator(name, mech, sensors, cfg)
     ini = sc.estimator_initial_state()
-    sz, szd = cfg["initial_sigma"]["z"], cfg["initial_sigma"]["zd"]
+    sz, szd = cfg.initial_sigma.z, cfg.initial_sigma.zd
     est.reset(0.0, InitialState(ini.z, ini.zd, np.full(1, sz), np.full(1, szd), ini.q, None))
     stamps = res.measurements[sensor_names[0]][0]
     values = {n: dict(zip(np.round(res.measurements[n][0], 9), res.measurements[n][1])) for n in sensor_names}
@@ -254,7 +260,7 @@ def _track(name, sensor_names, duration, cfg_options=None):
     nees, err, umax = [], [], 0.0
     for t in stamps:
         while est.t < t - 1e-9:
-            est.predict(cfg["step"])
+            est.predict(cfg.step)
         est.update([Measurement(float(t), n, values[n][round(float(t), 9)]) for n in sensor_names])
         snap = est.estimate()
         umax = max(umax, float(np.max(np.abs(snap.inputs))))
@@ -338,7 +344,7 @@ def test_ukf_jump_matches_the_ekf_jump_on_a_linear_reading():
     ukf = UKF.__new__(UKF)
     ukf.g, ukf.k, ukf.P, ukf.input_jumps = 1, 1, P.copy(), 0
     ukf._u_sigma0 = np.array([5.0])
-    ukf.config = {"input_jump_nis": 16.0}
+    ukf.options = UKF.Options(input_jump_nis=16.0)
     S, Pxy = ukf._input_jump(y, H @ P @ H.T + R, P @ H.T)
     P1 = input_jump(P, y, H, R, slice(2, None), np.array([25.0]), 16.0)
     assert ukf.input_jumps == 1
@@ -354,7 +360,7 @@ def test_an_outlier_that_asked_for_a_jump_is_undone_at_the_next_reading(name):
     # decides for the outlier hypothesis (jump_hypothesis.py), and from then on the two
     # runs are the same filter (the state before the outlier, predicted)
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.registry import make_estimator
+    from mbde_core.estimators import make_estimator
     from mbde_core.scenario.scenario import load_scenario
     from mbde_core.sensors.sensor_set import SensorSet
     from mbde_core.simulator import run as simulate
@@ -364,18 +370,18 @@ def test_an_outlier_that_asked_for_a_jump_is_undone_at_the_next_reading(name):
     res = simulate(sc)
     mech = sc.estimator_mechanism()
     sensors = SensorSet([s for s in sc.estimator_sensors() if s.name == "accel_slider"])
-    cfg = resolve_config(name, validate(name, {"inputs": AUTO, "input_jump_nis": 16.0}), mech, sensors, scenario_context(sc))
+    cfg = configure(name, {"inputs": AUTO, "input_jump_nis": 16.0}, mech, sensors, scenario_context(sc))
     stamps, values = res.measurements["accel_slider"]
     k_out = int(np.searchsorted(stamps, 0.2))
     runs = []
     for drop in (False, True):
         est = make_estimator(name, mech, sensors, cfg)
         ini = sc.estimator_initial_state()
-        sz, szd = cfg["initial_sigma"]["z"], cfg["initial_sigma"]["zd"]
+        sz, szd = cfg.initial_sigma.z, cfg.initial_sigma.zd
         est.reset(0.0, InitialState(ini.z, ini.zd, np.full(1, sz), np.full(1, szd), ini.q, None))
         for k, t in enumerate(stamps[: k_out + 20]):
             while est.t < t - 1e-9:
-                est.predict(cfg["step"])
+                est.predict(cfg.step)
             if k == k_out and drop:
                 continue
             v = np.asarray(values[k], float) + (20.0 if k == k_out else 0.0)  # m/s^2

@@ -1,6 +1,6 @@
 """The import contracts of .importlinter (DESIGN.md "Layers") hold: `make test` fails on an
-upward import, an import cycle, the core importing the nodes, the benchmarks or rclpy. And,
-outside mbde_core/estimators/: imports of mbde modules at module level, files <= 400 lines."""
+upward import, an import cycle, the core importing the nodes, the benchmarks or rclpy; and
+imports of mbde modules at module level, files <= 400 lines."""
 from __future__ import annotations
 
 import ast
@@ -48,7 +48,6 @@ def test_every_subcommand_is_in_the_independence_contract():
 
 
 # ------------------------------------------------------------------------------ package files
-# mbde_core/estimators/ keeps its own rules (its contracts are at the end of .importlinter)
 PACKAGES = ("mbde_core", "mbde_nodes", "mbde_bench")
 
 
@@ -56,9 +55,6 @@ def package_files():
     out = []
     for pkg in PACKAGES:
         for root, _, files in os.walk(os.path.join(REPO, pkg)):
-            rel = os.path.relpath(root, REPO)
-            if rel.replace(os.sep, "/").startswith("mbde_core/estimators"):
-                continue
             out += [os.path.join(root, f) for f in files if f.endswith(".py")]
     return sorted(out)
 

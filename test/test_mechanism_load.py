@@ -166,7 +166,8 @@ def test_schema_is_what_the_loader_accepts():
     them all loads), and a key the schema does not list is refused with its path."""
     from mbde_core.model import schema
 
-    assert set(schema.LOAD_TYPES) == {"force", "torque", "motor", "generalized_force", "joint_damping", "point_damping"}
+    assert set(schema.LOAD_TYPES) == {"force", "torque", "motor", "generalized_force", "joint_damping", "point_damping",
+                                      "joint_friction", "point_friction"}
     for sec in schema.SECTIONS:
         assert all(k.meaning for k in sec.keys), sec.path
     with pytest.raises(ConfigError) as err:

@@ -9,11 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from conftest import REPO, mech_path
+from conftest import REPO, load_options, mech_path
 from mbde_core.config.yamlnode import parse_yaml
-from mbde_core.estimators.options.schema import defaults, load_estimator_configs, validate
+from mbde_core.estimators.configure import configure, defaults, validate
 from mbde_core.estimators.options.mechanism_scales import mechanism_scales
-from mbde_core.estimators.options.rule import AUTO, auto_step, resolve_config
+from mbde_core.estimators.options.frozen import AUTO
+from mbde_core.estimators.options.rule import auto_step
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors
 
@@ -78,23 +79,23 @@ def test_step_lands_readings_on_the_grid(pendulum):
 
 def test_explicit_numbers_override_the_rule(pendulum):
     ss = load_sensors(parse_yaml("- {name: g, type: gyroscope, body: rod, rate: 200, noise: {sigma: 0.01}}"), pendulum)
-    auto = resolve_config("ukf", defaults("ukf"), pendulum, ss)
+    auto = configure("ukf", defaults("ukf"), pendulum, ss).as_dict()
     assert AUTO not in (auto["step"], auto["plant_noise"]["acceleration_psd"], auto["initial_sigma"]["z"])
     given = validate("ukf", {"step": 0.004, "plant_noise": {"acceleration_psd": 2.5}, "initial_sigma": {"z": 0.1}})
-    out = resolve_config("ukf", given, pendulum, ss)
+    out = configure("ukf", given, pendulum, ss).as_dict()
     assert out["step"] == 0.004 and out["plant_noise"]["acceleration_psd"] == 2.5 and out["initial_sigma"]["z"] == 0.1
     assert out["initial_sigma"]["zd"] == auto["initial_sigma"]["zd"]  # the one left to the rule
 
 
 def test_paper003_file_keeps_the_papers_numbers():
     names = ["ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf"]
-    cfg = load_estimator_configs(f"{REPO}/config/estimators/paper003.yaml", names)
+    cfg = load_options(f"{REPO}/config/estimators/paper003.yaml", names)
     for n in names:
         c = cfg[n]
         assert (c["step"], c["plant_noise"]["acceleration_psd"], c["initial_sigma"]) == (0.005, 1.0, {"z": 0.05, "zd": 0.5})
     assert cfg["ukf"]["transition"] == cfg["dekf"]["transition"] == cfg["diekfpm"]["transition"] == "euler"
     assert cfg["errorekf"]["integrator"] == "euler" and cfg["cekf"]["correction_at"] == "both_ends"
-    default_file = load_estimator_configs(f"{REPO}/config/estimators/default.yaml", names)
+    default_file = load_options(f"{REPO}/config/estimators/default.yaml", names)
     assert all(default_file[n] == defaults(n) for n in names)  # default.yaml states the built-in rule
 
 
@@ -102,11 +103,11 @@ def test_accelerometer_is_widened_by_the_model_error(pendulum):
     ss = load_sensors(parse_yaml("- {name: a, type: accelerometer, body: rod, offset: [0.25, 0], axes: [0, pi/2], "
                                  "rate: 200, noise: {sigma: 0.05}}\n- {name: g, type: gyroscope, body: rod, rate: 200, "
                                  "noise: {sigma: 0.01}}"), pendulum)
-    cfg = resolve_config("ukf", defaults("ukf"), pendulum, ss)
+    cfg = configure("ukf", defaults("ukf"), pendulum, ss).as_dict()
     sig = np.asarray(cfg["sensor_sigma"]["a"])
     assert sig.shape == (2,) and np.all(sig > 10 * 0.05)  # gravity (~10 m/s^2) known to 10 %, over f / w_g readings
     assert "g" not in cfg["sensor_sigma"]  # a gyroscope reads neither gravity nor accelerations
-    assert resolve_config("ukf", validate("ukf", {"sensor_sigma": {"a": 0.07}}), pendulum, ss)["sensor_sigma"] == {"a": 0.07}
+    assert configure("ukf", {"sensor_sigma": {"a": 0.07}}, pendulum, ss).as_dict()["sensor_sigma"] == {"a": 0.07}
 
 
 def test_transitions_are_exact_for_their_accelerations():
@@ -114,8 +115,8 @@ def test_transitions_are_exact_for_their_accelerations():
 
     z, zd, a, j, dt = np.array([[0.3]]), np.array([[2.0]]), np.array([[-4.0]]), 7.0, 0.01
     exact = z + zd * dt + a * dt**2 / 2  # constant acceleration
-    assert np.allclose(position_step({"transition": "constant_acceleration"}, z, zd, a, dt), exact, rtol=0, atol=1e-15)
-    assert np.allclose(position_step({"transition": "euler"}, z, zd, a, dt), z + zd * dt, rtol=0, atol=1e-15)
+    assert np.allclose(position_step("constant_acceleration", z, zd, a, dt), exact, rtol=0, atol=1e-15)
+    assert np.allclose(position_step("euler", z, zd, a, dt), z + zd * dt, rtol=0, atol=1e-15)
     # linear acceleration a + j t: Heun with the end acceleration a + j dt is exact
     out = heun_step(np.hstack([z, zd]), a, a + j * dt, dt, 1)
     assert out[0, 0] == pytest.approx(float(exact[0, 0] + j * dt**3 / 6), abs=1e-15)

@@ -8,11 +8,12 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import REPO, run_mbde
+from conftest import REPO, load_options, run_mbde
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults, load_estimator_configs
+from mbde_core.estimators.particle import outputs, resampling
+from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.particle.resampling import SCHEMES, resample
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.scenario import load_scenario
@@ -26,7 +27,7 @@ TABLE1 = os.path.join(REPO, "config", "estimators", "pf_table1.yaml")
 
 def table1():
     """Paper 000 Table 1 (config/estimators/pf_table1.yaml): the settings of its sec. 6.1."""
-    return load_estimator_configs(TABLE1, ["pf"])["pf"]
+    return load_options(TABLE1, ["pf"])["pf"]
 # Documented bound (README, config/estimators/pf.yaml): with a known initial state the crank
 # angle RMSE on pf_sim (perfect model, Table 1 settings) stays below 0.5 deg (measured ~0.1).
 KNOWN_START_RMSE_DEG = 0.5
@@ -51,7 +52,7 @@ def _run(sc, res, meas, cfg, seed=0):
     sig = cfg["initial_sigma"]
     start = InitialState(init.z, init.zd, np.full(1, sig["z"]), np.full(1, sig["zd"]), init.q, init.branch)
     rows = []
-    stage = EstimatorStage(est, cfg["step"], lambda t: start, keep=False,
+    stage = EstimatorStage(est, est.options.step, lambda t: start, keep=False,
                            on_step=lambda rec: rows.append((rec.estimate.stamp, rec.estimate.z[0], rec.estimate.branch_probabilities)))
     stage.feed(meas)
     stage.flush()
@@ -129,7 +130,7 @@ def test_degenerate_likelihoods_trigger_recovery_not_nan(sims):
         init = sc.estimator_initial_state()
         start = InitialState(init.z, init.zd, np.full(1, 0.05), np.full(1, 0.5), init.q, init.branch)
         recs = []
-        stage = EstimatorStage(est, cfg["step"], lambda t: start, on_step=recs.append, keep=False)
+        stage = EstimatorStage(est, est.options.step, lambda t: start, on_step=recs.append, keep=False)
         stage.feed(feed)
         stage.flush()
     d = est.diagnostics()
@@ -232,20 +233,20 @@ def test_circular_mean_interval_and_branch_probabilities(sims):
     est.reset(0.0, InitialState(np.array([np.pi]), np.array([0.0]), np.array([0.03]), np.array([0.1]), None, 1))
     z = wrap_angle(est.z[:, 0])
     assert (z > 3).any() and (z < -3).any()
-    zm, _, _ = est.mean()
+    zm, _, _ = outputs.mean(est)
     assert abs(wrap_angle(zm[0] - np.pi)) < 0.01  # the arithmetic mean would be ~0
-    sd = math.sqrt(est.covariance()[0, 0])
+    sd = math.sqrt(outputs.covariance(est)[0, 0])
     assert 0.02 < sd < 0.04
-    iv = est.interval(0.95)["z"]
+    iv = outputs.interval(est, 0.95)["z"]
     assert iv[0][0] < zm[0] < iv[1][0] and 0.08 < iv[1][0] - iv[0][0] < 0.16  # ~ 2 x 1.96 x 0.03
-    assert np.allclose(est.branch_probabilities(), [0.0, 1.0])
+    assert np.allclose(outputs.branch_probabilities(est), [0.0, 1.0])
     snap = est.estimate()
     assert snap.branch == 1 and abs(wrap_angle(snap.z[0] - np.pi)) < 0.01
     assert abs(est.mech.phi(snap.q)).max() < 1e-9  # the snapshot's q is assembled
     # eq. 20 with mixed weights
     est.label[:100] = 0
     est.logw = np.log(np.full(est.N, 1.0 / est.N))
-    assert np.allclose(est.branch_probabilities(), [0.25, 0.75])
+    assert np.allclose(outputs.branch_probabilities(est), [0.25, 0.75])
     cloud = est.particles()
     assert cloud.z.shape == (400, 1) and np.all(np.abs(cloud.z) <= np.pi) and cloud.branch.tolist().count(0) == 100
 
@@ -273,7 +274,7 @@ def test_uniform_prior_and_reproducibility(sims):
 
 
 def test_config_file_matches_defaults_and_errors(tmp_path):
-    cfg = load_estimator_configs(os.path.join(REPO, "config", "estimators", "pf.yaml"), ["pf"])["pf"]
+    cfg = load_options(os.path.join(REPO, "config", "estimators", "pf.yaml"), ["pf"])["pf"]
 
     def norm(x):
         if isinstance(x, dict):
@@ -283,7 +284,7 @@ def test_config_file_matches_defaults_and_errors(tmp_path):
         return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x
 
     assert norm(cfg) == norm(defaults("pf"))
-    rig = load_estimator_configs(os.path.join(REPO, "config", "estimators", "pf_rig.yaml"), ["pf"])["pf"]
+    rig = load_options(os.path.join(REPO, "config", "estimators", "pf_rig.yaml"), ["pf"])["pf"]
     assert (rig["particles"], rig["step"], rig["acceleration_sigma"]) == (50, 0.003, 32.0)
     t1 = table1()
     assert (t1["particles"], t1["step"], t1["acceleration_sigma"], t1["uniform"]["particles"]) == (100, 0.005, 8.0, 3000)
@@ -298,7 +299,7 @@ def test_config_file_matches_defaults_and_errors(tmp_path):
         f = tmp_path / "bad.yaml"
         f.write_text(text)
         with pytest.raises(ConfigError) as exc:
-            load_estimator_configs(str(f), ["pf"])
+            load_options(str(f), ["pf"])
         assert where in str(exc.value) and "bad.yaml" in str(exc.value)
     sc = load_scenario(PF_SIM)
     bad = copy.deepcopy(defaults("pf"))
@@ -362,7 +363,7 @@ def test_published_covariance_is_symmetric_positive_definite_and_nees_never_nega
     # degenerate sets: one particle carries all the weight; every particle a copy of one
     est.logw = np.where(np.arange(est.N) == 3, 0.0, -np.inf)
     covs.append(est.estimate().cov)
-    est._resample(est.weights(), 1.0)
+    resampling.resample_set(est, est.weights(), 1.0)
     covs.append(est.estimate().cov)
     for P in covs:
         assert np.array_equal(P, P.T)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from test_faults import rig, stage_for, z_of  # noqa: F401  (rig: the shared fixture)
+from mbde_core.estimators.particle import recovery
 from mbde_core.types import Measurement
 
 
@@ -63,7 +64,7 @@ def test_pf_after_a_silence_longer_than_its_cloud_can_bridge_starts_afresh(tmp_p
     motion and never recovered; now within 0.6 s, as the first acquisition."""
     import dataclasses
 
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from conftest import load_options
     from mbde_core.faults.kinds import inject
     from mbde_core.faults.score import errors
     from mbde_core.live.model_source import load_source
@@ -78,7 +79,7 @@ def test_pf_after_a_silence_longer_than_its_cloud_can_bridge_starts_afresh(tmp_p
     gap = inject("gap", inp.measurements, next(iter(inp.sensors)).name, sigma, 0)
     assert gap.resume is not None
     for name, seed in (("pf", 2), ("vipf", 0)):
-        cfg = load_estimator_configs(None, [name])[name]
+        cfg = load_options(None, [name])[name]
         run = run_estimator(dataclasses.replace(inp, measurements=gap.measurements), name, cfg, seed=seed,
                             particle_budget=0)
         t, e, _ = errors(run.records, gap, inp.truth, angular)
@@ -89,10 +90,10 @@ def test_pf_after_a_silence_longer_than_its_cloud_can_bridge_starts_afresh(tmp_p
 
 
 def test_position_spread_is_the_cloud_s_over_the_prior_s(rig):
-    """_position_spread against its analytic values: a cloud uniform on the circle 1, a
+    """recovery.position_spread against its analytic values: a cloud uniform on the circle 1, a
     Gaussian one of standard deviation s (small against pi) s / (pi / sqrt(3))."""
     from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
 
     m, ss, _, _ = rig
     pf = make_estimator("pf", m, ss, defaults("pf"))
@@ -102,5 +103,5 @@ def test_position_spread_is_the_cloud_s_over_the_prior_s(rig):
         pf.q = np.tile(m.q0, (N, 1))
         pf.q[:, m.independent[0]] = z
         pf.logw = np.full(N, -np.log(N))
-        got = float(pf._position_spread()[0])
+        got = float(recovery.position_spread(pf)[0])
         assert abs(got - want) < 0.02, (got, want)

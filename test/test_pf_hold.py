@@ -1,4 +1,4 @@
-"""The particle filter's held suspect readings (mbde_core.estimators.particle.hold): the next
+"""The particle filter's held suspect readings (mbde_core.estimators.particle.weights): the next
 reading tells an outlier from news while the cloud converges from the uniform prior."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from mbde_core.estimators.particle.hold import HeldReadings, robust
+from mbde_core.estimators.particle.likelihood import robust
+from mbde_core.estimators.particle.weights import HeldReadings
 from mbde_core.types import Measurement
 
 
@@ -74,10 +75,10 @@ def pf_sim(tmp_path_factory):
 
 def _acquisition(inputs, ms, seed):
     """(time after which |error| stays < 0.1 rad, readings rejected) of the default pf."""
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from conftest import load_options
     from mbde_core.replay.runner import run_estimator
 
-    cfg = load_estimator_configs(None, ["pf"])["pf"]
+    cfg = load_options(None, ["pf"])["pf"]
     run = run_estimator(dataclasses.replace(inputs, measurements=ms), "pf", cfg, seed=seed, particle_budget=0)
     tt = inputs.truth
     ts = np.array([r.estimate.stamp for r in run.records])
@@ -113,7 +114,7 @@ def test_an_outlier_in_the_wide_cloud_does_not_take_the_acquisition(tmp_path):
     50 readings from 0.29 s: the wide cloud predicted the first within its gate (d^2 = 10)
     and, fused plainly, it moved the cloud to it: steady RMSE (t > 1 s) 37x and 2.1x the
     clean run's with seeds 0 and 1. With the robust likelihood of the grace: <= 1.5x."""
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from conftest import load_options
     from mbde_core.faults.kinds import inject
     from mbde_core.faults.score import errors
     from mbde_core.live.model_source import load_source
@@ -124,7 +125,7 @@ def test_an_outlier_in_the_wide_cloud_does_not_take_the_acquisition(tmp_path):
     sc = load_source(scenario_file="scenarios/pf_rig_branch0.yaml")
     write_simulation_bag(sc, tmp_path / "bag")
     inp = load_inputs(str(tmp_path / "bag"))
-    cfg = load_estimator_configs(None, ["pf"])["pf"]
+    cfg = load_options(None, ["pf"])["pf"]
     sigma = {s.name: np.sqrt(np.diag(s.covariance())) for s in inp.sensors}
     angular = np.isin(inp.mechanism.independent, inp.mechanism.rel_columns)
     for seed in (0, 1):

@@ -1,11 +1,12 @@
-"""The PF's estimate assembles its mean state on the scalar kernels (pf_outputs._assemble_mean):
+"""The PF's estimate assembles its mean state on the scalar kernels (particle.outputs.assemble_mean):
 the same q, qd, qdd as the generic kinematics (solve_position, velocity, acceleration) to rounding."""
 import numpy as np
 import pytest
 
 from mbde_core.engine import kinematics
 from mbde_core.estimators import make_estimator
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
+from mbde_core.estimators.particle import outputs
 from mbde_core.sensors.sensor_set import SensorSet
 
 
@@ -19,7 +20,7 @@ def test_mean_assembly_matches_the_generic_kinematics(mechanisms, name):
         guess = est.q[j]
         zm = guess[m.independent] + 0.01 * rng.standard_normal(m.dof)
         zdm, zddm = rng.standard_normal(m.dof), rng.standard_normal(m.dof)
-        q, ok, qd, qdd = est._assemble_mean(zm, zdm, zddm, guess)
+        q, ok, qd, qdd = outputs.assemble_mean(est, zm, zdm, zddm, guess)
         q0, ok0 = kinematics.solve_position(m, zm, guess)
         assert ok and ok0 and qd is not None
         assert np.abs(q - q0).max() < 1e-12

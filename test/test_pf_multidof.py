@@ -13,8 +13,9 @@ from mbde_bench.common import TruthRecord
 from mbde_bench.pf_multidof import RMSE_RATIO, _run_filter, convergence_time, steady_rmse
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults
-from mbde_core.estimators.particle.lock import LockDetector
+from mbde_core.estimators.configure import defaults
+from mbde_core.estimators.particle import outputs, recovery
+from mbde_core.estimators.particle.recovery import LockDetector
 from mbde_core.scenario import load_scenario
 
 SCEN = os.path.join(REPO, "config", "scenarios")
@@ -79,7 +80,7 @@ def test_defaults_follow_the_mechanism():
     est = make_estimator("pf", sc.estimator_mechanism(), sc.estimator_sensors(), defaults("pf"))
     R = est._noise("accel_rocker")[0]
     ukf = make_estimator("ukf", sc.estimator_mechanism(), sc.estimator_sensors(), defaults("ukf"))
-    widened = np.asarray(ukf.config["sensor_sigma"]["accel_rocker"]) ** 2
+    widened = np.asarray(ukf.options.sensor_sigma["accel_rocker"]) ** 2
     assert np.allclose(np.diag(R), widened, rtol=1e-9) and np.all(widened > 0.05**2 + 1.0)
 
 
@@ -94,7 +95,7 @@ def test_position_proposal_places_the_uniform_set_on_the_encoder():
     est.reset(meas[0].stamp, None)
     assert np.ptp(est.z[:, 0]) > 6.0  # the whole circle
     est.update(meas)
-    d = est.deviations()
+    d = outputs.deviations(est)
     assert est.ess_before > 0.3 * est.N_init
     assert np.sqrt(np.sum(est.weights() * d[:, 0] ** 2)) < 3 * math.sqrt(est._noise("encoder")[0][0, 0])
 
@@ -131,7 +132,7 @@ def test_lock_injection_recovers_a_wrong_start():
 
     wrong = InitialState(truth.z[0] + 1.0, truth.zd[0], np.full(1, 0.01), np.full(1, 0.05), None, 0)
     rows = []
-    stage = EstimatorStage(est, cfg["step"], lambda t: wrong, keep=False,
+    stage = EstimatorStage(est, est.options.step, lambda t: wrong, keep=False,
                            on_step=lambda r: rows.append((r.estimate.stamp, r.estimate.z[0])))
     stage.feed(meas)
     stage.flush()
@@ -188,7 +189,7 @@ def test_lock_injection_keeps_the_clouds_positions_with_velocities_from_the_read
     prior = est.logw.copy()
     est.update(meas, gates={})  # as the lock's update would (its evidence of the readings: _normalise)
     n_old, q_old, label_old, zd_old = est.N, est.q.copy(), est.label.copy(), est.qd[:, est.iz][:, 0].copy()
-    est._inject(meas, prior)
+    recovery.inject(est, meas, prior)
     assert est.N == 2 * n_old + max(est.N_init // 2, 1)
     local = slice(n_old, 2 * n_old)
     np.testing.assert_array_equal(est.q[local], q_old)

@@ -175,7 +175,7 @@ def test_cached_sees_the_compiled_module_on_disk(mechs, monkeypatch, tmp_path):
 
 def test_expected_steps_reach_the_backend_choice(mechanisms, monkeypatch):
     from mbde_core.estimators import make_estimator
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
     from mbde_core.sensors.sensor_set import SensorSet
 
     seen = []
@@ -194,7 +194,7 @@ def test_particle_filter_on_both_backends(mechs, monkeypatch, name):
     """The same filter run (same seed) on numpy and on numba: the same estimates to rounding."""
     from mbde_core.estimators import make_estimator
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
     from mbde_core.scenario import load_scenario
     from mbde_bench.common import TruthRecord
 

@@ -66,7 +66,7 @@ def test_filter_estimate_numba_vs_numpy(monkeypatch):
     sc = load_scenario(config_path("scenarios", "pf_sim.yaml"))
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
     from mbde_core.estimators.base import InitialState
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
 
     cfg = defaults("pf")
     cfg.update(init="gaussian", particles=6000)

@@ -13,8 +13,9 @@ from mbde_bench.common import TruthRecord
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults, validate
-from mbde_core.estimators.options.rule import resolve_config, scenario_context
+from mbde_core.estimators.configure import defaults, validate
+from mbde_core.estimators.configure import configure
+from mbde_core.estimators.options.rule import scenario_context
 from mbde_core.estimators.registry import estimator_rng
 from mbde_core.scenario import load_scenario
 
@@ -60,7 +61,7 @@ def test_follower_seeds_on_the_converged_cloud_and_is_published(fourbar):
     pf = _run(fourbar, defaults("pf"))
     d = pf.diagnostics()["refine"]
     assert d["estimator"] == "ukf" and d["following"] and d["seeds"] >= 1
-    snap, cloud, f = pf.estimate(), pf.cloud_estimate(), pf._follower.estimate()
+    snap, cloud, f = pf.estimate(), pf.cloud_estimate(), pf.follower.est.estimate()
     np.testing.assert_array_equal(snap.z, f.z)
     np.testing.assert_array_equal(snap.cov, f.cov[:2, :2])
     np.testing.assert_array_equal(snap.branch_probabilities, cloud.branch_probabilities)
@@ -87,16 +88,16 @@ def test_a_follower_that_disagrees_is_dropped_and_seeded_again(fourbar):
     state = {}
 
     def hook(pf, t):
-        if "pushed" not in state and pf._following and t > 0.8:
-            f = pf._follower
+        if "pushed" not in state and pf.follower.following and t > 0.8:
+            f = pf.follower.est
             x = f.x.copy()
             x[0] += 1.0
             f._assemble_into(x, f.model.guess(f._full(), x[:1] - f.x[:1]))
             f.P[:] = np.diag([1e-6, 1e-4])
-            state["pushed"], state["seeds"] = t, pf.refine_counts["seeds"]
-        elif "pushed" in state and "dropped" not in state and pf.refine_counts["drops"]:
+            state["pushed"], state["seeds"] = t, pf.follower.counts["seeds"]
+        elif "pushed" in state and "dropped" not in state and pf.follower.counts["drops"]:
             state["dropped"] = t
-            assert pf.refine_counts["seeds"] == state["seeds"] + 1
+            assert pf.follower.counts["seeds"] == state["seeds"] + 1
             assert abs(pf.estimate().z[0] - pf.cloud_estimate().z[0]) < 0.05
 
     pf = _run(fourbar, defaults("pf"), hook=hook)
@@ -116,12 +117,12 @@ def test_a_cloud_that_drifted_is_drawn_again_from_the_follower(fourbar):
     state = {}
 
     def hook(pf, t):
-        if "pushed" not in state and pf._following and t > 0.8:
+        if "pushed" not in state and pf.follower.following and t > 0.8:
             c = pf.cloud_estimate()
             pf._init_gaussian(InitialState(c.z + 0.1, c.zd, np.full(1, 0.005), np.full(1, 0.05), None, c.branch))
-            pf._seeded_generation = pf._generation  # the follower goes on with the moved cloud
+            pf.follower.seeded_generation = pf.follower.generation  # the follower goes on with the moved cloud
             state["pushed"], state["locks"] = t, pf.counts["locks"]
-        elif "pushed" in state and "redrawn" not in state and pf.refine_counts["redraws"]:
+        elif "pushed" in state and "redrawn" not in state and pf.follower.counts["redraws"]:
             state["redrawn"] = t
             assert abs(pf.cloud_estimate().z[0] - pf.estimate().z[0]) < 0.05
 
@@ -135,10 +136,10 @@ def test_a_cloud_that_drifted_is_drawn_again_from_the_follower(fourbar):
 
 def test_a_new_cloud_drops_the_follower(fourbar):
     pf = _run(fourbar, defaults("pf"), until=1.0)
-    assert pf._following
+    assert pf.follower.following
     pf.reset(pf.t, fourbar[0].scenario.estimator_initial_state())  # a uniform start
     snap, cloud = pf.estimate(), pf.cloud_estimate()
-    assert not pf._following
+    assert not pf.follower.following
     np.testing.assert_array_equal(snap.z, cloud.z)
 
 
@@ -160,13 +161,13 @@ def test_follower_options_follow_the_rule_with_the_scenario_context():
     input state, unless its options give ``inputs``)."""
     sc = load_scenario(os.path.join(SCEN, "adekf_slider_crank.yaml"))
     mech, sensors, ctx = sc.estimator_mechanism(), sc.estimator_sensors(), scenario_context(sc)
-    pf_cfg = resolve_config("pf", defaults("pf"), mech, sensors, ctx)
-    ukf_cfg = resolve_config("ukf", validate("ukf", {"inputs": []}), mech, sensors, ctx)
+    pf_cfg = configure("pf", defaults("pf"), mech, sensors, ctx).as_dict()
+    ukf_cfg = configure("ukf", {"inputs": []}, mech, sensors, ctx).as_dict()
     assert pf_cfg["refine"]["resolved"]["inputs"] == []
     assert pf_cfg["refine"]["resolved"]["plant_noise"] == ukf_cfg["plant_noise"]
-    with_input = resolve_config("pf", validate("pf", {"refine": {"options": {"inputs": "auto"}}}), mech, sensors, ctx)
+    with_input = configure("pf", {"refine": {"options": {"inputs": "auto"}}}, mech, sensors, ctx).as_dict()
     assert [i["coordinate"] for i in with_input["refine"]["resolved"]["inputs"]] == ["theta"]  # given: kept
-    no_ctx = resolve_config("ukf", defaults("ukf"), mech, sensors, None)
+    no_ctx = configure("ukf", defaults("ukf"), mech, sensors, None).as_dict()
     assert ukf_cfg["plant_noise"]["acceleration_psd"] > no_ctx["plant_noise"]["acceleration_psd"]
     assert "resolved" not in defaults("pf")["refine"]  # the defaults are not touched
 
@@ -176,11 +177,12 @@ def test_tuned_pf_section_gives_the_follower_the_tuned_ukf():
     with the tuned UKF's options, a config the PF validates."""
     from types import SimpleNamespace
 
+    from mbde_core.estimators.registry import estimator_class
     from mbde_core.tuning.output import pf_section
 
     tuned = dict(defaults("ukf"), step=0.005, plant_noise={"acceleration_psd": 3.0, "velocity_psd": 0.0},
                  initial_sigma={"z": 0.05, "zd": 0.5})
-    ukf = SimpleNamespace(name="ukf", tuned=tuned)
+    ukf = SimpleNamespace(name="ukf", tuned=estimator_class("ukf").Options.from_dict(tuned))
     sec, note = pf_section([ukf], 0.005)
     assert sec["acceleration_sigma"] == pytest.approx((3.0 / 0.005) ** 0.5)
     assert sec["refine"] == {"estimator": "ukf", "options": {"plant_noise": {"acceleration_psd": 3.0, "velocity_psd": 0.0},
@@ -189,5 +191,5 @@ def test_tuned_pf_section_gives_the_follower_the_tuned_ukf():
     assert "follower" in note
     cfg = validate("pf", sec, "tuned.yaml", "pf")
     assert cfg["refine"]["options"]["plant_noise"]["acceleration_psd"] == 3.0
-    adekf = SimpleNamespace(name="adekf", tuned=dict(tuned))
+    adekf = SimpleNamespace(name="adekf", tuned=ukf.tuned)
     assert "refine" not in pf_section([adekf], 0.005)[0]  # the ADE-KF does not follow

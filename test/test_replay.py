@@ -123,8 +123,12 @@ def test_replay_missing_bag_and_existing_out(tmp_path, bag):
     proc = run_mbde("replay", tmp_path / "nobag", "--out", tmp_path / "o")
     assert proc.returncode == 2 and "no such bag" in proc.stderr
     (tmp_path / "exists").mkdir()
+    (tmp_path / "exists" / "notes.txt").write_text("mine")
     proc = run_mbde("replay", bag, "--out", tmp_path / "exists", "--estimators", "dekf")
     assert proc.returncode == 2 and "--force" in proc.stderr
+    (tmp_path / "empty").mkdir()  # an empty folder made for the output: used
+    proc = run_mbde("replay", bag, "--out", tmp_path / "empty", "--estimators", "dekf", "--no-plots")
+    assert proc.returncode == 0 and (tmp_path / "empty" / "metrics.json").exists(), proc.stderr
 
 
 def test_bad_estimator_config_is_one_line(bag, tmp_path):
@@ -141,7 +145,7 @@ def test_bad_estimator_config_is_one_line(bag, tmp_path):
 def test_estimator_failure_is_counted_and_the_run_goes_on(bag, monkeypatch):
     """An estimator exception in replay does what the live node does: counted, the track
     restarts from the initial guess at the next reading, no reading after it is lost."""
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
     from mbde_core.estimators.kalman.dekf import DEKF
     from mbde_core.replay.inputs import load_inputs
     from mbde_core.replay.runner import run_estimator

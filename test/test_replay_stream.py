@@ -10,9 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import REPO, run_mbde
+from conftest import REPO, load_options, run_mbde
 from mbde_core.config.paths import config_path
-from mbde_core.estimators.options.schema import load_estimator_configs
 from mbde_core.replay import pipeline, worker
 from mbde_core.replay.inputs import load_inputs
 from mbde_core.replay.runner import evaluate, run_estimator
@@ -36,7 +35,7 @@ def bag(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def configs():
-    cfg = load_estimator_configs(config_path("estimators", "pf.yaml"), NAMES)
+    cfg = load_options(config_path("estimators", "pf.yaml"), NAMES)
     cfg["pf"]["uniform"]["particles"] = 300
     return cfg
 

@@ -12,6 +12,7 @@ import yaml
 from mbde_core.errors import DataError
 from mbde_core.rosio import convert as cv
 from mbde_core.rosio.bag import BagReader, BagWriter, bag_info
+from mbde_core.rosio.bag_writer import INCOMPLETE_MARKER
 from mbde_core.rosio.factory import RosbagsFactory
 from mbde_core.rosio.stamps import ns_to_sec, sec_to_ns
 from mbde_core.rosio.typestore import get_typestore
@@ -206,16 +207,22 @@ def test_bag_info(tmp_path, storage):
     assert topics["/mechanism/description"]["rate_hz"] is None
 
 
-def test_exception_inside_with_block_keeps_written_data(tmp_path, storage):
+def test_exception_inside_with_block_keeps_written_data_marked_incomplete(tmp_path, storage):
     with pytest.raises(RuntimeError, match="simulated crash"):
         with BagWriter(tmp_path / "bag", storage) as bag:
             bag.add_topic("/imu", cv.IMU, "sensor")
             for k in range(3):
                 bag.write("/imu", k * 0.1, cv.imu_msg(F, k * 0.1, gyro_z=float(k)))
             raise RuntimeError("simulated crash")
-    with BagReader(tmp_path / "bag") as bag:
+    with pytest.raises(DataError, match="incomplete bag: its writer was interrupted or failed"):
+        BagReader(tmp_path / "bag")  # a bag cut short never passes for a complete one
+    with BagReader(tmp_path / "bag", incomplete_ok=True) as bag:
         got = [cv.imu_values(m, ["gyro_z"])[0] for _, _, m in bag.messages()]
     assert got == [0.0, 1.0, 2.0]
+    assert not (tmp_path / "good").exists()
+    with BagWriter(tmp_path / "good", storage) as bag:
+        assert (tmp_path / "good" / INCOMPLETE_MARKER).exists()  # while it is written
+    assert not (tmp_path / "good" / INCOMPLETE_MARKER).exists()
 
 
 def test_writer_errors(tmp_path, storage):

@@ -77,11 +77,11 @@ def test_bench_accuracy_task_on_dask_matches_serial(cluster):
     from mbde_bench import accuracy
     from mbde_bench.common import TruthRecord
     from mbde_core.config.paths import config_path
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from conftest import load_options
     from mbde_core.scenario import load_scenario
 
     truths = {"fourbar_gyro": TruthRecord(load_scenario(config_path("scenarios", "fourbar_gyro.yaml")), 0.2)}
-    configs = load_estimator_configs(None, ["errorekf", "ukf"])
+    configs = load_options(None, ["errorekf", "ukf"])
     tasks = [("fourbar_gyro", p, 1.0, r, ["errorekf", "ukf"], configs) for p, r in ((1, 0), (5, 1))]
     tasks.append(("no_such_case", 1, 1.0, 0, ["errorekf"], configs))  # fails: KeyError
 
@@ -99,7 +99,7 @@ def test_bench_accuracy_task_on_dask_matches_serial(cluster):
 def test_replay_on_dask_matches_serial(cluster, tmp_path):
     """mbde replay's (bag, estimator) tasks on the cluster: same metrics and estimates bag."""
     from mbde_core.config.paths import config_path
-    from mbde_core.estimators.options.schema import load_estimator_configs
+    from conftest import load_options
     from mbde_core.replay import pipeline
     from mbde_core.rosio.bag import BagReader
     from mbde_core.scenario import load_scenario
@@ -108,7 +108,7 @@ def test_replay_on_dask_matches_serial(cluster, tmp_path):
     bag = str(tmp_path / "bag")
     write_simulation_bag(load_scenario(config_path("scenarios", "fourbar_imu.yaml"), ["duration=0.5"]), bag)
     names = ["errorekf", "ukf"]
-    configs = load_estimator_configs(None, names)
+    configs = load_options(None, names)
     out = {}
     for label, kw in (("serial", {"jobs": 1}), ("dask", {"scheduler": cluster.scheduler_address})):
         d = tmp_path / label

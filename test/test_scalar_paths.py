@@ -15,14 +15,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import COUPLER_GYRO, load_options, random_states
 from mbde_core.engine import dynamics, fastpath
 from mbde_core.engine.integrators import MBState, RK4
 from mbde_core.engine.rk4_single import rk4_step
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.kalman import errorekf_scalar
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import load_estimator_configs
-from conftest import COUPLER_GYRO, random_states
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.sensors.config import load_sensors
 from mbde_core.types import Measurement
@@ -57,7 +56,7 @@ def test_rk4_single_is_the_shared_algorithm_bit_for_bit(mechanisms, name):
 def _errorekf(mechanisms, sensors_spec):
     m = mechanisms["fourbar"]
     sensors = load_sensors(parse_yaml(sensors_spec), m)
-    cfg = dict(load_estimator_configs(None, ["errorekf"])["errorekf"], measurement_order=1)  # the scalar path's
+    cfg = dict(load_options(None, ["errorekf"])["errorekf"], measurement_order=1)  # the scalar path's
     est = make_estimator("errorekf", m, sensors, cfg)
     z0 = m.q0[m.independent]
     est.reset(0.0, InitialState(z=z0 + 0.05, zd=np.zeros(1), sigma_z=0.2, sigma_zd=0.5))

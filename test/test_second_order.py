@@ -11,7 +11,7 @@ from conftest import mech_path
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults, validate
+from mbde_core.estimators.configure import defaults, validate
 from mbde_core.estimators.kalman.reduced import ReducedModel
 from mbde_core.estimators.kalman.second_order import second_order_terms
 from mbde_core.errors import ConfigError

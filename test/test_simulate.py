@@ -382,7 +382,7 @@ def test_force_and_existing_output(tmp_path, capsys):
     other.mkdir()
     (other / "keep.txt").write_text("precious")
     assert mbde(["simulate", scen("pf_sim"), "--out", str(other), "--force", "--set", "duration=0.01"]) == 2
-    assert "does not hold an earlier bag; not replacing it" in capsys.readouterr().err
+    assert "carries no .mbde-output.json of an earlier mbde output; not replacing it" in capsys.readouterr().err
     assert (other / "keep.txt").read_text() == "precious"
 
 

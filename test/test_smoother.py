@@ -12,7 +12,7 @@ from mbde_bench.common import TruthRecord
 from mbde_core.config.paths import config_path
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.assess.metrics import chi2_band, coordinate_errors
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.rosio.bag import BagReader
@@ -140,7 +140,7 @@ def test_mbde_smooth_in_windows(bag, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--sensors", "s.yaml"], "--sensors needs --mechanism"),
-    (["--window", "-1"], "--window: must be >= 0"),
+    (["--window", "-1"], "--window: must be a finite number in [0, inf)"),
     (["--config", "BADCFG"], "smoother.solver: must be lm or trf"),
     (["--config", "BADKEY"], "smoother.steps: unknown key"),
 ])
@@ -153,18 +153,21 @@ def test_mbde_smooth_bad_input_one_line(bag, tmp_path, args, message):
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-def test_mbde_smooth_missing_bag_and_existing_out(tmp_path):
+def test_mbde_smooth_missing_bag_and_existing_out(bag, tmp_path):
     proc = run_mbde("smooth", tmp_path / "nope", "--out", tmp_path / "o")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     (tmp_path / "o").mkdir()
-    proc = run_mbde("smooth", tmp_path / "nope", "--out", tmp_path / "o")
+    (tmp_path / "o" / "notes.txt").write_text("mine")
+    proc = run_mbde("smooth", bag, "--out", tmp_path / "o")
     assert proc.returncode == 2 and "exists" in proc.stderr
+    assert os.listdir(tmp_path / "o") == ["notes.txt"]
 
 
 @pytest.mark.parametrize("mode", ["plain", "retry_all", "lost_filter"])
 def test_windowed_smoothing_seams(fourbar_truth, mode, monkeypatch):
-    """Windows of 1 s with 0.5 s margins vs the whole-run solution: the seam error (the
-    readings a window does not see) stays below 0.1 posterior sigma (measured 0.014;
+    """Windows of 1 s with 0.5 s margins vs the whole-run solution, with the same (fixed)
+    noise levels: the seam error (the readings a window does not see) stays below 0.1
+    posterior sigma (measured 0.014;
     ``mbde bench smoother`` tables it for longer runs); windows keep every step once.
     retry_all: with RETRY_FACTOR 0 every window after the first counts as an eom-cost
     outlier and is solved again over a growing horizon, the lower-cost solution kept.
@@ -179,7 +182,9 @@ def test_windowed_smoothing_seams(fourbar_truth, mode, monkeypatch):
     sc = tr.scenario
     mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
     meas = tr.measurements(sc.sensors, 0.005, seed=5)
-    sm = BatchSmoother(mech, sensors)
+    from mbde_core.trajectory.config import smoother_defaults
+
+    sm = BatchSmoother(mech, sensors, dict(smoother_defaults(), noise="fixed"))  # the same noise in every window
     full = sm.smooth(meas, _start(sc, 5))
     sig = np.sqrt(np.einsum("kii->ki", full.cov))
     if mode == "lost_filter":

@@ -112,7 +112,7 @@ def test_streamed_smooth_equals_the_windows_in_memory(bag, tmp_path, monkeypatch
     silent filter (lowered to 500 samples, 0.5 s here)."""
     from mbde_core.replay import evaluation
     from mbde_bench.smoother_cli import read_estimates
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
     from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
     from mbde_core.replay.inputs import load_inputs
     from mbde_core.replay.runner import initial_state
@@ -129,6 +129,9 @@ def test_streamed_smooth_equals_the_windows_in_memory(bag, tmp_path, monkeypatch
     doc = smooth_bag(open_source(bag), cfg, guess, str(out), "sqlite3", plots=False, chunk=64)
     inputs = load_inputs(bag)
     mech = inputs.mechanism
+    from mbde_core.replay.smoothing import resolved
+
+    cfg = resolved(inputs, cfg)
     ref = smooth_windowed(BatchSmoother(mech, inputs.sensors, cfg, guess), inputs.measurements, initial_state(inputs, cfg))
     t, z, zd, cov = read_estimates(out / "estimates")
     assert len(t) == len(ref.t) == 601

@@ -7,7 +7,7 @@ from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults
+from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.sensors.config import load_sensors

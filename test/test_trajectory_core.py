@@ -132,11 +132,12 @@ class LinearModel:
         self.Fx = Fx  # (g, 2g)
         self.H = sensors  # name -> (1, 3g)
 
-    def evaluate(self, t, X, q_guess):
+    def evaluate(self, t, X, q_guess, E=None, U=None):
         class Ev:
             pass
 
         ev = Ev()
+        ev.G = None
         N = X.shape[0]
         ev.f = X[:, :2 * self.g] @ self.Fx.T
         ev.F = np.broadcast_to(self.Fx, (N,) + self.Fx.shape)

@@ -71,14 +71,15 @@ def test_tune_recovers_a_known_plant_noise_density(shaken_bag, tmp_path):
 
 def test_likelihood_is_the_prediction_error_sum(shaken_bag):
     """Independent check of the sum: the same run's innovations recomputed from its records."""
-    from mbde_core.estimators.options.schema import defaults
+    from mbde_core.estimators.configure import defaults
     from mbde_core.replay.inputs import load_inputs
-    from mbde_core.replay.runner import resolved_config, run_estimator
+    from mbde_core.estimators.configure import validate
+    from mbde_core.replay.runner import resolved_options, run_estimator
     from mbde_core.tuning.likelihood import LOG_2PI, innovation_fit, tuning_config
 
     src = load_inputs(str(shaken_bag))
     readings = [m for m in src.measurements if m.stamp <= src.start + 1.0]
-    cfg = resolved_config(src, "ukf", defaults("ukf"))
+    cfg = resolved_options(src, validate("ukf", defaults("ukf")))
     fit = innovation_fit(src, readings, "ukf", cfg)
     src1 = type(src)(**{**src.__dict__, "measurements": readings})
     run = run_estimator(src1, "ukf", tuning_config(cfg), seed=0)

@@ -9,7 +9,7 @@ from mbde_core.engine.vi_linearize import step_jacobian
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults, validate
+from mbde_core.estimators.configure import defaults, validate
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.scenario import load_scenario
 from mbde_core.sensors.base import wrap_angle

@@ -5,11 +5,11 @@ import os
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, load_options
 from mbde_core.errors import ConfigError
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.options.schema import defaults, load_estimator_configs, validate
+from mbde_core.estimators.configure import defaults, validate
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.scenario import load_scenario
 from mbde_core.sensors.base import wrap_angle
@@ -34,7 +34,7 @@ def track(scenario, name, cfg, seed=0, sigma_z=0.05, sigma_zd=0.5):
     g = mech.dof
     start = InitialState(init.z, init.zd, np.full(g, sigma_z), np.full(g, sigma_zd), init.q, init.branch)
     rows = []
-    stage = EstimatorStage(est, cfg["step"], lambda t: start, keep=False,
+    stage = EstimatorStage(est, est.options.step, lambda t: start, keep=False,
                            on_step=lambda rec: rows.append((rec.estimate.stamp, rec.estimate.z)))
     stage.feed(meas)
     stage.flush()
@@ -54,7 +54,7 @@ def test_config_defaults_and_errors():
     assert cfg["resampling"]["ess_threshold"] == 1.0 and cfg["acceleration_sigma"] == 0.0
     assert cfg["proposal"] == "adapted" and cfg["particles"] is None
     # the shipped file: paper 002's filter
-    shipped = load_estimator_configs(os.path.join(REPO, "config", "estimators", "vipf.yaml"), ["vipf"])["vipf"]
+    shipped = load_options(os.path.join(REPO, "config", "estimators", "vipf.yaml"), ["vipf"])["vipf"]
     assert shipped["noise"] == {"position": 0.01, "velocity": 0.5} and shipped["integrator"] == "midpoint"
     assert shipped["proposal"] == "prior" and shipped["particles"] == 100
     assert not shipped["regularisation"]["enabled"] and shipped["recovery"]["lock_nis"] == 0.0
@@ -73,7 +73,7 @@ def test_tracks_pf_sim_from_a_known_start(integrator):
     if integrator == "midpoint":  # the built-in (mechanism-derived) defaults
         cfg = defaults("vipf")
     else:  # first order at the rig's 37 rad/s: paper 002's settings (the derived ones lose it, docstring)
-        cfg = load_estimator_configs(os.path.join(REPO, "config", "estimators", "vipf.yaml"), ["vipf"])["vipf"]
+        cfg = load_options(os.path.join(REPO, "config", "estimators", "vipf.yaml"), ["vipf"])["vipf"]
     cfg.update(init="gaussian", integrator=integrator)
     t, z, truth, est = track(sc, "vipf", cfg, seed=1)
     assert rmse_deg(z, truth) < (0.5 if integrator == "midpoint" else 4.0)

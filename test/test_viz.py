@@ -9,8 +9,9 @@ from mbde_core.engine import kinematics
 from mbde_core.engine.branches import BranchTool
 from mbde_core.rosio.factory import RosbagsFactory
 from mbde_core.types import MechanismSnapshot, ParticleCloud
+from mbde_core.estimators.registry import traits
 from mbde_core.viz.marker_msgs import marker_array, shapes_from_marker_array
-from mbde_core.viz.markers import CHI2_2_95, COLORS, MechanismDrawer, estimate_shapes, label_text, truth_shapes
+from mbde_core.viz.markers import CHI2_2_95, MechanismDrawer, estimate_shapes, label_text, truth_shapes
 
 
 def snapshot(mech, q, cov=None, probs=None):
@@ -22,11 +23,12 @@ def snapshot(mech, q, cov=None, probs=None):
 def test_linkage_and_static_geometry(mechanisms):
     mech = mechanisms["fourbar"]
     d = MechanismDrawer(mech)
-    bars, joints = d.linkage(mech.q0, "ukf")
+    ukf = traits("ukf")  # an estimator's colour is its traits'
+    bars, joints = d.linkage(mech.q0, "ukf", color=ukf.color)
     assert bars.kind == "lines" and bars.ns == "ukf/bars" and len(bars.xy) == 6  # 3 bars
     P = mech.points(mech.q0)
     assert np.allclose(bars.xy.reshape(3, 2, 2)[0], P[[0, 1]])  # crank A-P1
-    assert len(joints.xy) == 2 and joints.color == COLORS["ukf"]
+    assert len(joints.xy) == 2 and joints.color == ukf.color
     ground = {s.ns: s for s in d.ground()}
     assert len(ground["model/pivots"].xy) == 2
     names = [s.text for s in d.ground() if s.ns == "model/names"]

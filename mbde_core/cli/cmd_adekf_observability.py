@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 import os
 
+from mbde_core.cli.argtypes import float_range, int_range
 from mbde_core.config.yamlnode import parse_yaml, read_yaml
 from mbde_core.errors import DataError
-from mbde_core.estimators.options.schema import defaults, load_estimator_configs
+from mbde_core.estimators.configure import load
 from mbde_core.minimal import make_map
 from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
 from mbde_core.minimal.observability import observability_along, steady_states
@@ -39,9 +40,11 @@ def add_arguments(p):
     p.add_argument("--only", help="comma-separated sensor names to fuse (default: all)")
     p.add_argument("--config", help="estimator config YAML with an `adekf` section (inputs, map)")
     p.add_argument("--map", choices=("exact", "learned"), help="coordinate map (default: the config's, else exact)")
-    p.add_argument("--speed", type=float, default=40.0, help="rate of the independent coordinates [rad/s or m/s] (default 40)")
-    p.add_argument("--samples", type=int, default=72, help="states along one turn (default 72)")
-    p.add_argument("--rtol", type=float, default=1e-8, help="relative singular-value threshold of the rank (default 1e-8)")
+    p.add_argument("--speed", type=float_range(0.0, 1e6, lo_open=True), default=40.0,
+                   help="rate of the independent coordinates [rad/s or m/s], > 0 (default 40)")
+    p.add_argument("--samples", type=int_range(2, 100000), default=72, help="states along one turn (default 72)")
+    p.add_argument("--rtol", type=float_range(0.0, 1.0, lo_open=True, hi_open=True), default=1e-8,
+                   help="relative singular-value threshold of the rank, in (0, 1) (default 1e-8)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -63,7 +66,7 @@ def run(args) -> int:
     bad = [n for n in names if n not in sensors]
     if bad or not names:
         raise DataError(f"--only: unknown sensor(s) {', '.join(bad) or '(none)'} (sensors: {', '.join(sensors.names)})")
-    cfg = load_estimator_configs(args.config, ["adekf"])["adekf"] if args.config else defaults("adekf")
+    cfg = load(args.config, ["adekf"])["adekf"].as_dict()  # validated (no --config: the defaults)
     source = args.map or cfg["map"]
     if source == "learned" and cfg.get("map_file"):
         cmap = make_map(mech, "learned", file=cfg["map_file"])
@@ -73,8 +76,6 @@ def run(args) -> int:
         cmap = make_map(mech, "exact")
     inputs = parse_inputs(mech, cfg.get("inputs") or [], args.config or "<defaults>")
     model = AugmentedModel(mech, sensors, cmap, inputs)
-    if args.samples < 2:
-        raise DataError("--samples: at least 2")
     X = steady_states(model, args.speed, args.samples)
     rep = observability_along(model, names, X, rtol=args.rtol)
     deficient = [k for k, r in enumerate(rep.results) if not r.observable]

@@ -1,7 +1,9 @@
 """mbde export ESTIMATES: an estimates bag as per-estimator tables (CSV or Parquet)."""
 from __future__ import annotations
 
-from mbde_core.cli.outputs import prepare_output_dir, results_like
+import os
+
+from mbde_core.cli.outputs import Output
 from mbde_core.replay.export import export_estimates, state_topics
 
 HELP = "an estimates bag (mbde replay / smooth, or recorded live) as per-estimator tables: CSV or Parquet"
@@ -18,19 +20,18 @@ are built in: nothing to register. In Python: mbde_core.replay.export.estimate_t
 
 def add_arguments(p):
     p.add_argument("bag", help="estimates bag directory (e.g. REPLAY/estimates)")
-    p.add_argument("--out", required=True, help="output folder for the tables (must not exist, see --force)")
+    p.add_argument("--out", required=True, help="output folder for the tables (must not exist, or be empty; see --force)")
     p.add_argument("--format", choices=("csv", "parquet"), default="csv",
                    help="table format (default %(default)s; parquet needs pyarrow: pip install 'mbde[parquet]')")
     p.add_argument("--estimators", help="comma-separated estimators to export (default: every one in the bag)")
-    p.add_argument("--force", action="store_true", help="replace an earlier export in --out")
+    p.add_argument("--force", action="store_true", help="replace an earlier output of `mbde export` at --out")
 
 
 def run(args) -> int:
-    import os
-
     names = [n.strip() for n in args.estimators.split(",") if n.strip()] if args.estimators else None
     state_topics(args.bag)  # a bag without estimates: one line, before anything is written
-    prepare_output_dir(args.out, args.force, "export", results_like("summary.csv"))
-    paths = export_estimates(args.bag, args.out, args.format, names)
+    with Output(args.out, "export", force=args.force, inputs=[args.bag]) as out:
+        paths = export_estimates(args.bag, out.tmp, args.format, names)
+        out.commit()
     print(f"wrote {args.out}: " + ", ".join(os.path.basename(p) for p in paths))
     return 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbde_core.cli.outputs import check_output_file
+from mbde_core.cli.outputs import Output
 from mbde_core.engine.inverse_dynamics import driver_forces
 from mbde_core.errors import DataError
 from mbde_core.model.mechanism import load_mechanism
@@ -19,7 +19,7 @@ Velocities and accelerations are obtained by differentiating the samples
 (Savitzky-Golay for uniform sampling). The output CSV has one row per trajectory sample
 and the header `t,force` (one coordinate) or `t,force_K1,force_K2,...` (coordinate
 names); positive force acts along the increasing coordinate. An existing --out file is
-replaced only with --force."""
+replaced only with --force, and only if it is an unchanged earlier output of this command."""
 
 
 def add_arguments(p):
@@ -29,7 +29,7 @@ def add_arguments(p):
                    help="driven coordinates, as many as degrees of freedom: 0-based indices into q or names "
                         "(see `mbde info`), comma-separated, e.g. theta1,theta2")
     p.add_argument("--out", required=True, help="output CSV file (t,force or t,force_K1,force_K2,...)")
-    p.add_argument("--force", action="store_true", help="replace an existing output file")
+    p.add_argument("--force", action="store_true", help="replace an earlier output of `mbde inverse-dynamics` at --out")
 
 
 def read_trajectory(path: str, columns: int = 1) -> np.ndarray:
@@ -74,17 +74,19 @@ def run(args) -> int:
         raise DataError(f"--coordinate: {mech.name} has {mech.dof} degree(s) of freedom: give {mech.dof} "
                         f"coordinate(s), got {len(driven)} ({args.coordinate})")
     data = read_trajectory(args.trajectory, len(driven))
-    check_output_file(args.out, args.force, "--out")
-    tau, _ = driver_forces(mech, data[:, 0], data[:, 1:], driven)
-    names = [mech.coordinate_names[k] for k in driven]
-    header = "t,force" if len(driven) == 1 else "t," + ",".join(f"force_{n}" for n in names)
-    try:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(header + "\n")
-            for t, row in zip(data[:, 0], tau):
-                fh.write(f"{t:.9g}," + ",".join(f"{f:.12g}" for f in row) + "\n")
-    except OSError as exc:
-        raise DataError(f"--out: cannot write {args.out} ({exc.strerror})") from None
+    with Output(args.out, "inverse-dynamics", force=args.force, kind="file",
+                inputs=[args.mechanism, args.trajectory]) as out:
+        tau, _ = driver_forces(mech, data[:, 0], data[:, 1:], driven)
+        names = [mech.coordinate_names[k] for k in driven]
+        header = "t,force" if len(driven) == 1 else "t," + ",".join(f"force_{n}" for n in names)
+        try:
+            with open(out.tmp, "w", encoding="utf-8") as fh:
+                fh.write(header + "\n")
+                for t, row in zip(data[:, 0], tau):
+                    fh.write(f"{t:.9g}," + ",".join(f"{f:.12g}" for f in row) + "\n")
+        except OSError as exc:
+            raise DataError(f"--out: cannot write {args.out} ({exc.strerror})") from None
+        out.commit()
     for c, (k, name) in enumerate(zip(driven, names)):
         unit = "N m" if k in mech.rel_columns else "N"
         print(f"{name}: {len(tau)} samples, force range [{tau[:, c].min():.6g}, {tau[:, c].max():.6g}] {unit}")

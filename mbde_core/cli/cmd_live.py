@@ -1,6 +1,7 @@
 """mbde live [SCENARIO]: the simulated loop as real ROS 2 processes, without ``ros2 launch``."""
 from __future__ import annotations
 
+from mbde_core.cli.argtypes import float_range, nonnegative
 from mbde_core.errors import DataError
 from mbde_core.live.graph import SIM_DEMO_DEFAULTS, sim_demo_nodes
 from mbde_core.live.launcher import Launcher
@@ -15,8 +16,8 @@ them cleanly on Ctrl-C or SIGTERM (every node exits 0 without a traceback).
 Needs rclpy, mbde_msgs and tf2_msgs in this Python: a sourced ROS 2 installation with
 mbde built by colcon, or .venv-ros (`make live`, which builds it from PyPI wheels, see
 tools/ros_venv.sh). Watch it with `ros2 topic echo`, RViz (rviz/mbde.rviz) or Foxglove.
-Exit status: 0 after a clean stop, 2 if ROS is missing or a node could not start, 1 if a
-node died."""
+Exit status: 130 / 143 after a clean stop by Ctrl-C / SIGTERM, 0 after --duration, 2 if
+ROS is missing or a node could not start, 1 if a node died."""
 
 STOP_TIMEOUT = 10.0  # s to wait for every node after SIGINT, then SIGKILL
 
@@ -28,12 +29,14 @@ def add_arguments(p):
                    help="comma-separated observers, one node each in /mbde/<name> (default: %(default)s)")
     p.add_argument("--config", default=SIM_DEMO_DEFAULTS["config"],
                    help="estimator options YAML ('' = each estimator's shipped estimators/<name>.yaml)")
-    p.add_argument("--real-time-factor", type=float, default=float(SIM_DEMO_DEFAULTS["real_time_factor"]),
+
+    p.add_argument("--real-time-factor", type=float_range(0.0, 1000.0, lo_open=True),
+                   default=float(SIM_DEMO_DEFAULTS["real_time_factor"]),
                    help="simulated seconds per wall-clock second (default: %(default)s)")
     p.add_argument("--no-loop", action="store_true", help="do not restart the scenario at its end")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="scenario override as in `mbde simulate --set`, e.g. --set duration=3 (repeatable)")
-    p.add_argument("--duration", type=float, default=0.0,
+    p.add_argument("--duration", type=nonnegative, default=0.0,
                    help="stop after this many wall-clock seconds (default 0: until Ctrl-C)")
 
 
@@ -55,8 +58,6 @@ def run(args) -> int:
     if lacking is not None:
         raise DataError(f"needs ROS 2 ({lacking} is not importable by this Python): run `make live` (builds "
                         ".venv-ros with rclpy from PyPI) or source a ROS 2 installation with mbde built by colcon")
-    if args.real_time_factor <= 0 or args.duration < 0:
-        raise DataError("--real-time-factor must be > 0 and --duration >= 0")
     nodes = sim_demo_nodes(args.scenario, args.estimators, args.config, args.real_time_factor, not args.no_loop,
                            args.settings)
     return Launcher(nodes).run(duration=args.duration or None, stop_timeout=STOP_TIMEOUT)

@@ -1,10 +1,11 @@
 """mbde render BAG... --out anim.gif: the RViz picture of bags, drawn with matplotlib."""
 from __future__ import annotations
 
-from mbde_core.cli.outputs import check_output_file
+from mbde_core.cli.argtypes import float_range, int_range, nonnegative, positive, seed_type
+from mbde_core.cli.outputs import Output
 from mbde_core.errors import DataError
-from mbde_core.estimators.options.schema import load_estimator_configs
-from mbde_core.estimators.registry import ESTIMATOR_NAMES
+from mbde_core.estimators.configure import load
+from mbde_core.estimators.registry import ESTIMATOR_NAMES, names as estimator_names, traits
 from mbde_core.replay.inputs import load_inputs
 from mbde_core.replay.runner import run_estimator
 from mbde_core.simulator.progress import ProgressBar
@@ -38,41 +39,61 @@ def add_arguments(p):
     p.add_argument("--estimators", default="", help="comma-separated estimators to run on the first bag's readings")
     p.add_argument("--config", help="estimator config YAML for --estimators (default options otherwise)")
     p.add_argument("--mechanism", help="mechanism YAML (bags without /mbde/description)")
-    p.add_argument("--seed", type=int, default=0, help="seed of stochastic estimators (default 0)")
-    p.add_argument("--start", type=float, default=0.0, help="start of the window [s] after the first state")
-    p.add_argument("--duration", type=float, help="length of the window [s] (default: to the end)")
-    p.add_argument("--time", type=float, help="time of the PNG frame [s] after the first state (default: the end)")
-    p.add_argument("--fps", type=float, default=15.0, help="frames per second of the GIF (default 15)")
-    p.add_argument("--speed", type=float, default=1.0, help="data seconds per video second (default 1)")
-    p.add_argument("--top-k", type=int, default=30, help="particle hypotheses drawn (default 30)")
-    p.add_argument("--size", default="6.4x4.8", help="figure size in inches WxH (default 6.4x4.8)")
-    p.add_argument("--dpi", type=int, default=100, help="dots per inch (default 100)")
-    p.add_argument("--force", action="store_true", help="replace an existing output file")
+    p.add_argument("--seed", type=seed_type, default=0, help="seed of stochastic estimators (default 0)")
+    p.add_argument("--start", type=nonnegative, default=0.0, help="start of the window [s] after the first state")
+    p.add_argument("--duration", type=positive, help="length of the window [s] (default: to the end)")
+    p.add_argument("--time", type=nonnegative, help="time of the PNG frame [s] after the first state (default: the end)")
+    p.add_argument("--fps", type=float_range(0.0, 100.0, lo_open=True), default=None,
+                   help="frames per second of the GIF, in (0, 100] (default 15)")
+    p.add_argument("--speed", type=positive, default=None, help="data seconds per video second (default 1)")
+    p.add_argument("--top-k", type=int_range(0, 10000), default=30, help="particle hypotheses drawn (default 30)")
+    p.add_argument("--size", default="6.4x4.8", help="figure size in inches WxH, each in (0, 100] (default 6.4x4.8)")
+    p.add_argument("--dpi", type=int_range(1, 2400), default=100, help="dots per inch (default 100)")
+    p.add_argument("--force", action="store_true", help="replace an earlier output of `mbde render` at --out")
 
 
 def run(args) -> int:
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
-    bad = [n for n in names if n not in ESTIMATOR_NAMES]
+    bad = [n for n in names if n not in estimator_names()]
     if bad:
-        raise DataError(f"--estimators: unknown {', '.join(bad)} (choose from {', '.join(ESTIMATOR_NAMES)})")
+        raise DataError(f"--estimators: unknown {', '.join(bad)} (choose from {', '.join(estimator_names())})")
+    if args.config and not names:
+        raise DataError("--config: applies to --estimators only (no estimators are run)")
     try:
         w, h = (float(v) for v in args.size.lower().split("x"))
-        assert w > 0 and h > 0
+        assert 0 < w <= 100 and 0 < h <= 100
     except (ValueError, AssertionError):
-        raise DataError(f"--size {args.size!r}: expected WxH in inches, e.g. 6.4x4.8") from None
-    if not (args.fps > 0 and args.speed > 0 and args.dpi > 0 and args.top_k >= 0):
-        raise DataError("--fps, --speed and --dpi must be > 0, --top-k >= 0")
-    check_output_file(args.out, args.force, "--out")
-    check_output(args.out)
-    truth_mech, est_mech, tracks = load_tracks(args.bags, args.mechanism)
-    if names:  # the replay stage on the first bag's readings, estimated with its model
-        configs = load_estimator_configs(args.config, names)
-        inputs = load_inputs(args.bags[0], args.mechanism)
-        est_mech = inputs.mechanism
-        tracks.update(tracks_from_runs([run_estimator(inputs, name, configs[name], seed=args.seed) for name in names]))
-    bar = ProgressBar("render   ")
-    info = render(truth_mech, est_mech, tracks, args.out, fps=args.fps, speed=args.speed, start=args.start,
-                  duration=args.duration, time=args.time, top_k=args.top_k, size=(w, h), dpi=args.dpi, progress=bar)
-    bar.close()
+        raise DataError(f"--size {args.size!r}: expected WxH in inches, each in (0, 100], e.g. 6.4x4.8") from None
+    ext = check_output(args.out)
+    gif_only = [o for o, v in (("--fps", args.fps), ("--speed", args.speed)) if v is not None]
+    if ext == ".png" and gif_only:
+        raise DataError(f"{', '.join(gif_only)}: applies to a .gif --out only (a .png is one frame, see --time)")
+    if ext == ".gif" and args.time is not None:
+        raise DataError("--time: applies to a .png --out only (a .gif animates --start .. --start + --duration)")
+    inputs = list(args.bags) + [args.config, args.mechanism]
+    with Output(args.out, "render", force=args.force, inputs=inputs, kind="file") as out:
+        truth_mech, est_mech, tracks = load_tracks(args.bags, args.mechanism)
+        if names:  # the replay stage on the first bag's readings, estimated with its model
+            specs = load(args.config, names)
+            inputs = load_inputs(args.bags[0], args.mechanism)
+            est_mech = inputs.mechanism
+            tracks.update(tracks_from_runs([run_estimator(inputs, name, specs[name], seed=args.seed)
+                                            for name in names]))
+        bar = ProgressBar("render   ")
+        try:
+            info = render(truth_mech, est_mech, tracks, out.tmp, fps=15.0 if args.fps is None else args.fps,
+                          speed=1.0 if args.speed is None else args.speed, start=args.start, duration=args.duration,
+                          time=args.time, top_k=args.top_k, size=(w, h), dpi=args.dpi, progress=bar, style_of=_style)
+        finally:
+            bar.close()
+        out.commit()
     print(f"wrote {args.out}: {info['frames']} frame(s), {', '.join(info['sources'])}")
     return 0
+
+
+def _style(name: str):
+    """An estimator's traits (its colour and label slot), None for another source."""
+    try:
+        return traits(name)
+    except KeyError:
+        return None

@@ -1,12 +1,18 @@
 """mbde tune: fit the observers' plant-noise density (and sensor sigmas) to a bag's readings."""
 from __future__ import annotations
 
+import sys
+import tempfile
+
 from mbde_core import runs
+from mbde_core.cli.argtypes import positive, seed_type
+from mbde_core.cli.outputs import Output
 from mbde_core.errors import DataError
 from mbde_core.estimators.assess.suitability import precheck
-from mbde_core.estimators.options.schema import load_estimator_configs
+from mbde_core.estimators.configure import load
+from mbde_core.estimators.registry import names, traits
 from mbde_core.replay.inputs import load_inputs
-from mbde_core.replay.runner import resolved_config
+from mbde_core.replay.runner import resolved_options
 from mbde_core.tuning import output
 from mbde_core.tuning.search import tune
 
@@ -23,47 +29,69 @@ Prints, per estimator, the mean NIS per channel (1 for a consistent filter) and 
 log-likelihood per reading before and after, and writes the tuned options (explicit
 numbers) to --out for `mbde replay --config` and the estimator node (config_file).
 `pf` in --estimators: the particle filter has no Gaussian innovations; its
-acceleration_sigma is set to the tuned Kalman density's equivalent sqrt(q / step)."""
+acceleration_sigma is set to the tuned Kalman density's equivalent sqrt(q / step).
+What can be tuned is each estimator's traits' ``tunable`` (mbde_core/estimators/traits.py)."""
 
-TUNABLE = ("ukf", "errorekf", "viekf", "dekf", "cekf", "diekfpm", "adekf")
+
+def tunable():
+    """(fitted, derived): the estimators whose plant noise the innovation likelihood fits,
+    and those whose acceleration_sigma is derived from a fitted one (their traits)."""
+    fitted = tuple(n for n in names() if "plant_noise" in traits(n).tunable)
+    derived = tuple(n for n in names() if "acceleration_sigma" in traits(n).tunable)
+    return fitted, derived
 
 
 def add_arguments(p):
     p.add_argument("bag", help="ROS 2 bag directory")
     p.add_argument("--estimators", default="ukf,errorekf",
-                   help=f"comma-separated, from: {', '.join(TUNABLE)}, pf (default: %(default)s)")
+                   help="comma-separated: Kalman observers (ukf, errorekf, viekf, dekf, cekf, diekfpm, adekf) and pf "
+                        "(default: %(default)s)")
     p.add_argument("--out", help="write the tuned config YAML here (default: print it)")
     p.add_argument("--sensors-sigma", action="store_true", help="also fit one factor on each sensor's sigma")
-    p.add_argument("--window", type=float, default=10.0, metavar="S",
+    p.add_argument("--window", type=positive, default=10.0, metavar="S",
                    help="seconds of readings from the start of the bag used by each evaluation (default %(default)s)")
     p.add_argument("--config", help="starting options (estimator config YAML); default: the default-tuning rule")
     p.add_argument("--mechanism", help="mechanism YAML (instead of the bag's description)")
     p.add_argument("--sensors", help="sensor YAML with a `sensors:` list (with --mechanism)")
-    p.add_argument("--seed", type=int, default=0, help="estimator seed (default 0)")
+    p.add_argument("--seed", type=seed_type, default=0, help="estimator seed, a non-negative integer (default 0)")
     p.add_argument("--verbose", action="store_true", help="print every evaluation")
-    p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.add_argument("--force", action="store_true", help="replace an earlier output of `mbde tune` at --out")
     runs.add_arguments(p, "estimators")
 
 
 def run(args) -> int:
-    import os
-    import sys
-
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
-    bad = [n for n in names if n not in TUNABLE + ("pf",)]
+    fitted, derived = tunable()
+    bad = [n for n in names if n not in fitted + derived]
     if bad or not names:
-        raise DataError(f"--estimators: cannot tune {', '.join(bad) or '(empty)'} (choose from {', '.join(TUNABLE)}, pf)")
-    if not args.window > 0:
-        raise DataError(f"--window: must be > 0 s, got {args.window}")
+        raise DataError(f"--estimators: cannot tune {', '.join(bad) or '(empty)'} (choose from {', '.join(fitted + derived)})")
+    if len(set(names)) != len(names):
+        raise DataError(f"--estimators: {args.estimators!r} names an estimator twice")
     if args.sensors and not args.mechanism:
         raise DataError("--sensors needs --mechanism")
-    if args.out and os.path.exists(args.out) and not args.force:
-        raise DataError(f"--out: {args.out} exists (use --force to overwrite)")
-    kalman = [n for n in names if n != "pf"]
-    if "pf" in names and not kalman:
-        kalman = ["ukf"]  # the PF's sigma_a comes from a tuned Kalman observer
-    configs = load_estimator_configs(args.config, kalman + (["pf"] if "pf" in names else []))
+    if args.force and not args.out:
+        raise DataError("--force: applies to --out only (without --out the tuned options are printed)")
+    runs.check_options(args)
+    out = None
+    if args.out:
+        out = Output(args.out, "tune", force=args.force, kind="file",
+                     inputs=[args.bag, args.config, args.mechanism, args.sensors]).open()
+    try:
+        return _tune(args, names, fitted, derived, out)
+    finally:
+        if out is not None and not out.committed:
+            out.abort()
+
+
+def _tune(args, names, fitted, derived, out) -> int:
+    kalman = [n for n in names if n in fitted]
+    particle = [n for n in names if n in derived]
+    if particle and not kalman:  # the PF's sigma_a comes from a tuned Kalman observer (the first that can follow it)
+        kalman = [next(n for n in fitted if traits(n).follower)]
+    configs = load(args.config, kalman + particle)
     source = load_inputs(args.bag, args.mechanism, args.sensors)
+    for note in source.notes:
+        print(f"warning: {note}", file=sys.stderr)
     readings = [m for m in source.measurements if m.stamp <= source.start + args.window]
     if not readings:
         raise DataError(f"{args.bag}: no readings in the first {args.window:g} s")
@@ -72,33 +100,34 @@ def run(args) -> int:
     print(f"bag {args.bag}: {source.mechanism.name}, {len(readings)} readings in the first "
           f"{min(args.window, source.duration):g} s; tuning {', '.join(kalman)}"
           + (" (plant noise and sensor sigmas)" if args.sensors_sigma else " (plant noise)"))
-    tasks = [(n, resolved_config(source, n, configs[n]), bool(args.sensors_sigma), int(args.seed), bool(args.verbose))
+    tasks = [(n, resolved_options(source, configs[n]), bool(args.sensors_sigma), int(args.seed), bool(args.verbose))
              for n in kalman]
     outcomes = runs.run_tasks(_tune_task, tasks, (source, readings), label="tune", **runs.options(args))
     results = [o.value for o in outcomes if o.ok]
     for o, t in zip(outcomes, tasks):
         if not o.ok:
             print(f"failed: {t[0]}: {o.error}", file=sys.stderr)
-    if not results:
+    if len(results) < len(tasks):
+        print(f"mbde tune: {len(tasks) - len(results)} of {len(tasks)} estimator(s) failed: "
+              + (f"{args.out} not written" if args.out else "no tuned options"), file=sys.stderr)
         return 1
     print(output.table(results))
-    pf = None
-    if "pf" in names:
-        pf = output.pf_section(results, output.pf_step(configs["pf"]))
-        print(pf[1])
+    pf = {}
+    for n in particle:
+        pf[n] = output.pf_section(results, output.pf_step(configs[n]), n)
+        print(pf[n][1])
     for r in results:
         print(f"{r.name}: " + ", ".join(f"{k} x {10 ** v:.3g}" for k, v in r.log_factors.items())
               + f" ({r.evaluations} filter runs, {r.cpu_s:.1f} s CPU)")
-    if args.out:
-        output.write_config(args.out, args.bag, args.window, results, pf)
+    if out is not None:
+        output.write_config(out.tmp, args.bag, args.window, results, pf)
+        out.commit()
         print(f"wrote {args.out}")
     else:
-        import tempfile
-
         with tempfile.NamedTemporaryFile("r", suffix=".yaml") as tmp:
             output.write_config(tmp.name, args.bag, args.window, results, pf)
             print(open(tmp.name, encoding="utf-8").read(), end="")
-    return 0 if len(results) == len(tasks) else 1
+    return 0
 
 
 def _tune_task(shared, task):

@@ -3,7 +3,10 @@
 Subcommand modules are imported lazily (``mbde --help`` stays instant); each module
 defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
 User errors (:class:`mbde_core.errors.MbdeError`) are printed as one line on stderr and
-exit with status 2, never with a traceback.
+exit with status 2, never with a traceback; so are usage errors (bare ``mbde`` included)
+and numeric arguments that are not finite. Ctrl-C and SIGTERM stop a command, its worker
+processes and its unfinished outputs (:mod:`mbde_core.runs.stop`, :mod:`mbde_core.cli.outputs`)
+with one line and exit status 130 / 143.
 """
 from __future__ import annotations
 
@@ -13,7 +16,9 @@ import os
 import sys
 
 from mbde_core import __version__
+from mbde_core.cli.outputs import abandoned, as_given
 from mbde_core.errors import MbdeError
+from mbde_core.runs import stop
 
 # One BLAS thread per process unless the user sets otherwise (before numpy is imported):
 # mbde parallelises by worker processes (mbde_core/runs) and numba threads, and on the
@@ -88,7 +93,17 @@ def _top_parser(commands) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    handlers = stop.install()  # first: an interrupt while the command's modules load is clean too
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (stop.Terminated), before the command ran
+        stop.ignore()
+        return stop.exit_status(exc)
+    finally:
+        stop.restore(handlers)
+
+
+def _main(argv: list[str]) -> int:
     table = {name: (module, helptext) for name, module, helptext in COMMANDS}
     if argv and argv[0] not in table:
         table = {name: (module, helptext) for name, module, helptext in _commands()}
@@ -99,8 +114,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mbde {__version__}")
             return 0
         if args.command is None:
-            parser.print_help()
-            return 0 if not argv else 2
+            if argv:  # e.g. `mbde --help` handled by argparse; anything else is a usage error
+                parser.print_help(sys.stderr)
+                return 2
+            print("mbde: error: a command is required (see `mbde --help`)", file=sys.stderr)
+            return 2
         print(f"mbde: error: unknown command {args.command!r} (see `mbde --help`)", file=sys.stderr)
         return 2
     name = argv[0]
@@ -113,17 +131,49 @@ def main(argv: list[str] | None = None) -> int:
     )
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
+    _check_finite(parser, args)
+    return _run(name, module, args)
 
+
+def _run(name: str, module, args) -> int:
     try:
-        return int(module.run(args) or 0)
+        status = int(module.run(args) or 0)
+        stop.check()  # an interrupt whose exception was lost on the way: still an interrupt
+        return status
     except MbdeError as err:
-        print(f"mbde {name}: error: {err}", file=sys.stderr)
+        print(f"mbde {name}: error: {as_given(str(err))}", file=sys.stderr)
         return err.exit_status
-    except KeyboardInterrupt:
-        print(f"mbde {name}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (stop.Terminated)
+        stop.ignore()
+        stopped = stop.stop_children()
+
+        what = "SIGTERM" if isinstance(exc, stop.Terminated) else "SIGINT"
+        print(f"mbde {name}: stopped by {what}" + "".join(f"; {a}" for a in abandoned())
+              + (f"; {stopped} worker process(es) ended" if stopped else ""), file=sys.stderr)
+        return stop.exit_status(exc)
     except BrokenPipeError:
         return 0
+    except OSError as err:  # the disk is full, a folder not writable...: one line; outputs were abandoned
+        where = f" ({as_given(str(err.filename))})" if err.filename else ""
+        print(f"mbde {name}: error: {err.strerror or err}{where}" + "".join(f"; {a}" for a in abandoned()),
+              file=sys.stderr)
+        return 1
+
+
+def _check_finite(parser, args) -> None:
+    """Usage error (exit 2) for a float argument that is NaN or infinite."""
+    import math
+
+    names, todo = {}, [parser]
+    while todo:  # the options of the parser and of its sub-parsers (mbde bench NAME)
+        for action in todo.pop()._actions:
+            names.setdefault(action.dest, action.option_strings[-1] if action.option_strings else action.dest)
+            todo += list((getattr(action, "choices", None) or {}).values()) if isinstance(
+                action, argparse._SubParsersAction) else []
+    for dest, value in vars(args).items():
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, float) and not math.isfinite(v):
+                parser.error(f"argument {names.get(dest, dest)}: not a finite number: {v}")
 
 
 if __name__ == "__main__":  # pragma: no cover

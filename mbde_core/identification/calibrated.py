@@ -174,21 +174,22 @@ def _edit(text, original_doc, new_doc, params, values, stds, identifiable):
     for par, v, s, ok in zip(params, values, stds, identifiable):
         kind, where = par.target
         comment = _comment(par, v, s, ok)
-        if kind == "gravity":
+        if kind in ("gravity", "gravity_tilt"):
             g = new_doc["gravity"]
             if "gravity" in original_doc:
                 if not ed.vector(["gravity"], g, comment):
                     return None
             else:
                 ed.appends.append(f"gravity: [{_fmt(g[0])}, {_fmt(g[1])}]  # {comment}\n")
-        elif kind == "joint":
+        elif kind in ("joint", "joint_friction"):
             continue  # handled with the loads below
         else:
             if not ed.scalar(list(where), new_doc_value(new_doc, where), comment):
                 return None
     old_loads = original_doc.get("loads") or []
     new_loads = new_doc.get("loads") or []
-    joint_params = [(par, v, s, ok) for par, v, s, ok in zip(params, values, stds, identifiable) if par.target[0] == "joint"]
+    joint_params = [(par, v, s, ok) for par, v, s, ok in zip(params, values, stds, identifiable)
+                    if par.target[0] in ("joint", "joint_friction")]
     for i, ld in enumerate(new_loads):
         par = next((j for j in joint_params if _joint_load_matches(j[0], ld, new_doc)), None)
         if par is None:
@@ -205,7 +206,7 @@ def _edit(text, original_doc, new_doc, params, values, stds, identifiable):
 
 def _joint_load_matches(par, ld, doc) -> bool:
     _, body, body2 = par.target[1]
-    return is_joint_load(doc, ld, body, body2)
+    return is_joint_load(doc, ld, body, body2, "joint_damping" if par.target[0] == "joint" else "joint_friction")
 
 
 def new_doc_value(doc, where):

@@ -43,7 +43,10 @@ f(z_i, zd_i; p), with the integrator factor between steps.
    without end; it stops at the integration scheme's own error
    (:func:`.noise.discretization_sigma`) or where the banded Cholesky stops factoring.
 5. Covariance of the parameters: (T^T T)^-1 of the state-projected parameter Jacobian
-   (eqs. 3.30-3.32, :mod:`.projection`); the identifiability is checked again there.
+   (eqs. 3.30-3.32, :mod:`.projection`), and its sandwich with the residuals'
+   correlation (Newey-West, :mod:`.robust`); the larger is reported (``std``; the
+   model's in ``std_model``); the identifiability is checked again there, and residuals
+   that are not white or weakly identified parameters are warned about (``warnings``).
 """
 from __future__ import annotations
 
@@ -53,12 +56,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mbde_core.errors import DataError
-from mbde_core.estimators.assess.metrics import whiteness
 from mbde_core.identification.identifiability import analyse
 from mbde_core.identification.initial import encoder_channels, lowpass_guess
+from mbde_core.identification.inputs import known_inputs
 from mbde_core.identification.noise import SigmaSearch, discretization_sigma, rescale, sensor_sigmas, variance_factors
+from mbde_core.identification.outputs import per_recording
 from mbde_core.identification.problem import JointProblem, column_scales
 from mbde_core.identification.projection import project
+from mbde_core.identification.robust import hac_covariance, warnings_of
 from mbde_core.trajectory.config import smoother_defaults
 from mbde_core.trajectory.model import MultibodyModel
 from mbde_core.trajectory.motion import extend
@@ -125,6 +130,9 @@ class IdentificationResult:
     cost_per_factor: dict
     stages: list = field(default_factory=list)  # per horizon: iterations, passes, estimate, sigma
     timings: dict = field(default_factory=dict)
+    std_model: np.ndarray | None = None  # (P,) the model covariance's (paper 001 eq. 3.31); std is the robust one
+    warnings: list = field(default_factory=list)  # residuals not white, weakly identified parameters (module robust)
+    hac_lags: list = field(default_factory=list)  # batch-means block length [steps] per recording
 
     @property
     def correlation(self) -> np.ndarray:
@@ -166,12 +174,17 @@ def _problems(pm, p, recordings, smoother_cfg, guess_cfg, initial: str = "auto",
         else:
             X0, q0, info = sm.initial_guess(readings, rec.init)
         g = mech.dof
+        X0 = X0[:, :3 * g]  # known inputs enter without states here (mbde_core.identification.inputs)
         sz = np.broadcast_to(rec.init.sigma_z, (g,))
         szd = np.broadcast_to(rec.init.sigma_zd, (g,))
         mean = np.concatenate([rec.init.z, rec.init.zd])
         sqrt_info = np.diag(1.0 / np.concatenate([sz, szd]))
-        probs.append(SmootherProblem(MultibodyModel(mech, rec.sensors), readings, sm.sigma_a(), mean, sqrt_info,
-                                     smoother_cfg["integrator"], smoother_cfg["integrator_relaxation"], q0))
+        known = known_inputs(readings, rec.sensors, mech.n)
+        prob = SmootherProblem(MultibodyModel(mech, rec.sensors), readings, sm.sigma_a(), mean, sqrt_info,
+                               smoother_cfg["integrator"], smoother_cfg["integrator_relaxation"], q0,
+                               direct=None if known is None else (known.E, known.forces()))
+        prob.known = known  # the recorded control signals (mbde_core.identification.inputs)
+        probs.append(prob)
         X0s.append(X0)
         infos.append(info)
     return probs, np.vstack(X0s), infos
@@ -228,16 +241,27 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
     std = np.full(pm.P, np.nan)
     final_ok = active.copy()
     ident = None
+    std_model = np.full(pm.P, np.nan)
+    lags = []
     if jp.P and proj is not None:
         ident = analyse(proj.information(), [n for n, a in zip(labels, active) if a], opt["rank_tolerance"])
         final_ok[np.flatnonzero(active)] = ident.identifiable
-        C = proj.covariance(rcond=np.sqrt(opt["rank_tolerance"])) * np.outer(jp.scale[active], jp.scale[active])
-        cov[np.ix_(active, active)] = C
-        std[active] = np.sqrt(np.clip(np.diag(C), 0, None))
+        bread = proj.covariance(rcond=np.sqrt(opt["rank_tolerance"]))
+        sc2 = np.outer(jp.scale[active], jp.scale[active])
+        C = bread * sc2
+        H, lags = hac_covariance(proj, res.rows, jp.offsets, bread)
+        H = H * sc2  # the sandwich, widened where it is narrower than the model's (module robust)
+        d = np.sqrt(np.maximum(1.0, np.diag(C) / np.maximum(np.diag(H), 1e-300)))
+        cov[np.ix_(active, active)] = H * np.outer(d, d)
+        std_model[active] = np.sqrt(np.clip(np.diag(C), 0, None))
+        std[active] = np.sqrt(np.clip(np.diag(cov[np.ix_(active, active)]), 0, None))
     std[~final_ok] = np.nan
+    std_model[~final_ok] = np.nan
     p_out = np.where(final_ok, p, pm.p0)
     at_bound = final_ok & ((np.isclose(p, pm.lower, rtol=1e-9, atol=0)) | np.isclose(p, pm.upper, rtol=1e-9, atol=0))
-    trajs, resid, white = _outputs(jp, X, res.rows, recordings)
+
+    trajs, resid, white = per_recording(jp, X, res.rows, recordings)
+    warnings = warnings_of(labels, p_out, std, std_model, cov, white)
     return IdentificationResult(
         pm=pm, p0=pm.p0.copy(), p=p_out, std=std, cov=cov, identifiable=final_ok, at_bound=at_bound,
         identifiability=ident0 if ident is None or ident0.rank < pm.P else ident,
@@ -249,6 +273,7 @@ def identify(pm, recordings, smoother_cfg: dict | None = None, guess_cfg: dict |
         stages=log["stages"],
         timings={"initial_guess_s": t_guess, "solve_s": t_solve, "total_s": time.perf_counter() - t_start,
                  "filters": finfo},
+        std_model=std_model, warnings=warnings, hac_lags=lags,
     )
 
 
@@ -334,26 +359,3 @@ def _solve_stage(jp, problems, X, u, sigma_start, cfg, opt, say, log) -> dict:
         rescale(problems, cfg["integrator"], cfg["integrator_relaxation"], sigma_a, sensor_f)
     out.update(res=res, proj=proj, X=X, u=u, sigma_a=sigma_a, first_iterations=int(out["first_iterations"] or 0))
     return out
-
-
-def _outputs(jp, X, rows, recordings):
-    """Per recording: trajectory, normalised residuals per sensor, their whiteness."""
-    g = jp.g
-    trajs, resid, white = [], [], {}
-    for k, (pr, Xr, off) in enumerate(zip(jp.recs, jp.split(X), jp.offsets[:-1])):
-        ev = pr.ev
-        trajs.append({"t": pr.t.copy(), "z": Xr[:, :g].copy(), "zd": Xr[:, g:2 * g].copy(), "zdd": Xr[:, 2 * g:].copy(),
-                      "q": None if ev is None else ev.q.copy()})
-        lo, hi = off, off + pr.N
-        per = {}
-        for rb in rows:
-            if not rb.name.startswith("obs:"):
-                continue
-            sel = (rb.idx >= lo) & (rb.idx < hi)
-            if not np.any(sel):
-                continue
-            name = rb.name[4:]
-            per[name] = (pr.t[rb.idx[sel] - lo], rb.r[sel].copy())
-        resid.append(per)
-        white[recordings[k].name] = {name: whiteness(list(r)) for name, (_, r) in per.items()}
-    return trajs, resid, white

@@ -11,17 +11,24 @@ aliases read naturally::
     bodies.crank.length      planar_bodies[<crank>].length                      [m]
     gravity                  the magnitude |g| [m/s^2], direction kept (paper 003's error)
     gravity.x, gravity[1]    one component [m/s^2]
+    gravity.tilt             the direction: a rotation [rad] of the file's gravity vector,
+                             magnitude kept (paper 001 sec. 4.6: the stand's tilt)
     joints.A.damping         viscous torque of the revolute joint at point A   [N m s/rad]
     joints.*.damping         ... of every revolute joint (a point shared by two bodies,
                              or by one body and the ground)
+    joints.A.friction        dry (regularised Coulomb) torque of the joint at A [N m]
+                             (paper 001's r mu; a ``joint_friction`` load)
+    sensors.motor_u.gain     the gain of a known-input sensor (a motor's torque per unit of
+                             its recorded control signal, paper 001's K) [N m per unit]
     loads.hinge.c            the ``c`` of load ``hinge`` (joint or point damping)
     loads.push.value[1]      a constant force/torque value                      [N, N m]
     sliders.guide.mass       a slider's point mass                              [kg]
     points.P2.x              a point coordinate                                 [m]
     parameters.L1            a named parameter (expressions using it follow)
 
-A joint without a damping load gets one (``joint_<point>_damping``, c = 0) when its
-damping is identified, so ``joints.*.damping`` works on any mechanism. Setting a
+A joint without a damping (friction) load gets one (``joint_<point>_damping``, c = 0;
+``joint_<point>_friction``) when its damping (friction) is identified, so
+``joints.*.damping`` works on any mechanism. Setting a
 parameter writes a plain number into a copy of the YAML document and re-reads it, so
 expressions that use the field follow it (``I0: (1/3)*mass*length^2`` scales with an
 identified ``mass`` unless ``I0`` is identified too).
@@ -35,34 +42,16 @@ import copy
 import fnmatch
 import math
 import re
-from dataclasses import dataclass
 
 from mbde_core.errors import ConfigError, keypath
+from mbde_core.identification.inputs import sensor_gain_parameters, sensor_gain_value
+from mbde_core.identification.parameter import Parameter
 
 _TOKEN = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
 SECTION_ALIASES = {"bodies": "planar_bodies"}
 BODY_FIELDS = {"mass": ("mass", "kg"), "I0": ("I0", "kg m^2"), "inertia": ("I0", "kg m^2"), "length": ("length", "m")}
-NONNEGATIVE_UNITS = ("kg", "kg m^2", "N m s/rad", "N s/m")
-SECTIONS = ("parameters", "gravity", "bodies", "planar_bodies", "points", "loads", "sliders", "joints")
-
-
-@dataclass(frozen=True)
-class Parameter:
-    """One identifiable scalar.
-
-    key: canonical key path in the YAML document (e.g. ``planar_bodies[0].mass``);
-    label: the readable name used in reports (e.g. ``bodies.crank.mass``);
-    target: where the value lives: ('doc', path tuple) for a plain field,
-    ('gravity', None) for the magnitude, ('joint', (point, body, body2)) for a joint's
-    damping; unit: SI unit string; lower/upper: box bounds.
-    """
-
-    key: str
-    label: str
-    target: tuple
-    unit: str
-    lower: float = -math.inf
-    upper: float = math.inf
+NONNEGATIVE_UNITS = ("kg", "kg m^2", "N m s/rad", "N s/m", "N m", "N")
+SECTIONS = ("parameters", "gravity", "bodies", "planar_bodies", "points", "loads", "sliders", "joints", "sensors")
 
 
 def _tokens(path: str) -> list:
@@ -137,6 +126,8 @@ def resolve(doc, file: str, path: str, spec) -> list[Parameter]:
     if head == "gravity":
         if not rest:
             return [Parameter("gravity", "gravity", ("gravity", None), "m/s^2", 0.0)]
+        if rest == ["tilt"]:
+            return [Parameter("gravity.tilt", "gravity.tilt", ("gravity_tilt", None), "rad", -math.pi, math.pi)]
         comp = {"x": 0, "y": 1, 0: 0, 1: 1}.get(rest[0])
         if comp is None or len(rest) != 1:
             raise ConfigError(file, path, "gravity components are gravity.x / gravity.y (or gravity[0] / gravity[1])")
@@ -154,14 +145,17 @@ def resolve(doc, file: str, path: str, spec) -> list[Parameter]:
     ref, field, sub = rest[0], rest[1], rest[2:]
     if head == "joints":
         joints = revolute_joints(doc)
-        if field != "damping" or sub:
-            raise ConfigError(file, path, "joints have one identifiable field: damping")
+        if field not in ("damping", "friction") or sub:
+            raise ConfigError(file, path, "joints have two identifiable fields: damping (viscous), friction (dry)")
         items = [(i, name, None) for i, name in enumerate(joints)]
         if not items:
             raise ConfigError(file, path, "the mechanism has no revolute joint between two bodies or a body and the ground")
         hits = _select(items, ref, "joint", file, path)
-        return [Parameter(f"joints.{name}.damping", f"joints.{name}.damping", ("joint", (name,) + joints[name]),
-                          "N m s/rad", 0.0) for _, name, _ in hits]
+        kind, unit = ("joint", "N m s/rad") if field == "damping" else ("joint_friction", "N m")
+        return [Parameter(f"joints.{name}.{field}", f"joints.{name}.{field}", (kind, (name,) + joints[name]), unit, 0.0)
+                for _, name, _ in hits]
+    if head == "sensors":
+        return sensor_gain_parameters(doc, file, path, ref, field, sub, _items, _select)
     prefix = {"planar_bodies": "body", "points": "P", "loads": "load", "sliders": "slider"}[head]
     items = _items(doc, head, prefix)
     if head == "loads":  # the loader's default load names
@@ -214,9 +208,10 @@ def _field(head, item, field, sub, i, file, path, wildcard):
     # loads
     kind = item.get("type")
     if field == "c":
-        if kind not in ("joint_damping", "point_damping"):
-            return bad(f"a {kind!r} load has no damping 'c'")
-        return (head, i, "c"), "N m s/rad" if kind == "joint_damping" else "N s/m"
+        units = {"joint_damping": "N m s/rad", "point_damping": "N s/m", "joint_friction": "N m", "point_friction": "N"}
+        if kind not in units:
+            return bad(f"a {kind!r} load has no damping or friction 'c'")
+        return (head, i, "c"), units[kind]
     if field == "value":
         value = item.get("value")
         if kind == "force":
@@ -278,6 +273,7 @@ def split_list(text: str) -> list[str]:
 def apply_values(doc, params: list[Parameter], values, base_gravity) -> dict:
     """A deep copy of the YAML document with each parameter set to its value (floats)."""
     out = copy.deepcopy(doc)
+    tilt = None
     for par, v in zip(params, values):
         kind, where = par.target
         v = float(v)
@@ -285,10 +281,16 @@ def apply_values(doc, params: list[Parameter], values, base_gravity) -> dict:
             g = base_gravity
             norm = math.hypot(*g)
             out["gravity"] = [v * g[0] / norm, v * g[1] / norm]
-        elif kind == "joint":
-            _set_joint_damping(out, where, v)
+        elif kind == "gravity_tilt":
+            tilt = v  # after the magnitude: rotates whatever gravity the document then has
+        elif kind in ("joint", "joint_friction"):
+            _set_joint_damping(out, where, v, "joint_damping" if kind == "joint" else "joint_friction")
         else:
             _set(out, where, v, base_gravity)
+    if tilt is not None:
+        gx, gy = out.get("gravity", list(base_gravity))
+        c, s = math.cos(tilt), math.sin(tilt)
+        out["gravity"] = [c * float(gx) - s * float(gy), s * float(gx) + c * float(gy)]
     return out
 
 
@@ -303,25 +305,26 @@ def _set(doc, path, v, base_gravity):
     node[path[-1]] = v
 
 
-def _set_joint_damping(doc, where, v):
+def _set_joint_damping(doc, where, v, kind: str = "joint_damping"):
     point, body, body2 = where
     loads = doc.setdefault("loads", []) or []
     doc["loads"] = loads
     for ld in loads:
-        if is_joint_load(doc, ld, body, body2):
+        if is_joint_load(doc, ld, body, body2, kind):
             ld["c"] = v
             return
     names = {i: n for i, n, _ in _items(doc, "planar_bodies", "body")}
-    new = {"type": "joint_damping", "name": f"joint_{point}_damping", "body": names[body], "c": v}
+    new = {"type": kind, "name": f"joint_{point}_{kind.split('_')[1]}", "body": names[body], "c": v}
     if body2 >= 0:
         new["body2"] = names[body2]
     loads.append(new)
 
 
-def is_joint_load(doc, ld, body: int, body2: int) -> bool:
-    """True if ``ld`` (a load mapping of ``doc``) is the joint_damping load between bodies
-    ``body`` and ``body2`` (indices; -1 = the ground), in either order."""
-    if not isinstance(ld, dict) or ld.get("type") != "joint_damping":
+def is_joint_load(doc, ld, body: int, body2: int, kind: str = "joint_damping") -> bool:
+    """True if ``ld`` (a load mapping of ``doc``) is the ``kind`` load (joint_damping or
+    joint_friction) between bodies ``body`` and ``body2`` (indices; -1 = the ground), in
+    either order."""
+    if not isinstance(ld, dict) or ld.get("type") != kind:
         return False
     return _same_pair(ld, body, body2, {i: n for i, n, _ in _items(doc, "planar_bodies", "body")})
 
@@ -343,13 +346,18 @@ def current_value(par: Parameter, spec) -> float:
     kind, where = par.target
     if kind == "gravity":
         return float(math.hypot(*spec.gravity))
-    if kind == "joint":
+    if kind == "gravity_tilt":
+        return 0.0  # the file's direction is the reference
+    if kind in ("joint", "joint_friction"):
         _, body, body2 = where
+        load = "joint_damping" if kind == "joint" else "joint_friction"
         for ld in spec.loads:
-            if ld.kind == "joint_damping" and {ld.body, ld.body2} == {body, body2}:
+            if ld.kind == load and {ld.body, ld.body2} == {body, body2}:
                 return float(ld.c)
         return 0.0
     head = where[0]
+    if head == "sensors":
+        return sensor_gain_value(spec, where)
     if head == "gravity":
         return float(spec.gravity[where[1]])
     if head == "parameters":

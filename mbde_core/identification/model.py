@@ -24,6 +24,8 @@ Each parameter is classified once:
 - ``geometric``: it moves points or changes lengths (the constraints change). Its
   effect on any residual is taken by central finite differences of that residual with
   the mechanism rebuilt at p +- h (:meth:`mechanism`).
+- ``input``: the gain of a known input (a motor's torque per unit of its recorded
+  control signal, :mod:`.inputs`): its columns are G_d y / sigma_a on the eom rows;
 - a parameter that changes nothing the model uses (e.g. the initial guess of a moving
   point of a body with an explicit length) is ``inert``; its Jacobian column is zero
   and the rank test reports it as not identifiable.
@@ -70,8 +72,9 @@ class ParameterizedMechanism:
                 if par.key not in {q.key for q in params}:
                     params.append(par)
         bounds = parse_bounds(bounds) if isinstance(bounds, str) or bounds is None else dict(bounds)
-        if len([par for par in params if par.key.startswith("gravity")]) > 1 and any(par.target[0] == "gravity" for par in params):
-            raise ConfigError(self.file, "gravity", "the gravity magnitude and gravity components overlap: identify one or the other")
+        comps = [par for par in params if par.key.startswith("gravity[")]
+        if comps and any(par.target[0] in ("gravity", "gravity_tilt") for par in params):
+            raise ConfigError(self.file, "gravity", "the gravity magnitude or tilt and gravity components overlap: identify one or the other")
         self.params = [_bounded(par, bounds) for par in params]
         self.params = [_inertia_floor(par, self.params, spec) if not any(_matches(par, b) for b in bounds) else par
                        for par in self.params]
@@ -79,8 +82,8 @@ class ParameterizedMechanism:
         self.names = [par.label for par in self.params]
         self.P = len(self.params)
         self.base_gravity = tuple(float(g) for g in spec.gravity)
-        if any(par.target[0] == "gravity" for par in self.params) and math.hypot(*self.base_gravity) == 0.0:
-            raise ConfigError(self.file, "gravity", "the gravity magnitude cannot be identified: the model has no gravity direction")
+        if any(par.target[0] in ("gravity", "gravity_tilt") for par in self.params) and math.hypot(*self.base_gravity) == 0.0:
+            raise ConfigError(self.file, "gravity", "the gravity magnitude or tilt cannot be identified: the model has no gravity")
         self.p0 = np.array([current_value(par, spec) for par in self.params])
         self.lower = np.array([par.lower for par in self.params])
         self.upper = np.array([par.upper for par in self.params])
@@ -148,6 +151,9 @@ class ParameterizedMechanism:
         kinds = []
         base = self.spec(self.p0)
         for k, h in enumerate(self.steps(self.p0)):
+            if self.params[k].target[0] == "doc" and self.params[k].target[1][0] == "sensors":
+                kinds.append("input")  # a known input's gain (mbde_core.identification.inputs)
+                continue
             lo, hi, _ = self._pm(self.p0, k, max(h, 1e-3 * max(abs(self.p0[k]), 1e-3)))
             if _geometry(lo) != _geometry(base) or _geometry(hi) != _geometry(base):
                 kinds.append("geometric")
@@ -288,7 +294,7 @@ def _geometry(spec) -> tuple:
 
 
 def _load_key(ld) -> tuple:
-    return (ld.kind, ld.point, ld.body, ld.body2, ld.coordinate, ld.c, tuple(f.source for f in ld.value),
+    return (ld.kind, ld.point, ld.body, ld.body2, ld.coordinate, ld.c, ld.scale, tuple(f.source for f in ld.value),
             tuple(f(0.0) for f in ld.value))
 
 

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from mbde_core.estimators.assess.metrics import whiteness
 from mbde_core.identification.calibrated import calibrated_text
 
 
@@ -26,6 +27,7 @@ def summary(result, sources) -> dict:
         params[par.label] = {
             "key": par.key, "unit": par.unit, "kind": pm.kinds[k], "initial": float(result.p0[k]),
             "estimate": float(result.p[k]) if ok else None, "std": _num(result.std[k]) if ok else None,
+            "std_model": _num(result.std_model[k]) if ok and result.std_model is not None else None,
             "relative_std": _num(result.std[k] / abs(result.p[k])) if ok and result.p[k] != 0 else None,
             "lower": _num(pm.lower[k]), "upper": _num(pm.upper[k]), "identifiable": ok,
             "at_bound": bool(result.at_bound[k]),
@@ -52,6 +54,8 @@ def summary(result, sources) -> dict:
                   "sensor_sigma": result.sensor_sigma,
                   "variance_factors_last_pass": result.factors},
         "residual_whiteness": result.whiteness,
+        "warnings": list(result.warnings),
+        "hac_block_steps": list(result.hac_lags),
         "cost_per_factor": result.cost_per_factor,
         "timings_s": {k: v for k, v in result.timings.items() if k != "filters"},
         "initial_guess": result.timings.get("filters"),
@@ -155,3 +159,38 @@ def summary_table(result) -> str:
         else:
             lines.append(f"{par.label:<{w}}  {result.p0[k]:>12.6g}  {'not identifiable':>12}")
     return "\n".join(lines)
+
+
+def per_recording(jp, X, rows, recordings):
+    """Per recording: trajectory, normalised residuals per sensor, their whiteness."""
+    g = jp.g
+    trajs, resid, white = [], [], {}
+    for k, (pr, Xr, off) in enumerate(zip(jp.recs, jp.split(X), jp.offsets[:-1])):
+        ev = pr.ev
+        trajs.append({"t": pr.t.copy(), "z": Xr[:, :g].copy(), "zd": Xr[:, g:2 * g].copy(), "zdd": Xr[:, 2 * g:].copy(),
+                      "q": None if ev is None else ev.q.copy()})
+        lo, hi = off, off + pr.N
+        per = {}
+        for rb in rows:
+            if not rb.name.startswith("obs:"):
+                continue
+            sel = (rb.idx >= lo) & (rb.idx < hi)
+            if not np.any(sel):
+                continue
+            name = rb.name[4:]
+            per[name] = (pr.t[rb.idx[sel] - lo], rb.r[sel].copy())
+        resid.append(per)
+        white[recordings[k].name] = {name: dict(whiteness(list(r)), lag1_autocorrelation=_lag1(r))
+                                     for name, (_, r) in per.items()}
+    return trajs, resid, white
+
+
+def _lag1(r) -> float | None:
+    """Largest |lag-1 autocorrelation| over the channels of residuals r (K, d)."""
+    r = np.asarray(r, dtype=float)
+    if r.shape[0] < 10:
+        return None
+    x = r - r.mean(axis=0)
+    den = np.einsum("kd,kd->d", x, x)
+    rho = np.where(den > 0, np.einsum("kd,kd->d", x[1:], x[:-1]) / np.where(den > 0, den, 1.0), 0.0)
+    return float(rho[np.argmax(np.abs(rho))])

@@ -17,7 +17,9 @@ Parameter columns (the dense part of eq. 3.25):
   dr/dp = -(dzdd/dp) / sigma_a with the analytic sensitivity of
   :meth:`ParameterizedMechanism.accel_sensitivity`;
 - geometric parameters change the position problem and with it every row: their
-  columns are central differences of all rows with the mechanism rebuilt at p +- h.
+  columns are central differences of all rows with the mechanism rebuilt at p +- h;
+- the gain K of a known input (:mod:`.inputs`: u = K y, the recorded control signal y)
+  enters the eom rows only: dr/dK = -(G_d y) / sigma_a (dzdd/dK = G_d y).
 
 A trial point whose parameters make the mechanism file invalid (e.g. I0 < m |cog|^2)
 or whose position problem fails gets an infinite cost, and the solver shortens the step.
@@ -90,6 +92,7 @@ class JointProblem:
         try:
             for rec, Xr, off in zip(self.recs, self.split(X), self.offsets[:-1]):
                 self._use(rec, mech)
+                self._inputs(rec, p)
                 rr = rec.evaluate(Xr)
                 if any(rb.name == "assembly" for rb in rr):
                     return _infinite(self.b)
@@ -107,6 +110,22 @@ class JointProblem:
                                  np.zeros((1, self.P, self.b)), None, np.diag(w)[None]))
         return rows
 
+    def _inputs(self, rec, p) -> None:
+        """The recording's known inputs u = K y at the parameters p (its ``direct`` forces)."""
+        known = getattr(rec, "known", None)
+        if known is not None:
+            rec.direct = (known.E, known.forces(self.gains(known, p)))
+
+    def gains(self, known, p) -> np.ndarray:
+        """(k,) the gains of a recording's known inputs: identified ones from p."""
+        out = known.gains.copy()
+        for k, par in enumerate(self.pm.params):
+            if self.pm.kinds[k] == "input":
+                name = par.label.split(".")[1]
+                if name in known.names:
+                    out[known.names.index(name)] = p[k]
+        return out
+
     def _dynamic_columns(self, rec, Xr, rows, p):
         g = self.g
         ev = rec._trial
@@ -116,6 +135,11 @@ class JointProblem:
         S = np.zeros((Xr.shape[0], g, self.pm.P))
         if np.any(dyn & self.active):
             S = self.pm.accel_sensitivity(p, rec.t, ev.q, ev.qd, R, qdd_f)
+        known = getattr(rec, "known", None)
+        for k, par in enumerate(self.pm.params):  # dzdd/dK = G_d y of a known input's gain
+            if self.pm.kinds[k] == "input" and known is not None and par.label.split(".")[1] in known.names:
+                c = known.names.index(par.label.split(".")[1])
+                S[:, :, k] = ev.G[:, :, ev.G.shape[2] - known.k + c] * known.Y[:, c][:, None]
         w = 1.0 / rec.sigma_a
         for k, rb in enumerate(rows):
             if rb.name == "eom":
@@ -147,6 +171,7 @@ class JointProblem:
         out = []
         for rec, Xr, off in zip(self.recs, self.split(X), self.offsets[:-1]):
             self._use(rec, mech)
+            self._inputs(rec, p)
             trial, guess = rec._trial, rec.q_guess
             rr = rec.evaluate(Xr)
             rec._trial, rec.q_guess = trial, guess

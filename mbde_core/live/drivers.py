@@ -5,7 +5,9 @@ Each driven sensor samples the ground-truth stream (mbde_msgs/MechanismState: q,
 qdd of the true model) on its own time grid, anchored at the first sample and
 re-anchored when time jumps back (a looping simulation): a sample is taken from the
 first ground-truth message at or after each grid instant. The reading is the sensor's
-measurement function h(q, qd, qdd) on the truth model passed through its noise model
+measurement function h(q, qd, qdd) on the truth model (a known-input sensor, a measured
+motor torque: the true input force on its coordinate from the message's input_forces,
+divided by its gain) passed through its noise model
 (:class:`mbde_core.sensors.base.NoiseSampler`) fed by the simulator's per-sensor noise
 stream (:func:`mbde_core.simulator.noise_rng`): with the scenario's seed, and ground
 truth on every reading instant (the simulator's default rate), the readings are the
@@ -62,8 +64,9 @@ class SensorDriver:
     def _restart_noise(self) -> None:
         self.sampler = None if self.seed is None else self.sensor.noise.sampler(noise_rng(self.seed, self.sensor.name))
 
-    def sample(self, stamp_ns: int, q, qd, qdd):
-        """The message of a reading at this ground-truth sample, or None (not due / dropped)."""
+    def sample(self, stamp_ns: int, q, qd, qdd, effort=None):
+        """The message of a reading at this ground-truth sample, or None (not due / dropped);
+        effort (n,): the true generalized input forces (what a known-input sensor reads)."""
         if self.last_ns is not None and stamp_ns < self.last_ns:  # time went back: start over
             self.anchor_ns = self.next_ns = None
             self._restart_noise()
@@ -75,7 +78,10 @@ class SensorDriver:
         k = (stamp_ns - self.anchor_ns + TOLERANCE_NS) // self.period_ns + 1
         self.next_ns = self.anchor_ns + k * self.period_ns
         t = stamp_ns / 1e9
-        value = self.sensor.h(q, qd, qdd)
+        if getattr(self.sensor, "is_input", False):
+            value = self.sensor.reading(np.zeros(len(q)) if effort is None else effort)
+        else:
+            value = self.sensor.h(q, qd, qdd)
         if self.sampler is not None:
             value = self.sampler.apply(t, value)
             if value is None:
@@ -100,7 +106,7 @@ class DriverSet:
                  noise: bool = True, frame_id: str = ""):
         kind = KINDS[executable]
         self.mech = scenario.truth_mechanism()
-        every = {s.name: s for s in list(scenario.sensors) + list(scenario.reference_sensors)}
+        every = {s.name: s for s in list(scenario.sensors.ordered) + list(scenario.reference_sensors.ordered)}
         if names:
             missing = [n for n in names if n not in every]
             if missing:
@@ -112,13 +118,15 @@ class DriverSet:
                                   f"{every[wrong[0]].msg_type}, not {kind}: use the other driver")
             chosen = [every[n] for n in names]
         else:
-            chosen = [s for s in scenario.sensors if s.msg_type == kind]
+            chosen = [s for s in scenario.sensors.ordered if s.msg_type == kind]
         if frame_id and len(chosen) > 1:
             raise ConfigError("<parameters>", "frame_id", "a frame_id override needs exactly one sensor "
                               "(set the `sensors` parameter)")
         seed_value = None if not noise else (scenario.seed if seed < 0 else int(seed))
         self.drivers = [SensorDriver(s, factory, rate or None, seed_value, frame_id) for s in chosen]
         self.coordinate_names = list(self.mech.coordinate_names)
+        # the truth's input forces by name -> coordinate (what a known-input sensor reads)
+        self.input_columns = {ld.name: ld.coordinate for ld in self.mech.spec.loads if ld.kind == "generalized_force"}
         self.rejected = 0
         self.last_error = ""
 
@@ -139,9 +147,13 @@ class DriverSet:
                                 f"is the simulator running another mechanism than {self.mech.name!r}?")
         stamp = msg.header.stamp
         stamp_ns = int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+        effort = np.zeros(len(snap.q))
+        for name, u in zip(snap.input_names, snap.inputs if snap.inputs is not None else ()):
+            if name in self.input_columns:
+                effort[self.input_columns[name]] += u
         out = []
         for d in self.drivers:
-            m = d.sample(stamp_ns, snap.q, snap.qd, snap.qdd)
+            m = d.sample(stamp_ns, snap.q, snap.qd, snap.qdd, effort)
             if m is not None:
                 out.append((d.sensor.topic, m))
         return out

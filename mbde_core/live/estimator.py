@@ -3,7 +3,7 @@
 :class:`LiveEstimator` owns the estimator and its
 :class:`~mbde_core.estimators.stage.core.EstimatorStage` -- the stage ``mbde replay`` runs,
 built the same way (model, sensors and initial guess from the scenario / description,
-options validated by :mod:`mbde_core.estimators.options.schema`, seeded generator) -- and
+options validated and resolved by :mod:`mbde_core.estimators.configure`, seeded generator) -- and
 turns its steps into messages through a message factory. The node only forwards
 messages and clock readings to it and publishes what it hands back; the pure-Python
 tests drive it with ``rosbags`` messages and compare it with ``mbde replay``.
@@ -39,9 +39,12 @@ import numpy as np
 from mbde_core.errors import ConfigError, DataError
 from mbde_core.estimators import estimator_rng, make_estimator
 from mbde_core.estimators.assess.suitability import assess, precheck
+from mbde_core.estimators.configure import as_spec, resolve
+from mbde_core.estimators.options.frozen import Options
 from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
 from mbde_core.estimators.stage.core import EstimatorStage, StageCounters
 from mbde_core.live import estimator_status
+from mbde_core.live.backlog import STALLED, Backlog
 from mbde_core.live.diagnostics import Status, Throttle
 from mbde_core.live.estimator_status import Window
 from mbde_core.replay.runner import initial_state
@@ -76,8 +79,6 @@ class SensorStats:
     arrivals: list = field(default_factory=list)
 
 
-
-
 class LiveEstimator:
     """See the module docstring.
 
@@ -104,11 +105,16 @@ class LiveEstimator:
             raise ConfigError(scenario.file, "sensors", "the model has no sensors: nothing to estimate from")
         from dataclasses import replace
 
-        # `auto` options from the default-tuning rule, as `mbde replay` resolves them
-        options = replace(options, config=resolve_config(options.name, options.config, self.mech, self.sensors,
-                                                         scenario_context(scenario)))
+        # `auto` options from the default-tuning rule, as `mbde replay` resolves them (once)
+        context = scenario_context(scenario)
+        try:
+            if not isinstance(options.config, Options):
+                options = replace(options, config=resolve(as_spec(options.name, options.config), self.mech, self.sensors,
+                                                          context))
+        except ModuleNotFoundError as exc:
+            raise ConfigError("<parameters>", "estimator",
+                              f"estimator {options.name!r} is not available in this installation ({exc})") from None
         self.opt = options
-
         precheck(options.name, self.sensors)  # a meaningless pair: one line, exit status 2
         init = scenario.estimator_initial_state()
         # exactly what `mbde replay` uses (mbde_core.replay.runner.initial_state)
@@ -116,17 +122,12 @@ class LiveEstimator:
                                                      initial_zd=np.asarray(init.zd, float),
                                                      initial_q=np.asarray(init.q, float),
                                                      initial_branch=init.branch), options.config)
-        try:
-            self.est = make_estimator(options.name, self.mech, self.sensors, options.config,
-                                      rng=estimator_rng(options.seed, options.name))
-        except ModuleNotFoundError as exc:
-            raise ConfigError("<parameters>", "estimator",
-                              f"estimator {options.name!r} is not available in this installation ({exc})") from None
-        self.step = float(options.config["step"])
-
+        self.est = make_estimator(options.name, self.mech, self.sensors, options.config,
+                                  rng=estimator_rng(options.seed, options.name))
+        self.step = float(options.config.step)
         # observability of [z, zd] (and inputs) at the initial state, as `mbde replay` reports it
         self.suitability = assess(options.name, self.mech, self.sensors, self.initial, self.step, self.est,
-                                  force_limits=force_limits(self.mech, options.config, scenario_context(scenario)))
+                                  force_limits=force_limits(self.mech, options.config.as_dict(), context))
         if self.suitability.warning:
             self.log("warn", self.suitability.message)
         self.frame_id = options.frame_id or scenario.frame_id
@@ -147,6 +148,8 @@ class LiveEstimator:
         self.non_finite_estimates = 0
         self.published = collections.Counter()
         self.throttle = Throttle(10.0, wall)
+        self.backlog = Backlog()
+        self._prev_tick: float | None = None  # wall time of the previous tick
         self._drawer = None
         self.stage = None
         self._new_stage()
@@ -165,8 +168,7 @@ class LiveEstimator:
 
     # -- stage ------------------------------------------------------------------------------
     def _new_stage(self) -> None:
-        cfg = self.opt.config
-        self.stage = EstimatorStage.from_config(self.est, cfg, lambda t: self.initial,
+        self.stage = EstimatorStage.for_estimator(self.est, lambda t: self.initial,
                                                 backward_jump=self.opt.backward_jump, max_gap=self.opt.max_gap,
                                                 reorder_window=self.opt.reorder_window, on_step=self._on_step,
                                                 keep=False)
@@ -210,13 +212,19 @@ class LiveEstimator:
         return self.mech.name
 
     # -- input ------------------------------------------------------------------------------
-    def on_message(self, topic: str, msg, now: float | None = None) -> None:
-        """A message arrived on a sensor topic; now: node clock [s] (None if unknown)."""
+    def on_message(self, topic: str, msg, now: float | None = None, queued: float | None = None) -> None:
+        """A message arrived on a sensor topic; now: node clock [s] (None if unknown);
+        queued: how long it waited in the reader queue [s] (None if unknown): a node that
+        falls behind skips readings evenly (:mod:`mbde_core.live.backlog`)."""
         arrival = self.wall()
         for sensor in self.topics.get(topic, ()):
             st = self.stats[sensor.name]
             st.received += 1
             st.arrivals.append(arrival)
+            if not self.backlog.admit(sensor.name, queued):
+                if self.throttle("behind"):
+                    self.log("warn", self.backlog.warning())
+                continue
             try:
                 m = sensor_reading(sensor, msg)
             except (DataError, ValueError) as exc:
@@ -262,7 +270,11 @@ class LiveEstimator:
                      f"{sensor.frame_id!r} (set the sensor's frame_id or the driver's); counted, reading used")
 
     def tick(self, now: float | None) -> None:
-        """The node clock reads ``now`` [s]: predict through overdue readings (see module doc)."""
+        """The node clock reads ``now`` [s]: predict through overdue readings (see module doc);
+        not on the first tick after the node was stalled (readings may wait in its queue)."""
+        prev, self._prev_tick = self._prev_tick, self.wall()
+        if prev is not None and self._prev_tick - prev > STALLED:
+            return
         if now is None or self.newest is None or self.stage.time is None or self.lag is None:
             return
         self.clock_mismatch = abs(self.lag) > CLOCK_TOLERANCE
@@ -334,6 +346,8 @@ class LiveEstimator:
                          "not published, restarting")
             return
         self.latest = rec
+        if not self.backlog.publish(rec.update is not None):
+            return
         t = snap.stamp
         if self._due("state", t, self.opt.publish_rate):
             state, joints = estimate_messages(self.factory, snap, self.mech, self.frame_id)
@@ -364,7 +378,7 @@ class LiveEstimator:
             self._drawer = MechanismDrawer(self.mech)
         w = self.window
         nis = w.nis_sum / w.updates if w.updates else None
-        shapes = estimate_shapes(self._drawer, self.opt.name, snap, cloud, self.opt.top_k, nis=nis)
+        shapes = estimate_shapes(self._drawer, self.opt.name, snap, cloud, self.opt.top_k, nis=nis, style=self.est.traits)
         return marker_array(self.factory, shapes, self.frame_id, snap.stamp)
 
     # -- diagnostics ------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 :class:`EstimatorOptions` are the node parameters that shape
 :class:`~mbde_core.live.estimator.LiveEstimator` (:mod:`mbde_core.live.params`);
 :func:`load_config` reads and validates the estimator's options file as ``mbde replay
---config`` does (:mod:`mbde_core.estimators.options.schema`).
+--config`` does (:mod:`mbde_core.estimators.configure`).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from mbde_core.config.paths import config_dirs, resolve
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.options.schema import load_estimator_configs
+from mbde_core.estimators.configure import load
 
 
 @dataclass
@@ -20,7 +20,7 @@ class EstimatorOptions:
     """Node parameters that shape the core (see :mod:`mbde_core.live.params`)."""
 
     name: str
-    config: dict
+    config: object  # the estimator's validated Spec, or its resolved options
     seed: int = 0
     frame_id: str = ""
     publish_rate: float = 50.0
@@ -53,12 +53,13 @@ def default_config_file(name: str) -> str | None:
     return None
 
 
-def load_config(name: str, config_file: str = "") -> dict:
-    """Validated options of estimator ``name`` from a config file ('' = the shipped one,
-    :func:`default_config_file`; options it does not set keep the estimator's defaults)."""
+def load_config(name: str, config_file: str = ""):
+    """The validated options (a Spec) of estimator ``name`` from a config file ('' = the
+    shipped one, :func:`default_config_file`; options it does not set keep the estimator's
+    defaults); the estimator core resolves them for its model."""
     path = resolve(config_file, "estimator config file") if config_file else default_config_file(name)
     try:
-        return load_estimator_configs(path, [name])[name]
+        return load(path, [name])[name]
     except ModuleNotFoundError as exc:
         raise ConfigError(path or "<parameters>", "estimator",
                           f"estimator {name!r} is not available in this installation ({exc})") from None

@@ -98,7 +98,8 @@ def status(core, name: str, now: float | None = None, extra_problems=()) -> Stat
                *stamp_anomaly_values(c),
                ("steps", c["steps"]), ("resets", total_resets),
                ("reset reasons", ", ".join(f"{k}: {v}" for k, v in sorted(breakdown.items())) or "-"),
-               ("estimator errors", core.errors), ("non-finite estimates", core.non_finite_estimates)]
+               ("estimator errors", core.errors), ("non-finite estimates", core.non_finite_estimates),
+               *core.backlog.values()]
     if core.last_error:
         values.append(("last estimator error", core.last_error))
     nis = None
@@ -147,6 +148,9 @@ def status(core, name: str, now: float | None = None, extra_problems=()) -> Stat
         problems.append((WARN, "estimator reset this period"))
     if w.errors:
         problems.append((ERROR, f"{w.errors} estimator error(s) this period: {core.last_error}"))
+    behind = core.backlog.problem()
+    if behind:
+        problems.append((WARN, behind))
     level = max([OK] + [lv for lv, _ in problems])
     if problems:
         message = "; ".join(text for lv, text in problems if lv == level)

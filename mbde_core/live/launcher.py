@@ -89,7 +89,8 @@ class Launcher:
 
     def run(self, duration: float | None = None, stop_timeout: float = 10.0) -> int:
         """Start, wait for a signal / ``duration`` / a node's exit, stop. Returns 0 after a
-        clean stop, 2 if a node could not start (its exit status 2), else 1."""
+        clean stop at the end of ``duration``, 128 + the signal number after a clean stop by
+        SIGINT / SIGTERM (130 / 143), 2 if a node could not start (its exit status 2), else 1."""
         old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             self.start()
@@ -110,7 +111,7 @@ class Launcher:
                 signal.signal(sig, handler)
         bad = {n: c for n, c in codes.items() if c != 0}
         if died is None and not bad:
-            self.log(f"stopped {len(codes)} nodes")
-            return 0
+            self.log(f"stopped {len(codes)} nodes" + (f" ({signal.Signals(self._signal).name})" if self._signal else ""))
+            return 128 + int(self._signal) if self._signal else 0  # stopped by a signal: 130 / 143
         self.log("exit statuses: " + ", ".join(f"{n} {c}" for n, c in codes.items()))
         return 2 if died is not None and died[1].returncode == 2 else 1

@@ -24,7 +24,7 @@ from typing import Any
 
 from mbde_core.config.yamlnode import read_yaml
 from mbde_core.errors import ConfigError, MbdeError
-from mbde_core.estimators.registry import ESTIMATOR_NAMES
+from mbde_core.estimators.registry import names
 from mbde_core.estimators.stage.core import STAGE_DEFAULTS
 
 TYPES = ("string", "bool", "integer", "double", "string_array")
@@ -119,7 +119,7 @@ def _model_params(what: str) -> list[Param]:
 
 
 def _estimator_names() -> tuple[str, ...]:
-    return tuple(ESTIMATOR_NAMES)
+    return names()
 
 
 def _driver_params(kind: str, msg: str) -> list[Param]:

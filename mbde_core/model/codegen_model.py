@@ -171,9 +171,13 @@ class SymbolicModel:
                 acc[int(ld.coordinate)].append((1, tvar(ld.value[0])))
             elif ld.kind == "torque":
                 add_torque(ld.body, tvar(ld.value[0]))
-            elif ld.kind == "joint_damping":
+            elif ld.kind in ("joint_damping", "joint_friction"):
                 w2 = omega(ld.body2) if ld.body2 >= 0 else "0.0"
-                T = em.let(f"{-ld.c!r}*({omega(ld.body)} - {w2})").name
+                if ld.kind == "joint_damping":
+                    T = em.let(f"{-ld.c!r}*({omega(ld.body)} - {w2})").name
+                else:  # regularised Coulomb: -c w / sqrt(w^2 + eps^2)
+                    w = em.let(f"{omega(ld.body)} - {w2}").name
+                    T = em.let(f"{-ld.c!r}*{w}/sqrt({w}*{w} + {ld.scale * ld.scale!r})").name
                 add_torque(ld.body, T)
                 if ld.body2 >= 0:
                     add_torque(ld.body2, em.let(f"-{T}").name)
@@ -181,6 +185,12 @@ class SymbolicModel:
                 p = ld.point
                 for col, v in ((mech.px[p], self.VX(p)), (mech.py[p], self.VY(p))):
                     acc[int(col)].append((-1, em.let(f"{ld.c!r}*{coord(v)}").name))
+            elif ld.kind == "point_friction":
+                p = ld.point
+                vx, vy = coord(self.VX(p)), coord(self.VY(p))
+                sc = em.let(f"{-ld.c!r}/sqrt({vx}*{vx} + {vy}*{vy} + {ld.scale * ld.scale!r})").name
+                for col, v in ((mech.px[p], vx), (mech.py[p], vy)):
+                    acc[int(col)].append((1, em.let(f"{sc}*{v}").name))
             else:  # pragma: no cover - the loader validates kinds
                 raise ValueError(ld.kind)
         Q = []

@@ -58,8 +58,8 @@ def _solve_dense_np(A, b):
     return tuple(X[i, 0] for i in range(k))
 
 
-_SCALAR_NS = {"sin": math.sin, "cos": math.cos, "SOLVE": _solve_dense_py, "__builtins__": {}}
-_VECTOR_NS = {"sin": np.sin, "cos": np.cos, "SOLVE": _solve_dense_np, "__builtins__": {}}
+_SCALAR_NS = {"sin": math.sin, "cos": math.cos, "sqrt": math.sqrt, "SOLVE": _solve_dense_py, "__builtins__": {}}
+_VECTOR_NS = {"sin": np.sin, "cos": np.cos, "sqrt": np.sqrt, "SOLVE": _solve_dense_np, "__builtins__": {}}
 
 # Mechanism attributes the generated code depends on (replacing one marks it stale)
 KERNEL_INPUTS = frozenset({"M", "Q_gravity", "independent", "dependent", "keep_rows", "constraints", "loads",

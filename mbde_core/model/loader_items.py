@@ -13,6 +13,7 @@ from mbde_core.config.yamlnode import Node
 from mbde_core.errors import ConfigError
 from mbde_core.expr import ExpressionError, compile_expression
 from mbde_core.model import schema
+from mbde_core.model.loads import FRICTION_VELOCITY_SCALE
 from mbde_core.model.spec import DriverSpec, LoadSpec, TimeFunction
 
 LOAD_KINDS = tuple(schema.LOAD_TYPES)
@@ -172,7 +173,7 @@ def read_load(node: Node, li, point_index, body_index, coord_index, points, bodi
     kind = node.get("type").string(LOAD_KINDS)
     name = node.get("name").string() if node.has("name") else f"load{li}_{kind}"
     allowed, optional, _ = schema.LOAD_TYPES[kind]
-    for key in ("point", "body", "body2", "coordinate", "value", "c"):
+    for key in ("point", "body", "body2", "coordinate", "value", "c", "velocity_scale"):
         if node.has(key) and key not in allowed and key not in optional:
             raise ConfigError(node.file, node.child_path(key), f"not used by a {kind!r} load")
         if key in allowed and not node.has(key):
@@ -201,4 +202,7 @@ def read_load(node: Node, li, point_index, body_index, coord_index, points, bodi
             kw["value"] = (time_function(node.get("value"), variables),)
     if node.has("c"):
         kw["c"] = node.get("c").number(variables, nonnegative=True)
+    if kind in ("joint_friction", "point_friction"):  # regularised Coulomb friction (mbde_core.model.loads)
+        kw["scale"] = node.get("velocity_scale").number(variables, positive=True) if node.has("velocity_scale") \
+            else FRICTION_VELOCITY_SCALE
     return LoadSpec(kind=kind, name=name, **kw)

@@ -11,6 +11,11 @@ import numpy as np
 
 from mbde_core.model.spec import LoadSpec
 
+FRICTION_VELOCITY_SCALE = 0.01  # rad/s or m/s: default regularisation of dry friction
+
+
+VELOCITY_KINDS = ("joint_damping", "point_damping", "joint_friction", "point_friction")
+
 
 class LoadSet:
     """All applied loads of a mechanism except gravity (which is constant)."""
@@ -22,8 +27,8 @@ class LoadSet:
         self.loads = loads
         # basis (i, j, L^2) per body
         self.basis = [(b.points[0], b.points[1], b.length**2) for b in bodies]
-        self.velocity_dependent = any(ld.kind in ("joint_damping", "point_damping") for ld in loads)
-        self.position_dependent = any(ld.kind in ("torque", "joint_damping") for ld in loads)
+        self.velocity_dependent = any(ld.kind in VELOCITY_KINDS for ld in loads)
+        self.position_dependent = any(ld.kind in ("torque", "joint_damping", "joint_friction") for ld in loads)
 
     def __bool__(self) -> bool:
         return bool(self.loads)
@@ -49,15 +54,33 @@ class LoadSet:
                 Q[:, ld.coordinate] += ld.value[0](t)
             elif ld.kind == "torque":
                 self._add_torque(Q, P, ld.body, np.full(N, ld.value[0](t)))
-            elif ld.kind == "joint_damping":
-                T = -ld.c * (self._omega(P, V, ld.body) - (self._omega(P, V, ld.body2) if ld.body2 >= 0 else 0.0))
+            elif ld.kind in ("joint_damping", "joint_friction"):
+                T = self._joint_torque(ld, self._relative_omega(P, V, ld))[0]
                 self._add_torque(Q, P, ld.body, T)
                 if ld.body2 >= 0:
                     self._add_torque(Q, P, ld.body2, -T)
             elif ld.kind == "point_damping":
                 Q[:, self.px[ld.point]] -= ld.c * V[:, ld.point, 0]
                 Q[:, self.py[ld.point]] -= ld.c * V[:, ld.point, 1]
+            elif ld.kind == "point_friction":
+                vx, vy = V[:, ld.point, 0], V[:, ld.point, 1]
+                s = -ld.c / np.sqrt(vx * vx + vy * vy + ld.scale * ld.scale)
+                Q[:, self.px[ld.point]] += s * vx
+                Q[:, self.py[ld.point]] += s * vy
         return Q[:, : self.n]
+
+    def _relative_omega(self, P, V, ld):
+        """w_b - w_a (N,) of a joint load (body2 -1: the ground)."""
+        return self._omega(P, V, ld.body) - (self._omega(P, V, ld.body2) if ld.body2 >= 0 else 0.0)
+
+    @staticmethod
+    def _joint_torque(ld, w):
+        """(T, dT/dw) (N,) of a joint's viscous (-c w) or dry (-c s(w)) friction torque."""
+        if ld.kind == "joint_damping":
+            return -ld.c * w, np.full(np.shape(w), -ld.c)
+        e2 = ld.scale * ld.scale
+        r = np.sqrt(w * w + e2)
+        return -ld.c * w / r, -ld.c * e2 / (r * r * r)
 
     def _omega(self, P, V, body):
         i, j, L2 = self.basis[body]
@@ -85,9 +108,10 @@ class LoadSet:
         for ld in self.loads:
             if ld.kind == "torque":
                 self._torque_jac(Kq, P, ld.body, np.full(N, ld.value[0](t)))
-            elif ld.kind == "joint_damping":
+            elif ld.kind in ("joint_damping", "joint_friction"):
                 bodies = [(ld.body, 1.0)] + ([(ld.body2, -1.0)] if ld.body2 >= 0 else [])
-                # T = -c (w_b - w_a); dT/dq and dT/dqd as (N, n1) rows
+                # T = T(w_b - w_a); dT/dq and dT/dqd as (N, n1) rows (dT/dw times dw/dq, dw/dqd)
+                T, dTdw = self._joint_torque(ld, self._relative_omega(P, V, ld))
                 dTq = np.zeros((N, n1))
                 dTqd = np.zeros((N, n1))
                 for b, sgn in bodies:
@@ -97,10 +121,9 @@ class LoadSet:
                     dd = V[:, j] - V[:, i]
                     # w = (dx ddy - dy ddx)/L2 ; dw/dd = (ddy, -ddx)/L2 ; dw/ddd = (-dy, dx)/L2
                     for col, val in ((xj, dd[:, 1]), (yj, -dd[:, 0]), (xi, -dd[:, 1]), (yi, dd[:, 0])):
-                        dTq[:, col] += -ld.c * sgn * val / L2
+                        dTq[:, col] += dTdw * sgn * val / L2
                     for col, val in ((xj, -d[:, 1]), (yj, d[:, 0]), (xi, d[:, 1]), (yi, -d[:, 0])):
-                        dTqd[:, col] += -ld.c * sgn * val / L2
-                T = -ld.c * (self._omega(P, V, ld.body) - (self._omega(P, V, ld.body2) if ld.body2 >= 0 else 0.0))
+                        dTqd[:, col] += dTdw * sgn * val / L2
                 for b, sgn in bodies:
                     (xi, yi, xj, yj), L2 = self._cols(b)
                     d, _ = self._d(P, b)
@@ -116,6 +139,13 @@ class LoadSet:
             elif ld.kind == "point_damping":
                 Cq[:, self.px[ld.point], self.px[ld.point]] -= ld.c
                 Cq[:, self.py[ld.point], self.py[ld.point]] -= ld.c
+            elif ld.kind == "point_friction":  # dF/dv = -c (I / r - v v^T / r^3), r = sqrt(|v|^2 + eps^2)
+                v = V[:, ld.point, :]
+                r = np.sqrt(np.einsum("ki,ki->k", v, v) + ld.scale * ld.scale)
+                cols = (self.px[ld.point], self.py[ld.point])
+                for a, ca in enumerate(cols):
+                    for b, cb in enumerate(cols):
+                        Cq[:, ca, cb] += -ld.c * ((a == b) / r - v[:, a] * v[:, b] / r**3)
         return Kq[:, : self.n, : self.n], Cq[:, : self.n, : self.n]
 
     def _torque_jac(self, K, P, body, T):

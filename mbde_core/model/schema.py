@@ -105,17 +105,25 @@ LOAD_TYPES = {
     "joint_damping": (("body", "c"), ("body2",), "viscous torque -c (w_body - w_body2) [N m s/rad]; `body2`: "
                       "another body or `ground` (default)"),
     "point_damping": (("point", "c"), (), "viscous force -c v on a moving point [N s/m]"),
+    "joint_friction": (("body", "c"), ("body2", "velocity_scale"),
+                       "dry (Coulomb) friction torque -c w / sqrt(w^2 + eps^2) of the relative rate w = w_body - "
+                       "w_body2 [N m], regularised below `velocity_scale` eps (default 0.01 rad/s)"),
+    "point_friction": (("point", "c"), ("velocity_scale",),
+                       "dry (Coulomb) friction force -c v / sqrt(|v|^2 + eps^2) on a moving point [N], "
+                       "regularised below `velocity_scale` eps (default 0.01 m/s)"),
 }
 LOAD = Section("loads[i]", "Loads", "Forces and dampers the model knows; the keys each `type` takes are in "
                "the table after this one.", (
     Key("name", "string", "the load's name (identification: `loads.NAME.c`)", default="`load<i>_<type>`"),
     Key("type", "one of: " + ", ".join(LOAD_TYPES), "the kind of load", required=True),
-    Key("point", REF_POINT, "the point it acts on (force, point_damping)"),
-    Key("body", REF_BODY, "the body it acts on (torque, motor, joint_damping)"),
-    Key("body2", REF_BODY + " or `ground`", "the second body of a joint_damping", default="ground"),
+    Key("point", REF_POINT, "the point it acts on (force, point_damping, point_friction)"),
+    Key("body", REF_BODY, "the body it acts on (torque, motor, joint_damping, joint_friction)"),
+    Key("body2", REF_BODY + " or `ground`", "the second body of a joint_damping or joint_friction", default="ground"),
     Key("coordinate", REF_COORD, "the coordinate it acts on (generalized_force, motor)"),
     Key("value", TIME_FN, "the force or torque", "N or N m"),
-    Key("c", NUM, "damping coefficient", "N m s/rad or N s/m"),
+    Key("c", NUM, "damping coefficient (dampers) or friction torque / force (friction)",
+        "N m s/rad, N s/m, N m or N"),
+    Key("velocity_scale", NUM, "regularisation eps of dry friction", "rad/s or m/s", default="0.01"),
 ))
 
 DRIVER_TYPES = {

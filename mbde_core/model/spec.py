@@ -84,7 +84,11 @@ class LoadSpec:
       (e.g. a motor torque on a relative angle);
     - ``joint_damping``: viscous torque -c (w_b - w_a) [N m s/rad] between ``body`` and
       ``body2`` (``body2`` = -1 for the ground);
-    - ``point_damping``: viscous force -c v [N s/m] at ``point`` (e.g. slider friction).
+    - ``point_damping``: viscous force -c v [N s/m] at ``point`` (e.g. slider friction);
+    - ``joint_friction``: dry (regularised Coulomb) torque -c s(w_b - w_a) [N m] between
+      ``body`` and ``body2``, s(w) = w / sqrt(w^2 + scale^2) (``scale`` [rad/s]: the
+      ``velocity_scale`` of the regularisation, :mod:`mbde_core.model.loads`);
+    - ``point_friction``: dry force -c v / sqrt(|v|^2 + scale^2) [N] at ``point``.
     """
 
     kind: str
@@ -95,6 +99,7 @@ class LoadSpec:
     coordinate: int = -1
     value: tuple[TimeFunction, ...] = ()
     c: float = 0.0
+    scale: float = 0.0
 
 
 @dataclass(frozen=True)

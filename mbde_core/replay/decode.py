@@ -129,7 +129,7 @@ class ReadingDecoder(TopicDecoder):
                 cols.append(dec[f"{vec}.{axis}"])
             values = np.stack(cols, axis=1)
         else:
-            values = dec["position"][:, info]
+            values = dec[getattr(s, "joint_field", "position")][:, info]
             bad = np.zeros(len(rows), dtype=bool)
         out = []
         for t, v, b in zip(to_sec(stamps_ns(dec)), values, bad):

@@ -44,6 +44,7 @@ class ReplayInputs(ReplayModel):
     truth: TruthSeries | None = None
     skipped: dict = field(default_factory=dict)
     counts: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)  # see ReplaySource.notes
 
 
 def load_inputs(bag: str, mechanism_file: str | None = None, sensors_file: str | None = None) -> ReplayInputs:
@@ -62,7 +63,7 @@ def load_inputs(bag: str, mechanism_file: str | None = None, sensors_file: str |
         truth.effort = np.array([row["effort"] for _, row in samples], dtype=float)
     return ReplayInputs(src.bag, src.mechanism, src.sensors, src.initial_z, src.initial_zd, src.initial_q,
                         src.initial_branch, src.scenario, src.start, src.end, measurements=measurements, truth=truth,
-                        skipped=dict(stream.skipped), counts=dict(stream.counts))
+                        skipped=dict(stream.skipped), counts=dict(stream.counts), notes=list(src.notes))
 
 
 def _truth(samples) -> TruthSeries:

@@ -31,16 +31,22 @@ from mbde_core.rosio.tf import TF_TOPIC
 BATCH = 4096  # messages per bag write
 
 
+class Cancelled(Exception):
+    """The merge was cancelled (:meth:`LiveMerge.cancel`)."""
+
+
 def merge_parts(path: str, source, runs: list[tuple[str, str]], storage: str = "sqlite3",
-                description: str | None = None, follow=None) -> dict:
+                description: str | None = None, follow=None, cancelled=None) -> dict:
     """Write the estimates bag ``path`` from the part files of runs [(name, part path)].
 
     follow: None (the part files are complete) or a callable follow(k) telling whether
-    run k's writer has ended (see :func:`read_part`). Streams: memory does not grow with
-    the bag. Returns {topic: messages written}."""
+    run k's writer has ended (see :func:`read_part`). cancelled: None or a callable; when
+    it returns true the merge stops (:class:`Cancelled`) at the next batch. Streams:
+    memory does not grow with the bag. Returns {topic: messages written}."""
     f = RosbagsFactory()
     with BagWriter(path, storage) as bag:
         m = _Merger(bag, runs, follow)
+        m.cancelled = cancelled
         m.prime()  # every run's leading declarations are read
         _write_header(bag, f, source, runs, description, TF_TOPIC in m.declared)
         m.run()
@@ -69,6 +75,7 @@ class _Merger:
         self.streams = [_tagged(read_part(part, self._on_declare(k), None if follow is None else (lambda k=k: follow(k))), k)
                         for k, (_, part) in enumerate(self.runs)]
         self.heads = None
+        self.cancelled = None
 
     def _on_declare(self, k):
         def on_declare(index, topic, typename):
@@ -94,6 +101,8 @@ class _Merger:
         for t_ns, _, run, _, index, data in merged:
             batch.append((self._topic(run, index), t_ns, data))
             if len(batch) >= BATCH:
+                if self.cancelled is not None and self.cancelled():
+                    raise Cancelled()
                 self.bag.write_raw_many(batch)
                 batch = []
         self.bag.write_raw_many(batch)
@@ -125,6 +134,7 @@ class LiveMerge:
     def __init__(self, path: str, source, runs: list[tuple[str, str]], storage: str, description: str | None):
         self.runs = list(runs)
         self._ended = [threading.Event() for _ in self.runs]
+        self._cancel = threading.Event()
         self.counts: dict | None = None
         self.error: BaseException | None = None
         with tempfile.TemporaryDirectory() as tmp:  # warm up: the imports of writing a bag
@@ -142,7 +152,8 @@ class LiveMerge:
     def _run(self, path, source, storage, description):
         try:
             self.counts = merge_parts(path, source, self.runs, storage, description,
-                                      follow=lambda k: self._ended[k].is_set())
+                                      follow=lambda k: self._ended[k].is_set() or self._cancel.is_set(),
+                                      cancelled=self._cancel.is_set)
         except BaseException as exc:  # noqa: BLE001 -- re-raised in join()
             self.error = exc
 
@@ -151,6 +162,15 @@ class LiveMerge:
         for k, (n, _) in enumerate(self.runs):
             if n == name:
                 self._ended[k].set()
+
+    def cancel(self, timeout: float = 1.0) -> None:
+        """Stop merging (the bag is abandoned: its run was interrupted or failed); waits at
+        most ``timeout`` s for the thread (a daemon)."""
+        self._cancel.set()
+        for e in self._ended:
+            e.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
 
     def join(self) -> dict:
         """Wait for the bag (after every run has ended); re-raise the merge's error."""

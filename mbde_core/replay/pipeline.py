@@ -25,18 +25,16 @@ from dataclasses import dataclass, field
 
 from mbde_core import runs
 from mbde_core.errors import DataError
+from mbde_core.estimators.registry import traits
 from mbde_core.replay.merge import LiveMerge
 from mbde_core.replay.outputs import write_estimates_bag, write_metrics, write_report
 from mbde_core.replay.plot_worker import PlotWorker
-from mbde_core.replay.runner import suitability
+from mbde_core.replay.runner import resolved_options, suitability
 from mbde_core.replay.smoothing import reference_path, smoother_reference
 from mbde_core.replay.source import open_source
 from mbde_core.replay.worker import ReplayTask, part_path, replay_task
 from mbde_core.scenario.description import write_description
 from mbde_core.trajectory.config import load_smoother_config
-
-# relative cost per simulated second (order of submission: expensive first)
-COST = {"pf": 3.0, "adekf": 3.0, "errorekf": 2.5, "cekf": 2.5, "diekfpm": 3.0, "ukf": 1.5, "dekf": 1.5}
 
 
 @dataclass
@@ -58,8 +56,9 @@ def find_bags(paths) -> list[str]:
     for p in paths:
         if os.path.isfile(os.path.join(p, "metadata.yaml")):
             out.append(os.path.normpath(p))
-        elif os.path.isdir(p):
-            found = sorted(os.path.join(p, d) for d in os.listdir(p) if os.path.isfile(os.path.join(p, d, "metadata.yaml")))
+        elif os.path.isdir(p):  # hidden folders (e.g. outputs being written) are not bags of the folder
+            found = sorted(os.path.join(p, d) for d in os.listdir(p)
+                           if not d.startswith(".") and os.path.isfile(os.path.join(p, d, "metadata.yaml")))
             if not found:
                 raise DataError(f"{p}: neither a rosbag2 bag nor a folder of bags")
             out += found
@@ -73,7 +72,9 @@ def find_bags(paths) -> list[str]:
 def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, mechanism_file=None,
            sensors_file=None, jobs=None, scheduler=None, log=print, reference=None, config_file=None,
            reorder_window=None) -> list[BagOutcome]:
-    """Run every estimator on every bag and write the outputs (see module doc).
+    """Run every estimator on every bag and write the outputs (see module doc). configs:
+    {name: validated Spec} (:func:`mbde_core.estimators.configure.load`), resolved here for
+    each bag before any run starts.
 
     reference ``smoother``: every bag is first smoothed (the ``smoother:`` options of
     config_file) and RMSE/NEES compare with the smoothed trajectory
@@ -81,7 +82,18 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
     t0 = time.perf_counter()
     sources = {b: open_source(b, mechanism_file, sensors_file) for b in bags}
     t_load = time.perf_counter() - t0
+    for src in sources.values():
+        for note in src.notes:
+            log(f"warning: {note}")
     outs = {b: out if len(bags) == 1 else os.path.join(out, os.path.basename(b)) for b in bags}
+
+    verdicts, options = {}, {}
+    for b in bags:  # before running: options resolved for the bag (a bad name exits 2), a meaningless
+        for name in names:  # estimator exits 2, a weak one warns (one line)
+            options[(b, name)] = resolved_options(sources[b], configs[name], name)
+            verdicts[(b, name)] = v = suitability(sources[b], name, options[(b, name)])
+            if v.warning:
+                log(f"warning: {os.path.basename(b)}: {v.message}")
     refs = {}
     if reference == "smoother":  # streamed into a file per bag, which the tasks read back (replay/reference.py)
         smoother_cfg = load_smoother_config(config_file)
@@ -90,13 +102,6 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
             sources[b].reference, refs[b] = smoother_reference(sources[b], *smoother_cfg, reference_path(outs[b]))
             log(f"reference of {b}: the batch smoother, {refs[b]['status']} after {refs[b]['iterations']} iterations "
                 f"({refs[b]['wall_time_s']:.2f} s)")
-
-    verdicts = {}
-    for b in bags:  # before running: a meaningless estimator exits 2, a weak one warns (one line)
-        for name in names:
-            verdicts[(b, name)] = v = suitability(sources[b], name, configs[name])
-            if v.warning:
-                log(f"warning: {os.path.basename(b)}: {v.message}")
     outcomes = []
     tasks = []
     for b in bags:
@@ -108,9 +113,11 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
             + ("" if src.has_truth else "; no ground truth"))
         outcomes.append(BagOutcome(b, bag_out, timings={"load": t_load / len(bags)}, reference=refs.get(b)))
         for name in names:
-            tasks.append(ReplayTask(b, name, configs[name], seed, part_path(bag_out, name), None,
+            tasks.append(ReplayTask(b, name, options[(b, name)], seed, part_path(bag_out, name), None,
                                     mechanism_file, sensors_file, reorder_window=reorder_window))
-    order = sorted(range(len(tasks)), key=lambda i: -COST.get(tasks[i].name, 2.0) * sources[tasks[i].bag].duration)
+
+    # expensive first: each estimator's relative cost per simulated second (its traits)
+    order = sorted(range(len(tasks)), key=lambda i: -traits(tasks[i].name).cost * sources[tasks[i].bag].duration)
     out_of = {bo.bag: bo for bo in outcomes}
     plotter = PlotWorker(sources) if plots else None
     live = scheduler is None and (runs.default_jobs() if jobs is None else int(jobs)) > 1
@@ -129,12 +136,11 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
         done = runs.run_tasks(replay_task, [tasks[i] for i in order], sources, jobs=jobs, scheduler=scheduler,
                               label="replay", on_outcome=finished, parent_busy=live,
                               on_start=lambda: [m.start() for m in mergers.values()])
-    except BaseException:
+    except BaseException:  # interrupted, or the engine failed: the outputs are abandoned
         for m in mergers.values():
-            try:
-                m.join()
-            except Exception:  # noqa: BLE001 -- the tasks' error is the one to report
-                pass
+            m.cancel()
+        if plotter is not None:
+            plotter.stop()
         raise
     t_tasks = time.perf_counter() - t0
     by_task = {order[k]: o for k, o in enumerate(done)}

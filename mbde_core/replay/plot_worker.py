@@ -15,6 +15,7 @@ import os
 from types import SimpleNamespace
 
 from mbde_core.replay.plots import has_branch_probabilities, plot_branches, plot_run, plot_summary
+from mbde_core.runs.stop import child_setup
 
 
 def run_plots(path: str, series: dict) -> list[str]:
@@ -27,6 +28,8 @@ def run_plots(path: str, series: dict) -> list[str]:
 
 
 def _serve(queue, sources) -> None:
+    child_setup()  # Ctrl-C is the parent's to handle; SIGTERM ends this renderer silently
+
     failed = 0
     while True:
         job = queue.get()
@@ -73,6 +76,16 @@ class PlotWorker:
         self._start()
         self.queue.put(("summary", bag, [path], doc))
         return [path]
+
+    def stop(self) -> None:
+        """End the renderer now (the figures are abandoned)."""
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.join(1.0)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join()
+            self.proc = None
 
     def finish(self) -> None:
         """Wait until every queued figure is drawn."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -18,7 +17,10 @@ from mbde_core.estimators import estimator_rng, make_estimator
 from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, truth_at
 from mbde_core.estimators.assess.suitability import assess, precheck
 from mbde_core.estimators.base import InitialState, initial_sigmas
+from mbde_core.estimators.configure import as_spec, resolve
+from mbde_core.estimators.options.frozen import Options
 from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
+from mbde_core.estimators.registry import traits
 from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
 from mbde_core.replay.convergence import ConvergenceMetrics
 
@@ -26,7 +28,7 @@ from mbde_core.replay.convergence import ConvergenceMetrics
 @dataclass
 class EstimatorRun:
     name: str
-    config: dict
+    config: dict  # the resolved options (plain values: metrics.json's "config")
     records: list
     counters: dict
     diagnostics: dict
@@ -35,29 +37,36 @@ class EstimatorRun:
     metrics: dict | None = None
 
 
-def initial_state(inputs, cfg) -> InitialState:
-    """The initial guess of the replay inputs with the (resolved) config's initial sigmas."""
-    sz, szd = initial_sigmas(cfg, inputs.mechanism.dof)
+def initial_state(inputs, options) -> InitialState:
+    """The initial guess of the replay inputs with the initial sigmas of ``options``: an
+    estimator's resolved options, or a mapping with ``initial_sigma`` (the smoother's)."""
+    sig = options["initial_sigma"] if isinstance(options, dict) else options.initial_sigma
+    sz, szd = initial_sigmas(sig, inputs.mechanism.dof)
     return InitialState(inputs.initial_z.copy(), inputs.initial_zd.copy(), sz, szd, inputs.initial_q.copy(),
                         inputs.initial_branch)
 
 
-def resolved_config(source, name: str, cfg: dict) -> dict:
-    """``cfg`` with its ``auto`` options resolved for the source's model and sensors (and its
-    scenario's motor, if any), as the live node resolves them."""
-    return resolve_config(name, cfg, source.mechanism, source.sensors, scenario_context(getattr(source, "scenario", None)))
+def resolved_options(source, spec, name: str | None = None):
+    """The frozen options of a validated :class:`~mbde_core.estimators.configure.Spec` for
+    the source's model and sensors (and its scenario's motor, if any), as the live node
+    resolves them; frozen options are returned as they are, a mapping of the user's
+    options of estimator ``name`` (given in code) is validated first."""
+    if isinstance(spec, Options):
+        return spec
+    return resolve(as_spec(name, spec), source.mechanism, source.sensors,
+                   scenario_context(getattr(source, "scenario", None)))
 
 
-def suitability(source, name: str, cfg: dict):
+def suitability(source, name: str, options):
     """The suitability verdict (:mod:`mbde_core.estimators.assess.suitability`) of estimator ``name``
-    with the source's sensors from its initial guess; raises UnsuitableError (exit status 2)
-    for a meaningless pair, e.g. the ADE-KF without an accelerometer."""
+    with its resolved ``options`` and the source's sensors from its initial guess; raises
+    UnsuitableError (exit status 2) for a meaningless pair, e.g. the ADE-KF without an
+    accelerometer."""
     precheck(name, source.sensors)
-    cfg = resolved_config(source, name, cfg)
-    est = make_estimator(name, source.mechanism, source.sensors, cfg) if name == "adekf" else None
-    limits = force_limits(source.mechanism, cfg, scenario_context(getattr(source, "scenario", None)))
-    return assess(name, source.mechanism, source.sensors, initial_state(source, cfg), float(cfg["step"]),
-                  est if est is not None else SimpleNamespace(config=cfg), force_limits=limits)
+    est = make_estimator(name, source.mechanism, source.sensors, options) if traits(name).pbh else None
+    limits = force_limits(source.mechanism, options.as_dict(), scenario_context(getattr(source, "scenario", None)))
+    return assess(name, source.mechanism, source.sensors, initial_state(source, options), float(options.step), est,
+                  force_limits=limits, options=options)
 
 
 class GuardedStage:
@@ -86,17 +95,19 @@ class GuardedStage:
         return out
 
 
-def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, particle_budget: int = 2_000_000) -> EstimatorRun:
-    """Run one estimator over the replay inputs (in memory); progress(k, total) is called
-    while feeding. Long bags: :func:`mbde_core.replay.worker.run_streamed` (same stage,
-    same feeding, bounded memory).
+def run_estimator(inputs, name: str, options, seed: int = 0, progress=None, particle_budget: int = 2_000_000) -> EstimatorRun:
+    """Run one estimator over the replay inputs (in memory); options: its resolved options,
+    a validated Spec (resolved here, :func:`resolved_options`) or the user's options (a
+    mapping, validated and resolved here); progress(k, total) is
+    called while feeding. Long bags: :func:`mbde_core.replay.worker.run_streamed` (same
+    stage, same feeding, bounded memory).
 
     seed: the run seed; the estimator's generator is ``estimator_rng(seed, name)``, the
     same for every position in a list of estimators and in the live node.
     particle_budget: floats of particle clouds kept for the plots (0: none, e.g. benches)."""
-    cfg = resolved_config(inputs, name, cfg)
-    est = make_estimator(name, inputs.mechanism, inputs.sensors, cfg, rng=estimator_rng(seed, name))
-    init = initial_state(inputs, cfg)
+    options = resolved_options(inputs, options, name)
+    est = make_estimator(name, inputs.mechanism, inputs.sensors, options, rng=estimator_rng(seed, name))
+    init = initial_state(inputs, options)
     particles = []
     state = {"k": 0, "every": None}
 
@@ -107,16 +118,18 @@ def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, pa
         if cloud is not None:
             if state["every"] is None:
                 per = cloud.z.size * 2 + 2 * len(cloud.weight)
-                total_steps = max(int(inputs.duration / cfg["step"]) + 1, 1)
+                total_steps = max(int(inputs.duration / options.step) + 1, 1)
                 state["every"] = max(1, int(np.ceil(per * total_steps / particle_budget)))
             if state["k"] % state["every"] == 0:
                 cloud.stamp = rec.estimate.stamp
                 particles.append((state["k"], cloud))
         state["k"] += 1
 
-    stage = EstimatorStage.from_config(est, cfg, lambda t: init, on_step=on_step, **STAGE_DEFAULTS)
+    stage = EstimatorStage.for_estimator(est, lambda t: init, on_step=on_step, **STAGE_DEFAULTS)
     guard = GuardedStage(stage)
-    ms = inputs.measurements
+
+    unused = unused_inputs(est, inputs.sensors)  # known-input readings it does not take: not fed
+    ms = [m for m in inputs.measurements if m.sensor not in unused] if unused else inputs.measurements
     total = len(ms)
     chunk = max(total // 200, 1)
     t0 = time.perf_counter()
@@ -128,7 +141,7 @@ def run_estimator(inputs, name: str, cfg: dict, seed: int = 0, progress=None, pa
     guard.call(stage.flush)
     wall = time.perf_counter() - t0
     counters = {**stage.counters.as_dict(), **guard.counters()}
-    return EstimatorRun(name, cfg, stage.records, counters, est.diagnostics(), wall, particles)
+    return EstimatorRun(name, options.as_dict(), stage.records, counters, est.diagnostics(), wall, particles)
 
 
 def evaluate(inputs, run: EstimatorRun) -> dict:
@@ -215,3 +228,12 @@ class InputMetrics:
                          "rmse_after_1s": float(np.sqrt(a["sq_late"] / a["n_late"])) if a["n_late"] else None,
                          "truth_range": (a["hi"] - a["lo"]) or 1.0}
         return out
+
+
+def unused_inputs(est, sensors) -> dict:
+    """{name: 0} of the known-input sensors (a measured motor torque) whose readings the
+    estimator does not take (it has no ``known_inputs`` attribute set true): they are
+    counted, not fed to its stage."""
+    if getattr(est, "known_inputs", False):
+        return {}
+    return {name: 0 for name in getattr(sensors, "input_names", [])}

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from mbde_core.estimators.options.rule import scenario_context
 from mbde_core.estimators.stage.core import StepRecord
 from mbde_core.replay.evaluation import RunOutput, StreamEvaluator
 from mbde_core.replay.outputs import summary_table, write_estimates_bag, write_metrics, write_report
@@ -33,6 +34,7 @@ from mbde_core.replay.source import CHUNK, Stream
 from mbde_core.replay.worker import EstimatorResult, ReplayTask, part_path
 from mbde_core.scenario.description import write_description
 from mbde_core.simulator.progress import ProgressBar
+from mbde_core.trajectory.config import resolve_smoother
 from mbde_core.trajectory.smoother import BatchSmoother
 from mbde_core.trajectory.windowed import WindowTotals, iter_windows
 
@@ -54,6 +56,7 @@ class SmoothedStream:
         self.stream = Stream(source, chunk or CHUNK, truth=on_truth is not None)
         self.info: dict = {}
         self.out_of_range = 0
+        self.resolved = cfg
 
     def _readings(self):
         """The readings in arrival order, without those stamped more than SPAN_MARGIN
@@ -71,8 +74,10 @@ class SmoothedStream:
                     self.out_of_range += 1
 
     def __iter__(self):
-        src, cfg = self.source, self.cfg
-        smoother = BatchSmoother(src.mechanism, src.sensors, cfg, self.guess_cfg)
+        src = self.source
+        smoother = BatchSmoother(src.mechanism, src.sensors, self.cfg, self.guess_cfg,
+                                 scenario_context(getattr(src, "scenario", None)))
+        cfg = self.resolved = smoother.config  # auto options resolved by the rule
         init = initial_state(src, cfg)
         if cfg.get("window", 0.0) <= 0:
             traj = smoother.smooth(self._readings(), init)
@@ -91,6 +96,13 @@ class SmoothedStream:
         self.info = totals.info()
 
 
+def resolved(source, cfg: dict) -> dict:
+    """The smoother options with ``auto`` resolved by the rule for the source's model,
+    sensors and scenario motor (what :class:`~mbde_core.trajectory.smoother.BatchSmoother`
+    resolves; idempotent)."""
+    return resolve_smoother(cfg, source.mechanism, source.sensors, scenario_context(getattr(source, "scenario", None)))
+
+
 def _records(part, cost: float):
     return (StepRecord(part.snapshot(i), None, cost) for i in range(len(part)))
 
@@ -99,8 +111,9 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
                chunk: int | None = None) -> dict:
     """``mbde smooth``: smooth a replay source streamed (see module doc) and write
     metrics.json, estimates/ (bag), report.md and the plots into out_dir; returns the
-    metrics document."""
+    metrics document (the caller says where the outputs went once they are in place)."""
     t_wall = time.perf_counter()
+    cfg = resolved(source, cfg)
     task = ReplayTask(source.bag, NAME, cfg, part=part_path(out_dir, NAME))
     out = RunOutput(task, source.mechanism, max(int(source.duration / cfg["step"]) + 1, 1))  # no source: no /tf
     ev = StreamEvaluator(source, out, bound_truth=False)
@@ -115,6 +128,9 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
     print(f"smoother: {info['status']} after {info['iterations']} iterations, cost {info['initial_cost']:.6g} -> "
           f"{info['final_cost']:.6g} ({info['residuals']} residuals, {info['variables']} unknowns), "
           f"{info['wall_time_s']:.2f} s wall")
+    print(fit_line(info))
+    for w in info.get("warnings") or []:
+        print(f"warning: smoother: {w}")
     metrics = ev.result(sm.stream.effort_ok)
     c = info.get("readings", {})
     counters = {"received": c.get("received", 0), "fused": c.get("used", 0), "non_finite": c.get("non_finite", 0),
@@ -125,7 +141,8 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
     metrics.update(counters=counters, diagnostics=diagnostics, wall_time_s=float(info.get("wall_time_s", 0.0)))
     metrics["solver"] = {k: info.get(k) for k in ("status", "iterations", "evaluations", "initial_cost", "final_cost",
                                                   "residuals", "variables", "wall_time_s", "guess_time_s",
-                                                  "solve_time_s", "covariance_time_s", "windows", "seam")}
+                                                  "solve_time_s", "covariance_time_s", "windows", "seam", "fit",
+                                                  "warnings", "inputs")}
     metrics["solver"]["cost_history"] = info.get("history")
     res = EstimatorResult(source.bag, NAME, cfg, metrics, counters, diagnostics, time.perf_counter() - t_wall,
                           dict(sm.stream.counts), dict(sm.stream.skipped), task.part, out.topics, out.series())
@@ -143,8 +160,17 @@ def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = 
         paths.append(plot_cost(os.path.join(out_dir, "smoother_cost.png"), info))
     write_report(os.path.join(out_dir, "report.md"), doc, paths, "mbde smooth report")
     print(summary_table(doc))
-    print(f"wrote {out_dir}: metrics.json, estimates/ ({storage}), report.md" + (f", {len(paths)} plots" if paths else ""))
     return doc
+
+
+def fit_line(info: dict) -> str:
+    """One line: the goodness of fit and the estimated plant noise of a smoother run."""
+    fit = info.get("fit") or {}
+    sa = ", ".join(f"{v:.3g}" for v in fit.get("acceleration_sigma", []))
+    sw = ", ".join(f"{v:.3g}" for v in fit.get("input_walk_sigma", []))
+    names = ", ".join(info.get("inputs") or [])
+    return (f"smoother fit: normalised cost {fit.get('normalised_cost', float('nan')):.3g} (1 expected), plant noise "
+            f"{fit.get('noise', '?')}: acceleration sigma {sa}" + (f"; inputs {names}: walk sigma {sw} per step" if names else ""))
 
 
 def plot_cost(path: str, info: dict) -> str:
@@ -200,6 +226,7 @@ def smoother_reference(source, cfg: dict, guess_cfg: dict, path: str):
     info = sm.info
     sig = sig_sum / n_sig if n_sig else np.full(2 * g, np.nan)
     ref = {"kind": "smoother", "status": info["status"], "iterations": info["iterations"],
+           "fit": info.get("fit"), "warnings": info.get("warnings", []),
            "final_cost": info["final_cost"], "wall_time_s": info["wall_time_s"], "windows": info.get("windows"),
            "mean_sigma_z": sig[:g].tolist(), "mean_sigma_zd": sig[g:].tolist(),
            "out_of_range_readings": sm.out_of_range}

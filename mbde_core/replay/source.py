@@ -8,7 +8,8 @@ order, i.e. as they arrived when it was recorded: the estimator stage re-sorts t
 its reorder window and detects stamp anomalies exactly as the live node does, which a
 sort here would hide: a backward stamp jump would be merged into the old time) and the
 ground-truth samples of that stretch of the bag. Malformed messages are counted per
-sensor and skipped.
+sensor and skipped. The readings of known inputs (a measured motor torque,
+``sensors.inputs``) come in the same stream, as Measurements of their sensor names.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from mbde_core.estimators.assess.metrics import truth_at
 from mbde_core.model.mechanism import load_mechanism
 from mbde_core.replay.decode import EffortDecoder, ReadingDecoder, TruthDecoder
 from mbde_core.rosio.bag import BagReader
-from mbde_core.rosio.convert import snapshot_from_mechanism_state, string_from_msg
+from mbde_core.rosio.convert import JOINT_STATE, MECHANISM_STATE, snapshot_from_mechanism_state, string_from_msg
 from mbde_core.scenario.description import scenario_from_description
 from mbde_core.sensors.config import load_sensor_file, load_sensors
 
@@ -67,6 +68,7 @@ class ReplaySource(ReplayModel):
     topics: dict = field(default_factory=dict)
     expected: dict = field(default_factory=dict)
     reference: object = None  # mbde_core.replay.reference.ReferenceTrajectory (--reference smoother)
+    notes: list = field(default_factory=list)  # one-line warnings about the bag (e.g. unusable ground truth)
 
     @property
     def has_truth(self) -> bool:
@@ -76,11 +78,18 @@ class ReplaySource(ReplayModel):
     def sensor_topics(self) -> list[str]:
         return [t for t in dict.fromkeys(s.topic for s in self.sensors) if t in self.topics]
 
+    @property
+    def read_sensors(self) -> list:
+        """Every sensor whose readings a replay reads: the measurement sensors and the
+        known inputs (a measured motor torque: ``sensors.inputs``)."""
+        return list(self.sensors) + list(getattr(self.sensors, "inputs", []))
+
 
 def open_source(bag, mechanism_file: str | None = None, sensors_file: str | None = None) -> ReplaySource:
     """The model, sensors and initial guess of a replay of ``bag`` (DataError/ConfigError)."""
     with BagReader(bag) as reader:
         topics = {t: (ty, n) for t, ty, n in reader.topics()}
+        notes = _truth_topics(bag, topics)
         start, end = reader.start or 0.0, reader.end or 0.0
         scenario = None
         if mechanism_file is None:
@@ -111,13 +120,62 @@ def open_source(bag, mechanism_file: str | None = None, sensors_file: str | None
                         continue
                     z0, zd0 = snap.z, snap.zd
                     break
+        _check_sensor_topics(bag, reader, topics, list(sensors) + list(getattr(sensors, "inputs", [])),
+                             mechanism_file is not None)
     src = ReplaySource(os.fspath(bag), mech, sensors, np.asarray(z0, float), np.asarray(zd0, float),
-                       np.asarray(q0, float), branch0, scenario, start, end, topics=topics)
-    if not src.sensor_topics:
-        raise DataError(f"{bag}: none of the sensor topics is in the bag "
-                        f"({', '.join(sorted({s.topic for s in sensors}))})")
-    src.expected = {s.name: topics.get(s.topic, (None, 0))[1] for s in sensors}
+                       np.asarray(q0, float), branch0, scenario, start, end, topics=topics, notes=notes)
+    src.expected = {s.name: topics.get(s.topic, (None, 0))[1] for s in src.read_sensors}
     return src
+
+
+PROBE = 20  # messages of a sensor topic decoded before the run: one must be a reading
+
+
+def _truth_topics(bag, topics: dict) -> list[str]:
+    """Drop a ground truth the replay cannot use from ``topics`` (wrong type, no messages);
+    returns the one-line notes saying so (the run goes on without truth metrics)."""
+    notes = []
+    for topic, want in ((TRUTH_TOPIC, MECHANISM_STATE), (TRUTH_JOINTS_TOPIC, JOINT_STATE)):
+        if topic not in topics:
+            continue
+        typ, count = topics[topic]
+        if typ != want:
+            notes.append(f"{bag}: {topic} holds {typ} messages, not {want}: ignored"
+                         + (" (no ground-truth metrics)" if topic == TRUTH_TOPIC else ""))
+            del topics[topic]
+        elif count == 0 and topic == TRUTH_TOPIC:
+            notes.append(f"{bag}: {topic} has no messages: no ground-truth metrics")
+            del topics[topic]
+    if TRUTH_TOPIC not in topics:
+        topics.pop(TRUTH_JOINTS_TOPIC, None)
+    return notes
+
+
+def _check_sensor_topics(bag, reader, topics: dict, sensors, from_files: bool) -> None:
+    """DataError (one line) unless every sensor of the model has readable messages of its
+    type in the bag: a sensor without readings is a model the bag does not fit."""
+    problems = []
+    for s in sensors:
+        typ, count = topics.get(s.topic, (None, 0))
+        if typ is None:
+            problems.append(f"{s.name}: no topic {s.topic}")
+        elif typ != s.msg_type:
+            problems.append(f"{s.name}: {s.topic} holds {typ}, not {s.msg_type}")
+        elif count == 0:
+            problems.append(f"{s.name}: no messages on {s.topic}")
+        else:
+            dec, datas = ReadingDecoder(reader.typestore, typ, s), []
+            for _, _, _, data in reader.raw_messages([s.topic]):
+                datas.append(data)
+                if len(datas) >= PROBE:
+                    break
+            if not any(m is not None for m in dec.decode(datas)):
+                why = dec.reason or "malformed"
+                problems.append(f"{s.name}: none of the first {len(datas)} messages on {s.topic} is a reading ({why})")
+    if problems:
+        hint = ("give --sensors with the sensors this bag has" if from_files else
+                "the bag does not hold the readings its description declares")
+        raise DataError(f"{bag}: no readable messages for sensor " + "; ".join(problems) + f" ({hint})")
 
 
 @dataclass
@@ -136,7 +194,7 @@ class Stream:
     def __init__(self, source: ReplaySource, chunk: int = CHUNK, truth: bool = True):
         self.source, self.chunk = source, int(chunk)
         self.truth = truth and source.has_truth
-        self.counts = {s.name: 0 for s in source.sensors}
+        self.counts = {s.name: 0 for s in source.read_sensors}
         self.skipped: dict[str, int] = {}
         self.effort_ok = True
 
@@ -145,7 +203,7 @@ class Stream:
         with BagReader(src.bag) as reader:
             store = reader.typestore
             decoders: dict[str, list] = {}
-            for s in src.sensors:
+            for s in src.read_sensors:
                 if s.topic in src.topics:
                     decoders.setdefault(s.topic, []).append(ReadingDecoder(store, src.topics[s.topic][0], s))
             want = list(decoders)

@@ -17,6 +17,7 @@ both bags, or `mbde render` them together).
 """
 from __future__ import annotations
 
+from mbde_core.estimators.registry import traits
 from mbde_core.rosio.cdr_batch import Layout
 from mbde_core.rosio.stamps import sec_to_stamp
 from mbde_core.rosio.tf import TF_MESSAGE, TF_STATIC_TOPIC, TF_TOPIC, tf_message
@@ -51,6 +52,7 @@ class EstimateView:
         self._next_marker = None
         self._layout = None  # of the /tf messages (same frames at every estimate)
         self._markers = MarkerArrayTemplate(self.store)  # markers: CDR from plain values or a template
+        self.style = _style(name)
 
     def encode(self, batch) -> list[list[tuple[int, bytes]]]:
         out = [[(2, data)] for data in self._tf(batch)]
@@ -59,7 +61,7 @@ class EstimateView:
             t = float(snap.stamp)
             if self._next_marker is None or t >= self._next_marker - 1e-9:
                 self._next_marker = t + MARKER_PERIOD
-                data = self._markers.serialize(estimate_shapes(self.drawer, self.name, snap), self.frame, t)
+                data = self._markers.serialize(estimate_shapes(self.drawer, self.name, snap, style=self.style), self.frame, t)
                 out[k].append((3, data))
         return out
 
@@ -98,3 +100,11 @@ def static_messages(factory, source, names) -> list[tuple[str, str, object]]:
     t0 = source.start
     return [(TF_STATIC_TOPIC, TF_MESSAGE, tf_message(factory, static, t0)),
             (MODEL_MARKERS, MARKER_ARRAY, marker_array(factory, MechanismDrawer(mech).ground(), frame, t0))]
+
+
+def _style(name: str):
+    """The estimator's traits (its colour and label slot), or None for another source."""
+    try:
+        return traits(name)
+    except KeyError:
+        return None

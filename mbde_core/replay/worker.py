@@ -22,17 +22,18 @@ from mbde_core.estimators import make_estimator
 from mbde_core.estimators.registry import estimator_rng
 from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
 from mbde_core.replay.plots import plot_branches, plot_run
-from mbde_core.replay.runner import GuardedStage, initial_state, resolved_config
+from mbde_core.replay.runner import GuardedStage, initial_state, resolved_options, unused_inputs
 from mbde_core.replay.source import Stream, open_source
 
 
 @dataclass
 class ReplayTask:
-    """One (bag, estimator) run. part/plot: output paths (None: not written)."""
+    """One (bag, estimator) run: config, the estimator's options resolved for this bag
+    (frozen, :mod:`mbde_core.estimators.configure`). part/plot: output paths (None: not written)."""
 
     bag: str
     name: str
-    config: dict
+    config: object
     seed: int = 0
     part: str | None = None
     plot: str | None = None
@@ -69,12 +70,11 @@ def replay_task(shared, task: ReplayTask) -> EstimatorResult:
 
 def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     t_wall, t_cpu = time.perf_counter(), time.process_time()
-    mech, cfg = source.mechanism, resolved_config(source, task.name, task.config)
-    est = make_estimator(task.name, mech, source.sensors, cfg, rng=estimator_rng(task.seed, task.name))
-    init = initial_state(source, cfg)
-    total_steps = max(int(source.duration / cfg["step"]) + 1, 1)
-    if hasattr(est, "expect_steps"):  # the PF, the errorEKF: numba only where the run is long enough to pay
-        est.expect_steps(total_steps)
+    mech, options = source.mechanism, resolved_options(source, task.config, task.name)
+    est = make_estimator(task.name, mech, source.sensors, options, rng=estimator_rng(task.seed, task.name))
+    init = initial_state(source, options)
+    total_steps = max(int(source.duration / options.step) + 1, 1)
+    est.expect_steps(total_steps)  # the PF, the errorEKF: numba only where the run is long enough to pay
     out = RunOutput(task, mech, total_steps, source)
     ev = StreamEvaluator(source, out, BATCH)
 
@@ -82,17 +82,21 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
         ev.append(rec)
         out.particles(est, rec)
 
-    options = dict(STAGE_DEFAULTS)  # as the live node: the bag's readings arrive as they did live
+    stage_options = dict(STAGE_DEFAULTS)  # as the live node: the bag's readings arrive as they did live
     if task.reorder_window is not None:
-        options["reorder_window"] = float(task.reorder_window)
-    stage = EstimatorStage.from_config(est, cfg, lambda t: init, on_step=on_step, keep=False, **options)
+        stage_options["reorder_window"] = float(task.reorder_window)
+    stage = EstimatorStage.for_estimator(est, lambda t: init, on_step=on_step, keep=False, **stage_options)
     guard = GuardedStage(stage)
     stream = Stream(source, truth=ev.ref is None)  # a smoother reference replaces the ground truth
     clock = {"filter": 0.0, "output": 0.0}
+    unused = unused_inputs(est, source.sensors)
     for chunk in stream:
         ev.add_truth(chunk.truth)
         t0 = time.perf_counter()
         for m in chunk.readings:  # one reading at a time, as the live node feeds them
+            if m.sensor in unused:
+                unused[m.sensor] += 1
+                continue
             guard.call(stage.feed, m)
         clock["filter"] += time.perf_counter() - t0
         ev.drain()
@@ -102,11 +106,13 @@ def run_streamed(source, task: ReplayTask) -> EstimatorResult:
     clock["output"] = ev.time
     result = ev.result(stream.effort_ok)
     counters = {**stage.counters.as_dict(), **guard.counters()}
+    if any(unused.values()):
+        counters["known_input_readings_not_used"] = dict(unused)
     result["counters"] = counters
     result["diagnostics"] = est.diagnostics()
     wall = time.perf_counter() - t_wall
     result["wall_time_s"] = wall
-    res = EstimatorResult(source.bag, task.name, cfg, result, counters, result["diagnostics"], wall, dict(stream.counts),
+    res = EstimatorResult(source.bag, task.name, options.as_dict(), result, counters, result["diagnostics"], wall, dict(stream.counts),
                           dict(stream.skipped), task.part, out.topics, out.series(), None, clock)
     if task.plot:
         t0 = time.perf_counter()

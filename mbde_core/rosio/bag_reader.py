@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mbde_core.errors import DataError
+from mbde_core.rosio.bag_writer import INCOMPLETE_MARKER
 from mbde_core.rosio.bagerrors import bag_error, one_line
 from mbde_core.rosio.stamps import ns_to_sec
 from mbde_core.rosio.typestore import build_typestore, get_typestore
@@ -117,15 +118,19 @@ def _decode_prefix(typestore, data: bytes, typename: str):
 class BagReader:
     """Read a rosbag2 bag (directory with metadata.yaml; sqlite3 or mcap storage).
 
-    Opens on construction (DataError if missing/incomplete/corrupt); use as a context
-    manager or call close(). ``skipped``: topic -> number of undecodable messages skipped;
+    Opens on construction (DataError if missing/incomplete/corrupt, or marked cut short
+    by its writer, see :data:`~mbde_core.rosio.bag_writer.INCOMPLETE_MARKER`, unless
+    ``incomplete_ok``); use as a context manager or call close(). ``skipped``: topic -> number of undecodable messages skipped;
     ``skip_reasons``: topic -> first reason.
     """
 
-    def __init__(self, path, typestore=None):
+    def __init__(self, path, typestore=None, *, incomplete_ok: bool = False):
         self.path = Path(path)
         if not self.path.exists():
             raise DataError(f"{self.path}: no such bag")
+        if not incomplete_ok and (self.path / INCOMPLETE_MARKER).exists():
+            raise DataError(f"{self.path}: incomplete bag: its writer was interrupted or failed before finishing it "
+                            "(simulate or record it again)")
         if self.path.is_dir() and not (self.path / "metadata.yaml").is_file():
             raise DataError(f"{self.path}: not a rosbag2 bag (no metadata.yaml)")
         if not self.path.is_dir():

@@ -9,6 +9,7 @@ mcap >= 0.10.9 (0.10.9 itself drops mcap messages stamped t = 0 when reading: us
 from __future__ import annotations
 
 import inspect
+import os
 from pathlib import Path
 
 from mbde_core.errors import DataError
@@ -17,6 +18,10 @@ from mbde_core.rosio.stamps import sec_to_ns
 from mbde_core.rosio.typestore import get_typestore
 
 STORAGES = ("sqlite3", "mcap")
+# A file in a bag folder (or any mbde output folder) while it is being written: removed
+# when the writer finishes; a bag that still has it was cut short (its writer was
+# interrupted or failed) and BagReader refuses it.
+INCOMPLETE_MARKER = ".mbde-incomplete"
 
 # name -> (history, depth, reliability, durability); enum values of rmw / rosbag2 v8:
 # history 1 keep_last; reliability 1 reliable, 2 best_effort; durability 1 transient_local,
@@ -72,8 +77,10 @@ class BagWriter:
     """Write a rosbag2 bag (a new directory ``path``).
 
     Use as a context manager: on leaving the block the bag is closed (index and
-    metadata.yaml written), also when the block raised, so every message written so far
-    stays readable; the block's exception then propagates.
+    metadata.yaml written). When the block raised, the bag keeps the file
+    :data:`INCOMPLETE_MARKER` (written when the bag is created): its messages so far stay
+    in the storage, but readers refuse it as cut short (``BagReader(...,
+    incomplete_ok=True)`` reads it); the block's exception then propagates.
 
     storage: 'sqlite3' (default, format ``version`` 8 or 9) or 'mcap'.
     """
@@ -95,6 +102,11 @@ class BagWriter:
         except DataError:
             raise
         except Exception as exc:
+            raise bag_error(self.path, "cannot create bag", exc) from None
+        try:
+            (self.path / INCOMPLETE_MARKER).write_text(
+                f'{{"tool": "mbde", "writer": "BagWriter", "pid": {os.getpid()}}}\n', encoding="utf-8")
+        except OSError as exc:
             raise bag_error(self.path, "cannot create bag", exc) from None
 
     def add_topic(self, topic: str, typename: str, qos: str = "reliable") -> None:
@@ -170,8 +182,9 @@ class BagWriter:
         w.min_timestamp = min(min(times), w.min_timestamp)
         w.max_timestamp = max(max(times), w.max_timestamp)
 
-    def close(self) -> None:
-        """Finish the bag (idempotent). Raises DataError if it cannot be completed."""
+    def close(self, complete: bool = True) -> None:
+        """Finish the bag (idempotent). Raises DataError if it cannot be completed.
+        complete False: write its index and metadata but keep it marked incomplete."""
         writer, self._writer = self._writer, None
         if writer is None:
             return
@@ -179,6 +192,11 @@ class BagWriter:
             writer.close()
         except Exception as exc:
             raise bag_error(self.path, "cannot finish bag", exc) from None
+        if complete:
+            try:
+                (self.path / INCOMPLETE_MARKER).unlink()
+            except FileNotFoundError:
+                pass
 
     def __enter__(self) -> "BagWriter":
         return self
@@ -187,8 +205,8 @@ class BagWriter:
         if exc_type is None:
             self.close()
             return False
-        try:  # keep what was written; the block's own exception is the one to report
-            self.close()
+        try:  # keep what was written, marked incomplete; the block's own exception is the one to report
+            self.close(complete=False)
         except DataError:
             pass
         return False

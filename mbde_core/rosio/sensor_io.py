@@ -31,8 +31,8 @@ def sensor_reading(sensor, msg) -> Measurement:
         raise DataError(f"{sensor.name}: message without a valid header stamp ({exc})") from None
     if sensor.msg_type == IMU:
         value = imu_values(msg, sensor.channels)
-    elif sensor.msg_type == JOINT_STATE:
-        vals = joint_state_values(msg, sensor.channels, "position")
+    elif sensor.msg_type == JOINT_STATE:  # position, or the field of a measured input (effort)
+        vals = joint_state_values(msg, sensor.channels, getattr(sensor, "joint_field", "position"))
         missing = [c for c, v in zip(sensor.channels, vals) if v is None]
         if missing:
             raise DataError(f"{sensor.name}: JointState without joint(s) {', '.join(missing)}")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from mbde_core.errors import DataError
+from mbde_core.runs.stop import child_setup
 
 CLUSTER_HINT = "pip install 'mbde[cluster]'"
 CONNECT_TIMEOUT = "20s"  # to reach the scheduler
@@ -89,8 +90,9 @@ def run_tasks(fn: Callable, tasks: Sequence, shared=None, *, jobs: int | None = 
     if not tasks:
         return []
     bar = _bar(len(tasks), label, progress)
+    outcomes = _backend(fn, tasks, shared, jobs, scheduler, parent_busy, on_start)
     try:
-        for outcome in _backend(fn, tasks, shared, jobs, scheduler, parent_busy, on_start):
+        for outcome in outcomes:
             out[outcome.index] = outcome
             if on_outcome is not None:
                 on_outcome(outcome)
@@ -99,6 +101,7 @@ def run_tasks(fn: Callable, tasks: Sequence, shared=None, *, jobs: int | None = 
                 if not outcome.ok:
                     bar.set_postfix_str(f"{sum(o is not None and not o.ok for o in out)} failed")
     finally:
+        outcomes.close()  # an interrupted run ends its workers now (see _processes)
         if bar is not None:
             bar.close()
     return out  # type: ignore[return-value]
@@ -156,10 +159,10 @@ def _processes(fn, tasks, shared, workers: int, on_start=None) -> Iterator[Outco
     try:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
         if method is None:  # no fork (Windows): the shared object travels with every task
-            pool = ProcessPoolExecutor(workers)
+            pool = ProcessPoolExecutor(workers, initializer=child_setup)
             futures = {pool.submit(call_task, fn, shared, t, i): i for i, t in enumerate(tasks)}
         else:
-            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method))
+            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method), initializer=child_setup)
             futures = {pool.submit(_forked_call, fn, token, t, i): i for i, t in enumerate(tasks)}
         if on_start is not None:  # the fork context starts every worker at the first submit
             on_start()
@@ -169,10 +172,23 @@ def _processes(fn, tasks, shared, workers: int, on_start=None) -> Iterator[Outco
                     yield fut.result()
                 except Exception as exc:  # noqa: BLE001 - the worker process died
                     yield Outcome(futures[fut], None, f"worker process failed: {describe_error(exc)}")
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM) or the caller stopped: end the workers now
+            _terminate(pool)
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     finally:
         _SHARED.pop(token, None)
+
+
+def _terminate(pool) -> None:
+    """SIGTERM to the pool's worker processes (a task may run for minutes), reaped by the
+    pool's shutdown; the workers ignore SIGINT and die on SIGTERM (:func:`child_setup`)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            proc.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 def connect(scheduler: str):

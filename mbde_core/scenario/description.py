@@ -52,7 +52,7 @@ def description_document(scenario) -> dict:
     est = scenario.estimator_initial_state()
     sensors = []
     for reference, sset in ((False, scenario.sensors), (True, scenario.reference_sensors)):
-        for s in sset:
+        for s in sset.ordered:  # known-input sensors (a measured torque) too
             d = s.describe()
             d["period"] = scenario.sensor_every[s.name] * scenario.step
             d["reference"] = reference

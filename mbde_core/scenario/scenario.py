@@ -159,7 +159,7 @@ class Scenario:
         self.sensor_every: dict[str, int] = {}
         topics = dict.fromkeys(RESERVED_TOPICS, "mbde simulate")
         for node, sset in ((self._sensor_node, self.sensors), (self._reference_node, self.reference_sensors)):
-            for k, sensor in enumerate(sset):
+            for k, sensor in enumerate(sset.ordered):  # measurement and known-input sensors, in file order
                 item = Node(node.value[k], node.file, node.child_path(k))
                 if sensor.name in self.sensor_every:
                     raise item.get("name").error(f"duplicate sensor name {sensor.name!r}")
@@ -258,8 +258,9 @@ class Scenario:
 
     @property
     def all_sensors(self) -> list:
-        """Sensors then reference sensors (the order the simulator samples them in)."""
-        return list(self.sensors) + list(self.reference_sensors)
+        """Sensors then reference sensors (the order the simulator samples them in), each
+        in file order, known-input sensors (a measured motor torque) included."""
+        return list(self.sensors.ordered) + list(self.reference_sensors.ordered)
 
     def __repr__(self) -> str:
         return (f"<Scenario {self.name!r}: {self.spec.name}, {len(self.sensors)} sensor(s), "

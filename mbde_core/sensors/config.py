@@ -3,7 +3,7 @@
 Each entry::
 
     - name: gyro_rocker                 # unique; also the default frame_id
-      type: gyroscope                   # encoder | gyroscope | accelerometer | slider_position | imu | point_position
+      type: gyroscope                   # encoder | gyroscope | accelerometer | slider_position | imu | point_position | effort
       body: rocker                      # body name or index (encoder, gyroscope, imu, body accelerometer)
       rate: 200                         # Hz (or `period: 0.005` s)
       topic: /mbde/sensors/gyro_rocker  # default /mbde/sensors/<name>
@@ -22,7 +22,12 @@ axes relative to the body x axis), ``point`` (axes in the world frame) or ``slid
 (the slider's point, axes relative to its track); slider_position ``slider``,
 ``joint_name``; imu ``body``, ``offset``, ``axis_angle``; point_position (a camera or
 motion-capture marker: x, y of a point [m], JointState joints ``<joint_name>_x/_y``)
-``point``, ``joint_name``.
+``point``, ``joint_name``; effort (a measured generalized force, a known input of the
+dynamics: :mod:`mbde_core.sensors.effort`) ``coordinate`` (the coordinate of q it drives,
+e.g. the crank angle), ``joint_name``, ``gain`` (generalized force per unit of the
+reading: 1 for a torque in N m, the motor gain for a current or a voltage; default 1),
+``field`` (the JointState array: effort (default), position or velocity); its noise is in
+the reading's unit.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from mbde_core.errors import ConfigError
 from mbde_core.sensors import schema
 from mbde_core.sensors.accelerometer import Accelerometer
 from mbde_core.sensors.base import NoiseModel
+from mbde_core.sensors.effort import FIELDS, Effort
 from mbde_core.sensors.encoder import Encoder
 from mbde_core.sensors.gyroscope import Gyroscope
 from mbde_core.sensors.imu import IMU
@@ -47,7 +53,7 @@ from mbde_core.sensors.slider_position import SliderPosition
 TYPES = tuple(schema.TYPES)
 COMMON = schema.COMMON
 SPECIFIC = schema.SPECIFIC
-DIMS = {"encoder": 1, "gyroscope": 1, "slider_position": 1, "imu": 3, "point_position": 2}
+DIMS = {"encoder": 1, "gyroscope": 1, "slider_position": 1, "imu": 3, "point_position": 2, "effort": 1}
 
 
 def load_sensors(node: Node, mech) -> SensorSet:
@@ -185,6 +191,8 @@ def _build(kind, name, item: Node, mech, variables, common):
         joint = item.get("joint_name").string() if item.has("joint_name") else None
         return PointPosition(mech, name, point=_point(item, "point", mech), joint_name=joint,
                              noise=_noise(item, 2, variables), **common)
+    if kind == "effort":
+        return _effort(name, item, mech, variables, common)
     if kind == "imu":
         offset = item.get("offset").vector(2, variables) if item.has("offset") else (0.0, 0.0)
         angle = item.get("axis_angle").number(variables) if item.has("axis_angle") else 0.0
@@ -211,3 +219,24 @@ def _build(kind, name, item: Node, mech, variables, common):
     track = math.atan2(s.direction[1], s.direction[0])
     return Accelerometer(mech, name, axes=[track + a for a in axes], point=s.point,
                          noise=_noise(item, len(axes), variables), **common)
+
+
+def _effort(name, item: Node, mech, variables, common) -> Effort:
+    if not item.has("coordinate"):
+        raise ConfigError(item.file, item.child_path("coordinate"), "missing required key (the coordinate it drives)")
+    node = item.get("coordinate")
+    names = list(mech.coordinate_names)
+    v = node.value
+    if isinstance(v, str) and v in names:
+        col = names.index(v)
+    elif isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(names):
+        col = v
+    else:
+        raise node.error(f"unknown coordinate {v!r} (coordinates: {', '.join(names)})")
+    gain = item.get("gain").number(variables) if item.has("gain") else 1.0
+    if not math.isfinite(gain) or gain == 0.0:
+        raise item.get("gain").error(f"must be a finite non-zero number, got {gain}")
+    field = item.get("field").string(FIELDS) if item.has("field") else "effort"
+    joint = item.get("joint_name").string() if item.has("joint_name") else None
+    return Effort(mech, name, coordinate=col, joint_name=joint, gain=gain, field=field,
+                  noise=_noise(item, 1, variables), **common)

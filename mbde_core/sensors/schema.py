@@ -18,7 +18,7 @@ COMMON_KEYS = Section("sensors[i]", "Every sensor", "Keys of every entry of a `s
     Key("rate", NUM, "reading rate (or `period`)", "Hz"),
     Key("period", NUM, "reading period (or `rate`)", "s"),
     Key("topic", "absolute topic name", "where the readings are published (sensor_msgs/Imu for gyroscope, "
-        "accelerometer, imu; sensor_msgs/JointState for encoder, slider_position, point_position)",
+        "accelerometer, imu; sensor_msgs/JointState for encoder, slider_position, point_position, effort)",
         default="`/mbde/sensors/<name>`"),
     Key("frame_id", "string", "the readings' `header.frame_id`; its TF frame hangs below the body; the live "
         "estimator counts readings in another frame", default="the name"),
@@ -68,6 +68,17 @@ TYPES = {
                        "`<joint_name>_x`, `<joint_name>_y`", 2, (
         Key("point", "point name or index (from 0)", "the tracked moving point", required=True),
         Key("joint_name", "string", "prefix of the JointState's joint names", default="the name"),
+    )),
+    "effort": ("a measured generalized force on a coordinate [N m or N]: a motor's torque (ros2_control's "
+               "`JointState.effort`), or a current / voltage times `gain`; a known input of the dynamics, "
+               "not a function of the state", 1, (
+        Key("coordinate", "coordinate name or index (from 0)", "the coordinate of q the force drives (a crank "
+            "angle: the motor torque)", required=True),
+        Key("joint_name", "string", "the JointState's joint name", default="the name"),
+        Key("gain", NUM, "force per unit of the reading (a motor's torque constant; `mbde identify` can estimate "
+            "it as `sensors.<name>.gain`)", "N m or N per unit", default="1"),
+        Key("field", "`effort`, `position` or `velocity`", "the JointState array that carries the reading",
+            default="`effort`"),
     )),
 }
 

@@ -16,7 +16,10 @@ Topics (header stamps equal the bag times, ns-exact):
   covariance[0] = -1; a measured block has diag(variance) from the noise model,
   sigma^2 + step^2/12, its unmeasured axes read 0 with the block's variance),
   encoders and slider encoders as sensor_msgs/JointState (joint name = the sensor's
-  channel, position only). Reference sensors are written the same way on their topics.
+  channel, position only), a measured input force (``effort`` sensors: the motor
+  torque) as sensor_msgs/JointState with the reading in its ``effort`` array (or the
+  array its ``field`` names) and no position. Reference sensors are written the same
+  way on their topics.
 """
 from __future__ import annotations
 
@@ -58,9 +61,15 @@ def sensor_message_builder(sensor, factory):
     """f(t, value (d,)) -> the ROS message of one reading of ``sensor``."""
     if sensor.msg_type == cv.JOINT_STATE:
         names = list(sensor.channels)
+        field = getattr(sensor, "joint_field", "position")
 
         def joint(t, value):
-            return cv.joint_state_msg(factory, t, names, value, frame_id=sensor.frame_id)
+            if field == "position":
+                return cv.joint_state_msg(factory, t, names, value, frame_id=sensor.frame_id)
+            msg = cv.joint_state_msg(factory, t, names, value, frame_id=sensor.frame_id)
+            msg.position = factory.array([], "float64")  # the reading goes to its own field
+            setattr(msg, field, factory.array([float(v) for v in np.ravel(value)], "float64"))
+            return msg
 
         return joint
     variance = np.asarray(sensor.noise.variance(), dtype=float)
@@ -215,5 +224,5 @@ def _stamps(ts) -> dict:
 def _reading_slots(sensor) -> dict:
     """{field path: reading columns} of a sensor's message (see sensor_message_builder)."""
     if sensor.msg_type == cv.JOINT_STATE:
-        return {"position": list(range(len(sensor.channels)))}
+        return {getattr(sensor, "joint_field", "position"): list(range(len(sensor.channels)))}
     return {f"{cv.IMU_CHANNELS[c][0]}.{cv.IMU_CHANNELS[c][1]}": [k] for k, c in enumerate(sensor.channels)}

@@ -111,8 +111,8 @@ def truth_states(scenario: Scenario) -> Iterator[tuple]:
 
     tau is the scenario time [s]; q, qd, qdd (n,) the true state with the exact
     accelerations (:func:`_qdd`) and the controller's torque held from t_k; values (k,)
-    and effort (n,) the true inputs (drive loads and the controller's torque) at the
-    ground-truth steps, else None. Only the steps of :func:`sampling_every` are yielded.
+    and effort (n,) the true inputs (drive loads and the controller's torque). Only the
+    steps of :func:`sampling_every` are yielded.
     Raises SimulationError if the integrator fails to converge.
     """
     tm = scenario.truth_model()
@@ -170,7 +170,7 @@ def truth_states(scenario: Scenario) -> Iterator[tuple]:
             continue
         q, qd = state.q, state.qd
         qdd = state.qdd if controller is not None or k == 0 else _qdd(mech, tau, q, qd)
-        values, effort = inputs.evaluate(tau) if k % gt_every == 0 else (None, None)
+        values, effort = inputs.evaluate(tau)  # the held inputs of the step from t_k (readings of known inputs)
         yield k, tau, q, qd, qdd, values, effort
 
 
@@ -203,8 +203,8 @@ def sample_events(scenario: Scenario, states, progress: Callable[[int, int], Non
                 input_names=list(names), inputs=values, effort=effort, step=k,
                 phi_max=float(np.max(np.abs(mech.phi(q)))) if mech.m else 0.0,
             )
-        for sensor, sampler in due:
-            value = sampler.apply(t, sensor.h(q, qd, qdd))
+        for sensor, sampler in due:  # a known-input sensor reads the true input force (effort)
+            value = sampler.apply(t, sensor.reading(effort) if getattr(sensor, "is_input", False) else sensor.h(q, qd, qdd))
             if value is not None:
                 yield Measurement(t, sensor.name, value)
         if progress is not None:

@@ -10,8 +10,8 @@ run), and the parent turns them into events with :func:`~core.sample_events`, ex
 as the serial :func:`~core.simulate` does. The events are the same objects with the same
 values (same code, same inputs; tested), only the time they take differs.
 
-The child sends ``("block", k, tau, q, qd, qdd, gt, values, effort)`` messages (gt:
-which rows are ground-truth steps, whose true inputs are in values/effort), then
+The child sends ``("block", k, tau, q, qd, qdd, values, effort)`` messages (values,
+effort: the true inputs at every sampled step), then
 ``("end",)``, or ``("error", message)`` for a SimulationError (re-raised here with the
 same message) or another exception (re-raised as a SimulationError naming it).
 """
@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from mbde_core.runs.stop import child_setup
 from mbde_core.simulator.core import SimulationError, sample_events, simulate, truth_states
 
 BLOCK = 512            # sampled states per message
@@ -46,11 +47,12 @@ def _child_states(scenario) -> Iterator[tuple]:
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
     credit_recv, credit_send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_integrate, args=(scenario, send, credit_recv), daemon=True,
+    child = ctx.Process(target=_integrate, args=(scenario, send, credit_recv, (recv, credit_send)), daemon=True,
                         name="mbde-simulate-truth")
     child.start()
     send.close()
     credit_recv.close()
+    done = False
     try:
         for _ in range(AHEAD):
             _credit(credit_send)
@@ -66,17 +68,21 @@ def _child_states(scenario) -> Iterator[tuple]:
             if kind == "error":
                 raise SimulationError(msg[1])
             _credit(credit_send)
-            _, ks, taus, q, qd, qdd, gt, values, effort = msg
+            _, ks, taus, q, qd, qdd, values, effort = msg
             for i in range(len(ks)):
-                yield (int(ks[i]), float(taus[i]), q[i], qd[i], qdd[i],
-                       values[i] if gt[i] else None, effort[i] if gt[i] else None)
+                yield int(ks[i]), float(taus[i]), q[i], qd[i], qdd[i], values[i], effort[i]
+        done = True
     finally:
         recv.close()
         credit_send.close()
-        child.join(timeout=5)
-        if child.is_alive():
+        if done:
+            child.join(timeout=5)
+        if child.is_alive():  # interrupted or failed here: the child's work is not wanted
             child.terminate()
-            child.join()
+            child.join(1.0)
+            if child.is_alive():
+                child.kill()
+                child.join()
 
 
 def _credit(conn) -> None:
@@ -87,8 +93,15 @@ def _credit(conn) -> None:
         pass
 
 
-def _integrate(scenario, send, credit) -> None:
-    """Child: run truth_states, send blocks of BLOCK states, one per credit received."""
+def _integrate(scenario, send, credit, parent_ends=()) -> None:
+    """Child: run truth_states, send blocks of BLOCK states, one per credit received.
+
+    The parent's ends of both pipes are closed here first: when the parent ends, this
+    child's writes then fail (EPIPE) instead of blocking on a pipe that it holds open
+    itself; it also gets SIGTERM then (:func:`~mbde_core.runs.stop.child_setup`)."""
+    child_setup()
+    for conn in parent_ends:
+        conn.close()
     rows: list = []
 
     def flush():
@@ -98,15 +111,9 @@ def _integrate(scenario, send, credit) -> None:
         q = np.array([r[2] for r in rows])
         qd = np.array([r[3] for r in rows])
         qdd = np.array([r[4] for r in rows])
-        gt = np.array([r[5] is not None for r in rows])
-        n_in = next((len(r[5]) for r in rows if r[5] is not None), 0)
-        values = np.zeros((len(rows), n_in))
-        effort = np.zeros((len(rows), q.shape[1]))
-        for i, r in enumerate(rows):
-            if r[5] is not None:
-                values[i] = r[5]
-                effort[i] = r[6]
-        send.send(("block", ks, taus, q, qd, qdd, gt, values, effort))
+        values = np.array([r[5] for r in rows]).reshape(len(rows), -1)
+        effort = np.array([r[6] for r in rows])
+        send.send(("block", ks, taus, q, qd, qdd, values, effort))
         rows.clear()
 
     try:
@@ -117,10 +124,21 @@ def _integrate(scenario, send, credit) -> None:
         if rows:
             flush()
         send.send(("end",))
+    except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+        pass  # the parent is gone or stopped reading
     except SimulationError as e:
-        send.send(("error", str(e)))
+        _report(send, str(e))
     except BaseException as e:  # noqa: BLE001 -- reported to the parent, which raises
-        send.send(("error", f"{scenario.file}: ground truth failed: {type(e).__name__}: {e}"))
+        _report(send, f"{scenario.file}: ground truth failed: {type(e).__name__}: {e}")
     finally:
-        send.close()
-        os._exit(0)
+        try:
+            send.close()
+        finally:
+            os._exit(0)
+
+
+def _report(send, text: str) -> None:
+    try:
+        send.send(("error", text))
+    except OSError:
+        pass

@@ -16,6 +16,9 @@ Modules (lower to upper):
 - :mod:`.readings`  readings on the time grid as arrays (bad ones counted, skipped);
 - :mod:`.factors`   the factors of paper 003 eq. 23: prior, eom, integrator, observations;
 - :mod:`.problem`   SmootherProblem: the factors over the states of a grid;
+- :mod:`.inputs`    generalized-force inputs: unknown torques as states, measured ones as factors;
+- :mod:`.calibration`, :mod:`.noise`  noise levels from the data (variance components),
+                    the goodness-of-fit verdict;
 - :mod:`.config`    the ``smoother:`` options;
 - :mod:`.smoother`  BatchSmoother (initial guess from a forward filter, solve, covariances)
                     and SmoothedTrajectory;
@@ -24,7 +27,8 @@ Modules (lower to upper):
 API contract for reuse (kept stable; changes are announced in commit messages)
 ------------------------------------------------------------------------------
 States: N blocks of b values, X (N, b); the smoother uses x_i = [z_i, zd_i, zdd_i]
-(b = 3g) on the grid t_i = t0 + i dt. Global parameters: p (P,), P >= 0.
+(b = 3g), with m input states after them (b = 3g + m), on the grid t_i = t0 + i dt.
+Global parameters: p (P,), P >= 0.
 
 ``RowBlock(name, idx (K,), r (K, d), Ji (K, d, b), Jn=None | (K, d, b), Jp=None | (K, d, P))``
     K groups of d *whitened* residual rows (cost = 1/2 sum r^2); group k depends on
@@ -49,12 +53,15 @@ Problem protocol (any object):
     (P, P): S^-1 of the Schur complement (paper 001 eq. 3.31).
 
 ``SmootherProblem(model, readings, sigma_a, prior_mean, prior_sqrt_info, scheme,
-relaxation, q_guess)``: P = 0; its ``evaluate`` returns the RowBlocks named ``prior``,
-``eom``, ``integrator`` and ``obs:<sensor>``, and keeps the model's StepEval of the
-last accepted iterate in ``.ev``. To identify parameters, wrap it: set ``P``, call its
+relaxation, q_guess, first_eom, inputs, input_mean, direct)``: P = 0; its ``evaluate``
+returns the RowBlocks named ``prior``, ``eom``, ``integrator``, ``obs:<sensor>`` (and
+``input_walk``, ``input_prior``, ``input:<sensor>`` with input states), and keeps the
+model's StepEval of the last accepted iterate in ``.ev``; ``direct``: known forces
+without states (identification's recorded control signals). To identify parameters, wrap it: set ``P``, call its
 ``evaluate`` with the model of the current p, and attach ``Jp`` to the rows.
-``MultibodyModel(mech, sensors).evaluate(t, X, q_guess) -> StepEval`` (q, qd, qdd, f,
-F = df/d[z, zd], tangent maps Tq, Tqd, Tqdd = d(q, qd, qdd)/dx, ok) and
+``MultibodyModel(mech, sensors).evaluate(t, X, q_guess, E=None, U=None) -> StepEval``
+(q, qd, qdd, f, F = df/d[z, zd], tangent maps Tq, Tqd, Tqdd = d(q, qd, qdd)/dx, ok, and
+with inputs U on the coordinates of E: f + G U and G = dzdd/du) and
 ``observe(sensor, ev, idx) -> (h, dh/dx)``.
 """
 from mbde_core.trajectory.normal import NormalEquations, RowBlock, total_cost

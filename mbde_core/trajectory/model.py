@@ -16,7 +16,7 @@ evaluate` returns a :class:`StepEval`:
   sensors' analytic Jacobians (:meth:`observe`).
 
 Derivatives. The generated vector kernels (:mod:`mbde_core.model.codegen`) are straight-
-line code of +, -, *, /, sin and cos, so they are analytic functions that numpy also
+line code of +, -, *, /, sin, cos and sqrt (dry friction), so they are analytic functions that numpy also
 evaluates on complex arrays. Complex-step differentiation (Squire & Trapp 1998; Martins,
 Sturdza & Alonso 2003) gives their directional derivatives exactly (no subtraction, no
 truncation error at step h = 1e-30): evaluated at q + i h R_k, the kernel ``post``
@@ -27,6 +27,11 @@ evaluation, batched over all steps. Larger dependent blocks (>= 3x3) go through 
 complex-capable elimination (the source is compiled once more for that namespace).
 Mechanisms without generated kernels use the generic engine and central differences
 (relative step 1e-6, documented accuracy ~1e-8).
+
+Inputs: generalized forces u (N, m) on the coordinates of E (n, m) add G u to f, with G =
+Mbar^-1 R^T E and d(G u)/dz from the same complex-step tangents dR/dz_k
+(:func:`mbde_core.trajectory.inputs.input_terms`); ``StepEval.G`` keeps G for the input
+states' columns.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbde_core.engine import dynamics, fastpath, kinematics
+from mbde_core.trajectory.inputs import input_terms
 
 CS_STEP = 1e-30
 
@@ -42,7 +48,8 @@ CS_STEP = 1e-30
 @dataclass
 class StepEval:
     """The model at N steps (see the module docstring). Shapes: q, qd, qdd (N, n);
-    f (N, g); F (N, g, 2g); Tq, Tqd, Tqdd (N, n, 3g); ok (N,) position problem converged."""
+    f (N, g); F (N, g, 2g); Tq, Tqd, Tqdd (N, n, 3g); ok (N,) position problem converged;
+    G (N, g, m) dzdd/du of the inputs (None without)."""
 
     q: np.ndarray
     qd: np.ndarray
@@ -53,6 +60,7 @@ class StepEval:
     Tqd: np.ndarray
     Tqdd: np.ndarray
     ok: np.ndarray
+    G: np.ndarray | None = None
 
 
 def _solve_dense_complex(A, b):
@@ -76,7 +84,7 @@ def complex_kernels(K):
     """The generated ``post``, ``trig``, ``jac`` of kernels K for complex rows (cached)."""
     out = _COMPLEX_KERNELS.get(id(K))
     if out is None or out[0] is not K:
-        env = {"sin": np.sin, "cos": np.cos, "SOLVE": _solve_dense_complex, "__builtins__": {}}
+        env = {"sin": np.sin, "cos": np.cos, "sqrt": np.sqrt, "SOLVE": _solve_dense_complex, "__builtins__": {}}
         exec(compile(K.source, "<mbde kernels (complex)>", "exec"), env)  # noqa: S102 - our own generated source
         out = (K, env["trig"], env["jac"], env["post"])
         _COMPLEX_KERNELS[id(K)] = out
@@ -113,6 +121,13 @@ def _tangents(R: np.ndarray, n: int, g: int):
     return Tq, Tqd, Tqdd, np.zeros((N, g, 2 * g))
 
 
+def _input_gain(mech, R, E) -> np.ndarray:
+    """G = Mbar^-1 R^T E (N, g, m) at R (N, n, g)."""
+    M = np.asarray(mech.M, dtype=float)
+    Mbar = np.einsum("nig,ij,njh->ngh", R, M, R)
+    return np.linalg.solve(Mbar, np.einsum("nig,im->ngm", R, E))
+
+
 class MultibodyModel:
     """A mechanism (the smoother's model, possibly with model errors) and its sensors."""
 
@@ -136,20 +151,23 @@ class MultibodyModel:
         return self._tv
 
     # -- evaluation -------------------------------------------------------------------------------
-    def evaluate(self, t: np.ndarray, X: np.ndarray, q_guess: np.ndarray) -> StepEval:
-        """The model at steps t (N,), states X (N, 3g), position guesses q_guess (N, n)."""
+    def evaluate(self, t: np.ndarray, X: np.ndarray, q_guess: np.ndarray, E=None, U=None) -> StepEval:
+        """The model at steps t (N,), states X (N, >= 3g: [z, zd, zdd, ...]), position
+        guesses q_guess (N, n); inputs U (N, m) on the coordinates of E (n, m) (or None)."""
         K = fastpath.kernels(self.mech)
+        if E is not None and E.shape[1] == 0:
+            E = U = None
         if K is not None:
-            return self._evaluate_kernels(K, np.asarray(t, float), X, q_guess)
-        return self._evaluate_generic(np.asarray(t, float), X, q_guess)
+            return self._evaluate_kernels(K, np.asarray(t, float), X, q_guess, E, U)
+        return self._evaluate_generic(np.asarray(t, float), X, q_guess, E, U)
 
-    def _evaluate_kernels(self, K, t, X, q_guess) -> StepEval:
+    def _evaluate_kernels(self, K, t, X, q_guess, E=None, U=None) -> StepEval:
         mech, g, n = self.mech, self.g, self.n
         N = X.shape[0]
         V = K.vector
         Z = np.ascontiguousarray(X[:, :g].T)
         ZD = [np.ascontiguousarray(X[:, g + k]) for k in range(g)]
-        zdd = X[:, 2 * g:]
+        zdd = X[:, 2 * g:3 * g]
         G = np.array(q_guess, dtype=float).T.copy()
         q, ok, tr, J = fastpath.v_position(mech, K, Z, G, 30, copy=False)
         tv = self._time_values(K, t)
@@ -162,6 +180,7 @@ class MultibodyModel:
         Tq, Tqd, Tqdd, F = _tangents(R, n, g)
         _, ctrig, cjac, cpost = complex_kernels(K)
         h = CS_STEP
+        dRs = np.empty((N, n, g, g)) if E is not None else None
         with np.errstate(all="ignore"):
             for k in range(g):  # along dq = R_k dz_k
                 qc = q + (1j * h) * R[:, :, k].T
@@ -172,6 +191,8 @@ class MultibodyModel:
                 dR = _matrix(R_c, N, g, complex).imag / h
                 drd = _rows(rd_c, N, complex).imag.T / h
                 Tqdd[:, :, k] = np.einsum("nij,nj->ni", dR, zdd) + drd
+                if dRs is not None:
+                    dRs[..., k] = dR
             for k in range(g):  # along zd_k
                 ZDc = [z.astype(complex) for z in ZD]
                 ZDc[k] = ZDc[k] + 1j * h
@@ -179,10 +200,16 @@ class MultibodyModel:
                 F[:, :, g + k] = _rows(f_c, N, complex).imag.T / h
                 Tqdd[:, :, g + k] = _rows(rd_c, N, complex).imag.T / h
         qdd = np.einsum("nij,nj->ni", R, zdd) + rd
-        return StepEval(q.T.copy(), qd, qdd, f, F, Tq, Tqd, Tqdd, ok)
+        Gm = None
+        if E is not None:
+            Gm, GU, dGU = input_terms(np.asarray(mech.M, dtype=float), R, dRs, E, U)
+            f = f + GU
+            F[:, :, :g] += dGU
+        return StepEval(q.T.copy(), qd, qdd, f, F, Tq, Tqd, Tqdd, ok, Gm)
 
-    def _generic_parts(self, t, z, zd, q_guess):
-        """(q, ok, qd, f, R, rd) by the generic engine (per-step times)."""
+    def _generic_parts(self, t, z, zd, q_guess, E=None, U=None):
+        """(q, ok, qd, f, R, rd) by the generic engine (per-step times); f with the inputs'
+        G U if E is given."""
         mech = self.mech
         q, ok = kinematics.solve_position(mech, z, np.array(q_guess, dtype=float))
         R = kinematics.r_matrix(mech, q)
@@ -194,13 +221,15 @@ class MultibodyModel:
         else:
             ev = dynamics.evaluate(mech, 0.0, q, qd)
             f, rd = ev.zdd, ev.rdzd
+        if E is not None:
+            f = f + np.einsum("ngm,nm->ng", _input_gain(mech, R, E), U)
         return q, ok, qd, f, R, rd
 
-    def _evaluate_generic(self, t, X, q_guess) -> StepEval:
+    def _evaluate_generic(self, t, X, q_guess, E=None, U=None) -> StepEval:
         g, n = self.g, self.n
         N = X.shape[0]
-        z, zd, zdd = X[:, :g], X[:, g:2 * g], X[:, 2 * g:]
-        q, ok, qd, f, R, rd = self._generic_parts(t, z, zd, q_guess)
+        z, zd, zdd = X[:, :g], X[:, g:2 * g], X[:, 2 * g:3 * g]
+        q, ok, qd, f, R, rd = self._generic_parts(t, z, zd, q_guess, E, U)
         Tq, Tqd, Tqdd, F = _tangents(R, n, g)
         for k in range(2 * g):
             x = np.hstack([z, zd])
@@ -209,7 +238,7 @@ class MultibodyModel:
             for s in (1.0, -1.0):
                 xs = x.copy()
                 xs[:, k] += s * step
-                qs, _, qds, fs, Rs, rds = self._generic_parts(t, xs[:, :g], xs[:, g:], q)
+                qs, _, qds, fs, Rs, rds = self._generic_parts(t, xs[:, :g], xs[:, g:], q, E, U)
                 out.append((qds, fs, np.einsum("nij,nj->ni", Rs, zdd) + rds))
             d = [(a - b) / (2 * step[:, None]) for a, b in zip(out[0], out[1])]
             if k < g:
@@ -217,7 +246,7 @@ class MultibodyModel:
             F[:, :, k] = d[1]
             Tqdd[:, :, k] = d[2]
         qdd = np.einsum("nij,nj->ni", R, zdd) + rd
-        return StepEval(q, qd, qdd, f, F, Tq, Tqd, Tqdd, ok)
+        return StepEval(q, qd, qdd, f, F, Tq, Tqd, Tqdd, ok, None if E is None else _input_gain(self.mech, R, E))
 
     # -- sensors --------------------------------------------------------------------------------
     def observe(self, name: str, ev: StepEval, idx: np.ndarray):

@@ -199,8 +199,11 @@ class NormalEquations:
         return dx.reshape(N, b), dp
 
     # -- covariances ---------------------------------------------------------------------------
-    def marginals(self) -> np.ndarray:
-        """Diagonal blocks (N, b, b) of the inverse of the (undamped) information matrix.
+    def marginals(self, off_diagonal: bool = False):
+        """Diagonal blocks (N, b, b) of the inverse of the (undamped) information matrix
+        (and, with ``off_diagonal``, its super-diagonal blocks Sigma_{i,i+1} (N-1, b, b):
+        (diag, super)). Without parameters only: the super-diagonal blocks leave out the
+        parameters' share.
 
         Uses the current factorisation, which must be undamped (``factor(0)``)."""
         mu, cb, Y, S = self._require_undamped()
@@ -218,16 +221,19 @@ class NormalEquations:
         Pd = Uinv @ np.swapaxes(Uinv, 1, 2)
         G = Uinv[:-1] @ V if N > 1 else V
         out = np.empty((N, b, b))
+        sup = np.empty((max(N - 1, 0), b, b)) if off_diagonal else None
         out[-1] = Pd[-1]
         for i in range(N - 2, -1, -1):
             Gi = G[i]
             out[i] = Pd[i] + Gi @ out[i + 1] @ Gi.T
+            if sup is not None:
+                sup[i] = -Gi @ out[i + 1]
         out = 0.5 * (out + np.swapaxes(out, 1, 2))
         if self.P:
             Si = scipy.linalg.cho_solve(S, np.eye(self.P), check_finite=False)
             Yb = Y.reshape(N, b, self.P)
             out += np.einsum("kip,pq,kjq->kij", Yb, Si, Yb)
-        return out
+        return (out, sup) if off_diagonal else out
 
     def last_block_factor(self) -> np.ndarray:
         """U (b, b), upper triangular, of the last state block (no parameters): the last

@@ -7,7 +7,10 @@ belongs to step round((t - t0) / dt), as in the stage (readings between grid poi
 fused at the nearest one, as the filters do).
 
 Bad readings are counted and skipped, never fatal (as the stage counts them): unknown
-sensor names, non-finite stamps or values and values of the wrong dimension.
+sensor names, non-finite stamps or values and values of the wrong dimension. Readings of
+known inputs (a measured motor torque, ``sensors.inputs``) are binned the same way into
+``Readings.inputs`` (their whitening 1 / sigma of the reading; infinite for a noise-free
+signal, floored where they are used, :mod:`.inputs`).
 
 :func:`bin_readings` puts a whole run on the grid at once; :class:`ReadingsStream` bins a
 stream of readings as it arrives and hands out windows of the grid (long bags, bounded
@@ -49,6 +52,7 @@ class Readings:
     sensors: list[SensorRows]
     counters: dict = field(default_factory=dict)
     first: int = 0
+    inputs: list = field(default_factory=list)  # SensorRows of known-input sensors
 
     @property
     def times(self) -> np.ndarray:
@@ -56,11 +60,16 @@ class Readings:
 
     def window(self, lo: int, hi: int) -> "Readings":
         """Steps lo <= i < hi as a grid of their own (indices from 0, same stamps)."""
-        return Readings(self.t0, self.dt, hi - lo, [s.window(lo, hi) for s in self.sensors], self.counters, self.first + lo)
+        return Readings(self.t0, self.dt, hi - lo, [s.window(lo, hi) for s in self.sensors], self.counters, self.first + lo,
+                        [s.window(lo, hi) for s in self.inputs])
 
 
 def sensor_whitening(sensor, sigma: float | None = None) -> np.ndarray:
-    """W (d, d) with W^T W = C^-1, C the sensor's covariance (or sigma^2 I if given)."""
+    """W (d, d) with W^T W = C^-1, C the sensor's covariance (or sigma^2 I if given); a
+    known-input sensor's (1, 1) 1 / sigma of its reading (inf if noise-free)."""
+    if getattr(sensor, "is_input", False):
+        var = float(sigma) ** 2 if sigma is not None else float(sensor.noise.variance()[0])
+        return np.array([[1.0 / np.sqrt(var) if var > 0 else np.inf]])
     C = np.eye(sensor.dim) * sigma**2 if sigma is not None else np.atleast_2d(sensor.covariance())
     L = np.linalg.cholesky(C)
     return np.linalg.inv(L)
@@ -73,14 +82,26 @@ def _new_counters() -> dict:
 def _valid(m, sensors, counters: dict):
     """The value (d,) of a Measurement, or None for a bad one (counted)."""
     counters["received"] += 1
-    if m.sensor not in sensors:
+    s = _lookup(sensors, m.sensor)
+    if s is None:
         counters["unknown_sensor"] += 1
         return None
     v = np.asarray(m.value, dtype=float)
-    if not (math.isfinite(m.stamp) and v.shape == (sensors[m.sensor].dim,) and np.all(np.isfinite(v))):
+    if not (math.isfinite(m.stamp) and v.shape == (s.dim,) and np.all(np.isfinite(v))):
         counters["non_finite"] += 1
         return None
     return v
+
+
+def _lookup(sensors, name: str):
+    """The measurement or known-input sensor ``name`` of a SensorSet, or None."""
+    if name in sensors:
+        return sensors[name]
+    return getattr(sensors, "inputs_by_name", {}).get(name)
+
+
+def _all(sensors) -> list:
+    return list(sensors) + list(getattr(sensors, "inputs", []))
 
 
 def bin_readings(measurements, sensors, dt: float, sensor_sigma: dict | None = None) -> Readings:
@@ -101,19 +122,20 @@ def bin_readings(measurements, sensors, dt: float, sensor_sigma: dict | None = N
     t0 = min(min(s) for s in stamps.values())
     t_last = max(max(s) for s in stamps.values())
     N = int(round((t_last - t0) / dt)) + 1
-    rows = []
+    rows, inputs = [], []
     sigmas = sensor_sigma or {}
-    for s in sensors:
+    for s in _all(sensors):
         if s.name not in stamps:
             continue
         t = np.frombuffer(stamps[s.name], dtype=float)
         order = np.argsort(t, kind="stable")
         idx = np.rint((t[order] - t0) / dt).astype(np.intp)
         vals = np.frombuffer(values[s.name], dtype=float).reshape(len(t), s.dim)[order]
-        rows.append(SensorRows(s.name, idx, vals, sensor_whitening(s, sigmas.get(s.name))))
+        (inputs if getattr(s, "is_input", False) else rows).append(
+            SensorRows(s.name, idx, vals, sensor_whitening(s, sigmas.get(s.name))))
         counters["per_sensor"][s.name] = len(t)
         counters["used"] += len(t)
-    return Readings(t0, dt, N, rows, counters)
+    return Readings(t0, dt, N, rows, counters, 0, inputs)
 
 
 LAG = 1.0  # s: a reading may arrive this much after a later-stamped one (the stage's backward_jump)
@@ -140,7 +162,7 @@ class ReadingsStream:
         self.it = iter(measurements)
         self.sensors, self.dt, self.lag = sensors, float(dt), float(lag)
         sigmas = sensor_sigma or {}
-        self.whiten = {s.name: sensor_whitening(s, sigmas.get(s.name)) for s in sensors}
+        self.whiten = {s.name: sensor_whitening(s, sigmas.get(s.name)) for s in _all(sensors)}
         self.counters = _new_counters()
         self.counters["late"] = 0
         self.stamps: dict[str, array] = {}
@@ -192,8 +214,8 @@ class ReadingsStream:
     def take(self, lo: int, hi: int) -> Readings:
         """Steps lo <= i < hi (after :meth:`fill` (hi - 1)); readings of steps < hi that
         arrive afterwards are late."""
-        rows = []
-        for s in self.sensors:
+        rows, inputs = [], []
+        for s in _all(self.sensors):
             if s.name not in self.stamps:
                 continue
             t = np.frombuffer(self.stamps[s.name], dtype=float)
@@ -201,9 +223,10 @@ class ReadingsStream:
             sel = np.flatnonzero((idx >= lo) & (idx < hi))
             sel = sel[np.argsort(t[sel], kind="stable")]
             vals = np.frombuffer(self.values[s.name], dtype=float).reshape(len(t), s.dim)
-            rows.append(SensorRows(s.name, idx[sel] - lo, vals[sel], self.whiten[s.name]))
+            (inputs if getattr(s, "is_input", False) else rows).append(
+                SensorRows(s.name, idx[sel] - lo, vals[sel], self.whiten[s.name]))
         self.taken = max(self.taken, hi)
-        return Readings(self.t0, self.dt, hi - lo, rows, self.counters, lo)
+        return Readings(self.t0, self.dt, hi - lo, rows, self.counters, lo, inputs)
 
     def drop_before(self, step: int) -> None:
         """Forget the readings of steps < ``step``."""

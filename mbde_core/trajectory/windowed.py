@@ -90,7 +90,7 @@ def grown(smoother: BatchSmoother, readings, X, q, prior_mean, prior_sqrt):
     t0 = float(readings.times[0])
     while True:
         n = min(len(X) + chunk, readings.N)
-        X1, q1 = extend(smoother.mech, X, q, n, smoother.dt, t0)
+        X1, q1 = extend(smoother.mech, X[:, :3 * g], q, n, smoother.dt, t0)  # inputs: by inverse dynamics (solve)
         if ang.any():
             X1[:, :g][:, ang] = np.unwrap(X1[:, :g][:, ang], axis=0)
         traj, res = smoother.solve(readings.window(0, n), X1, q1, prior_mean, prior_sqrt, with_result=True,
@@ -127,6 +127,7 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
         raise DataError("no valid readings to smooth")
     g = smoother.g
     ang = smoother.model.angular
+    smoother.noise = None  # the run's noise levels: estimated in the first window, carried on from there
     prior_mean, prior_sqrt = smoother.prior(init)
     prev = None  # (lo, X, q, cov) of the previous window's solution
     history: list[float] = []  # eom cost per step of the windows so far
@@ -141,11 +142,12 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
         lo, hi = max(a - O, 0), b + O if N is None else min(b + O, N)
         end = np.inf if N is None else N
         rd = src.take(lo, hi)
-        X0 = np.empty((hi - lo, 3 * g))
+        X0 = np.empty((hi - lo, 3 * g + smoother.inputs.m))
         q0 = np.empty((hi - lo, smoother.mech.n))
         if prev is None:
             fwd = ForwardGuess(smoother, rd, init, end)
-            X0[:], q0[:] = fwd.take(lo, hi)
+            Xf, q0[:] = fwd.take(lo, hi)
+            X0[:] = smoother.with_inputs(rd, Xf, q0)
             guesses = dict(fwd.info())
         else:  # the previous solution where it exists, then the forward filter restarted from its end
             plo, PX, Pq, Pcov = prev
@@ -159,7 +161,8 @@ def iter_windows(smoother: BatchSmoother, measurements, init, window: float | No
                 fwd = ForwardGuess(smoother, rd.window(s0 - lo, hi - lo), InitialState(
                     x[:g], x[g:2 * g], sig[:g], sig[g:], Pq[s0 - plo], init.branch), end)
                 Xf, qf = fwd.take(s0, hi)
-                X0[m:], q0[m:] = Xf[1:], qf[1:]
+                X0[m:, :3 * g], q0[m:] = Xf[1:], qf[1:]
+                X0[m:, 3 * g:] = X0[m - 1, 3 * g:]  # the inputs held from the previous solution
                 for key in ("filter_failures", "filled_steps"):
                     guesses[key] += fwd.info()[key]
         if ang.any():
@@ -214,6 +217,8 @@ class WindowTotals:
         self.history: list[float] = []
         self.max_iterations = 0
         self.last: dict = {}
+        self.warnings: list[str] = []
+        self.fit: dict | None = None  # the window whose normalised cost is farthest from 1
 
     def add(self, info: dict) -> None:
         self.windows += 1
@@ -224,6 +229,10 @@ class WindowTotals:
         self.history.append(info["final_cost"])
         self.max_iterations = max(self.max_iterations, int(info["iterations"]))
         self.last = info
+        self.warnings += [f"window {info.get('window', self.windows - 1)}: {w}" for w in info.get("warnings") or []]
+        fit = info.get("fit")
+        if fit and (self.fit is None or abs(np.log(fit["normalised_cost"])) > abs(np.log(self.fit["normalised_cost"]))):
+            self.fit = fit
 
     def info(self) -> dict:
         last, s = self.last, self.sums
@@ -236,6 +245,7 @@ class WindowTotals:
             "solve_time_s": float(s["solve_time_s"]), "covariance_time_s": float(s["covariance_time_s"]),
             "readings": last["readings"], "history": list(self.history), "max_window_iterations": self.max_iterations,
             "windows_retried": int(last["retried"]), "windows_replaced": int(last["replaced"]),
+            "fit": self.fit, "warnings": list(self.warnings), "inputs": last.get("inputs", []),
         }
         out.update(last.get("guess", {}))
         out["wall_time_s"] = time.perf_counter() - self.t0

@@ -15,7 +15,6 @@ on the readings of a window of the bag.
 """
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
@@ -57,15 +56,13 @@ class InnovationFit:
         return self.loglik / self.channels
 
 
-def tuning_config(cfg: dict) -> dict:
-    """cfg for a likelihood run: the Mahalanobis gate (and with it re-acquisition) off."""
-    out = copy.deepcopy(cfg)
-    out["gate"] = 0.0
-    return out
+def tuning_config(options):
+    """The (frozen) options for a likelihood run: the Mahalanobis gate (and with it re-acquisition) off."""
+    return options.replace(gate=0.0)
 
 
-def innovation_fit(source, readings, name: str, cfg: dict, seed: int = 0) -> InnovationFit:
-    """Run estimator ``name`` with the resolved options ``cfg`` over ``readings`` (the
+def innovation_fit(source, readings, name: str, cfg, seed: int = 0) -> InnovationFit:
+    """Run estimator ``name`` with the resolved (frozen) options ``cfg`` over ``readings`` (the
     source's model, sensors and initial guess, as ``mbde replay``) and sum its innovation
     log-likelihood (module doc)."""
     fit = InnovationFit()
@@ -87,7 +84,7 @@ def innovation_fit(source, readings, name: str, cfg: dict, seed: int = 0) -> Inn
         with np.errstate(all="ignore"):
             est = make_estimator(name, source.mechanism, source.sensors, cfg, rng=estimator_rng(seed, name))
             init = initial_state(source, cfg)
-            stage = EstimatorStage.from_config(est, cfg, lambda t: init, on_step=on_step, keep=False, **STAGE_DEFAULTS)
+            stage = EstimatorStage.for_estimator(est, lambda t: init, on_step=on_step, keep=False, **STAGE_DEFAULTS)
             for m in readings:
                 stage.feed(m)
             stage.flush()

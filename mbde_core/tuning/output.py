@@ -20,55 +20,62 @@ import math
 
 import numpy as np
 
-from mbde_core.estimators.particle.refine import FOLLOWERS
+from mbde_core.estimators.registry import traits
 
 KEYS = ("step", "plant_noise", "initial_sigma", "transition", "integrator")
-ADEKF_KEYS = ("r_a", "jump_sigma", "inputs")
+ADEKF_KEYS = ("r_a", "jump_sigma", "inputs")  # the ADE-KF family's options the default-tuning rule resolves
+
+
+def _traits(name: str):
+    return traits(name)
 
 
 def section(result) -> dict:
     """The YAML section of one tuned Kalman observer."""
-    cfg = result.tuned
+    cfg = result.tuned.as_dict()
     out = {k: _plain(cfg[k]) for k in KEYS if k in cfg}
     if cfg.get("sensor_sigma"):
         out["sensor_sigma"] = _plain(cfg["sensor_sigma"])
-    if result.name == "adekf":
+    if _traits(result.name).noise_rule == "adekf":
         out.update({k: _plain(cfg[k]) for k in ADEKF_KEYS if k in cfg})
     elif isinstance(cfg.get("inputs"), list) and cfg["inputs"]:  # the rule's (or the user's) input states
         out["inputs"] = _plain(cfg["inputs"])
     return out
 
 
-def pf_step(cfg: dict) -> float:
-    """The PF's step [s] (its configured number; 5 ms if it has none)."""
+def pf_step(cfg) -> float:
+    """The PF's step [s] (its configured number, in its validated options; 5 ms if it has none)."""
     step = cfg.get("step")
     return float(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else 0.005
 
 
-def pf_section(results, pf_step: float) -> tuple[dict, str]:
-    """(pf section, comment) from the first tuned Kalman observer (module doc)."""
-    src = next((r for r in results if r.name != "adekf"), results[0] if results else None)
+def pf_section(results, pf_step: float, name: str = "pf") -> tuple[dict, str]:
+    """(section, comment) of particle filter ``name`` from the first tuned Kalman observer
+    that can follow it (its traits' ``follower``; module doc)."""
+    src = next((r for r in results if _traits(r.name).follower), results[0] if results else None)
     if src is None:
-        return {}, "no Kalman observer was tuned: the PF keeps its defaults"
-    q = float(np.max(np.atleast_1d(src.tuned["plant_noise"]["acceleration_psd"])))
+        return {}, f"no Kalman observer was tuned: the {name} keeps its defaults"
+    q = float(np.max(np.atleast_1d(src.tuned.plant_noise.acceleration_psd)))
     sigma = math.sqrt(q / pf_step)
     out = {"acceleration_sigma": sigma}
     note = ""
-    follower = next((r for r in results if r.name in FOLLOWERS), None)
+    follower = next((r for r in results if _traits(r.name).follower), None)
     if follower is not None:  # its Gaussian follower (pf_refine) runs as the tuned observer
         opts = {k: v for k, v in section(follower).items() if k != "step"}  # it steps with the PF
         out["refine"] = {"estimator": follower.name, "options": opts}
         note = f"; its follower (refine) is the tuned {follower.name}"
-    return (out, f"pf: acceleration_sigma = sqrt(q / step) = sqrt({q:.4g} / {pf_step:g}) from the tuned {src.name} "
+    return (out, f"{name}: acceleration_sigma = sqrt(q / step) = sqrt({q:.4g} / {pf_step:g}) from the tuned {src.name} "
                  f"(the PF has no Gaussian innovations; its sensor sigmas are left alone){note}")
 
 
-def write_config(path: str, bag: str, window: float, results, pf: tuple[dict, str] | None) -> None:
+def write_config(path: str, bag: str, window: float, results, pf: dict | None = None) -> None:
+    """The tuned config file; pf: {particle filter name: (section, comment)} (:func:`pf_section`)."""
     import yaml
 
     doc = {r.name: section(r) for r in results}
-    if pf is not None and pf[0]:
-        doc["pf"] = pf[0]
+    for name, (sec, _) in (pf or {}).items():
+        if sec:
+            doc[name] = sec
     head = [
         f"# mbde tune {bag}: noise fitted to the readings alone (no ground truth) by maximising the",
         f"# innovation log-likelihood (prediction-error method, mbde_core/tuning/), over the first {window:g} s.",
@@ -79,8 +86,8 @@ def write_config(path: str, bag: str, window: float, results, pf: tuple[dict, st
         fs = ", ".join(f"{k} x {10 ** v:.3g}" for k, v in r.log_factors.items())
         head.append(f"# {r.name}: {fs}; log-likelihood {r.before.per_reading:.4f} -> {r.after.per_reading:.4f} "
                     f"per reading, NIS/dof {r.before.nis_per_channel:.3g} -> {r.after.nis_per_channel:.3g}")
-    if pf is not None:
-        head.append("# " + pf[1])
+    for _, note in (pf or {}).values():
+        head.append("# " + note)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(head) + "\n")
         yaml.safe_dump(doc, fh, sort_keys=False, default_flow_style=None, width=120)

@@ -19,7 +19,6 @@ the objective is a smooth-enough function of theta for both.
 """
 from __future__ import annotations
 
-import copy
 import math
 import time
 from dataclasses import dataclass, field
@@ -37,12 +36,12 @@ BIG = 1e30             # objective of a failed run
 
 @dataclass
 class TuneResult:
-    """One estimator's fit: start and tuned (resolved) options, their fits, the factors
+    """One estimator's fit: start and tuned (resolved, frozen) options, their fits, the factors
     (log10 f_q, log10 f_s per sensor), evaluations, process time [s]."""
 
     name: str
-    start: dict
-    tuned: dict
+    start: object
+    tuned: object
     before: InnovationFit
     after: InnovationFit
     log_factors: dict = field(default_factory=dict)
@@ -52,35 +51,34 @@ class TuneResult:
     history: list = field(default_factory=list)  # [(theta, loglik per reading)]
 
 
-def sensor_sigmas(cfg: dict, sensors) -> dict:
+def sensor_sigmas(options, sensors) -> dict:
     """{sensor: sigma per channel (d,)} the observer assumes: the option, else the noise model."""
     out = {}
     for s in sensors:
-        v = (cfg.get("sensor_sigma") or {}).get(s.name)
+        v = options.sensor_sigma.get(s.name)
         out[s.name] = np.sqrt(np.asarray(s.noise.variance(), float) * np.ones(s.dim)) if v is None \
             else np.asarray(v, float) * np.ones(s.dim)
     return out
 
 
-def scaled(cfg: dict, log_q: float, log_s: dict | None = None, sigmas: dict | None = None) -> dict:
-    """cfg with the plant noise x 10^log_q and each sensor's sigma x 10^log_s[name]."""
-    out = copy.deepcopy(cfg)
+def scaled(options, log_q: float, log_s: dict | None = None, sigmas: dict | None = None):
+    """The (frozen) options with the plant noise x 10^log_q and each sensor's sigma x 10^log_s[name]."""
     f = 10.0 ** log_q
-    pn = out["plant_noise"]
-    for key in ("acceleration_psd", "velocity_psd"):
-        v = pn.get(key, 0.0)
-        pn[key] = [float(x) * f for x in v] if isinstance(v, list) else float(v) * f
+    pn = options.plant_noise
+    changes = {"plant_noise": pn.replace(**{
+        key: [float(x) * f for x in v] if isinstance(v, tuple) else float(v) * f
+        for key, v in (("acceleration_psd", pn.acceleration_psd), ("velocity_psd", pn.velocity_psd))})}
     if log_s:
-        ss = dict(out.get("sensor_sigma") or {})
+        ss = dict(options.sensor_sigma)
         for name, ls in log_s.items():
             ss[name] = [float(x) * 10.0 ** ls for x in sigmas[name]]
-        out["sensor_sigma"] = ss
-    return out
+        changes["sensor_sigma"] = ss
+    return options.replace(**changes)
 
 
-def tune(source, readings, name: str, cfg: dict, sensors_sigma: bool = False, seed: int = 0,
+def tune(source, readings, name: str, cfg, sensors_sigma: bool = False, seed: int = 0,
          log=None) -> TuneResult:
-    """Fit estimator ``name`` (resolved options ``cfg``) to ``readings`` (module doc)."""
+    """Fit estimator ``name`` (resolved, frozen options ``cfg``) to ``readings`` (module doc)."""
     from scipy.optimize import minimize, minimize_scalar
 
     t_wall, t_cpu = time.perf_counter(), time.process_time()

@@ -10,7 +10,8 @@ estimator name):
 
 - ``bars``: every body as its edges (a rigid polygon closes), one line list, and the
   moving points as spheres (``joints``); truth dark grey and wide, under the estimates,
-  each estimator thinner in its own colour (:data:`COLORS`);
+  each estimator thinner in its own colour (its traits' ``color``, passed as ``style``;
+  :data:`COLORS` for truth and model);
 - ``hypotheses`` (particle filter): the top-K particles by weight, each a faint linkage
   with alpha proportional to its weight (relative to the heaviest, at most
   ``HYPOTHESIS_ALPHA``), coloured by assembly branch (:data:`BRANCH_COLORS`);
@@ -20,7 +21,8 @@ estimator name):
   and the ellipse {x: (x - p)^T Sigma_p^-1 (x - p) = chi2_2(0.95) = 5.991};
 - ``label``: a text with the source name, the branch probabilities and the effective
   sample size (ESS) of a particle filter, or the NIS of a Kalman filter; labels are
-  stacked above the mechanism, one slot per source (no overlap between nodes);
+  stacked above the mechanism, one slot per source (no overlap between nodes: truth 0,
+  an estimator its traits' ``slot``, others a row after ``FIXED_SLOTS`` picked by name);
 - ``ground`` (``model`` source, static): fixed pivots with names, slider tracks.
 """
 from __future__ import annotations
@@ -38,17 +40,11 @@ HYPOTHESIS_ALPHA = 0.6
 COLORS = {
     "truth": (0.25, 0.25, 0.25, 0.45),
     "model": (0.45, 0.45, 0.45, 1.0),
-    "pf": (0.12, 0.47, 0.71, 1.0),
-    "ukf": (1.00, 0.50, 0.05, 1.0),
-    "errorekf": (0.17, 0.63, 0.17, 1.0),
-    "adekf": (0.84, 0.15, 0.16, 1.0),
-    "dekf": (0.58, 0.40, 0.74, 1.0),
-    "cekf": (0.55, 0.34, 0.29, 1.0),
-    "diekfpm": (0.89, 0.47, 0.76, 1.0),
 }
 EXTRA_COLORS = [(0.09, 0.75, 0.81, 1.0), (0.74, 0.74, 0.13, 1.0), (0.50, 0.50, 0.50, 1.0)]
 BRANCH_COLORS = [(0.00, 0.70, 0.85), (0.90, 0.10, 0.60), (0.60, 0.75, 0.10), (0.95, 0.60, 0.00), (0.40, 0.30, 0.80)]
-SLOTS = ("truth", "pf", "ukf", "errorekf", "adekf", "dekf", "cekf", "diekfpm")
+SLOTS = ("truth",)
+FIXED_SLOTS = 8  # label rows 0..7: truth and the estimators whose traits give a slot
 
 
 @dataclass
@@ -78,15 +74,22 @@ class Shape:
         return self.kind != "text" and len(self.xy) == 0
 
 
-def color_of(source: str) -> tuple:
-    """The rgba colour of a source (truth, model, an estimator name, or any other label)."""
+def color_of(source: str, style=None) -> tuple:
+    """The rgba colour of a source: ``style.color`` if given (an estimator's traits), truth
+    and model their own, any other label one of EXTRA_COLORS by its name."""
+    if style is not None and getattr(style, "color", None) is not None:
+        return tuple(style.color)
     if source in COLORS:
         return COLORS[source]
     return EXTRA_COLORS[sum(map(ord, source)) % len(EXTRA_COLORS)]
 
 
-def slot_of(source: str) -> int:
-    return SLOTS.index(source) if source in SLOTS else len(SLOTS) + sum(map(ord, source)) % 8
+def slot_of(source: str, style=None) -> int:
+    """The label row of a source: ``style.slot`` if given (an estimator's traits), truth 0,
+    any other label a row after FIXED_SLOTS by its name."""
+    if style is not None and getattr(style, "slot", None) is not None:
+        return int(style.slot)
+    return SLOTS.index(source) if source in SLOTS else FIXED_SLOTS + sum(map(ord, source)) % 8
 
 
 @dataclass
@@ -202,8 +205,8 @@ class MechanismDrawer:
         return Shape("lines", f"{source}/ellipses", 0, xy, color, 0.4 * self.bar_width, z=z)
 
     # -- text -----------------------------------------------------------------------------------
-    def label(self, source: str, text: str, color=None) -> Shape:
-        xy = self.label_anchor + np.array([0.0, slot_of(source) * 1.6 * self.text_size])
+    def label(self, source: str, text: str, color=None, slot: int | None = None) -> Shape:
+        xy = self.label_anchor + np.array([0.0, (slot_of(source) if slot is None else slot) * 1.6 * self.text_size])
         rgba = tuple(color or color_of(source))
         return Shape("text", f"{source}/label", 0, xy[None], rgba[:3] + (max(rgba[3], 0.9),), self.text_size,
                      text=text, z=0.05)
@@ -326,22 +329,24 @@ def truth_shapes(drawer: MechanismDrawer, snap) -> list[Shape]:
 
 
 def estimate_shapes(drawer: MechanismDrawer, source: str, snap, cloud=None, top_k: int = 30,
-                    nis: float | None = None, ellipses: bool = True) -> list[Shape]:
+                    nis: float | None = None, ellipses: bool = True, style=None) -> list[Shape]:
     """An estimate: bars, 95 % ellipses (if it has a covariance), PF hypotheses (if a
     particle cloud is given) and a label. Empty parts are kept (as empty shapes) so the
-    marker ids stay the same from frame to frame."""
-    slot = slot_of(source)
+    marker ids stay the same from frame to frame. style: the estimator's colour and label
+    slot (anything with ``color`` and ``slot``: its :class:`~mbde_core.estimators.traits.Traits`)."""
+    slot = slot_of(source, style)
+    color = color_of(source, style)
     z = 0.005 * (1 + slot % 8)
     # later slots thinner and on top: coinciding estimates stay visible as nested colours
-    shapes = drawer.linkage(snap.q, source, z=z, scale=max(0.45, 1.3 - 0.2 * (slot % 8)))
+    shapes = drawer.linkage(snap.q, source, color=color, z=z, scale=max(0.45, 1.3 - 0.2 * (slot % 8)))
     g = drawer.mech.dof
     if ellipses:
         cov = None if snap.cov is None else np.asarray(snap.cov, float)
         if cov is not None and cov.shape[0] >= g and np.all(np.isfinite(cov[:g, :g])):
-            shapes.append(drawer.ellipses(snap.q, cov[:g, :g], source, z=z + 0.002))
+            shapes.append(drawer.ellipses(snap.q, cov[:g, :g], source, color=color, z=z + 0.002))
         else:
-            shapes.append(Shape("lines", f"{source}/ellipses", 0, np.zeros((0, 2)), color_of(source), 0.0))
+            shapes.append(Shape("lines", f"{source}/ellipses", 0, np.zeros((0, 2)), color, 0.0))
     if cloud is not None:
         shapes.append(drawer.hypotheses(cloud, source, top_k, hint=snap))
-    shapes.append(drawer.label(source, label_text(source, snap, cloud, nis)))
+    shapes.append(drawer.label(source, label_text(source, snap, cloud, nis), color=color, slot=slot))
     return shapes

@@ -159,7 +159,9 @@ def tracks_from_runs(runs) -> dict[str, Track]:
 class Renderer:
     """Draws frames of tracks: truth with the truth model, estimates with the estimator's."""
 
-    def __init__(self, truth_mech, est_mech, tracks: dict, top_k: int = 30, size=(6.4, 4.8), dpi: int = 100):
+    def __init__(self, truth_mech, est_mech, tracks: dict, top_k: int = 30, size=(6.4, 4.8), dpi: int = 100,
+                 style_of=None):
+        """style_of: name -> the estimator's colour and label slot (its traits), or None."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -169,6 +171,7 @@ class Renderer:
         self.est = MechanismDrawer(est_mech) if est_mech is not truth_mech else self.truth
         self.tracks = tracks
         self.top_k = top_k
+        self.style_of = style_of or (lambda name: None)
         self.fig = plt.figure(figsize=size, dpi=dpi)
         self.ax = self.fig.add_axes((0.02, 0.02, 0.96, 0.96))
         self._limits = None
@@ -193,7 +196,7 @@ class Renderer:
             if name == "truth":
                 shapes += truth_shapes(self.truth, snap)
             else:
-                shapes += estimate_shapes(self.est, name, snap, cloud, self.top_k)
+                shapes += estimate_shapes(self.est, name, snap, cloud, self.top_k, style=self.style_of(name))
         return shapes
 
     def fit_limits(self, t0: float, t1: float) -> None:
@@ -248,6 +251,9 @@ class Renderer:
             ax.text(0.99, 0.01, title, transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="0.3")
 
 
+MAX_FRAMES = 20000  # of a GIF (about 22 min at 15 fps)
+
+
 def check_output(out: str) -> str:
     """The picture kind of ``out``: '.gif' (animation) or '.png' (one frame); DataError otherwise."""
     ext = os.path.splitext(out)[1].lower()
@@ -258,16 +264,17 @@ def check_output(out: str) -> str:
 
 def render(truth_mech, est_mech, tracks: dict, out: str, *, fps: float = 15.0, speed: float = 1.0,
            start: float = 0.0, duration: float | None = None, time: float | None = None, top_k: int = 30,
-           size=(6.4, 4.8), dpi: int = 100, progress=None) -> dict:
+           size=(6.4, 4.8), dpi: int = 100, progress=None, style_of=None) -> dict:
     """Render tracks (:func:`load_tracks`, :func:`tracks_from_runs`) into ``out``: an
     animated GIF (``.gif``) or one PNG frame (``.png``).
 
     Truth is drawn with ``truth_mech``, estimates with ``est_mech``. start/duration [s]:
     the time window relative to the first state; time [s]: the PNG frame's time (default:
-    the window's end). Returns {frames, t0, t1, sources}.
+    the window's end). style_of: source name -> its colour and label slot (an estimator's
+    traits) or None. Returns {frames, t0, t1, sources}.
     """
     ext = check_output(out)
-    r = Renderer(truth_mech, est_mech, tracks, top_k=top_k, size=size, dpi=dpi)
+    r = Renderer(truth_mech, est_mech, tracks, top_k=top_k, size=size, dpi=dpi, style_of=style_of)
     t_first, t_last = r.time_range()
     t0 = t_first + max(0.0, start)
     t1 = t_last if duration is None else min(t_last, t0 + duration)
@@ -279,6 +286,8 @@ def render(truth_mech, est_mech, tracks: dict, out: str, *, fps: float = 15.0, s
     sources = r.order()
     try:
         if ext == ".png":
+            if time is not None and t_first + time > t_last + 1e-9:
+                raise DataError(f"--time {time:g} is after the end of the data ({t_last - t_first:.3f} s)")
             t = t1 if time is None else min(max(t_first + time, t_first), t_last)
             r.draw(t, f"t = {t - t_first:.2f} s")
             r.fig.savefig(out, dpi=dpi)
@@ -287,6 +296,9 @@ def render(truth_mech, est_mech, tracks: dict, out: str, *, fps: float = 15.0, s
 
         # (+1e-6: epoch stamps differ from the nominal grid by up to 0.12 us)
         n = max(1, int(np.floor((t1 - t0) * fps / speed + 1e-6)) + 1)
+        if n > MAX_FRAMES:
+            raise DataError(f"--fps {fps:g} / --speed {speed:g}: {n} frames for {t1 - t0:.3f} s of data, at most "
+                            f"{MAX_FRAMES} (raise --speed, lower --fps or shorten --duration)")
         times = t0 + np.arange(n) * speed / fps
 
         def frame(i):

@@ -73,12 +73,14 @@ def test_live_loop_tf_loop_wrap_and_silent_ctrl_c(node_processes, probe):
     crank = [(x, y) for _, c, _, x, y, _ in entries if c == "crank"]
     assert max(math.hypot(x, y) for x, y in crank) < 1e-9
 
-    # Ctrl-C: every node stops, exit status 0, no traceback
+    # Ctrl-C: every node stops, exit status 130 (stopped by SIGINT), no traceback
+    t_stop = time.monotonic()
     live.popen.send_signal(signal.SIGINT)
     live.popen.wait(30)
+    print(f"mbde live stopped {time.monotonic() - t_stop:.2f} s after SIGINT")
     out = live.stdout() + live.stderr()
-    assert live.returncode == 0, live.logs()
-    assert "mbde live: stopped 5 nodes" in out  # model, simulator, two drivers, ukf
+    assert live.returncode == 130, live.logs()
+    assert "mbde live: stopped 5 nodes (SIGINT)" in out  # model, simulator, two drivers, ukf
     assert "Traceback" not in out and "RCLError" not in out, out
     assert "another clock" not in out  # the loop wrap is not a clock mismatch
 

@@ -1,12 +1,10 @@
-"""The estimator-options reference, from the options' defaults.
+"""The estimator-options reference, from each estimator's typed options.
 
 The ONE entry point the reference reads is :func:`option_rows` (what each estimator
-accepts, with its default); it is written for today's options (``defaults(name)`` of
-``mbde_core.estimators.options.schema``: COMMON + the stage's options + each estimator
-class's ``DEFAULTS``). When the options become typed objects with a schema, point this
-function at that schema; the page's layout needs nothing else. Meanings come from the
-comments of the shipped options files (``config/estimators/*.yaml``), which state every
-default.
+accepts, with its default): the frozen ``Options`` dataclass each estimator class
+declares (``mbde_core.estimators.configure.defaults``: the common and stage options and
+the estimator's own), for every registered estimator. Meanings come from the comments of
+the shipped options files (``config/estimators/*.yaml``), which state every default.
 """
 from __future__ import annotations
 
@@ -21,8 +19,8 @@ FILES = ("default.yaml", "pf.yaml", "adekf.yaml", "vipf.yaml")
 
 def option_rows() -> dict[str, list[tuple[str, object]]]:
     """estimator name -> [(key path, default value)] of every option it accepts."""
-    from mbde_core.estimators.options.schema import defaults
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
+    from mbde_core.estimators.configure import defaults
+    from mbde_core.estimators.registry import names
 
     def flatten(d, prefix=""):
         for k, v in d.items():
@@ -33,7 +31,7 @@ def option_rows() -> dict[str, list[tuple[str, object]]]:
                 yield path, v
 
     out = {}
-    for name in ESTIMATOR_NAMES:
+    for name in names():
         try:
             out[name] = list(flatten(defaults(name)))
         except ModuleNotFoundError:  # an estimator whose optional dependency is missing
@@ -106,8 +104,8 @@ def markdown() -> str:
     rows = option_rows()
     notes = comments()
     common = common_comments()
-    out = ["Generated from the estimators' defaults (`mbde_core/estimators/options/schema.py` and "
-           "each estimator class's `DEFAULTS`); the meanings are the comments of the shipped "
+    out = ["Generated from each estimator's typed options (the frozen `Options` dataclass its "
+           "class declares, `mbde_core/estimators/options/frozen.py`); the meanings are the comments of the shipped "
            "options files in `config/estimators/` (`default.yaml` states the default-tuning "
            "rule in full). An options file is a mapping `<estimator>: {options}`; options left "
            "out keep these defaults, an unknown key or a wrong type is a one-line error naming "

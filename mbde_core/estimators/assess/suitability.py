@@ -19,11 +19,13 @@ al. 2001 sec. 3.2, with the readings' noise as weights). Verdicts:
   default initial sigmas, :mod:`noise_rule`) has eigenvalue lambda < 1, i.e. T seconds of
   readings shrink its standard deviation by less than a factor sqrt(2)
   (1/sqrt(1 + lambda) > 0.71);
-- ``meaningless`` (exit status 2): the ADE-KF without a sensor that reads accelerations
-  (its unknown inputs enter only through the accelerations, paper 004 sec. 4.4);
-- ``ok`` otherwise. For the ADE-KF the PBH rank test of its augmented model (paper 004
-  eqs. 57-58, :mod:`mbde_core.minimal.observability`) at the states of the horizon is
-  added (weak if rank deficient at all of them); an
+- ``meaningless`` (exit status 2): the sensors lack what the estimator's traits say it
+  ``needs`` (:mod:`~mbde_core.estimators.traits`): the ADE-KF without a sensor that reads
+  accelerations (its unknown inputs enter only through the accelerations, paper 004 sec. 4.4);
+- ``ok`` otherwise. For an estimator whose traits ask for it (``pbh``: the ADE-KF) the PBH
+  rank test of its augmented model (paper 004 eqs. 57-58,
+  :mod:`mbde_core.minimal.observability`) at the states of the horizon is added (weak if
+  rank deficient at all of them); an
   estimator without input states on a linkage with unknown forces of known bounds (a
   motor: ``rule.force_limits`` or a scenario's speed controller) is ``weak`` too (it can
   only take them as plant noise: no Kalman observer without inputs tracks the paper-004
@@ -43,8 +45,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from mbde_core.errors import MbdeError
-from mbde_core.estimators.kalman.input_states import INPUT_OBSERVERS
 from mbde_core.estimators.assess.symmetry import mirror_ambiguity
+from mbde_core.estimators.kalman.reduced import ReducedModel
+from mbde_core.estimators.options.mechanism_scales import mechanism_scales
+from mbde_core.estimators.options.rule import SIGMA_Z, SIGMA_ZD
+from mbde_core.estimators.registry import estimator_class, names, traits
+from mbde_core.minimal.observability import observability_along
 
 HORIZON = 0.5        # s
 RANK_RTOL = 1e-10    # eigenvalues of the prior-scaled information, relative to the largest
@@ -81,18 +87,20 @@ def reads_accelerations(sensors) -> list[str]:
 
 
 def precheck(name: str, sensors) -> None:
-    """Raise UnsuitableError for a meaningless estimator/sensor pair (one line)."""
-    if name == "adekf" and not reads_accelerations(sensors):
+    """Raise UnsuitableError for a meaningless estimator/sensor pair (one line): the sensors
+    lack what the estimator's traits say it ``needs``."""
+
+    tr = traits(name)
+    if "accelerations" in tr.needs and not reads_accelerations(sensors):
         kinds = ", ".join(f"{s.name} ({type(s).__name__.lower()})" for s in sensors) or "none"
-        raise UnsuitableError(f"adekf needs a sensor that reads accelerations (an accelerometer or IMU): its unknown "
-                              f"inputs show only in the accelerations (paper 004 sec. 4.4); the sensors are {kinds}")
+        raise UnsuitableError(f"{name} needs a sensor that reads accelerations (an accelerometer or IMU): "
+                              f"{tr.needs_reason}; the sensors are {kinds}")
 
 
 def information(mech, sensors, z0, zd0, q0, step: float, horizon: float = HORIZON, t0: float = 0.0, visited=None):
     """J (2g, 2g): the readings' information about x(0) over the horizon (module doc);
     visited: a list that receives the model's states x = [z, zd] along the horizon (every
     ``horizon / 10`` s)."""
-    from mbde_core.estimators.kalman.reduced import ReducedModel
 
     model = ReducedModel(mech, sensors)
     names = [s.name for s in sensors]
@@ -127,13 +135,12 @@ def information(mech, sensors, z0, zd0, q0, step: float, horizon: float = HORIZO
 
 
 def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float = HORIZON,
-           force_limits=None) -> Suitability:
+           force_limits=None, options=None) -> Suitability:
     """The verdict for estimator ``name`` with ``sensors`` from the initial state ``init``
     (an :class:`~mbde_core.estimators.base.InitialState`); est: the built estimator (the
     ADE-KF's augmented model is read from it); force_limits: (g,) bounds of unknown forces
-    (the rule's, :func:`~mbde_core.estimators.options.rule.force_limits`)."""
-    from mbde_core.estimators.options.mechanism_scales import mechanism_scales
-    from mbde_core.estimators.options.rule import SIGMA_Z, SIGMA_ZD
+    (the rule's, :func:`~mbde_core.estimators.options.rule.force_limits`); options: its
+    resolved options (default: the built estimator's)."""
 
     precheck(name, sensors)
     g = mech.dof
@@ -162,14 +169,15 @@ def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float
         level, msg = "ok", f"{name}: observable from {used} (rank {rank} of {2 * g}, worst direction {direction} " \
                            f"to {100 * ratio:.0f} % of its initial sigma in {horizon:g} s)"
     out = Suitability(level, msg, rank, 2 * g, worst, ratio, horizon)
-    if name == "adekf" and est is not None and out.level == "ok":
+    cls = _class(name)
+    if cls.traits.pbh and est is not None and out.level == "ok":
         out = _adekf_pbh(est, visited, out)
     if out.level == "ok" and force_limits is not None and np.any(np.asarray(force_limits) > 0) \
-            and not _estimates_inputs(name, est):
+            and not cls.estimates_inputs(options if options is not None else getattr(est, "options", None)):
         limits = ", ".join(f"{n} {f:g}" for n, f in zip(mech.independent_names, force_limits) if f > 0)
         out = Suitability("weak", f"{name}: unknown forces up to {limits} (N, N m) act on the linkage and {name} has no "
-                                  "input states: it can only treat them as plant noise (use adekf, or a Kalman observer -- ukf, "
-                                  "errorekf, viekf, dekf, cekf, diekfpm -- with its default `inputs: auto`)", rank, 2 * g, worst, ratio, horizon)
+                                  f"input states: it can only treat them as plant noise ({_input_advice()})", rank, 2 * g,
+                          worst, ratio, horizon)
     everywhere = force_limits is not None and bool(np.all(np.asarray(force_limits) > 0))
     mirror = mirror_ambiguity(mech, sensors, everywhere)
     if mirror is not None:
@@ -191,11 +199,18 @@ def _with_mirror(name: str, mech, base: Suitability, mirror, used: str, everywhe
                        base.sigma_ratio, base.horizon)
 
 
-def _estimates_inputs(name: str, est) -> bool:
-    if name == "adekf":
-        return True
-    cfg = getattr(est, "config", None) or {}
-    return isinstance(cfg.get("inputs"), list) and bool(cfg["inputs"]) and name in INPUT_OBSERVERS
+def _input_advice() -> str:
+    """Which estimators to use instead (by their traits): those that always estimate the
+    unknown forces, then those with input states (``inputs: auto``)."""
+
+    always = [n for n in names() if estimator_class(n).estimates_inputs(None)]
+    states = [n for n in names() if estimator_class(n).traits.input_states]
+    return f"use {' or '.join(always)}, or a Kalman observer -- {', '.join(states)} -- with its default `inputs: auto`"
+
+
+def _class(name: str):
+
+    return estimator_class(name)
 
 
 def _adekf_pbh(est, visited, base: Suitability) -> Suitability:
@@ -203,7 +218,6 @@ def _adekf_pbh(est, visited, base: Suitability) -> Suitability:
     the model visits over the horizon from the initial state (inputs 0): weak if the rank
     is deficient at all of them (at isolated states, e.g. at rest or a dead centre, the
     inputs show as soon as the linkage moves on)."""
-    from mbde_core.minimal.observability import observability_along
 
     names = reads_accelerations(est.sensors) + [s.name for s in est.sensors if not getattr(s, "uses_qdd", False)]
     na = est.model.nx - 2 * est.g

@@ -35,6 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mbde_core.engine import dynamics, kinematics
+from mbde_core.estimators.options.mechanism_scales import mechanism_scales
+
 SAMPLES = 12      # sampled states
 READ_TOL = 1e-6   # of the sensor's noise sigma
 ABS_TOL = 1e-9
@@ -131,8 +134,6 @@ def _track_kept(s, c, u, scale) -> bool:
 
 def sample_states(mech, rng, samples: int = SAMPLES):
     """(q, qd, qdd) (N, n): configurations of the rule's sweep with random rates."""
-    from mbde_core.engine import kinematics
-    from mbde_core.estimators.options.mechanism_scales import mechanism_scales
 
     sc = mechanism_scales(mech)
     Q = sc.configurations
@@ -167,7 +168,6 @@ def mirror_ambiguity(mech, sensors, inputs_everywhere: bool, seed: int = 0) -> M
 
 
 def _indistinguishable(mech, sensors, m, q, qd, qdd, inputs_everywhere) -> bool:
-    from mbde_core.engine import dynamics
 
     qm, qdm, qddm = m.apply(mech, q, qd, qdd)
     scale2 = float(mech.length_scale) ** 2

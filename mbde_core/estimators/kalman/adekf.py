@@ -54,7 +54,9 @@ JointState.effort of /mbde/adekf/joint_states and replay's input RMSE; ``torque`
 """
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -64,45 +66,66 @@ from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialSta
 from mbde_core.estimators.kalman.adekf_jumps import InputJumps
 from mbde_core.estimators.kalman.algebra import ekf_update
 from mbde_core.estimators.noise import kinematic_plant_noise
+from mbde_core.minimal import make_map
 from mbde_core.minimal.augmented import AugmentedModel, parse_inputs
-from mbde_core.estimators.options.rule import AUTO, RULE_DEFAULTS
+from mbde_core.estimators.options.common import (AUTO, FrozenMap, InitialSigma, Options, PlantNoise, Rule,
+                                                  StageOptions)
+from mbde_core.estimators.options.frozen import thaw
 from mbde_core.types import MechanismSnapshot
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 MAP_SOURCES = ("exact", "learned")
 
 
+def _number(v) -> bool:
+    """A finite number (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@dataclass(frozen=True)
+class LearnOptions(Options):
+    """The learned coordinate map trained at start-up (:mod:`mbde_core.minimal.learned`)."""
+
+    hidden: tuple = (8, 8)
+    samples: int = 0
+    order_weights: tuple = (1.0, 1.0, 1.0, 0.0)
+    seed: int = 0
+    restarts: int = 2
+    max_iterations: int = 4000
+    time_limit: float = 40.0
+
+
+@dataclass(frozen=True)
+class ADEKFOptions(StageOptions):
+    """The ADE-KF's options (config/estimators/adekf.yaml); step: the forward-Euler filter
+    step (auto: the rule, e.g. the accelerometer period)."""
+
+    substeps: int = 1                  # forward-Euler steps per filter step (1 = the paper's eq. 33)
+    map: str = "exact"                 # minimal-coordinate map: exact | learned
+    map_file: str = ""                 # learned: .npz from `mbde learn-map` ('' = train at start-up, seeded)
+    learn: LearnOptions = LearnOptions()
+    inputs: tuple = ()                 # unknown inputs; () = a generalized force on each independent coordinate
+    r_a: float | str = AUTO            # (input unit)^2 per step: random-walk increment variance (paper: 1.5e-4, 5e-3)
+    input_rates: bool = False          # also estimate the inputs' rates b (a' = b, b' = noise): x = [z, zd, a, b]
+    r_b: float = 0.0                   # (input unit/s)^2 per step: increment variance of the rates
+    sigma0_b: float = 0.0              # input unit/s: initial standard deviation of the rates (start at 0)
+    jump_nis: float = 16.0             # NIS of a reading above which the inputs may jump (0 = off, the paper)
+    jump_sigma: float | str = AUTO     # input units: largest standard deviation of such a jump
+    plant_noise: PlantNoise = PlantNoise()  # on [z, zd] (paper: none)
+    initial_sigma: InitialSigma = InitialSigma()
+    sensor_sigma: FrozenMap = FrozenMap()
+    rule: Rule = Rule()                # inputs of the default-tuning rule (auto values: rule.py)
+
+
 class ADEKF(InputJumps, CovarianceInflation, Estimator):
     name = "adekf"
-    USES_COMMON = False
-    DEFAULTS = {
-        "step": AUTO,                  # s, forward-Euler filter step (auto: the rule, e.g. the accelerometer period)
-        "substeps": 1,                 # forward-Euler steps per filter step (1 = the paper's eq. 33)
-        "map": "exact",                # minimal-coordinate map: exact | learned
-        "map_file": "",                # learned: .npz from `mbde learn-map` ('' = train at start-up, seeded)
-        "learn": {                     # learned map trained at start-up (see mbde_core.minimal.learned)
-            "hidden": [8, 8],
-            "samples": 0,
-            "order_weights": [1.0, 1.0, 1.0, 0.0],
-            "seed": 0,
-            "restarts": 2,
-            "max_iterations": 4000,
-            "time_limit": 40.0,
-        },
-        "inputs": [],                  # unknown inputs; [] = a generalized force on each independent coordinate
-        "r_a": AUTO,                   # (input unit)^2 per step: random-walk increment variance (paper: 1.5e-4, 5e-3)
-        "input_rates": False,          # also estimate the inputs' rates b (a' = b, b' = noise): x = [z, zd, a, b]
-        "r_b": 0.0,                    # (input unit/s)^2 per step: increment variance of the rates
-        "sigma0_b": 0.0,               # input unit/s: initial standard deviation of the rates (start at 0)
-        "jump_nis": 16.0,              # NIS of a reading above which the inputs may jump (0 = off, the paper)
-        "jump_sigma": AUTO,            # input units: largest standard deviation of such a jump
-        "plant_noise": {"acceleration_psd": AUTO, "velocity_psd": AUTO},   # on [z, zd] (paper: none)
-        "initial_sigma": {"z": AUTO, "zd": AUTO},
-        "sensor_sigma": {},
-        "rule": dict(RULE_DEFAULTS),   # inputs of the default-tuning rule (auto values: noise_rule.py)
-    }
+    Options = ADEKFOptions
+    traits = Traits(cost=3.0, color=(0.84, 0.15, 0.16, 1.0), slot=4, tunable=KALMAN_TUNABLE, noise_rule="adekf",
+                    needs=frozenset({"accelerations"}),
+                    needs_reason="its unknown inputs show only in the accelerations (paper 004 sec. 4.4)", pbh=True)
 
-    @staticmethod
-    def validate_config(cfg, file, path):
+    @classmethod
+    def validate_config(cls, cfg, file, path):
         if cfg["map"] not in MAP_SOURCES:
             raise ConfigError(file, f"{path}.map", f"must be one of {', '.join(MAP_SOURCES)}, got {cfg['map']!r}")
         for key in ("r_a", "r_b", "sigma0_b", "jump_nis", "jump_sigma"):
@@ -110,38 +133,62 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
                 raise ConfigError(file, f"{path}.{key}", f"must be >= 0, got {cfg[key]}")
         if not (cfg["substeps"] >= 1 and float(cfg["substeps"]).is_integer()):
             raise ConfigError(file, f"{path}.substeps", f"a whole number >= 1, got {cfg['substeps']}")
-        mf = cfg.get("map_file") or ""
+        mf = cfg["map_file"]
         if mf and not os.path.isabs(mf) and file and not file.startswith("<"):
             cfg["map_file"] = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(file)), mf))
-        hidden = cfg["learn"]["hidden"]
+        learn = cfg["learn"]
+        hidden = learn["hidden"]
         if not hidden or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden):
             raise ConfigError(file, f"{path}.learn.hidden", f"a list of positive integers (units per layer), got {hidden!r}")
-        w = cfg["learn"]["order_weights"]
-        if not 1 <= len(w) <= 4 or any(not isinstance(v, (int, float)) or v < 0 for v in w):
+        w = learn["order_weights"]
+        if not 1 <= len(w) <= 4 or any(not _number(v) or v < 0 for v in w):
             raise ConfigError(file, f"{path}.learn.order_weights", "1 to 4 non-negative weights (derivative orders 0..3)")
+        for key, low in (("samples", 0), ("restarts", 0), ("max_iterations", 1), ("seed", 0)):
+            v = learn[key]
+            if not (v >= low and float(v).is_integer()):
+                raise ConfigError(file, f"{path}.learn.{key}", f"a whole number >= {low}, got {v}")
+        if not learn["time_limit"] > 0:
+            raise ConfigError(file, f"{path}.learn.time_limit", f"must be > 0 [s], got {learn['time_limit']}")
         if not isinstance(cfg["inputs"], list):
             raise ConfigError(file, f"{path}.inputs", "a list of inputs, e.g. [{coordinate: theta}]")
         for k, item in enumerate(cfg["inputs"]):
             if not isinstance(item, dict):
                 raise ConfigError(file, f"{path}.inputs[{k}]", "expected {coordinate: name} | {torque: body} | {force: point, direction: [x, y]}")
+            for key in ("r_a", "initial", "sigma0"):
+                if item.get(key) is not None and not _number(item[key]):
+                    raise ConfigError(file, f"{path}.inputs[{k}].{key}", f"a finite number, got {item[key]!r}")
 
-    def __init__(self, mech, sensors, config, rng=None, *, coordinate_map=None):
-        super().__init__(mech, sensors, config, rng)
-        self.inputs = parse_inputs(mech, config.get("inputs") or [])
-        self.map = coordinate_map if coordinate_map is not None else self._build_map(mech, config)
-        self.model = AugmentedModel(mech, sensors, self.map, self.inputs, bool(config.get("input_rates", False)))
+    @classmethod
+    def check_run(cls, cfg, mech, sensors, file, path):
+        """The inputs name bodies, points and coordinates of the model (before the run)."""
+        parse_inputs(mech, cfg["inputs"], file, f"{path}.inputs")
+
+    @classmethod
+    def transition_orders(cls, cfg):
+        """Its forward-Euler step: first order in z and zd."""
+        return (1, 1)
+
+    @classmethod
+    def estimates_inputs(cls, options):
+        return True
+
+    def __init__(self, mech, sensors, options, rng=None, *, coordinate_map=None):
+        super().__init__(mech, sensors, options, rng)
+        self.inputs = parse_inputs(mech, thaw(options.inputs))
+        self.map = coordinate_map if coordinate_map is not None else self._build_map(mech, options)
+        self.model = AugmentedModel(mech, sensors, self.map, self.inputs, bool(options.input_rates))
         self.g, self.na, self.nx = mech.dof, self.model.na, self.model.nx
-        r_a = float(config.get("r_a", 1.5e-4))
+        r_a = float(options.r_a)
         self.r_a = np.array([s.r_a if s.r_a is not None else r_a for s in self.inputs])
-        self.r_b = float(config.get("r_b", 0.0))
-        self.substeps = max(1, int(config.get("substeps", 1)))
-        self.jump_nis = float(config.get("jump_nis", 0.0))
-        self.jump_var = np.full(len(self.inputs), float(config.get("jump_sigma", 1.0)) ** 2)
+        self.r_b = float(options.r_b)
+        self.substeps = max(1, int(options.substeps))
+        self.jump_nis = float(options.jump_nis)
+        self.jump_var = np.full(len(self.inputs), float(options.jump_sigma) ** 2)
         self.jumps = 0
         self._alt = None             # the outlier hypothesis of a jump (adekf_jumps)
         self.outliers_undone = 0     # suspect readings whose outlier hypothesis won
         self._d2_hist = None         # recent squared distances (consistency, adekf_jumps)
-        self.box = StateBox(mech, self.inputs, self.model.nx, float(config.get("jump_sigma", 1.0)))
+        self.box = StateBox(mech, self.inputs, self.model.nx, float(options.jump_sigma))
         self.bounded = 0
         self.x = np.zeros(self.nx)
         self.P = np.eye(self.nx)
@@ -149,17 +196,15 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
         self.failures = 0
         self._lin = None
         self._Qd = {}
-        self._sigma = sensor_variances(config)
+        self._sigma = sensor_variances(options)
 
     @staticmethod
-    def _build_map(mech, config):
-        from mbde_core.minimal import make_map
-
-        if config.get("map", "exact") == "exact":
+    def _build_map(mech, options):
+        if options.map == "exact":
             return make_map(mech, "exact")
-        if config.get("map_file"):
-            return make_map(mech, "learned", file=config["map_file"])
-        return make_map(mech, "learned", options=dict(config.get("learn") or {}))
+        if options.map_file:
+            return make_map(mech, "learned", file=options.map_file)
+        return make_map(mech, "learned", options=options.learn.as_dict())
 
     # -- helpers --------------------------------------------------------------------------------
     def process_noise(self, dt: float) -> np.ndarray:
@@ -167,8 +212,8 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
         if dt not in self._Qd:
             g = self.g
             Q = np.zeros((self.nx, self.nx))
-            pn = self.config.get("plant_noise") or {}
-            acc, vel = np.asarray(pn.get("acceleration_psd", 0.0), float), np.asarray(pn.get("velocity_psd", 0.0), float)
+            pn = self.options.plant_noise
+            acc, vel = np.asarray(pn.acceleration_psd, float), np.asarray(pn.velocity_psd, float)
             if np.any(acc) or np.any(vel):
                 Q[: 2 * g, : 2 * g] = kinematic_plant_noise(g, dt, acc, vel)
             na = self.na
@@ -207,7 +252,7 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
         self.x = np.concatenate([np.asarray(init.z, float).reshape(g), np.asarray(init.zd, float).reshape(g), a0,
                                  np.zeros(nb)])
         sig = np.concatenate([np.broadcast_to(init.sigma_z, (g,)), np.broadcast_to(init.sigma_zd, (g,)),
-                              np.array([s.sigma0 for s in self.inputs]), np.full(nb, float(self.config.get("sigma0_b", 0.0)))])
+                              np.array([s.sigma0 for s in self.inputs]), np.full(nb, float(self.options.sigma0_b))])
         self.P = np.diag(sig**2)
         self._lin = None
         self.failures = 0

@@ -32,6 +32,8 @@ import math
 
 import numpy as np
 
+from mbde_core.estimators.options.mechanism_scales import cached_scales
+
 SPEED_BOUND = 10.0   # x the characteristic speed v
 INPUT_BOUND = 10.0   # x the input scale s_a
 
@@ -39,7 +41,6 @@ INPUT_BOUND = 10.0   # x the input scale s_a
 def _scales(mech):
     """(v, m_z a, w, ell) (g,) of the model: the element-wise largest of the scales cached
     by the default tuning (with a scenario's motor), else those of the model alone."""
-    from mbde_core.estimators.options.mechanism_scales import cached_scales
 
     cached = cached_scales(mech)
     v = np.max([np.asarray(s.v, float) for s in cached], axis=0)

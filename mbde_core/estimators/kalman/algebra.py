@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman.reduced import joseph_update, kalman_gain
+from mbde_core.engine.linalg import solve
 
 
 STEP_BOUND = 4.0    # an update may move the state by at most 4 (NIS + dof) in the prior's metric
@@ -179,3 +179,15 @@ def cholesky_floats(a):
             Li = L[i]
             Li[j] = (a[i][j] - sum(u * v for u, v in zip(Li[:j], Lj[:j]))) / d
     return L
+
+
+def joseph_update(P, K, H, R):
+    """Joseph-form covariance update (I - K H) P (I - K H)^T + K R K^T (stays symmetric PSD)."""
+    I_KH = np.eye(P.shape[0]) - K @ H
+    P = I_KH @ P @ I_KH.T + K @ R @ K.T
+    return 0.5 * (P + P.T)
+
+
+def kalman_gain(P, H, S):
+    """K = P H^T S^-1 via a solve (S symmetric positive definite)."""
+    return solve(S, H @ P).T if S.shape[0] > 0 else np.zeros((P.shape[0], 0))

@@ -23,8 +23,8 @@ from mbde_core.types import MechanismSnapshot
 class ReducedKalman(CovarianceInflation, Estimator):
     """Base of the [z, zd] observers."""
 
-    def __init__(self, mech, sensors, config, rng=None):
-        super().__init__(mech, sensors, config, rng)
+    def __init__(self, mech, sensors, options, rng=None):
+        super().__init__(mech, sensors, options, rng)
         self.model = ReducedModel(mech, sensors)
         self.g = mech.dof
         self.x = np.zeros(2 * self.g)
@@ -33,7 +33,8 @@ class ReducedKalman(CovarianceInflation, Estimator):
         self.qd = mech.qd0.copy()
         self.full: FullState | None = None
         self.failures = 0
-        self._sigma = sensor_variances(config)
+        self.k = 0  # input states (InputStates)
+        self._sigma = sensor_variances(options)
 
     # -- configuration -------------------------------------------------------------------------
     def measurement_covariance(self, names) -> np.ndarray:
@@ -48,7 +49,7 @@ class ReducedKalman(CovarianceInflation, Estimator):
         over [z, zd] alone miss the inputs' mixed derivatives: the DEKF with ``inputs: auto``
         on adekf_slider_crank went from RMSE 0.033 to 0.31 rad with them, README) or where
         the position problem of a difference step fails."""
-        if int(self.config.get("measurement_order", 1)) != 2 or getattr(self, "k", 0):
+        if int(self.options.measurement_order) != 2 or self.k:
             return pred, R
         g2 = 2 * self.g
         terms = second_order_terms(self.model, names, self.t, self.x[:g2], self.q, self.P[:g2, :g2])

@@ -31,7 +31,7 @@ reading's time, K = P^- H^T Rc^-1 (H at x^-):
 solved by Newton-Raphson with Jg = I + P^- H^T R^-1 H (its first step from x^- is the
 discrete Kalman update x^- + P^- H^T S^-1 (o - h(x^-)), exact for a linear h; the next ones
 re-evaluate h at the iterate). The covariance is the Riccati equation's measurement part,
-Joseph form with H at x^-. Stop 36 (measured on paper 004's motor-driven slider-crank,
+Joseph form with H at x^-. Why split (measured on paper 004's motor-driven slider-crank,
 ``mbde bench transfer``): with the correction inside the trapezoid, x1 = x0 + dt/2 [f(x0) +
 f(x1)] + dt K (o - h(x1)), and K, H of t_{k-1} (the crank 0.06 rad before at 60 rad/s,
 dt K H ~ 4000), the covariance contracted along the direction H had a step before while the
@@ -40,9 +40,9 @@ with K, H of t_k but the correction inside the trapezoid (its dt/2 A (x1 - x^-) 
 by dt/2 B du for an input correction du, which the covariance update does not know) it
 tracked with a bias of +0.012 rad (mean NEES 22.5 with input jumps, 10.7 without);
 split, 0.0086 rad and 3.16 (band [0.6, 6]; README, Defaults that transfer). The nine
-other shipped scenarios: mean NEES within 17 %, RMSE within 11 % of before.
+other shipped scenarios: mean NEES within 17 %, RMSE within 11 % of the in-trapezoid form.
 
-Second order (``measurement_order: 2``, the default since stop 30; paper003.yaml: 1): the
+Second order (``measurement_order: 2``, the default; paper003.yaml: 1): the
 reading and R are those of the Gaussian second-order filter at the prediction
 (:mod:`second_order`): o - 1/2 tr(T_i P) and R + 1/2 tr(T_i P T_l P), so the gate, the
 continuous gain K = P H^T (R dt)^-1 and the covariance update all see them. On ``pf_sim``
@@ -71,6 +71,8 @@ problem started from the previous iterate's q + R dz. The correction's Newton it
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
@@ -79,6 +81,9 @@ from mbde_core.estimators.kalman.algebra import (STEP_HALVINGS, ekf_update, gate
                                          update_result)
 from mbde_core.estimators.kalman.base import ReducedKalman
 from mbde_core.estimators.noise import van_loan
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.options.common import KalmanOptions, input_field
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 NEWTON_TOL = 1e-12
 CORRECTION_AT = ("reading", "both_ends")
@@ -99,21 +104,34 @@ def _measurement_part(P, H, R, gain=1.0):
     return 0.5 * (P + P.T)
 
 
+@dataclass(frozen=True)
+class CEKFOptions(KalmanOptions):
+    """The CEKF's options: the common ones and these."""
+
+    newton_iterations: int = 5           # Newton iterations of the correction per update (>= 0)
+    correction_at: str = "reading"       # reading | both_ends (paper 003 eqs. 8-9)
+    measurement_order: int = 2
+    inputs: tuple | str = input_field()  # auto: the rule's (none without force limits)
+    input_jump_nis: float = 16.0
+
+
 class CEKF(InputStates, ReducedKalman):
     name = "cekf"
-    DEFAULTS = {"newton_iterations": 5, "correction_at": "reading", "measurement_order": 2, "inputs": "auto",
-                "input_jump_nis": 16.0}
+    Options = CEKFOptions
+    traits = Traits(cost=2.5, color=(0.55, 0.34, 0.29, 1.0), slot=6, tunable=KALMAN_TUNABLE, input_states=True,
+                    follower=True)
 
-    @staticmethod
-    def validate_config(cfg, file, path):
-        from mbde_core.errors import ConfigError
-
+    @classmethod
+    def validate_config(cls, cfg, file, path):
         if cfg["correction_at"] not in CORRECTION_AT:
             raise ConfigError(file, f"{path}.correction_at", f"must be one of {', '.join(CORRECTION_AT)}")
+        n = cfg["newton_iterations"]
+        if not (n >= 0 and float(n).is_integer()):
+            raise ConfigError(file, f"{path}.newton_iterations", f"a whole number >= 0, got {n}")
         validate_inputs(cfg, file, path)
 
-    def __init__(self, mech, sensors, config, rng=None):
-        super().__init__(mech, sensors, config, rng)
+    def __init__(self, mech, sensors, options, rng=None):
+        super().__init__(mech, sensors, options, rng)
         self._saved = None
         self._x_pred = None
         self._const = {}  # dt -> (A, Qc, Phi, Qd, Jg^-1 without correction) for the simple A
@@ -124,11 +142,11 @@ class CEKF(InputStates, ReducedKalman):
         without inputs."""
         if self.k:
             return self._linear_part_inputs(x0, q0, dt, st0)
-        simple = self.config["transition_jacobian"] == "simple"
+        simple = self.options.transition_jacobian == "simple"
         if simple and dt in self._const:
             return self._const[dt]
         g = self.g
-        A = self.model.transition_jacobian(self.t, x0, q0, self.config["transition_jacobian"])
+        A = self.model.transition_jacobian(self.t, x0, q0, self.options.transition_jacobian)
         Qc = self._plant_density()
         Phi, Qd = van_loan(A, Qc, dt)
         out = (A, Qc, Phi, Qd, np.linalg.inv(np.eye(2 * g) - 0.5 * dt * A))
@@ -141,9 +159,9 @@ class CEKF(InputStates, ReducedKalman):
         inputs, their random walks' densities."""
         g, g2 = self.g, 2 * self.g
         Qc = np.zeros((g2 + self.k, g2 + self.k))
-        pn = self.config["plant_noise"]
-        Qc[:g, :g] = np.eye(g) * pn.get("velocity_psd", 0.0)
-        Qc[g:g2, g:g2] = np.eye(g) * pn["acceleration_psd"]
+        pn = self.options.plant_noise
+        Qc[:g, :g] = np.eye(g) * pn.velocity_psd
+        Qc[g:g2, g:g2] = np.eye(g) * pn.acceleration_psd
         if self.k:
             Qc[g2:, g2:] = np.diag(self._u_psd)
         return Qc
@@ -153,7 +171,7 @@ class CEKF(InputStates, ReducedKalman):
         Qc the inputs' random-walk densities."""
         g, g2, n = self.g, 2 * self.g, 2 * self.g + self.k
         A = np.zeros((n, n))
-        A[:g2, :g2] = self.model.transition_jacobian(self.t, x0[:g2], q0, self.config["transition_jacobian"],
+        A[:g2, :g2] = self.model.transition_jacobian(self.t, x0[:g2], q0, self.options.transition_jacobian,
                                                      extra_Q=self.extra_forces())
         A[g:g2, g2:] = self.input_gain(st0.R)
         Qc = self._plant_density()
@@ -214,7 +232,7 @@ class CEKF(InputStates, ReducedKalman):
         g = self.g
         model = self.model
         last = None
-        for _ in range(int(self.config.get("newton_iterations", 5))):
+        for _ in range(int(self.options.newton_iterations)):
             st, _ok = model.solve_full(self.t, x1[:g], x1[g : 2 * g], guess)
             if st.zdd is None or not np.all(np.isfinite(st.zdd)):  # no dynamics at this iterate
                 break
@@ -310,14 +328,14 @@ class CEKF(InputStates, ReducedKalman):
         pred2, R = self.second_order(names, pred, R)
         o = o - (pred2 - pred)  # the second-order mean offset, carried by the reading into the correction
         y = self.model.residual(names, o, pred)
-        if self.k and self.config.get("input_jump_nis"):
+        if self.k and self.options.input_jump_nis:
             self._input_jump(y, H, R)
         S = H @ self.P @ H.T + R
         dist = []
         accepted, rejected, rows = gate_rows(names, dims, y, S, gates, dist)
         if rows.size == 0:
             return UpdateResult([], rejected, distances=dist)
-        both_ends = self.config.get("correction_at", "reading") == "both_ends"
+        both_ends = self.options.correction_at == "both_ends"
         if both_ends and self._saved is None:  # no step to redo (just reset or rebased): the discrete update
             return self._discrete_update(names, dims, y, H, R, gates)
         result = update_result(accepted, rejected, y[rows], S[np.ix_(rows, rows)])
@@ -357,7 +375,7 @@ class CEKF(InputStates, ReducedKalman):
         g2 = 2 * self.g
         idx = np.arange(g2, g2 + self.k)
         Pa = self.P[idx, idx]
-        V = jump_variance(Pa, y, H @ self.P @ H.T + R, H[:, g2:], self._u_sigma0**2, self.config["input_jump_nis"])
+        V = jump_variance(Pa, y, H @ self.P @ H.T + R, H[:, g2:], self._u_sigma0**2, self.options.input_jump_nis)
         if V is None:
             return
         self.P = self.P.copy()

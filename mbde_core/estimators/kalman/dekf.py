@@ -14,7 +14,7 @@ with F = [[I, dt I], [0, I]] (eq. 13; ``transition_jacobian: full`` adds dt df/d
 Sigma^P the Van Loan discretisation of the acceleration noise density. Update
 (eqs. 15a-e) with the chain-rule sensor Jacobian of :mod:`reduced`, then the position
 and velocity problems bring q, qd to the corrected x. With ``measurement_order: 2`` (the
-default since stop 30; paper 003's eqs. are order 1) the predicted readings and S gain
+default; paper 003's eqs. are order 1) the predicted readings and S gain
 the Gaussian second-order filter's terms (:mod:`second_order`): on ``pf_sim`` the first
 order lost the crank at a turning point for q >= 16 (the rule's 8.2 kept it by 1.5x), the
 second order keeps it at 50.
@@ -32,22 +32,46 @@ taken with the inputs applied (``extra_Q``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from mbde_core.estimators.kalman.input_states import InputStates, input_jump, project_inputs, validate_inputs
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.kalman.algebra import ekf_update
 from mbde_core.estimators.kalman.base import ReducedKalman
-from mbde_core.estimators.kalman.transition import TRANSITION_DEFAULT, heun_step, position_step
+from mbde_core.estimators.kalman.transition import check_transition, heun_step, position_step, transition_orders
+from mbde_core.estimators.options.common import KalmanOptions, input_field
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
+
+
+@dataclass(frozen=True)
+class DEKFOptions(KalmanOptions):
+    """The DEKF's options: the common ones and these."""
+
+    transition: str = "heun"             # transition.py
+    inputs: tuple | str = input_field()  # auto: the rule's (none without force limits; README)
+    input_jump_nis: float = 0.0
+    measurement_order: int = 2
 
 
 class DEKF(JumpHypothesis, InputStates, ReducedKalman):
     name = "dekf"
-    DEFAULTS: dict = {"transition": "heun", "inputs": "auto", "input_jump_nis": 0.0, "measurement_order": 2}  # inputs: the rule's (none without force limits; README)
-    validate_config = staticmethod(validate_inputs)
+    traits = Traits(cost=1.5, color=(0.58, 0.40, 0.74, 1.0), slot=5, tunable=KALMAN_TUNABLE, input_states=True,
+                    follower=True)
+    Options = DEKFOptions
 
-    def __init__(self, mech, sensors, config, rng=None):
-        super().__init__(mech, sensors, config, rng)
+    @classmethod
+    def validate_config(cls, cfg, file, path):
+        check_transition(cfg, file, path)
+        validate_inputs(cfg, file, path)
+
+    @classmethod
+    def transition_orders(cls, cfg):
+        return transition_orders(cfg)
+
+    def __init__(self, mech, sensors, options, rng=None):
+        super().__init__(mech, sensors, options, rng)
         self._F_cache = {}
         self._init_inputs()
 
@@ -62,7 +86,7 @@ class DEKF(JumpHypothesis, InputStates, ReducedKalman):
         """(F, Sigma^P) for the step dt."""
         if self.k:
             return self._F_inputs(dt)
-        mode = self.config["transition_jacobian"]
+        mode = self.options.transition_jacobian
         if mode == "simple" and dt in self._F_cache:
             return self._F_cache[dt]
         g = self.g
@@ -75,12 +99,12 @@ class DEKF(JumpHypothesis, InputStates, ReducedKalman):
     def _F_inputs(self, dt):
         """(F, Sigma^P) of [z, zd, u] (module doc; B at the current state)."""
         g, g2 = self.g, 2 * self.g
-        mode = self.config["transition_jacobian"]
+        mode = self.options.transition_jacobian
         A = self.model.transition_jacobian(self.t, self.x[:g2], self.q, mode, extra_Q=self.extra_forces())
         F = np.eye(g2 + self.k)
         F[:g2, :g2] += dt * A
         B = self.input_gain(self._full().R)
-        if self.config.get("transition", TRANSITION_DEFAULT) != "euler":
+        if self.options.transition != "euler":
             F[:g, g2:] = (0.5 * dt * dt) * B
         F[g:g2, g2:] = dt * B
         return F, self.augmented_noise(dt)
@@ -99,8 +123,8 @@ class DEKF(JumpHypothesis, InputStates, ReducedKalman):
         st = self._full()
         F, Qd = self._F(dt)
         zdd = self._zdd(st)
-        x = np.concatenate([position_step(self.config, self.x[:g], self.x[g:g2], zdd, dt), self.x[g:g2] + dt * zdd])
-        if self.config.get("transition") == "heun":  # second stage at the predicted state
+        x = np.concatenate([position_step(self.options.transition, self.x[:g], self.x[g:g2], zdd, dt), self.x[g:g2] + dt * zdd])
+        if self.options.transition == "heun":  # second stage at the predicted state
             st1, ok = self.model.solve_full(self.t + dt, x[:g], x[g:], self.q + dt * self.qd + (0.5 * dt * dt) * st.rd)
             if ok:
                 x = heun_step(self.x[None, :g2], zdd[None], self._zdd(st1)[None], dt, g)[0]
@@ -138,7 +162,7 @@ class DEKF(JumpHypothesis, InputStates, ReducedKalman):
         names, dims, y, H, R, st = self._innovation(measurements)
         before = None
         if self.k:
-            P = input_jump(self.P, y, H, R, slice(2 * g, None), self._u_sigma0**2, self.config["input_jump_nis"])
+            P = input_jump(self.P, y, H, R, slice(2 * g, None), self._u_sigma0**2, self.options.input_jump_nis)
             if P is not self.P:
                 self.input_jumps += 1
                 before = self._state_tuple()

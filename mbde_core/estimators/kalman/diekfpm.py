@@ -7,9 +7,9 @@ qd^- = qd + dt qdd (qdd from the R-matrix dynamics at q, qd; ``transition: euler
 003 eq. 12), ``constant_acceleration`` q^- = q + dt qd + dt^2/2 qdd, or (the default,
 ``heun``, :mod:`transition`) a second stage at that prediction, qdd* = qdd(q*, qd*):
 qd^- = qd + dt/2 (qdd + qdd*), q^- = q + dt qd + dt^2/6 (2 qdd + qdd*) (both O(dt^3) per
-step, so the rule adds no q_disc: :mod:`noise_rule`). Until stop 30 ``heun`` was accepted
-but ran as ``constant_acceleration``, whose first-order velocity update the rule covers
-with q_disc (pf_sim: q 15.6 instead of 8.2).
+step, so the rule adds no q_disc: :mod:`~mbde_core.estimators.options.rule`);
+``constant_acceleration``'s first-order velocity update the rule covers with q_disc
+(pf_sim: q 15.6 instead of 8.2).
 
 Update: the readings are fused by an iterated EKF in q-space (``iterations`` passes,
 X_{i+1} = X^- + K_i (o - h(X_i) - H_i (X^- - X_i))), then the constraints are imposed as
@@ -18,8 +18,8 @@ iterated to convergence -- a Gauss-Newton projection X <- X - W H^T (H W H^T)^-1
 The constraint-only projection is also applied after every prediction, keeping the
 estimate on the position and velocity constraint manifolds.
 
-Normal freedom W (``normal_noise_ratio`` r, default 1e-6 of the plant noise; 1e-4 until
-stop 30, paper003.yaml keeps it): the q-space prior lets the sensor update move off the
+Normal freedom W (``normal_noise_ratio`` r, default 1e-6 of the plant noise; 1e-4 in
+paper003.yaml): the q-space prior lets the sensor update move off the
 constraint manifolds by W, which the projection then maps back onto them. At a turning
 point where the readings hardly depend on the state (``pf_sim``: the crank at rest next to
 the rocker's dead point, the rocker gyroscope reading G(z) zd with G and zd ~ 0) such
@@ -77,36 +77,68 @@ when Pz is not positive definite, and the plant noise is cached per dt.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sensor_variances
-from mbde_core.estimators.kalman.diekfpm_inputs import DependentInputs, validate_dependent_inputs
+from mbde_core.estimators.kalman.diekfpm_inputs import DependentInputs
+from mbde_core.estimators.kalman.input_states import validate_inputs
 from mbde_core.estimators.kalman.algebra import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, update_result
+from mbde_core.estimators.kalman.perfect_measurements import constraints, normal_noise, project
 from mbde_core.estimators.kalman.reduced import ReducedModel
-from mbde_core.estimators.kalman.transition import euler_covariance, heun_step, position_step
+from mbde_core.estimators.kalman.transition import check_transition, euler_covariance, heun_step, position_step, transition_orders
 from mbde_core.types import MechanismSnapshot
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.options.common import KalmanOptions, input_field
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 NORMAL_NOISE_RATIO = 1e-6  # W relative to the plant noise (module doc, "Normal freedom")
 
 
+@dataclass(frozen=True)
+class DIEKFpmOptions(KalmanOptions):
+    """The DIEKFpm's options: the common ones (transition_jacobian full by default: the
+    common default is paper 003's simple F; module doc, "Covariance": at rest at the
+    rocker's dead point the full A is what ties the crank angle to the readings) and these."""
+
+    transition_jacobian: str = "full"
+    iterations: int = 3                  # iterated-EKF iterations per update (>= 1)
+    normal_noise_ratio: float = NORMAL_NOISE_RATIO
+    transition: str = "heun"
+    inputs: tuple | str = input_field()  # auto: the rule's (none without force limits; diekfpm_inputs.py)
+    input_jump_nis: float = 16.0
+
+
 class DIEKFpm(DependentInputs, Estimator):
     name = "diekfpm"
-    # transition_jacobian: full by default (the common default is paper 003's simple F; see
-    # the module doc, "Covariance": at rest at the rocker's dead point the full A is what
-    # ties the crank angle to the readings)
-    DEFAULTS = {"iterations": 3, "normal_noise_ratio": NORMAL_NOISE_RATIO, "transition": "heun",
-                "transition_jacobian": "full", "inputs": "auto", "input_jump_nis": 16.0}  # inputs: diekfpm_inputs.py
-    validate_config = staticmethod(validate_dependent_inputs)
+    Options = DIEKFpmOptions
+    traits = Traits(cost=3.0, color=(0.89, 0.47, 0.76, 1.0), slot=7, tunable=KALMAN_TUNABLE, input_states=True,
+                    follower=True)
 
-    def __init__(self, mech, sensors, config, rng=None):
-        super().__init__(mech, sensors, config, rng)
+    @classmethod
+    def validate_config(cls, cfg, file, path):
+        n = cfg["iterations"]
+        if not (n >= 1 and float(n).is_integer()):
+            raise ConfigError(file, f"{path}.iterations", f"a whole number >= 1, got {n}")
+        if not cfg["normal_noise_ratio"] >= 0:
+            raise ConfigError(file, f"{path}.normal_noise_ratio", f"must be >= 0, got {cfg['normal_noise_ratio']}")
+        check_transition(cfg, file, path)
+        validate_inputs(cfg, file, path)
+
+    @classmethod
+    def transition_orders(cls, cfg):
+        return transition_orders(cfg)
+
+    def __init__(self, mech, sensors, options, rng=None):
+        super().__init__(mech, sensors, options, rng)
         self.model = ReducedModel(mech, sensors)
         self.n = mech.n
         self.X = np.concatenate([mech.q0, mech.qd0])
         self.P = np.eye(2 * self.n)
         self._iso = np.zeros((2 * self.n, 2 * self.n))
-        self._sigma = sensor_variances(config)
+        self._sigma = sensor_variances(options)
         self._T_at = None  # (X, T) of the last projected mean
         self._init_inputs()
 
@@ -124,8 +156,8 @@ class DIEKFpm(DependentInputs, Estimator):
         T = self._T(q, qd)
         Ta = self._Ta(T)
         self.P = Ta @ Pz @ Ta.T
-        Qz = self.plant_noise(float(self.config["step"]))
-        self._iso = self._coordinate_noise(T @ Qz @ T.T)
+        Qz = self.plant_noise(float(self.options.step))
+        self._iso = normal_noise(self.options.normal_noise_ratio, T @ Qz @ T.T)
         self._T_at = None
 
     def _T(self, q, qd):
@@ -142,14 +174,6 @@ class DIEKFpm(DependentInputs, Estimator):
         """blockdiag(T, I_k): [X, u] over [z, zd, u] (T itself without inputs)."""
         return self._augment(T, np.eye(self.k))
 
-    def _coordinate_noise(self, Qq):
-        """Isotropic q-space noise with the per-coordinate average of the tangent noise Qq."""
-        n = self.n
-        r = float(self.config["normal_noise_ratio"])
-        pos = r * np.trace(Qq[:n, :n]) / n
-        vel = r * np.trace(Qq[n:, n:]) / n
-        return np.diag(np.concatenate([np.full(n, pos), np.full(n, vel)]))
-
     def _qdd(self, q, qd, u=None):
         return dynamics.forward(self.mech, self.t, q, qd, extra_Q=self._forces(u))[1]
 
@@ -164,7 +188,7 @@ class DIEKFpm(DependentInputs, Estimator):
         qdd = self._qdd(q, qd)
         g = self.mech.dof
         Qz = self.plant_noise(dt)
-        full = self.config.get("transition_jacobian", "simple") == "full"
+        full = self.options.transition_jacobian == "full"
         if self.k:
             Fz = np.eye(2 * g)
             Fz += dt * self._transition_jacobian() if full else np.eye(2 * g, k=g) * dt  # else [[I, dt I], [0, I]]
@@ -177,12 +201,12 @@ class DIEKFpm(DependentInputs, Estimator):
         else:
             self.Pz = euler_covariance(self.Pz, dt, g) + Qz
         T = self._prior_T(self.X)
-        self._iso = self._coordinate_noise(T @ Qz @ T.T)
-        if self.config.get("transition") == "heun":  # second stage at the constant-acceleration prediction
+        self._iso = normal_noise(self.options.normal_noise_ratio, T @ Qz @ T.T)
+        if self.options.transition == "heun":  # second stage at the constant-acceleration prediction
             qdd1 = self._qdd(q + dt * qd + (0.5 * dt * dt) * qdd, qd + dt * qdd)
             self.X = heun_step(self.X[None], qdd[None], qdd1[None], dt, n)[0]
         else:
-            self.X = np.concatenate([position_step(self.config, q, qd, qdd, dt), qd + dt * qdd])
+            self.X = np.concatenate([position_step(self.options.transition, q, qd, qdd, dt), qd + dt * qdd])
         self.t += dt
         self._iterated_update([], np.zeros(0), None, None)
 
@@ -231,25 +255,9 @@ class DIEKFpm(DependentInputs, Estimator):
             H_parts.append(Hsens)
         if not constraints:
             return np.concatenate(h_parts), np.concatenate(H_parts, axis=0)
-        hc, Hc = self._constraints(X[:2 * n], jacobian=True)
+        hc, Hc = constraints(self.model, X[:2 * n], jacobian=True)
         Hc = np.concatenate([Hc, np.zeros((Hc.shape[0], self.k))], axis=1)
         return np.concatenate(h_parts + [hc]), np.concatenate(H_parts + [Hc], axis=0)
-
-    def _constraints(self, X, jacobian: bool):
-        """h_c(X) = [Phi(q); Phi_q qd] and (if ``jacobian``, else None) its Jacobian
-        [[Phi_q, 0], [d(Phi_q qd)/dq, Phi_q]]."""
-        n = self.n
-        q, qd = X[:n], X[n:]
-        phi, J, ctx = self.model.constraint_values(q)
-        h = np.concatenate([phi, J @ qd])
-        if not jacobian:
-            return h, None
-        m = J.shape[0]
-        H = np.zeros((2 * m, 2 * n))
-        H[:m, :n] = J
-        H[m:, :n] = self.model.constraint_hessian_qd(q, qd, ctx)
-        H[m:, n:] = J
-        return h, H
 
     def _iterated_update(self, names, o, Rs, gates):
         """Iterated sensor update + perfect-measurement constraint projection (docstring)."""
@@ -264,7 +272,7 @@ class DIEKFpm(DependentInputs, Estimator):
         if ds:
             dims = [self.sensors[nm].dim for nm in names]
             srows = None
-            for it in range(int(self.config["iterations"])):
+            for it in range(int(self.options.iterations)):
                 h, H = self._augmented(names, X, constraints=False)
                 y = self.model.residual(names, o, h)
                 S = H @ P @ H.T + Rs
@@ -289,12 +297,12 @@ class DIEKFpm(DependentInputs, Estimator):
         if first is not None and self.k:  # the inputs within their limits
             X = self._bound_inputs(X, P)
         if first is None:
-            X, P_info = self._project(X), P
+            X, P_info = project(self.model, self._iso, X), P
         else:
             X, P_info = self._checked_step(X_prior, X, P, first, result)
             if X is None:  # no step along the update is consistent: the readings are not fused
                 result = UpdateResult([], result.accepted + result.rejected, distances=result.distances)
-                X, P_info = self._project(X_prior), P
+                X, P_info = project(self.model, self._iso, X_prior), P
         if self.k:
             X, self.u = X[:2 * n], X[2 * n:].copy()
         self.X = X
@@ -350,31 +358,13 @@ class DIEKFpm(DependentInputs, Estimator):
             Xa = X_prior + a * step
             if not np.all(np.isfinite(Xa)):
                 continue
-            Xa = self._project(Xa)
+            Xa = project(self.model, self._iso, Xa)
             d = Xa[idx] - X_prior[idx]
             d = np.where(angular, (d + np.pi) % (2.0 * np.pi) - np.pi, d)
             if move_within_bound(d, self.Pz, result.nis, result.dof):
                 IKH = np.eye(len(X_prior)) - a * (K @ H)
                 return Xa, IKH @ P @ IKH.T + (a * a) * (K @ R @ K.T)
         return None, None
-
-    def _project(self, X):
-        """Perfect measurements Phi = 0, Phi_q qd = 0 as an iterated (Gauss-Newton) update
-        with the isotropic normal covariance W: X <- X - W H^T (H W H^T)^-1 h_c(X) (the
-        inputs of [X, u], if any, are kept)."""
-        if len(X) > 2 * self.n:
-            return np.concatenate([self._project(X[: 2 * self.n]), X[2 * self.n:]])
-        W = np.diag(self._iso)
-        W = np.where(W > 0, W, 1.0)
-        tol = 1e-14 * max(1.0, self.mech.length_scale**2)
-        for _ in range(20):
-            h, _ = self._constraints(X, jacobian=False)
-            if np.max(np.abs(h)) <= tol:
-                break
-            _, H = self._constraints(X, jacobian=True)
-            HW = H * W
-            X = X - HW.T @ np.linalg.solve(HW @ H.T, h)
-        return X
 
     def reacquire(self, inflation: float) -> None:
         """Re-acquisition (:meth:`Estimator.reacquire`): Pz and P = T Pz T^T scaled."""

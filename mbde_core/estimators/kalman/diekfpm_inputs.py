@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbde_core.estimators.kalman.input_states import (init_input_attributes, input_forces, jump_variance, project_inputs,
-                                               validate_inputs as validate_dependent_inputs)  # noqa: F401 (the schema)
+from mbde_core.estimators.kalman.input_states import init_input_attributes, input_forces, jump_variance, project_inputs
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 
 
@@ -65,7 +64,7 @@ class DependentInputs(JumpHypothesis):
         g = self.mech.dof
         F = self._augment(Fz, np.eye(self.k))
         B = self.model.input_gain(q, self.input_cols)
-        if self.config.get("transition", "heun") != "euler":
+        if self.options.transition != "euler":
             F[:g, 2 * g:] = (0.5 * dt * dt) * B
         F[g:2 * g, 2 * g:] = dt * B
         return F
@@ -77,7 +76,7 @@ class DependentInputs(JumpHypothesis):
         """Whether the reading (innovation y, its covariance S, Jacobian H over [X, u]) asks
         for a jump of the inputs (:func:`input_states.jump_variance`, ``input_jump_nis``);
         if so Pz's input variances are raised to it."""
-        jn = float(self.config.get("input_jump_nis", 0.0))
+        jn = float(self.options.input_jump_nis)
         if not jn:
             return False
         idx = np.arange(2 * self.mech.dof, 2 * self.mech.dof + self.k)

@@ -48,13 +48,12 @@ Sigma^P are cached per dt when they do not depend on the state.
 """
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from mbde_core.engine import dynamics, fastpath, kinematics
-from mbde_core.engine.integrators import MBState, get_integrator
-from mbde_core.engine.rk4_single import rk4_step
+from mbde_core.engine.integrators import INTEGRATOR_NAMES, MBState, get_integrator
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.kalman import errorekf_numba
 from mbde_core.estimators.kalman import errorekf_scalar
@@ -65,36 +64,52 @@ from mbde_core.estimators.kalman.algebra import ekf_update
 from mbde_core.estimators.kalman.second_order import second_order_terms
 from mbde_core.estimators.kalman.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
+from mbde_core.estimators.options.common import KalmanOptions, input_field
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
+
+
+@dataclass(frozen=True)
+class ErrorEKFOptions(KalmanOptions):
+    """The errorEKF's options: the common ones and these."""
+
+    integrator: str = "rk4"              # paper 003: euler (config/estimators/paper003.yaml)
+    correction: str = "exact"            # exact | linear (paper 003 sec. 3.3: dq = R dz, dqd = R dzd)
+    estimate_acceleration: bool = False
+    acceleration_bias_psd: float = 1.0   # [(unit/s^2)^2 / s] random walk of the acceleration offset
+    inputs: tuple | str = input_field()  # auto: the rule's (none without force limits) | [{coordinate, psd, sigma0, ...}]
+    input_jump_nis: float = 16.0         # NIS above which the inputs may jump by up to sigma0 (0 = off; input_states.py)
+    measurement_order: int = 1           # 1: first order (paper 003; the scalar fast path) | 2: second order
 
 
 class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
     name = "errorekf"
-    DEFAULTS = {
-        "integrator": "rk4",            # paper 003: euler (config/estimators/paper003.yaml)
-        "correction": "exact",          # exact | linear (paper 003 sec. 3.3: dq = R dz, dqd = R dzd)
-        "estimate_acceleration": False,
-        "acceleration_bias_psd": 1.0,   # [(unit/s^2)^2 / s] random walk of the acceleration offset
-        "inputs": "auto",               # auto: the rule's (none without force limits) | [{coordinate: name, psd: [(N m)^2/s], sigma0: N m}]
-        "input_jump_nis": 16.0,         # NIS above which the inputs may jump by up to sigma0 (0 = off; input_states.py)
-        "measurement_order": 1,         # 1: first order (paper 003; the scalar fast path) | 2: second order (second_order.py)
-    }
+    Options = ErrorEKFOptions
+    traits = Traits(cost=2.5, color=(0.17, 0.63, 0.17, 1.0), slot=3, tunable=KALMAN_TUNABLE, input_states=True,
+                    follower=True)
+    ACCELERATION_SIGMA0 = 1.0  # [unit/s^2] initial standard deviation of the acceleration offset
 
-    @staticmethod
-    def validate_config(cfg, file, path):
-        from mbde_core.engine.integrators import INTEGRATOR_NAMES
-
+    @classmethod
+    def validate_config(cls, cfg, file, path):
         if cfg["integrator"] not in INTEGRATOR_NAMES:
             raise ConfigError(file, f"{path}.integrator", f"must be one of {', '.join(INTEGRATOR_NAMES)}")
         if cfg["correction"] not in ("exact", "linear"):
             raise ConfigError(file, f"{path}.correction", "must be one of exact, linear")
+        if not cfg["acceleration_bias_psd"] >= 0:
+            raise ConfigError(file, f"{path}.acceleration_bias_psd", f"must be >= 0, got {cfg['acceleration_bias_psd']}")
         validate_inputs(cfg, file, path)
 
-    def __init__(self, mech, sensors, config, rng=None):
-        super().__init__(mech, sensors, config, rng)
+    @classmethod
+    def transition_orders(cls, cfg):
+        """The simulation's integrator order in both z and zd."""
+        p = int(getattr(get_integrator(cfg["integrator"]), "order", 2))
+        return (p, p)
+
+    def __init__(self, mech, sensors, options, rng=None):
+        super().__init__(mech, sensors, options, rng)
         self.model = ReducedModel(mech, sensors)
-        self.integrator = get_integrator(config["integrator"])
+        self.integrator = get_integrator(options.integrator)
         self.g = g = mech.dof
-        self.acc = bool(config.get("estimate_acceleration", False))
+        self.acc = bool(options.estimate_acceleration)
         init_input_attributes(self)
         self.na = g if self.acc else 0
         self.dim = 2 * g + self.na + self.k
@@ -102,16 +117,16 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         self.u = np.zeros(self.k)
         self.state = MBState(mech.q0.copy(), mech.qd0.copy())
         self.P = np.eye(self.dim)
-        self._sigma = sensor_variances(config)
+        self._sigma = sensor_variances(options)
         self.failures = 0
         # the integrators except ali3p take and return qdd = the forward dynamics (no extras)
-        self._carry_qdd = config["integrator"] != "ali3p"
-        self.linear = config.get("correction", "exact") == "linear"
+        self._carry_qdd = options.integrator != "ali3p"
+        self.linear = options.correction == "linear"
         self._FQ_cache = {}
         self._FQ_lists_cache = None
         # rk4 of one state straight on the scalar kernels (engine.rk4_single), if it applies
         K = fastpath.kernels(mech)
-        self._kernels = K if (config["integrator"] == "rk4" and K is not None and not mech.drivers) else None
+        self._kernels = K if (options.integrator == "rk4" and K is not None and not mech.drivers) else None
         # the same steps compiled with numba (errorekf_numba: when cached and the run is long
         # enough, or after a long run); in auto decided at expect_steps or the first step
         self._nb, self._nb_wait, self._nb_open = None, -1, self._kernels is not None
@@ -168,7 +183,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         self.u = self._u_initial.copy()
         diag = [np.broadcast_to(init.sigma_z, (g,)), np.broadcast_to(init.sigma_zd, (g,))]
         if self.acc:
-            diag.append(np.full(g, float(self.config.get("acceleration_sigma0", 1.0))))
+            diag.append(np.full(g, float(self.ACCELERATION_SIGMA0)))
         if self.k:
             diag.append(self._u_sigma0)
         self.P = np.diag(np.concatenate(diag) ** 2)
@@ -181,7 +196,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         self.full = None
 
     def _F_and_Q(self, dt, q):
-        constant = not self.k and self.config["transition_jacobian"] != "full"
+        constant = not self.k and self.options.transition_jacobian != "full"
         if constant and dt in self._FQ_cache:
             return self._FQ_cache[dt]
         out = self._build_F_and_Q(dt, q)
@@ -193,7 +208,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         g, na, k = self.g, self.na, self.k
         F = np.eye(self.dim)
         F[:g, g : 2 * g] = dt * np.eye(g)
-        if self.config["transition_jacobian"] == "full":
+        if self.options.transition_jacobian == "full":
             x = np.concatenate([q[self.model.iz], self.state.qd[self.model.iz]])
             A = self.model.transition_jacobian(self.t, x, q, "full", extra_Q=self._extra_Q())
             F[g : 2 * g, : 2 * g] += dt * A[g:, :]
@@ -207,7 +222,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         Qd = np.zeros((self.dim, self.dim))
         Qd[: 2 * g, : 2 * g] = self.plant_noise(dt)
         if na:
-            Qd[2 * g : 2 * g + na, 2 * g : 2 * g + na] = np.eye(g) * float(self.config["acceleration_bias_psd"]) * dt
+            Qd[2 * g : 2 * g + na, 2 * g : 2 * g + na] = np.eye(g) * float(self.options.acceleration_bias_psd) * dt
         if k:
             Qd[2 * g + na :, 2 * g + na :] = np.diag(self._u_psd * dt)
         return F, Qd
@@ -224,12 +239,12 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         F, Qd = self._F_and_Q(dt, q)
         extra = self._extra_zdd(q) if (self.acc or self.k) else None
         if self._nb_wait >= 0:
-            self._auto_numba(dt)
+            errorekf_numba.auto(self, dt)
         if self._kernels is not None and (
                 (self._nb is not None and errorekf_numba.predict(self, self._nb, dt, extra))
-                or self._predict_scalar(dt, extra)):
+                or errorekf_scalar.predict(self, dt, extra)):
             if self.dim == 2:  # F P F^T + Qd on floats (numpy's fixed costs dominate at 2 x 2)
-                self.P = np.array(errorekf_scalar.propagate2(self.P.tolist(), *self._FQ_lists(F, Qd)))
+                self.P = np.array(errorekf_scalar.propagate2(self.P.tolist(), *errorekf_scalar.fq_lists(self, F, Qd)))
             else:
                 self.P = F @ self.P @ F.T + Qd
                 self.P = 0.5 * (self.P + self.P.T)
@@ -246,55 +261,6 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         self.P = F @ self.P @ F.T + Qd
         self.P = 0.5 * (self.P + self.P.T)
 
-    def _auto_numba(self, dt):
-        """errorekf_numba's auto rule: after AUTO_STEPS predictions compile in the
-        background, then use the compiled path from the first step after it is ready."""
-        if self._nb_wait > 0:
-            self._nb_wait -= 1
-            if self._nb_wait == 0:
-                self._nb_bg = errorekf_numba.Background(self, dt)
-        elif self._nb_bg.module is not None:
-            self._nb, self._nb_bg, self._nb_wait = self._nb_bg.module, None, -1
-        elif not self._nb_bg.thread.is_alive():  # nothing compiled: Python only
-            self._nb_bg, self._nb_wait = None, -1
-
-    def _FQ_lists(self, F, Qd):
-        """(F, Qd) as lists (cached with the arrays: the same objects every step when constant)."""
-        c = self._FQ_lists_cache
-        if c is None or c[0] is not F or c[1] is not Qd:
-            c = self._FQ_lists_cache = (F, Qd, F.tolist(), Qd.tolist())
-        return c[2], c[3]
-
-    def _predict_scalar(self, dt, extra) -> bool:
-        """The simulation's rk4 step on the scalar kernels (:func:`rk4_single.rk4_step`,
-        the same operations as ``RK4.step``), started from the kernel values of the last
-        FullState at the simulation state if there is one; the FullState at the result
-        (R and the kernel context: what the update needs) comes with it. False (nothing
-        changed) when a kernel meets an arithmetic exception: the generic step decides."""
-        state, st = self.state, self.full
-        if st is not None and st.ctx is not None and st.q is state.q:
-            xs, tr, J = st.ctx
-            ctx = (tr, J, None)
-        else:
-            xs, ctx = state.q.tolist(), None
-        try:
-            q1, qd1, qdd1, ok, (tr1, J1, R1, zdd1, rd1) = rk4_step(
-                self.mech, self._kernels, self.t, xs, state.qd.tolist(),
-                None if state.qdd is None else state.qdd.tolist(), dt, None if extra is None else extra.tolist(), ctx)
-        except fastpath.SCALAR_ERRORS:
-            return False
-        self.t += dt
-        if ok and math.isfinite(sum(q1)):
-            q = np.array(q1)
-            self.state = MBState(q, np.array(qd1), np.array(qdd1))
-            self.full = FullState(q, self.state.qd, self.state.qdd, np.array(zdd1), np.array(R1), np.array(rd1),
-                                  (q1, tr1, J1))
-        else:
-            self.failures += 1
-            self.state = MBState(state.q, state.qd)  # its qdd belongs to the previous time
-            self.full = None
-        return True
-
     def _full(self) -> FullState:
         """R and the kernel context at the simulation state (evaluated when first needed)."""
         if self.full is None:
@@ -304,7 +270,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
     def update(self, measurements, gates=None):
         if self._nb_open:
             self._decide_backend()
-        second = int(self.config.get("measurement_order", 1)) == 2 and self.dim == 2 * self.g
+        second = int(self.options.measurement_order) == 2 and self.dim == 2 * self.g
         if self._kernels is not None and not second and errorekf_scalar.applies(self, measurements):
             try:
                 res = errorekf_scalar.update(self, measurements, gates)
@@ -317,7 +283,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         names, dims, y, H, Rm = self._innovation(measurements)
         before = None
         if self.k:
-            P = input_jump(self.P, y, H, Rm, slice(2 * g + na, None), self._u_sigma0**2, self.config["input_jump_nis"])
+            P = input_jump(self.P, y, H, Rm, slice(2 * g + na, None), self._u_sigma0**2, self.options.input_jump_nis)
             if P is not self.P:
                 self.input_jumps += 1
                 before = self._state_tuple()
@@ -339,7 +305,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
     def _innovation(self, measurements):
         """(names, dims, y, H, R) of the readings at the current state."""
         g, na = self.g, self.na
-        second = int(self.config.get("measurement_order", 1)) == 2 and self.dim == 2 * g
+        second = int(self.options.measurement_order) == 2 and self.dim == 2 * g
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]
         o = np.concatenate([np.asarray(m.value, float) for m in measurements]) if len(measurements) > 1 \

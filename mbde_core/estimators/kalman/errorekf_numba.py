@@ -117,8 +117,21 @@ class Background:
         self.module = mod
 
 
+def auto(est, dt):
+    """errorekf_numba's auto rule: after AUTO_STEPS predictions compile in the
+    background, then use the compiled path from the first step after it is ready."""
+    if est._nb_wait > 0:
+        est._nb_wait -= 1
+        if est._nb_wait == 0:
+            est._nb_bg = Background(est, dt)
+    elif est._nb_bg.module is not None:
+        est._nb, est._nb_bg, est._nb_wait = est._nb_bg.module, None, -1
+    elif not est._nb_bg.thread.is_alive():  # nothing compiled: Python only
+        est._nb_bg, est._nb_wait = None, -1
+
+
 def predict(est, mod, dt, extra) -> bool:
-    """ErrorEKF._predict_scalar on the compiled rk4_one; False: redo on the Python path."""
+    """errorekf_scalar.predict on the compiled rk4_one; False: redo on the Python path."""
     K = est._kernels
     state = est.state
     q = tuple(state.q.tolist())
@@ -167,7 +180,8 @@ def row(mod, st: FullState, qd: list, hq, hqd) -> list:
 
 def update(est, mod, st: FullState, name, value, gates):
     """errorekf_scalar.update on update_one (the sensor's h, h_q, h_qd and the residual
-    in Python); None: the Python path decides (nothing changed)."""
+    in Python): (UpdateResult, dx), dx the correction the Python path must make (numbers
+    not finite on the compiled one), else None."""
     sensor = est.sensors[name]
     xs, tr, J = st.ctx
     qd = st.qd.tolist()
@@ -185,7 +199,7 @@ def update(est, mod, st: FullState, name, value, gates):
         yv, r, np.ascontiguousarray(est.P, dtype=float), math.inf if gate is None else float(gate), tv)
     dist = [] if gate is None else [(name, d2)]
     if gated:
-        return UpdateResult([], [name], distances=dist)
+        return UpdateResult([], [name], distances=dist), None
     est.P = P
     res = accepted_result(name, y, s, dist)
     if code == 0:
@@ -195,15 +209,8 @@ def update(est, mod, st: FullState, name, value, gates):
     elif code in (1, 2):
         est.failures += 1
     else:  # non-finite on the way: the Python correction decides
-        from mbde_core.engine.fastpath import SCALAR_ERRORS
-        from mbde_core.estimators.kalman import errorekf_scalar
-
-        dx = [k * yv for k in Kg.tolist()]
-        try:
-            errorekf_scalar.correct(est, st, dx, compiled=False)
-        except SCALAR_ERRORS:
-            est._correct(np.array(dx))
-    return res
+        return res, [k * yv for k in Kg.tolist()]
+    return res, None
 
 
 def correct(est, mod, z, zd, guess):

@@ -29,7 +29,7 @@ import numpy as np
 
 from mbde_core.engine.fastpath import SCALAR_ERRORS, s_position
 from mbde_core.engine.integrators import MBState
-from mbde_core.engine.rk4_single import MAX_ITER
+from mbde_core.engine.rk4_single import MAX_ITER, rk4_step
 from mbde_core.estimators.kalman import errorekf_numba
 from mbde_core.estimators.base import UpdateResult, accepted_result
 from mbde_core.estimators.kalman.reduced import FullState
@@ -84,7 +84,13 @@ def update(est, measurements, gates):
     if st.ctx is None:
         return None
     if est._nb is not None and getattr(sensor, "linearize_floats", None) is not None:
-        return errorekf_numba.update(est, est._nb, st, name, m.value, gates)
+        res, dx = errorekf_numba.update(est, est._nb, st, name, m.value, gates)
+        if dx is not None:  # non-finite on the compiled path: the Python correction decides
+            try:
+                correct(est, st, dx, compiled=False)
+            except SCALAR_ERRORS:
+                est._correct(np.array(dx))
+        return res
     h, H = measurement_row(est, st, sensor)
     y = est.model.residual([name], np.asarray(m.value, float), h)
     r = float(est.model.noise_covariance([name], est._sigma)[0, 0])
@@ -117,7 +123,7 @@ def update(est, measurements, gates):
 
 
 def joseph(P, Kg, H, r):
-    """(I - K H) P (I - K H)^T + K r K^T, symmetrised (lists; as reduced.joseph_update)."""
+    """(I - K H) P (I - K H)^T + K r K^T, symmetrised (lists; as algebra.joseph_update)."""
     n = len(H)
     A = [[(1.0 if i == j else 0.0) - Kg[i] * H[j] for j in range(n)] for i in range(n)]  # I - K H
     AP = [[sum(A[i][k] * P[k][j] for k in range(n)) for j in range(n)] for i in range(n)]
@@ -192,3 +198,42 @@ def correct(est, st: FullState, dx, compiled: bool = True) -> None:
     new = FullState(np.array(q), np.array(qd1), np.array(qdd), np.array(zdd), np.array(R), np.array(rd), (q, tr, J))
     est.state = MBState(new.q, new.qd, new.qdd)
     est.full = new
+
+
+def predict(est, dt, extra) -> bool:
+    """The errorEKF's prediction of its simulation: the rk4 step on the scalar kernels (:func:`rk4_single.rk4_step`,
+    the same operations as ``RK4.step``), started from the kernel values of the last
+    FullState at the simulation state if there is one; the FullState at the result
+    (R and the kernel context: what the update needs) comes with it. False (nothing
+    changed) when a kernel meets an arithmetic exception: the generic step decides."""
+    state, st = est.state, est.full
+    if st is not None and st.ctx is not None and st.q is state.q:
+        xs, tr, J = st.ctx
+        ctx = (tr, J, None)
+    else:
+        xs, ctx = state.q.tolist(), None
+    try:
+        q1, qd1, qdd1, ok, (tr1, J1, R1, zdd1, rd1) = rk4_step(
+            est.mech, est._kernels, est.t, xs, state.qd.tolist(),
+            None if state.qdd is None else state.qdd.tolist(), dt, None if extra is None else extra.tolist(), ctx)
+    except SCALAR_ERRORS:
+        return False
+    est.t += dt
+    if ok and math.isfinite(sum(q1)):
+        q = np.array(q1)
+        est.state = MBState(q, np.array(qd1), np.array(qdd1))
+        est.full = FullState(q, est.state.qd, est.state.qdd, np.array(zdd1), np.array(R1), np.array(rd1),
+                              (q1, tr1, J1))
+    else:
+        est.failures += 1
+        est.state = MBState(state.q, state.qd)  # its qdd belongs to the previous time
+        est.full = None
+    return True
+
+
+def fq_lists(est, F, Qd):
+    """(F, Qd) as lists (cached with the arrays: the same objects every step when constant)."""
+    c = est._FQ_lists_cache
+    if c is None or c[0] is not F or c[1] is not Qd:
+        c = est._FQ_lists_cache = (F, Qd, F.tolist(), Qd.tolist())
+    return c[2], c[3]

@@ -31,10 +31,13 @@ the code they ran before inputs existed.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from mbde_core.engine import kinematics
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.options.rule import AUTO, INPUT_OBSERVERS  # noqa: F401 (re-exported)
+from mbde_core.estimators.options.frozen import AUTO
 
 INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial", "limit")
 
@@ -47,11 +50,12 @@ def input_forces(n: int, cols, u) -> np.ndarray:
 
 
 def validate_inputs(cfg: dict, file: str, path: str) -> None:
-    """The ``inputs`` option: ``auto`` or a list of {coordinate, psd >= 0, sigma0 > 0, initial}."""
-    jn = cfg.get("input_jump_nis", 0.0)
-    if isinstance(jn, bool) or not isinstance(jn, (int, float)) or jn < 0:
+    """The ``inputs`` option: ``auto`` or a list of {coordinate, psd >= 0, sigma0 > 0,
+    initial, limit > 0} (finite numbers), and ``input_jump_nis`` >= 0."""
+    jn = cfg["input_jump_nis"]
+    if isinstance(jn, bool) or not isinstance(jn, (int, float)) or not jn >= 0:
         raise ConfigError(file, f"{path}.input_jump_nis", f"must be >= 0 (0 = off), got {jn!r}")
-    items = cfg.get("inputs", [])
+    items = cfg["inputs"]
     if items == AUTO:
         return
     if not isinstance(items, list):
@@ -68,34 +72,25 @@ def validate_inputs(cfg: dict, file: str, path: str) -> None:
                 if not isinstance(value, str):
                     raise ConfigError(file, f"{where}.coordinate", f"a coordinate name, got {value!r}")
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(file, f"{where}.{key}", f"a number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(file, f"{where}.{key}", f"a finite number, got {value!r}")
             if (key == "psd" and value < 0) or (key in ("sigma0", "limit") and value <= 0):
                 raise ConfigError(file, f"{where}.{key}", f"must be {'>= 0' if key == 'psd' else '> 0'}, got {value}")
 
 
-def input_specs(config: dict) -> list:
-    """The configured inputs (``auto`` not resolved by the rule, i.e. built without a
-    mechanism's context: none)."""
-    items = config.get("inputs", [])
-    return [] if items == AUTO or not items else list(items)
-
-
 def init_input_attributes(est) -> None:
-    """The inputs of ``est.config`` on the estimator ``est`` (mech, config, name): input_specs,
-    input_cols (their natural coordinates), k, _u_psd, _u_sigma0, _u_initial, _u_limit (k,),
-    _E (n, k) (the unit columns: generalized forces E u) and the jump counter; a coordinate
-    the mechanism does not have is a ConfigError at ``<name>.inputs``."""
+    """The inputs of ``est.options`` (resolved: a tuple of :class:`InputSpec`) on the
+    estimator ``est`` (mech, options): input_specs, input_cols (their natural coordinates),
+    k, _u_psd, _u_sigma0, _u_initial, _u_limit (k,), _E (n, k) (the unit columns:
+    generalized forces E u) and the jump counter. The pipeline checked the coordinate
+    names (:func:`~mbde_core.estimators.configure.check_names`)."""
     mech = est.mech
-    specs = input_specs(est.config)
-    try:
-        cols = [mech.coordinate_index(s["coordinate"]) for s in specs]
-    except (KeyError, IndexError) as exc:
-        raise ConfigError("<estimator config>", f"{est.name}.inputs", str(exc.args[0])) from None
+    specs = tuple(est.options.inputs)
+    cols = [mech.coordinate_index(s.coordinate) for s in specs]
     est.input_specs, est.input_cols, est.k = specs, cols, len(cols)
-    est._u_psd = np.array([float(s.get("psd", 1.0)) for s in specs])
-    est._u_sigma0 = np.array([float(s.get("sigma0", 1.0)) for s in specs])
-    est._u_initial = np.array([float(s.get("initial", 0.0)) for s in specs])
+    est._u_psd = np.array([float(s.psd) for s in specs])
+    est._u_sigma0 = np.array([float(s.sigma0) for s in specs])
+    est._u_initial = np.array([float(s.initial) for s in specs])
     est._u_limit = input_limits(specs)
     est._E = np.zeros((mech.n, len(cols)))
     est._E[cols, np.arange(len(cols))] = 1.0
@@ -139,7 +134,6 @@ class InputStates:
     def with_inputs(self, q, zdd, qdd, U):
         """(zdd, qdd) of a batch of states (N rows: q (N, n), zdd (N, g), qdd (N, n) or
         None, inputs U (N, k)) with the inputs' accelerations B u added (qdd += R B u)."""
-        from mbde_core.engine import kinematics
 
         R = kinematics.r_matrix(self.mech, q)
         dz = np.einsum("igk,ik->ig", self.input_gain(R), U)
@@ -188,7 +182,7 @@ class InputStates:
 
 def input_limits(specs) -> np.ndarray:
     """(k,) the inputs' bounds |u_j| <= limit_j (inf where a spec has none)."""
-    return np.array([float(s.get("limit", np.inf)) for s in specs])
+    return np.array([float(s.limit) for s in specs])
 
 
 def project_inputs(x, P, idx, u, limit):

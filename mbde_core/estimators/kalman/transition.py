@@ -6,7 +6,7 @@
   of zd; on a fast linkage (the paper-000 rig: |zdd| ~ 300 rad/s^2 at dt = 5 ms, 4e-3 rad
   per step) no white plant noise makes the filter consistent (mean NEES 80-5e4 on
   ``pf_sim`` for every acceleration density, measured: README, Defaults that transfer);
-- ``constant_acceleration`` (DIEKFpm's default until stop 30) -- the exact solution for the acceleration
+- ``constant_acceleration`` -- the exact solution for the acceleration
   held over the step: z+ = z + dt zd + dt^2/2 zdd, zd+ = zd + dt zdd. Same cost, local
   error in z of order dt^3 (jerk); the velocity update is still forward Euler (local error
   dt^2/2 zddd), which the default plant noise covers (:mod:`~mbde_core.estimators.options.rule`);
@@ -27,8 +27,25 @@ from __future__ import annotations
 
 import numpy as np
 
+from mbde_core.errors import ConfigError
+
 TRANSITIONS = ("euler", "constant_acceleration", "heun")
 TRANSITION_DEFAULT = "constant_acceleration"
+# (order of the z update, order of the zd update) of each transition (the default-tuning rule's
+# q_disc and velocity noise: a first-order update's local error is dt^2/2 of the next derivative)
+ORDERS = {"euler": (1, 1), "constant_acceleration": (2, 1), "heun": (2, 2)}
+
+
+def transition_orders(cfg: dict) -> tuple[int, int]:
+    """The orders of the ``transition`` option of ``cfg`` (:data:`ORDERS`)."""
+    return ORDERS[cfg["transition"]]
+
+
+def check_transition(cfg: dict, file: str, path: str) -> None:
+    """The ``transition`` option is one of TRANSITIONS."""
+
+    if cfg["transition"] not in TRANSITIONS:
+        raise ConfigError(file, f"{path}.transition", f"must be one of {', '.join(TRANSITIONS)}, got {cfg['transition']!r}")
 
 
 def heun_step(X, zdd0, zdd1, dt: float, g: int):
@@ -40,9 +57,9 @@ def heun_step(X, zdd0, zdd1, dt: float, g: int):
     return np.hstack([z + dt * zd + (dt * dt / 6.0) * (2.0 * zdd0 + zdd1), zd + (0.5 * dt) * (zdd0 + zdd1)])
 
 
-def position_step(config: dict, z, zd, zdd, dt: float):
-    """z+ for the configured transition; z, zd, zdd: arrays of one shape ((g,), (N, g), (n,))."""
-    if config.get("transition", TRANSITION_DEFAULT) == "euler":
+def position_step(transition: str, z, zd, zdd, dt: float):
+    """z+ for the ``transition``; z, zd, zdd: arrays of one shape ((g,), (N, g), (n,))."""
+    if transition == "euler":
         return z + dt * zd
     return z + dt * zd + (0.5 * dt * dt) * zdd
 

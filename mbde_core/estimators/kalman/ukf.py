@@ -34,31 +34,61 @@ with jumps and the bound: 0.0103 rad, mean NEES 2.1.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.kalman.input_states import InputStates, jump_variance, project_inputs, validate_inputs
 from mbde_core.engine.linalg import solve_one
 from mbde_core.estimators.kalman.algebra import cholesky_floats, cholesky, gate, update_result
 from mbde_core.estimators.kalman.base import ReducedKalman
-from mbde_core.estimators.kalman.transition import TRANSITION_DEFAULT, heun_step, position_step
+from mbde_core.estimators.kalman.transition import check_transition, heun_step, position_step, transition_orders
 from mbde_core.estimators.kalman.ukf_readings import SigmaReadings
 from mbde_core.sensors.base import wrap_angle
+from mbde_core.estimators.options.common import KalmanOptions, input_field
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
+
+
+@dataclass(frozen=True)
+class UKFOptions(KalmanOptions):
+    """The UKF's options: the common ones, and the sigma points' spread."""
+
+    alpha: float = 1.0               # sigma-point spread (> 0)
+    beta: float = 2.0                # prior knowledge of the distribution (2: Gaussian)
+    kappa: float = -1.0              # < 0: Julier's 3 - L
+    transition: str = "heun"         # transition.py
+    inputs: tuple | str = input_field()  # auto: the rule's (none without force limits)
+    input_jump_nis: float = 16.0
 
 
 class UKF(InputStates, ReducedKalman):
     name = "ukf"
-    DEFAULTS = {"alpha": 1.0, "beta": 2.0, "kappa": -1.0,  # kappa < 0: Julier's 3 - L
-                "transition": "heun", "inputs": "auto", "input_jump_nis": 16.0}  # inputs: the rule's (none without force limits)
-    validate_config = staticmethod(validate_inputs)
+    traits = Traits(cost=1.5, color=(1.00, 0.50, 0.05, 1.0), slot=2, tunable=KALMAN_TUNABLE, input_states=True,
+                    follower=True)
+    Options = UKFOptions
 
-    def __init__(self, mech, sensors, config, rng=None):
-        super().__init__(mech, sensors, config, rng)
+    @classmethod
+    def validate_config(cls, cfg, file, path):
+
+        if not cfg["alpha"] > 0:
+            raise ConfigError(file, f"{path}.alpha", f"the sigma-point spread must be > 0, got {cfg['alpha']}")
+        if not cfg["beta"] >= 0:
+            raise ConfigError(file, f"{path}.beta", f"must be >= 0, got {cfg['beta']}")
+        check_transition(cfg, file, path)
+        validate_inputs(cfg, file, path)
+
+    @classmethod
+    def transition_orders(cls, cfg):
+        return transition_orders(cfg)
+
+    def __init__(self, mech, sensors, options, rng=None):
+        super().__init__(mech, sensors, options, rng)
         self._init_inputs()
         L = 2 * self.g + self.k
-        alpha, beta = config.get("alpha", 1.0), config.get("beta", 2.0)
-        kappa = config.get("kappa", -1.0)
-        if kappa is None or kappa < 0:
+        alpha, beta, kappa = options.alpha, options.beta, options.kappa
+        if kappa < 0:
             kappa = 3.0 - L
         lam = alpha**2 * (L + kappa) - L
         self.gamma = np.sqrt(L + lam)
@@ -116,8 +146,8 @@ class UKF(InputStates, ReducedKalman):
         x0 = self.x
         X = self._sigma_points(x0, self.P)
         zdd = self._assemble_batch(X, True)[2]
-        Xp = np.hstack([position_step(self.config, X[:, :g], X[:, g:], zdd, dt), X[:, g:] + dt * zdd])
-        if self.config.get("transition") == "heun":  # second stage at the predicted points
+        Xp = np.hstack([position_step(self.options.transition, X[:, :g], X[:, g:], zdd, dt), X[:, g:] + dt * zdd])
+        if self.options.transition == "heun":  # second stage at the predicted points
             zdd1 = self.model.assemble_near(self.t + dt, Xp, self._full(), True)[2]
             Xp = heun_step(X, zdd, zdd1, dt, g)
         self._predicted(x0, Xp, self.plant_noise(dt), dt)
@@ -128,8 +158,8 @@ class UKF(InputStates, ReducedKalman):
         x0 = self.x
         X = self._sigma_points(x0, self.P)
         zdd = self._assemble_batch(X, True)[2]
-        Xp = np.hstack([position_step(self.config, X[:, :g], X[:, g:g2], zdd, dt), X[:, g:g2] + dt * zdd])
-        if self.config.get("transition") == "heun":
+        Xp = np.hstack([position_step(self.options.transition, X[:, :g], X[:, g:g2], zdd, dt), X[:, g:g2] + dt * zdd])
+        if self.options.transition == "heun":
             q1, _, zdd1, _, _ = self.model.assemble_near(self.t + dt, Xp, self._full(), True)
             zdd1 = self.with_inputs(q1, zdd1, None, X[:, g2:])[0]
             Xp = heun_step(X[:, :g2], zdd, zdd1, dt, g)
@@ -168,7 +198,7 @@ class UKF(InputStates, ReducedKalman):
         S = dYw @ dY + R
         Pxy = (dX.T * self.Wc) @ dY
         y = self.model.residual(names, o, y_mean)
-        if self.k and self.config.get("input_jump_nis"):
+        if self.k and self.options.input_jump_nis:
             S, Pxy = self._input_jump(y, S, Pxy)
         dist = []
         accepted, rejected, rows = gate(names, dims, y, S, gates, dist)
@@ -205,7 +235,7 @@ class UKF(InputStates, ReducedKalman):
             return S, Pxy
         idx = np.arange(g2, g2 + self.k)
         Pa = self.P[idx, idx]
-        V = jump_variance(Pa, y, S, Ha, self._u_sigma0**2, self.config["input_jump_nis"])
+        V = jump_variance(Pa, y, S, Ha, self._u_sigma0**2, self.options.input_jump_nis)
         if V is None:
             return S, Pxy
         dV = V - Pa

@@ -17,14 +17,13 @@ it is the exact linearisation of the discrete map the prediction applies, symple
 block is the same theorem's derivative with respect to a. The ``inputs`` u enter as the
 generalized forces they are, fe = E u held over the step (``extra_force`` of
 :func:`mbde_core.engine.variational.run`; E the unit columns of their coordinates), and
-their block is d(z1, zd1)/du from dPhi1/du = -c_h R0^T E, dPhi2/du = -c_p R1^T E. Until
-stop 35 they entered as the acceleration B(z0) u = Mbar0^-1 R0^T E u held over the step
-(as the explicit integrators take them), i.e. as the force M R0 B(z0) u, which the
-momentum at q1 sees as R1^T M R0 Mbar0^-1 R0^T E u instead of R1^T E u: on the paper-004
-slider-crank at 60 rad/s and 2 N m a zd drift of -1.1e-3 rad/s per 1 ms step against a
-fine RK4 reference (now -1.4e-5; RK4 with the held acceleration: -2.8e-4), the size of
-the plant noise, and F missed d(B u)/dz0 (20 % of dzd1/dz0; patched by central
-differences in stop 34).
+their block is d(z1, zd1)/du from dPhi1/du = -c_h R0^T E, dPhi2/du = -c_p R1^T E. Taken
+instead as the acceleration B(z0) u = Mbar0^-1 R0^T E u held over the step (as the explicit
+integrators take them), i.e. as the force M R0 B(z0) u, which the momentum at q1 sees as
+R1^T M R0 Mbar0^-1 R0^T E u instead of R1^T E u, they give on the paper-004 slider-crank at
+60 rad/s and 2 N m a zd drift of -1.1e-3 rad/s per 1 ms step against a fine RK4 reference
+(as forces: -1.4e-5; RK4 with the held acceleration: -2.8e-4), the size of the plant noise,
+and F misses d(B u)/dz0 (20 % of dzd1/dz0).
 
 Inputs (``inputs: auto``, ``input_jump_nis: 16``: the errorEKF's defaults, :mod:`input_states`)
 and ``structured`` (without_inputs | always | never): with estimated inputs the exact step Jacobian
@@ -51,37 +50,49 @@ Cost: a variational step (Newton on g unknowns) plus ~4 g small solves per predi
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from mbde_core.engine.integrators import MBState
 from mbde_core.engine.vi_linearize import step_jacobian
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.kalman.errorekf import ErrorEKF
+from mbde_core.estimators.kalman.errorekf import ErrorEKF, ErrorEKFOptions
+from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 VI_INTEGRATORS = ("midpoint", "symplectic_euler")
 STRUCTURED = ("without_inputs", "always", "never")
 
 
+@dataclass(frozen=True)
+class VIEKFOptions(ErrorEKFOptions):
+    """The errorEKF's options with a variational integrator and the structured Jacobian."""
+
+    integrator: str = "midpoint"           # midpoint | symplectic_euler (variational only)
+    # the step's exact Jacobian for [z, zd] without estimated inputs only, the Euler block
+    # with them (module doc, "Inputs") | always | never
+    structured: str = "without_inputs"
+
+
 class VIEKF(ErrorEKF):
     name = "viekf"
-    # structured: the step's exact Jacobian for [z, zd] without estimated inputs only, the
-    # Euler block with them (module doc, "Inputs")
-    DEFAULTS = dict(ErrorEKF.DEFAULTS, integrator="midpoint", structured="without_inputs")
+    traits = Traits(tunable=KALMAN_TUNABLE, input_states=True, follower=True)
+    Options = VIEKFOptions
 
-    @staticmethod
-    def validate_config(cfg, file, path):
+    @classmethod
+    def validate_config(cls, cfg, file, path):
         if cfg["integrator"] not in VI_INTEGRATORS:
             raise ConfigError(file, f"{path}.integrator", f"must be one of {', '.join(VI_INTEGRATORS)} (variational)")
-        if cfg.get("structured", STRUCTURED[0]) not in STRUCTURED:
+        if cfg["structured"] not in STRUCTURED:
             raise ConfigError(file, f"{path}.structured", f"must be one of {', '.join(STRUCTURED)}, got {cfg['structured']!r}")
-        ErrorEKF.validate_config(cfg, file, path)
+        super().validate_config(cfg, file, path)
 
-    def __init__(self, mech, sensors, config, rng=None):
-        config = dict(config, transition_jacobian="simple")  # F is the structured one
-        super().__init__(mech, sensors, config, rng)
-        structured = config.get("structured", STRUCTURED[0])
+    def __init__(self, mech, sensors, options, rng=None):
+        options = options.replace(transition_jacobian="simple")  # F is the structured one
+        super().__init__(mech, sensors, options, rng)
+        structured = options.structured
         self.structured = (not self.k) if structured == STRUCTURED[0] else structured == "always"
-        self.midpoint = config["integrator"] == "midpoint"
+        self.midpoint = options.integrator == "midpoint"
         self.linearisation_failures = 0
 
     def _predict_one(self, dt: float) -> None:

@@ -70,7 +70,8 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   torque's 0.59 / 0.92 / 1.32), sigma0 = 5 N m, q = 2.7 rad^2/s^3 (was 1.4e5) and the
   slider accelerometer's 0.05 m/s^2 (was widened to 133).
 
-The transitions' orders (z update, zd update) are given by :func:`transition_orders`.
+The transitions' orders (z update, zd update) are the estimator class's ``transition_orders``;
+which parts of the rule apply, its traits' ``noise_rule`` family (:mod:`~mbde_core.estimators.traits`).
 The shipped scenarios' values and what they give are in the README (Defaults that
 transfer, ``mbde bench transfer``).
 """
@@ -81,19 +82,26 @@ import math
 
 import numpy as np
 
-AUTO = "auto"
-MODEL_ERROR = 0.1
+from mbde_core.errors import ConfigError
+from mbde_core.estimators.options.common import AUTO, MODEL_ERROR, Rule
+from mbde_core.estimators.options.mechanism_scales import mechanism_scales
+from mbde_core.estimators.options.sensor_scales import widened_sigmas
+
 STEP_MAX = 0.005   # s
 STEP_TURN = 0.05   # rad per step at the motion's frequency
 SIGMA_Z = 0.05     # of ell
 SIGMA_ZD = 0.05    # of v
-RULE_DEFAULTS = {"model_error": MODEL_ERROR, "force_limits": {}}
-INPUT_OBSERVERS = ("errorekf", "viekf", "ukf", "dekf", "cekf", "diekfpm")  # the [z, zd] observers with input states
+RULE_DEFAULTS = Rule.defaults()
+# the particle filters' part (an unknown motor, :func:`_particle_motor`; their own rules of
+# :mod:`~mbde_core.estimators.particle.scales` use the same numbers)
+ACCEL_FRACTION = 0.5       # sigma_a = ACCEL_FRACTION x the RMS model acceleration at rest
+VELOCITY_MARGIN = 1.25     # the uniform start's velocity range: +- VELOCITY_MARGIN x the speed scale
 
 
 def model_error(cfg: dict) -> float:
-    """eps of the options ``cfg`` (``rule.model_error``, default MODEL_ERROR)."""
-    return float((cfg.get("rule") or {}).get("model_error", MODEL_ERROR))
+    """eps of the options ``cfg``: ``rule.model_error`` (MODEL_ERROR for an estimator
+    without the ``rule`` options: the particle filters)."""
+    return float(cfg["rule"]["model_error"]) if "rule" in cfg else MODEL_ERROR
 
 
 def has_auto(cfg: dict) -> bool:
@@ -104,43 +112,26 @@ def has_auto(cfg: dict) -> bool:
     return False
 
 
-def transition_orders(name: str, cfg: dict) -> tuple[int, int]:
-    """(order of the z update, order of the zd update) of the estimator's transition: the
-    local errors are O(dt^(p+1)) (for q_disc and the velocity noise)."""
-    if name in ("ukf", "dekf", "diekfpm"):
-        return {"euler": (1, 1), "constant_acceleration": (2, 1), "heun": (2, 2)}[cfg.get("transition", "euler")]
-    if name in ("errorekf", "viekf"):
-        from mbde_core.engine.integrators import get_integrator
-
-        p = int(getattr(get_integrator(cfg.get("integrator", "euler")), "order", 2))
-        return (p, p)
-    if name == "adekf":
-        return (1, 1)
-    return (2, 2)
-
-
-def force_limits(mech, cfg: dict, context=None) -> np.ndarray:
+def force_limits(mech, cfg: dict, context=None, where=("<estimator config>", "")) -> np.ndarray:
     """(g,) unknown-force bounds on the independent coordinates: the config's
-    ``rule.force_limits`` (by coordinate name) over the context's (a scenario's motor)."""
+    ``rule.force_limits`` (by coordinate name) over the context's (a scenario's motor);
+    where: (file, key path) of the options, for the error of an unknown coordinate."""
     out = np.zeros(mech.dof)
     if context is not None and context.get("force_limits") is not None:
         out = np.maximum(out, np.asarray(context["force_limits"], float))
     names = list(mech.independent_names)
-    for key, value in ((cfg.get("rule") or {}).get("force_limits") or {}).items():
+    for key, value in (cfg["rule"]["force_limits"] if "rule" in cfg else {}).items():
         if key not in names:
-            from mbde_core.errors import ConfigError
-
-            raise ConfigError("<estimator config>", f"rule.force_limits.{key}",
+            file, path = where
+            raise ConfigError(file, f"{path + '.' if path else ''}rule.force_limits.{key}",
                               f"not an independent coordinate (choose from {', '.join(names)})")
         out[names.index(key)] = float(value)
     return out
 
 
-def rule_scales(mech, cfg: dict, context=None):
-    from mbde_core.estimators.options.mechanism_scales import mechanism_scales
-
+def rule_scales(mech, cfg: dict, context=None, where=("<estimator config>", "")):
     speed = None if context is None else context.get("speed")
-    return mechanism_scales(mech, force_limits(mech, cfg, context), speed)
+    return mechanism_scales(mech, force_limits(mech, cfg, context, where), speed)
 
 
 def auto_step(sc, sensors) -> float:
@@ -152,47 +143,46 @@ def auto_step(sc, sensors) -> float:
     return T / math.ceil(T / h_max - 1e-9)
 
 
-def auto_psd(name: str, cfg: dict, sc, dt: float, covered=None) -> tuple[np.ndarray, np.ndarray]:
-    """(acceleration_psd, velocity_psd) (g,) of the rule (module doc); covered (g,) bool:
-    the coordinates whose unknown forces are input states (no q_force there)."""
+def auto_psd(cls, cfg: dict, sc, dt: float, covered=None) -> tuple[np.ndarray, np.ndarray]:
+    """(acceleration_psd, velocity_psd) (g,) of the rule (module doc) for estimator class
+    ``cls`` (its traits' ``noise_rule`` and ``transition_orders``); covered (g,) bool: the
+    coordinates whose unknown forces are input states (no q_force there)."""
     eps = model_error(cfg)
-    pz, pv = transition_orders(name, cfg)
-    if name == "adekf":
-        dt = dt / max(1, int(cfg.get("substeps", 1)))
+    pz, pv = cls.transition_orders(cfg)
+    adekf = cls.traits.noise_rule == "adekf"
+    if adekf:
+        dt = dt / max(1, int(cfg["substeps"]))
     a, w = sc.a, sc.w
     q_vel = a**2 * dt**3 / 4.0 if pz == 1 else 0.0 * a
     q_model = (eps * sc.a_g) ** 2 / sc.w_g
-    if name == "adekf":  # its inputs absorb the unknown forces; the zd error of its Euler step
+    if adekf:  # its inputs absorb the unknown forces; the zd error of its Euler step
         return q_model + (a * w) ** 2 * dt**3 / 4.0, q_vel
     q_disc = 0.75 * a**2 * w * dt**2 if pv == 1 else 0.0 * a
     a_f = sc.a_f if covered is None else np.where(covered, 0.0, sc.a_f)
     return q_model + a_f**2 / sc.w + q_disc, q_vel
 
 
-def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
-    """A copy of the validated options ``cfg`` with every ``auto`` replaced by the rule
-    (module doc) for ``mech`` and ``sensors``; ``cfg`` itself if nothing is ``auto`` and
-    no sensor is widened. context: {"force_limits": (g,), "speed": (g,)} from a
-    scenario (:func:`scenario_context`) or None."""
-    widen = _widened_sensors(name, cfg, sensors)
-    motor = name in ("pf", "vipf") and context is not None
-    ref = cfg.get("refine") if name in ("pf", "vipf") else None
-    follow = bool(ref) and ref.get("estimator", "none") != "none" and "resolved" not in ref
-    if not has_auto(cfg) and not widen and not motor and not follow:
+def resolve_config(cls, cfg: dict, mech, sensors, context=None, where=("<estimator config>", "")) -> dict:
+    """A copy of the validated options ``cfg`` of estimator class ``cls`` with every
+    ``auto`` replaced by the rule (module doc) for ``mech`` and ``sensors``; ``cfg`` itself
+    if nothing is ``auto`` and no sensor is widened. context: {"force_limits": (g,),
+    "speed": (g,)} from a scenario (:func:`scenario_context`) or None; where: (file, key
+    path) of the options (named by the errors). The class's traits choose the rule's
+    family (``noise_rule``), its ``transition_orders`` the discretisation terms."""
+    family = cls.traits.noise_rule
+    widen = _widened_sensors(cls, cfg, sensors)
+    motor = family == "particle" and context is not None
+    if not has_auto(cfg) and not widen and not motor:
         return cfg
     out = copy.deepcopy(cfg)
-    if follow:  # the particle filter's Gaussian follower: its own options by this rule (pf_refine)
-        from mbde_core.estimators.particle.refine import follower_config
-
-        out["refine"] = dict(out["refine"], resolved=follower_config(out, mech, sensors, context))
-    sc = rule_scales(mech, cfg, context)
-    covered, limits = _covered(name, out, mech, context)
+    sc = rule_scales(mech, cfg, context, where)
+    covered, limits = _covered(cls, out, mech, context, where)
     if motor:
         _particle_motor(out, sc)
-    if out.get("step") == AUTO:
+    if out["step"] == AUTO:
         out["step"] = auto_step(sc, sensors)
     pn = out.get("plant_noise") or {}
-    q_acc, q_vel = auto_psd(name, out, sc, float(out["step"]), covered)
+    q_acc, q_vel = auto_psd(cls, out, sc, float(out["step"]), covered)
     if pn.get("acceleration_psd") == AUTO:
         pn["acceleration_psd"] = _scalar_or_list(q_acc)
     if pn.get("velocity_psd") == AUTO:
@@ -202,30 +192,28 @@ def resolve_config(name: str, cfg: dict, mech, sensors, context=None) -> dict:
         sig["z"] = _scalar_or_list(SIGMA_Z * sc.ell)
     if sig.get("zd") == AUTO:
         sig["zd"] = _scalar_or_list(SIGMA_ZD * sc.v)
-    if name == "adekf":
+    if family == "adekf":
         _adekf_inputs(out, sc, mech)
     if out.get("inputs") == AUTO:
-        jumps = bool(out.get("input_jump_nis"))
+        jumps = bool(out["input_jump_nis"])
         out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]), model_error(out) if jumps else None)
     if widen:
-        from mbde_core.estimators.options.sensor_scales import widened_sigmas
-
         eps = model_error(out)
-        all_inputs = name == "adekf" or (covered is not None and bool(covered.all()))
+        all_inputs = family == "adekf" or (covered is not None and bool(covered.all()))
         a_f = None if covered is None else np.where(covered, 0.0, sc.a_f)
         out["sensor_sigma"] = dict(out.get("sensor_sigma") or {})
         out["sensor_sigma"].update(widened_sigmas(mech, sensors, widen, sc, eps, gravity_only=all_inputs, a_f=a_f))
     return out
 
 
-def _covered(name: str, cfg: dict, mech, context):
+def _covered(cls, cfg: dict, mech, context, where):
     """(covered (g,) bool or None, force limits (g,) or None): the force-limited independent
     coordinates whose unknown force is an input state -- every one for ``inputs: auto``,
     those an explicit list names otherwise (None: no input states)."""
     items = cfg.get("inputs")
-    if name not in INPUT_OBSERVERS or not items:
+    if not cls.traits.input_states or not items:
         return None, None
-    limits = force_limits(mech, cfg, context)
+    limits = force_limits(mech, cfg, context, where)
     if items == AUTO:
         return limits > 0, limits
     named = {str(i.get("coordinate")) for i in items if isinstance(i, dict)}
@@ -258,9 +246,10 @@ def auto_inputs(mech, sc, limits, step: float, eps: float | None = None) -> list
             for name, F, r in zip(mech.independent_names, limits, rates) if F > 0]
 
 
-def _widened_sensors(name: str, cfg: dict, sensors) -> list[str]:
-    """Acceleration-reading sensors whose sigma the rule widens (not listed in sensor_sigma)."""
-    if name in ("pf", "vipf") or not model_error(cfg):
+def _widened_sensors(cls, cfg: dict, sensors) -> list[str]:
+    """Acceleration-reading sensors whose sigma the rule widens (not listed in sensor_sigma;
+    none for the particle filters: they widen their own, :mod:`~mbde_core.estimators.particle.scales`)."""
+    if cls.traits.noise_rule == "particle" or not model_error(cfg):
         return []
     if "sensor_sigma" not in cfg:
         return []
@@ -272,11 +261,11 @@ def _adekf_inputs(out: dict, sc, mech) -> None:
     eps = model_error(out)
     F_c = float(np.max(np.maximum(sc.a_f * sc.m_z, eps * sc.m_z * sc.a_g)))
     w = input_rate(sc)  # an input that depends on z changes at rate v
-    if out.get("r_a") == AUTO:
+    if out["r_a"] == AUTO:
         out["r_a"] = (F_c * w * float(out["step"])) ** 2
         if not out.get("inputs"):  # one generalized force per independent coordinate, sigma0 = F_c
             out["inputs"] = [{"coordinate": n, "sigma0": F_c} for n in mech.independent_names]
-    if out.get("jump_sigma") == AUTO:
+    if out["jump_sigma"] == AUTO:
         out["jump_sigma"] = F_c
 
 
@@ -287,12 +276,10 @@ def _particle_motor(out: dict, sc) -> None:
     includes the motor's target speed), and the acceleration noise covers the motor's
     torque, sigma_a = sqrt((0.5 a_g)^2 + max a_f^2) (a_g: the RMS acceleration of the known
     forces, a_f: the torque limit over the reduced mass). Explicit options stay."""
-    from mbde_core.estimators.particle.scales import ACCEL_FRACTION, VELOCITY_MARGIN
-
-    uni = out.get("uniform")
-    if isinstance(uni, dict) and not uni.get("zd") and np.any(sc.v > 0):
+    uni = out["uniform"]
+    if not uni["zd"] and np.any(sc.v > 0):
         uni["zd"] = [[-float(w), float(w)] for w in VELOCITY_MARGIN * sc.v]
-    if out.get("acceleration_sigma", 0.0) is None and np.any(sc.a_f > 0):
+    if out["acceleration_sigma"] is None and np.any(sc.a_f > 0):
         a_g = ACCEL_FRACTION * float(np.sqrt(np.mean(sc.a_g**2)))
         out["acceleration_sigma"] = float(math.hypot(a_g, float(np.max(sc.a_f))))
 

@@ -1,7 +1,10 @@
-"""Options of every estimator, with defaults, units and validation (config/estimators/*.yaml).
+"""Validation of estimator options on their YAML nodes, and the meaning of the common ones.
 
-An estimator config file is a mapping ``<estimator name>: {options}``; unknown keys,
-wrong types and out-of-range values give one-line ConfigErrors naming file and key path.
+An estimator config file is a mapping ``<estimator name>: {options}``
+(:mod:`mbde_core.estimators.configure` loads it); an estimator's options are merged over
+its defaults (:func:`merge_options`: unknown keys, wrong types, numbers that are not
+finite give one-line ConfigErrors naming file and key path) and the common ones checked
+(:func:`check_common`); the estimator class checks its own (``validate_config``).
 Common options (all Kalman observers):
 
 - ``step``: filter step [s] (paper 003: 0.005);
@@ -55,44 +58,9 @@ from __future__ import annotations
 
 import copy
 
-from mbde_core.config.yamlnode import Node, read_yaml
+from mbde_core.config.yamlnode import Node
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.options.rule import AUTO, RULE_DEFAULTS
-from mbde_core.estimators.kalman.transition import TRANSITIONS
-
-COMMON = {
-    "step": AUTO,
-    "plant_noise": {"acceleration_psd": AUTO, "velocity_psd": AUTO},
-    "initial_sigma": {"z": AUTO, "zd": AUTO},
-    "sensor_sigma": {},
-    "transition_jacobian": "simple",
-    "rule": copy.deepcopy(RULE_DEFAULTS),
-}
-# the step of estimators that do not use COMMON (particle filters): the rule's, as the others'
-FIXED_STEP = AUTO
-GATE = 0.999999
-STAGE = {
-    "gate": GATE,
-    "gate_window": 0.5,
-    "gate_persist": 0,
-    "reacquire": {"rejections": 10, "time": 0.2, "inflation": 100.0, "candidates": 64, "window": 0.3},
-}
-
-# Sections of the same file validated by the offline tools that own them (not observers):
-# ``smoother`` by mbde_core.trajectory.config, ``identification`` by mbde_core.identification.config.
-OFFLINE_SECTIONS = ("smoother", "identification")
-
-
-def defaults(name: str) -> dict:
-    """Complete default options of an estimator: COMMON (if the class uses them) + the
-    class attribute ``DEFAULTS`` of its estimator class."""
-    from mbde_core.estimators.registry import estimator_class
-
-    cls = estimator_class(name)
-    out = copy.deepcopy(COMMON) if getattr(cls, "USES_COMMON", True) else {"step": FIXED_STEP}
-    out.update(copy.deepcopy(STAGE))
-    out.update(copy.deepcopy(getattr(cls, "DEFAULTS", {})))
-    return out
+from mbde_core.estimators.options.frozen import AUTO
 
 
 def merge_options(node: Node, base: dict) -> dict:
@@ -150,12 +118,10 @@ def _nonnegative(value) -> bool:
     return all(v is not None and v >= 0 for v in vals)
 
 
-def validate(name: str, options: dict, file: str = "<config>", path: str = "") -> dict:
-    """Merge user options over defaults and validate them."""
-    from mbde_core.estimators.registry import estimator_class
-
-    cfg = _merge(Node(options or {}, file, path or name), defaults(name))
-    where = path or name
+def check_common(cfg: dict, file: str, where: str) -> None:
+    """The common options of merged options ``cfg`` (those it has): step, plant noise,
+    initial sigmas, the rule's inputs, the gate and its re-acquisition, the transition
+    Jacobian (ConfigError naming ``file`` and ``<where>.<key>``)."""
     if isinstance(cfg["step"], list) or not (cfg["step"] == AUTO or cfg["step"] > 0):
         raise ConfigError(file, f"{where}.step", f"must be > 0 or {AUTO!r}, got {cfg['step']}")
     for group in ("plant_noise", "initial_sigma"):
@@ -165,48 +131,17 @@ def validate(name: str, options: dict, file: str = "<config>", path: str = "") -
     rule = cfg.get("rule")
     if rule is not None and not 0 <= rule["model_error"] < 10:
         raise ConfigError(file, f"{where}.rule.model_error", f"a relative error in [0, 10), got {rule['model_error']}")
-    if not 0.0 <= cfg.get("gate", 0.0) < 1:
-        raise ConfigError(file, f"{path or name}.gate", "a chi-square probability in [0, 1)")
-    if not cfg.get("gate_window", 0.0) >= 0:
-        raise ConfigError(file, f"{where}.gate_window", f"must be >= 0 [s], got {cfg.get('gate_window')}")
-    if not (isinstance(cfg.get("gate_persist", 0), (int, float)) and cfg.get("gate_persist", 0) >= 0):
-        raise ConfigError(file, f"{where}.gate_persist", f"must be >= 0 (readings), got {cfg.get('gate_persist')}")
+    if not 0.0 <= cfg["gate"] < 1:
+        raise ConfigError(file, f"{where}.gate", "a chi-square probability in [0, 1)")
+    if not cfg["gate_window"] >= 0:
+        raise ConfigError(file, f"{where}.gate_window", f"must be >= 0 [s], got {cfg['gate_window']}")
+    if not cfg["gate_persist"] >= 0:
+        raise ConfigError(file, f"{where}.gate_persist", f"must be >= 0 (readings), got {cfg['gate_persist']}")
     rq = cfg["reacquire"]
     for key, low in (("rejections", 1), ("time", 0), ("inflation", 1), ("candidates", 0), ("window", 0)):
         if not (rq[key] is not None and rq[key] >= low):
             raise ConfigError(file, f"{where}.reacquire.{key}", f"must be >= {low}, got {rq[key]}")
-    if cfg.get("transition_jacobian", "simple") not in ("simple", "full"):
-        raise ConfigError(file, f"{path or name}.transition_jacobian", "must be 'simple' or 'full'")
-    if "transition" in cfg and cfg["transition"] not in TRANSITIONS:
-        raise ConfigError(file, f"{where}.transition", f"must be one of {', '.join(TRANSITIONS)}, got {cfg['transition']!r}")
+    if "transition_jacobian" in cfg and cfg["transition_jacobian"] not in ("simple", "full"):
+        raise ConfigError(file, f"{where}.transition_jacobian", "must be 'simple' or 'full'")
     if "measurement_order" in cfg and cfg["measurement_order"] not in (1, 2):
         raise ConfigError(file, f"{where}.measurement_order", f"must be 1 or 2, got {cfg['measurement_order']!r}")
-    check = getattr(estimator_class(name), "validate_config", None)
-    if check is not None:
-        check(cfg, file, path or name)
-    return cfg
-
-
-def load_estimator_configs(path, names) -> dict[str, dict]:
-    """Validated options for each requested estimator from a config file (others: defaults)."""
-    out = {n: defaults(n) for n in names}
-    if path is None:
-        return out
-    root = read_yaml(path)
-    root.mapping()
-    from mbde_core.estimators.registry import ESTIMATOR_NAMES
-
-    for key, child in root.items():
-        if key in OFFLINE_SECTIONS:
-            continue
-        if key not in ESTIMATOR_NAMES:
-            raise child.error(f"unknown estimator (choose from {', '.join(ESTIMATOR_NAMES + OFFLINE_SECTIONS)})")
-        try:
-            cfg = validate(key, child.value, root.file, key)  # every section, used now or not
-        except ModuleNotFoundError:  # an estimator whose optional dependency is missing
-            if key in names:
-                raise
-            continue
-        if key in names:
-            out[key] = cfg
-    return out

@@ -17,12 +17,12 @@ positive terms). No random numbers are drawn here.
 Selection: :func:`enabled` -- numba importable (:func:`mbde_core.engine.numba_kernels.numba`),
 ``MBDE_PF_BACKEND`` ``numba`` (any N) or ``auto`` and N >= :func:`min_n` (``MBDE_PF_MOMENTS_MIN``,
 default :data:`MOMENTS_MIN`); otherwise the numpy code of the callers runs unchanged. The
-kernels are compiled once per machine (``cache=True``). MOMENTS_MIN was the propagation's
-4096 until stop 29: the parallel loop runs on numba's ``workqueue`` layer, whose naps
+kernels are compiled once per machine (``cache=True``). MOMENTS_MIN is not the propagation's
+4096: the parallel loop runs on numba's ``workqueue`` layer, whose naps
 (:mod:`mbde_core.engine.numba_kernels`) cost more than the work below ~65536 particles.
 Four-bar filter, 1e4 particles, idle 2-core machine: the estimate 0.80-0.88 ms per step
 on numba (one or two threads) against ~0.3 ms on numpy; at 1e5 numba is faster
-(helper branch h28speed, load ~2.8: 2.0 against 2.5 ms CPU).
+(load ~2.8: 2.0 against 2.5 ms CPU).
 """
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ def kernels():
         if nb is None:
             _K = False
         else:
+            # lazy: imports numba (0.18 s of CPU) and compiles on first use; only when chosen
             from mbde_core.estimators.particle import compiled_kernels as pf_numba_kernels
 
             _K = pf_numba_kernels

@@ -1,9 +1,8 @@
 """PF: particle filter over the dynamic state and the assembly branch (paper 000, Algorithm 1).
 
-Each particle i carries a full multibody state on its own assembly branch: q, qd (n,)
-(hence z = q[independent], zd), the model acceleration (qdd), the acceleration noise v
-(g,) with zdd = f(z, zd) + v (paper 000 eqs. 11, 13), its branch label B and a
-log-weight; everything is (N, ...) arrays, every step vectorised over particles.
+Each particle carries a full multibody state on its own assembly branch, its acceleration
+noise, branch label B and log-weight (:mod:`.particles`); every step is vectorised over
+particles. This module is the filter read top-down; its parts are named where it uses them.
 
 Paper 000's filter converges on its 0.125 m four-bar with a rocker gyroscope; on other
 linkages it does not (issue 13: five-bar with two gyroscopes 0.3-1.8 rad RMSE, offset
@@ -19,65 +18,65 @@ on any linkage of up to 3 DOF (measured: ``mbde bench pf --only multidof``):
    ``symplectic_euler`` of paper 002 sec. 3), on its own branch (the position problem
    starts from its own q); failed position problems are replaced by copies of surviving
    particles with their weights split (``propagation_failures``). Large sets run in
-   chunks on a thread pool (:mod:`pf_parallel`; bit-identical for any thread count); rk4
+   chunks on a thread pool (:mod:`.propagate`; bit-identical for any thread count); rk4
    runs on numba when compiled or worth compiling (``expect_steps``: numba_kernels.backend).
-2. line 5, ``update`` (:mod:`pf_update`): the noise of the step is drawn *given the
-   readings* -- ``proposal: adapted`` (default; :mod:`pf_proposal`: the locally optimal
+2. line 5, ``update`` (:mod:`.weights`): the noise of the step is drawn *given the
+   readings* -- ``proposal: adapted`` (default; :mod:`.proposal`: the locally optimal
    proposal, Doucet, Godsill & Andrieu 2000 sec. II-D, Pitt & Shephard 1999's full
    adaptation; exact for gyroscopes) -- and the weights multiply the evidence of the
    readings; ``proposal: prior`` is the paper's blind draw v ~ N(0, sigma_a^2) (eq. 13)
    with likelihood weights (eq. 10). Any mix of sensors; Sigma_s: ``sensor_sigma`` by
-   name, else ``sensor_sigma_by_type``, else the sensor's noise model (pf_scale).
+   name, else ``sensor_sigma_by_type``, else the sensor's noise model (:mod:`.scales`).
 3. lines 7-14: normalisation in log space (log-sum-exp), ESS = 1 / sum w_i^2, selective
-   resampling when ESS < ``resampling.ess_threshold`` N (:mod:`pf_resample`); a set
+   resampling when ESS < ``resampling.ess_threshold`` N (:mod:`.resampling`); a set
    enlarged by a uniform start or a lock injection shrinks to ``particles`` by
-   KLD-sampling (Fox 2003); the copies are then regularised (:mod:`pf_regularise`: the
+   KLD-sampling (Fox 2003); the copies are then regularised (:mod:`.resampling`: the
    post-regularised PF of Musso, Oudjane & Le Gland 2001, its kernel moves kept assembled
    on each particle's branch and conditioned on the last readings).
 
 Initialisation (``init``): ``uniform`` (eq. 22, the default): z ~ U(``uniform.z``) (angles:
 the circle), zd ~ U(``uniform.zd``), B ~ U(``uniform.branches``), placed by the branch atlas
-of :mod:`pf_init`, with ``uniform.particles`` particles (dimension-aware: K 48^g unless the
-readings give z, :mod:`pf_scale`); the first update draws z from the position readings
+of :mod:`.prior`, with ``uniform.particles`` particles (dimension-aware: K 48^g unless the
+readings give z, :mod:`.scales`); the first update draws z from the position readings
 (encoders: iterated-EKF proposal per particle) and zd from the velocity readings
-(gyroscopes: the Kalman conditional given z), importance-weighted (:mod:`pf_proposal`);
+(gyroscopes: the Kalman conditional given z), importance-weighted (:mod:`.proposal`);
 for ``uniform.anneal`` seconds the likelihood is tempered (ll x beta, beta 0.1 -> 1;
 annealed importance sampling, Neal 2001; the annealed PF of Deutscher, Blake & Reid 2000)
 so that the modes of a multi-DOF posterior are explored before the weights commit.
 ``gaussian``: z ~ N(z0, sigma_z), zd ~ N(zd0, sigma_zd) around the given InitialState, on
 its branch (or its q hint's, or uniform).
 
-Defaults from the mechanism and its sensors (:mod:`pf_scale`, rules in pf.yaml): sigma_a =
+Defaults from the mechanism and its sensors (:mod:`.scales`, rules in pf.yaml): sigma_a =
 0.5 x RMS model acceleration at rest, the velocity range from the potential-energy bound,
 300 particles per DOF while tracking (vipf too), accelerometers' sigma widened as the Kalman observers'; paper 000's
 Table 1 values are config/estimators/pf_table1.yaml.
 
-Recovery (:mod:`pf_lock`): *lost* (every likelihood underflowing or ESS < 5 % N for most
+Recovery (:mod:`.recovery`): *lost* (every likelihood underflowing or ESS < 5 % N for most
 of ``recovery.time``): re-initialisation from the uniform prior; *locked* (the NIS of the
 weighted mean prediction, per degree of freedom, above ``recovery.lock_nis`` over
 ``recovery.lock_time``): fresh uniform particles proposed from the readings are
 injected with ``recovery.inject`` of the weight, with velocity readings also a copy of
 the cloud with its velocities re-drawn from them, each group weighted by its evidence, and
-the readings decide (:mod:`pf_inject`; cf. Augmented MCL, Thrun, Burgard & Fox 2005). The
+the readings decide (:mod:`.recovery`; cf. Augmented MCL, Thrun, Burgard & Fox 2005). The
 stage's disturbances (a jump back to the first stamp, a silence) inject the same way
 (:meth:`add_restart_hypotheses`), but a silence the cloud could not bridge (spread like the
-prior) is a fresh start (:mod:`pf_inject`). Branch check (``branch_check``): a particle whose
+prior) is a fresh start (:mod:`.recovery`). Branch check (``branch_check``): a particle whose
 position problem converged on another assembly (near singular configurations) is relabelled
-(``branch_jumps``). Gating (``gate``, 0 = off; :mod:`pf_gate`); stage re-acquisition
+(``branch_jumps``). Gating (``gate``, 0 = off; :mod:`.likelihood`); stage re-acquisition
 (:meth:`reacquire`): uniform re-initialisation (reason ``gate``). In the
-first second after a uniform start or an injection (:mod:`pf_update`'s grace) a reading
-over the gate waits for the next one to tell outlier from news (:mod:`pf_hold`), and the
+first second after a uniform start or an injection (the gate's grace, :mod:`.likelihood`) a reading
+over the gate waits for the next one to tell outlier from news (:mod:`.weights`), and the
 readings the noise proposal moves to (gyroscopes, accelerometers) are fused with a robust
-likelihood, a mixture with a flat outlier component (``pf_hold.robust``; cf. the beam
+likelihood, a mixture with a flat outlier component (:func:`.likelihood.robust`; cf. the beam
 model's p_rand, Thrun, Burgard & Fox 2005 sec. 6.3): a wide cloud predicts an outlier
 within its gate, and the particles that happen to explain it must not take the weight.
 
-Outputs (:mod:`pf_outputs`): weighted mean (eq. 19, circular for angles), covariance of
+Outputs (:mod:`.outputs`): weighted mean (eq. 19, circular for angles), covariance of
 [z, zd] (PSD by construction), branch probabilities (eq. 20), ``interval(p)``,
 ``particles()`` (mbde_msgs/ParticleSet), ``diagnostics()``. Once the cloud has one mode a
 Gaussian observer (``refine``, default the UKF) is seeded from it and, while the two agree,
 ``estimate()`` publishes the follower's state and covariance with the cloud's branch
-probabilities (:mod:`pf_refine`: near rest the cloud's mean is 1.2-2.8x further from the
+probabilities (:mod:`.refine`: near rest the cloud's mean is 1.2-2.8x further from the
 truth than a UKF's; the cloud itself stays in ``cloud_estimate()``).
 
 References: Blanco-Claraco et al. 2014 (paper 000: Algorithm 1, eqs. 10-22); Gordon,
@@ -89,266 +88,119 @@ sampling); Deutscher, Blake & Reid 2000 (annealed PF); Thrun, Burgard & Fox 2005
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
+import scipy.linalg
 
-from mbde_core.engine import kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
-from mbde_core.errors import ConfigError
-from mbde_core.estimators.particle import proposal as prop
+from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
+from mbde_core.estimators.particle import likelihood, outputs, recovery, resampling, weights
 from mbde_core.estimators.particle import scales as pf_scale
-from mbde_core.estimators.base import Estimator, InitialState
-from mbde_core.estimators.particle.options import DEFAULTS, LOG_UNDERFLOW, check_config, ranges
-from mbde_core.estimators.particle.prior import atlas_for, sample_uniform
-from mbde_core.estimators.particle.lock import LockDetector, LostDetector
-from mbde_core.estimators.particle.outputs import ParticleOutputs
+from mbde_core.estimators.particle.likelihood import lse, plain_log_likelihood, position_only, velocity_linear
+from mbde_core.estimators.particle.options import (LOG_UNDERFLOW, ParticleOptions, check_config, check_run,
+                                                   particle_counts, ranges)
+from mbde_core.estimators.particle.particles import ParticleSet
+from mbde_core.estimators.particle.prior import prior_box
 from mbde_core.estimators.particle.propagate import Propagator
-from mbde_core.estimators.particle.resample import ParticleResampling
-from mbde_core.estimators.particle.inject import ParticleInjection
-from mbde_core.estimators.particle.refine import GaussianFollower
-from mbde_core.estimators.particle.update import ParticleUpdate
+from mbde_core.estimators.particle.recovery import LockDetector, LostDetector
+from mbde_core.estimators.particle.refine import GaussianFollower, follower_options
+from mbde_core.estimators.particle.resampling import effective_sample_size
+from mbde_core.estimators.traits import Traits
+from mbde_core.types import MechanismSnapshot
 
-__all__ = ["ParticleFilter", "check_config", "DEFAULTS", "LOG_UNDERFLOW"]
+__all__ = ["ParticleFilter", "ParticleOptions", "check_config", "LOG_UNDERFLOW"]
 
 
-class ParticleFilter(GaussianFollower, ParticleInjection, ParticleUpdate, ParticleResampling, ParticleOutputs, Estimator):
+class ParticleFilter(ParticleSet, Estimator):
     """Particle filter over (z, zd, zdd, B) (see the module docstring).
 
-    Parameters: mech (the filter's model), sensors (SensorSet), config (options, see
-    ``DEFAULTS`` and config/estimators/pf.yaml), rng (numpy Generator: all randomness).
-    State arrays (N particles): q, qd, qdd (N, n), v (N, g), label (N,), logw (N,).
+    Parameters: mech (the filter's model), sensors (SensorSet), options (:class:`ParticleOptions`,
+    config/estimators/pf.yaml), rng (numpy Generator: all randomness). The particle set and
+    its arrays: :class:`~mbde_core.estimators.particle.particles.ParticleSet`; the Gaussian
+    follower: ``follower`` (:class:`~mbde_core.estimators.particle.refine.GaussianFollower`).
     """
 
     name = "pf"
-    tracks_branches = True
-    SUPPORTS_DRIVERS = True  # every kinematic problem is solved at the filter's time
-    USES_COMMON = False  # no Kalman plant noise / transition Jacobian
-    LOCAL = False  # re-acquires globally by itself (uniform re-initialisation)
+    traits = Traits(cost=3.0, color=(0.12, 0.47, 0.71, 1.0), slot=1, tunable=("acceleration_sigma",),
+                    noise_rule="particle", drivers=True, local=False)  # drivers: every kinematic problem is
+    # solved at the filter's time; not local: it re-acquires globally by itself (uniform re-initialisation)
+    Options = ParticleOptions
     particles_per_dof = pf_scale.PARTICLES_PER_DOF  # `particles: null` (pf_scale)
-    DEFAULTS = DEFAULTS
 
-    @staticmethod
-    def validate_config(cfg, file, path):
+    @classmethod
+    def validate_config(cls, cfg, file, path):
         check_config(cfg, file, path)
 
-    def __init__(self, mech, sensors, config, rng=None):
-        super().__init__(mech, sensors, config, rng)
-        cfg = config
-        check_config(cfg, "<config>", "pf", mech.dof)
+    @classmethod
+    def check_run(cls, cfg, mech, sensors, file, path):
+        check_run(cfg, mech, sensors, file, path, cls.particles_per_dof)
+
+    @classmethod
+    def follower_options(cls, cfg):
+        return follower_options(cfg)
+
+    def __init__(self, mech, sensors, options, rng=None):
+        super().__init__(mech, sensors, options, rng)
+        opt = options
+        self.follower = None  # built below, before any particle set (_set tells it of new ones)
+        self._held, self._held_dropped = None, []  # readings held for the next update (weights.judge_held)
         self.g = g = mech.dof
         self.n = mech.n
         self.iz = mech.independent
-        self.angular = np.isin(self.iz, mech.rel_columns)
-        self.integrator = get_integrator(cfg["integrator"])
-        uni = cfg["uniform"]
-        zr = ranges(uni["z"], g, "<config>", "pf.uniform.z")
-        if zr is None:
-            z0 = mech.q0[self.iz]
-            zr = (np.where(self.angular, -np.pi, z0 - mech.length_scale), np.where(self.angular, np.pi, z0 + mech.length_scale))
-        self.z_lo, self.z_hi = zr
-        nodes = 72 if g == 1 else max(4, int(round(400 ** (1.0 / g))))
-        self.atlas = atlas_for(mech, self.z_lo, self.z_hi, self.angular, nodes)
-        self.branches = np.array(uni["branches"] or self.atlas.labels.tolist(), dtype=np.int64)
-        unknown = sorted(set(self.branches.tolist()) - set(self.atlas.labels.tolist()))
-        if unknown:
-            raise ConfigError("<config>", "pf.uniform.branches",
-                              f"branch label(s) {unknown} do not exist for {mech.name} (found {self.atlas.labels.tolist()})")
+        uni = opt.uniform
+        self.z_lo, self.z_hi, self.angular, self.atlas = prior_box(mech, ranges(uni.z, g))
+        self.integrator = get_integrator(opt.integrator)
+        self.branches = np.array(uni.branches or self.atlas.labels.tolist(), dtype=np.int64)
         self.K = int(self.atlas.labels.max()) + 1
         self._label_codes = self.atlas.label_codes()
         order = np.argsort(self.atlas.codes)
         self._codes_sorted, self._codes_label = self.atlas.codes[order], self.atlas.labels[order]
         self.scales = pf_scale.mechanism_scales(mech, self.atlas)
-        sa = cfg["acceleration_sigma"]
+        sa = opt.acceleration_sigma
         self.sigma_a = float(pf_scale.acceleration_sigma(self.scales) if sa is None else sa)
-        zdr = ranges(uni["zd"], g, "<config>", "pf.uniform.zd")
+        zdr = ranges(uni.zd, g)
         self.zd_lo, self.zd_hi = pf_scale.velocity_range(self.scales) if zdr is None else zdr
-        self.zdd_range = ranges(uni["zdd"], g, "<config>", "pf.uniform.zdd")
-        n_track = cfg.get("particles")
-        self.N_track = self.N = int(pf_scale.tracking_particles(g, self.particles_per_dof) if n_track is None else n_track)
-        n_init = uni.get("particles")
-        if n_init is None:
-            n_init = pf_scale.initial_particles(g, len(self.branches), list(sensors))
-        self.N_init = max(int(n_init), self.N_track)
-        self.adapted = cfg.get("proposal", "adapted") == "adapted"
-        regc = cfg.get("regularisation", DEFAULTS["regularisation"])
-        self.reg_factor = float(regc["bandwidth"]) if regc.get("enabled", True) else 0.0
+        self.zdd_range = ranges(uni.zdd, g)
+        self.N_track, self.N_init = particle_counts(opt.as_dict(), mech, sensors, self.particles_per_dof, len(self.branches))
+        self.N = self.N_track
+        self.adapted = opt.proposal == "adapted"
+        regc = opt.regularisation
+        self.reg_factor = float(regc.bandwidth) if regc.enabled else 0.0
         self._sensor_noise = {}
         self.counts = {"resamples": 0, "updates": 0, "recoveries": 0, "propagation_failures": 0, "branch_jumps": 0,
                        "locks": 0, "regularised": 0}
         self.recovery_reasons = {"likelihood": 0, "ess": 0, "propagation": 0, "gate": 0, "lock": 0, "jump": 0,
                                  "silence": 0}
         self._ess_sum = 0.0
-        self.ess_threshold = float(cfg["resampling"]["ess_threshold"])
-        self.scheme = cfg["resampling"]["scheme"]
-        rec = cfg["recovery"]
-        self.recovery = bool(rec["enabled"])
-        self.ll_floor = float(rec["log_likelihood_floor"])
-        self.collapse_fraction = float(rec["ess_fraction"])
-        self.lost = LostDetector(rec["time"])
-        self.lock = LockDetector(rec.get("lock_nis", 0.0) if self.recovery else 0.0, rec.get("lock_time", 1.0))
-        self.inject = float(rec.get("inject", 0.5))
-        an = uni.get("anneal")
+        self.ess_threshold = float(opt.resampling.ess_threshold)
+        self.scheme = opt.resampling.scheme
+        rec = opt.recovery
+        self.recovery = bool(rec.enabled)
+        self.ll_floor = float(rec.log_likelihood_floor)
+        self.collapse_fraction = float(rec.ess_fraction)
+        self.lost = LostDetector(rec.time)
+        self.lock = LockDetector(rec.lock_nis if self.recovery else 0.0, rec.lock_time)
+        self.inject = float(rec.inject)
+        an = uni.anneal
         self.anneal = pf_scale.anneal_time(g) if an is None else float(an)
-        self.branch_check = bool(cfg.get("branch_check", True))
-        self.default_gate = float(cfg.get("gate", 0.0) or 0.0)  # when update() is given no gates
-        self._last_dt = float(cfg.get("step", 0.005))
+        self.branch_check = bool(opt.branch_check)
+        self.default_gate = float(opt.gate)  # when update() is given no gates
+        self._last_dt = float(opt.step)
         self._kernel = None
         self._acc_memo = None  # (arrays, qdd with noise) of _accelerations
-        nt = cfg.get("threads")
+        nt = opt.threads
         self.propagator = Propagator(self.integrator, mech, threads=None if nt is None else int(nt))
-        self._init_follower()
+        self.follower = GaussianFollower(self)
         self._alloc()
 
-    def expect_steps(self, steps: int) -> None:
-        """The caller will run about ``steps`` more steps (a replay knows its bag's length):
-        the propagation backend may compile once if that pays (numba_kernels.backend)."""
-        self.propagator.steps_left = max(int(steps), 0)
-
-    def _alloc(self):
-        N, n, g = self.N, self.n, self.g
-        self.q, self.qd, self.qdd = np.zeros((N, n)), np.zeros((N, n)), np.zeros((N, n))
-        self.v = np.zeros((N, g))
-        self.label = np.zeros(N, dtype=np.int64)
-        self.logw = np.full(N, -math.log(N))
-        self.ess_before = float(N)
-        self._unique = self._unique_resampled = N
-        self.lost.restart(self.t)
-        self.lock.restart(self.t)
-        self._propose = False
-        self._anneal_from = None  # time of the last uniform (re)initialisation while annealing
-        self._uniform_from = None  # time of the last uniform (re)initialisation
-        self._inject_next = None   # (reason, share, ceiling, asked at): fresh hypotheses (add_restart_hypotheses)
-        self._fresh_ceiling = None  # energy ceiling of a fresh start after a silence (add_restart_hypotheses)
-        self._pending = None    # dt of the last prediction whose noise is not drawn yet (adapted)
-        self._fresh = True      # qdd is the model's at (q, qd)
-        self._vel_readings = []  # velocity-linear readings of the last update (regularisation)
-        self.propagator.drop()
-
-    @property
-    def _aux(self):
-        return self.propagator.context(self.N)
-
-    @_aux.setter
-    def _aux(self, value):
-        if value is None:
-            self.propagator.drop()
-
-    # -- sensor noise -----------------------------------------------------------------------
-    def _noise(self, name: str):
-        """(Sigma_s (d, d), W (d, d)) with W^T W = Sigma_s^-1 (whitening) for one sensor."""
-        if name not in self._sensor_noise:
-            s = self.sensors[name]
-            by_name = self.config.get("sensor_sigma") or {}
-            by_type = self.config.get("sensor_sigma_by_type") or {}
-            if name in by_name:
-                R = np.eye(s.dim) * float(by_name[name]) ** 2
-            elif by_type.get(s.kind) is not None:
-                R = np.eye(s.dim) * float(by_type[s.kind]) ** 2
-            else:  # the noise model (accelerometers: plus the model-error term of pf_scale)
-                R = pf_scale.sensor_covariance(s, self.mech)
-            self._sensor_noise[name] = (R, np.linalg.inv(np.linalg.cholesky(R)))
-        return self._sensor_noise[name]
-
-    # -- initialisation ------------------------------------------------------------------------
     def reset(self, t: float, init: InitialState) -> None:
         """Draw the initial particle set at time t (``init`` option: uniform or gaussian)."""
         self.t = float(t)
         self._alloc()
-        if self.config["init"] == "gaussian" and init is not None:
+        if self.options.init == "gaussian" and init is not None:
             self._init_gaussian(init)
         else:
             self._init_uniform()
 
-    def _draw_uniform(self, M: int):
-        """(q, zd, labels) of M particles from the uniform prior (eq. 22) at the filter's time."""
-        z, q, labels = sample_uniform(self.atlas, M, self.z_lo, self.z_hi, self.branches, self.rng, t=self.t)
-        zd = self.zd_lo + (self.zd_hi - self.zd_lo) * self.rng.random((M, self.g))
-        return q, zd, labels
-
-    def _set(self, q, zd, labels):
-        """Install a new particle set with equal weights."""
-        mech = self.mech
-        self.N = q.shape[0]
-        self.q = q
-        self.qd = kinematics.velocity(mech, q, zd, t=self.t)
-        self.qdd = prop.model_accelerations(mech, self.t, q, self.qd)
-        self.label = np.asarray(labels, dtype=np.int64)
-        self.v = self._prior_noise(self.N)
-        self.logw = np.full(self.N, -math.log(self.N))
-        self._unique = self.N
-        self._fresh, self._pending = True, None
-        self.propagator.drop()
-        held, self._held = getattr(self, "_held", None), None  # a new set cannot judge it (pf_hold)
-        if held is not None:
-            self._held_dropped = getattr(self, "_held_dropped", []) + held.names
-        self.lost.restart(self.t)
-        self.lock.restart(self.t)
-        self._new_cloud()
-
-    def _prior_noise(self, N):
-        if self.zdd_range is not None:
-            lo, hi = self.zdd_range
-            return lo + (hi - lo) * self.rng.random((N, self.g)) - self.qdd[:N, self.iz]
-        if self.adapted or self.sigma_a == 0.0:
-            return np.zeros((N, self.g))
-        return self.sigma_a * self.rng.standard_normal((N, self.g))
-
-    def _init_uniform(self):
-        self._set(*self._draw_uniform(self.N_init))
-        self._propose = True
-        self._anneal_from = self.t
-        self._uniform_from = self.t  # the gate waits GATE_GRACE (pf_update)
-
-    def _init_gaussian(self, init: InitialState):
-        N, g = self.N_track, self.g
-        z0 = np.asarray(init.z, dtype=float).reshape(g)
-        zd0 = np.asarray(init.zd, dtype=float).reshape(g)
-        sz = np.broadcast_to(np.asarray(init.sigma_z, dtype=float), (g,))
-        szd = np.broadcast_to(np.asarray(init.sigma_zd, dtype=float), (g,))
-        branch = init.branch
-        if branch is None and init.q_hint is not None:
-            lab = self._labels_of_codes(self.atlas.codes_of(np.asarray(init.q_hint, float)[None]))[0]
-            branch = int(lab) if lab >= 0 else None
-        labels = np.full(N, int(branch), dtype=np.int64) if branch is not None else self.branches[self.rng.integers(0, self.branches.size, N)]
-        z, q = np.empty((N, g)), np.empty((N, self.n))
-        todo = np.arange(N)
-        for _ in range(50):
-            z[todo] = z0 + sz * self.rng.standard_normal((todo.size, g))
-            qq, ok = self.atlas.assemble(z[todo], labels[todo], self.rng, t=self.t)
-            q[todo[ok]] = qq[ok]
-            todo = todo[~ok]
-            if todo.size == 0:
-                break
-        else:
-            raise ValueError(f"the gaussian initial state z = {z0.tolist()} cannot be assembled on branch {branch}")
-        self._set(q, zd0 + szd * self.rng.standard_normal((N, g)), labels)
-
-    def _labels_of_codes(self, codes):
-        pos = np.clip(np.searchsorted(self._codes_sorted, codes), 0, self._codes_sorted.size - 1)
-        return np.where(self._codes_sorted[pos] == codes, self._codes_label[pos], -1)
-
-    def _recover(self, reason: str):
-        """Re-initialise from the uniform prior (counted)."""
-        self.counts["recoveries"] += 1
-        self.recovery_reasons[reason] += 1
-        self._init_uniform()
-
-    def rebase(self, t: float) -> None:
-        shift = float(t) - self.t
-        super().rebase(t)
-        self.lost.shift(shift)
-        self.lock.shift(shift)
-        if self._uniform_from is not None:  # the gate's grace and the annealing keep their age
-            self._uniform_from += shift
-        if self._anneal_from is not None:
-            self._anneal_from += shift
-
-    def reacquire(self, inflation: float) -> None:
-        """The stage's gate rejected every reading for a while: re-initialise (uniform prior)."""
-        self._recover("gate")
-
-    # -- Algorithm 1: prediction ---------------------------------------------------------------
     def predict(self, dt: float) -> None:
         """Lines 2-4: integrate every particle over dt (see the module docstring)."""
         if self.adapted and self._pending is not None and self.sigma_a > 0:  # no reading took the noise
@@ -373,52 +225,127 @@ class ParticleFilter(GaussianFollower, ParticleInjection, ParticleUpdate, Partic
             self._replace_failed(ok)
         if self.branch_check:
             self._check_branches()
-        self._follow_predict(dt)
+        self.follower.predict(dt)
 
     def _propagate(self, dt: float, extra=None) -> MBState:
         """The deterministic part of the proposal: every particle integrated over dt
         (subclasses change it, e.g. :class:`mbde_core.estimators.particle.vipf.VIParticleFilter`)."""
         return self.propagator.step(self.t, self.q, self.qd, self.qdd if self._fresh else None, dt, extra)
 
-    def _impulse(self, v, dt, Rc=None):
-        """Apply the acceleration noise v (N, g) of the last step as its velocity impulse
-        (Rc: the columns of R at q, if known)."""
-        Rc = prop.r_columns(self.mech, self.q, self._aux) if Rc is None else Rc
-        self.qd = self.qd + prop.velocity_impulse(Rc, dt * v)
-        self.v = v
-        self._fresh, self._pending = False, None
+    def update(self, measurements, gates=None) -> UpdateResult:
+        """Lines 5-14 (:meth:`_fuse`), then the Gaussian follower's turn (:mod:`.refine`)."""
+        result = self._fuse(measurements, gates)
+        self.follower.after_update(result, measurements, gates)
+        return result
 
-    def _replace_failed(self, ok):
-        bad = np.nonzero(~ok)[0]
-        self.counts["propagation_failures"] += int(bad.size)
-        good = np.nonzero(ok)[0]
-        if good.size == 0:  # nothing left to copy: always re-initialised (even with recovery off)
-            self._recover("propagation")
-            return
-        lw = self.logw[good]
-        p = np.exp(lw - lw.max())
-        cdf = np.cumsum(p)
-        cdf /= cdf[-1]
-        donors = good[np.minimum(np.searchsorted(cdf, self.rng.random(bad.size), side="right"), good.size - 1)]
-        extra = np.bincount(donors, minlength=self.N)
-        logw = self.logw.copy()
-        logw[good] -= np.log1p(extra[good])  # donor weight shared with its copies
-        self.q, self.qd, self.qdd, self.v = (np.array(a) for a in (self.q, self.qd, self.qdd, self.v))
-        for arr in (self.q, self.qd, self.qdd, self.v):
-            arr[bad] = arr[donors]
-        self._aux = None  # q edited
-        self.label = self.label.copy()
-        self.label[bad] = self.label[donors]
-        logw[bad] = logw[donors]
-        self.logw = logw
+    def _fuse(self, measurements, gates=None) -> UpdateResult:
+        """Line 5 (proposal and weights), lines 7-14 (normalise, ESS, resample, regularise); the
+        recovery tests (:mod:`.recovery`: lost, locked, the stage's disturbances)."""
+        self._distances = []  # (sensor, d^2) of the gated readings
+        self._suspects = []   # readings held for the next update (:mod:`.weights`)
+        self._suspect_fallback = True
+        rd, rejected = likelihood.readings(self, measurements, gates, self._suspects)
+        rd, late, rejected = weights.judge_held(self, rd, rejected, gates or {})
+        if not rd:
+            return UpdateResult(late, rejected, distances=self._distances)
+        accepted = late + [x.m.sensor for x in rd]
+        self.counts["updates"] += 1
+        if self._propose:
+            self._propose = False
+            ll = recovery.fresh_start(self, rd)
+            extra = [np.zeros_like(x.R) for x in rd]
+        else:
+            ll, extra = weights.adapted(self, rd)
+            ll = np.where(np.isnan(ll), -np.inf, ll)
+        self._vel_readings = [x.m for x in rd if velocity_linear(x.s) or position_only(x.s)]
+        y = np.concatenate([x.y for x in rd])
+        S = scipy.linalg.block_diag(*[x.C + x.R + e for x, e in zip(rd, extra)])
+        try:
+            Ls = np.linalg.cholesky(S)
+            e = np.linalg.solve(Ls, y)
+            nis = float(e @ e)
+            logdet = float(2.0 * np.log(np.diagonal(Ls)).sum())
+        except np.linalg.LinAlgError:
+            nis, e, logdet = None, None, None
+        result = UpdateResult(accepted, rejected, nis, int(y.size), y, e, logdet, distances=self._distances)
+        underflow = not ll.max() >= self.ll_floor
+        prior_logw = self.logw
+        ess, w = weights.normalise(self, weights.temper(self, ll))
+        collapse = ess is None or ess < self.collapse_fraction * self.N
+        if self.recovery and self.lost(self.t, underflow or collapse):
+            self._recover("likelihood" if underflow else "ess")
+            rd2, _ = likelihood.readings(self, [x.m for x in rd], {})
+            self._propose = False
+            ll = recovery.fresh_start(self, rd2)
+            if ll.max() >= self.ll_floor:  # else the new uniform set stays unweighted
+                weights.normalise(self, ll)
+            return result
+        if self._inject_next is not None and recovery.injection_due(self, measurements):  # the stage's disturbance
+            reason, share, ceiling, _ = self._inject_next  # (add_restart_hypotheses)
+            self._inject_next = None
+            # every reading of the slot proposes the fresh hypotheses and judges the groups,
+            # also those the gate rejected against the old cloud (a restarted motion's encoder)
+            off = [m for m in measurements if m.sensor in rejected]
+            if off:
+                self._log_evidence += lse(self.logw + plain_log_likelihood(likelihood.readings(self, off, {})[0], self.N))
+            recovery.inject(self, list(measurements), prior_logw, share, reason)
+            if ceiling is not None:
+                recovery.cap_energy(self, ceiling)
+            self._uniform_from = self.t  # the gate's grace, as after a uniform start: the fresh hypotheses converge
+            w = self.weights()
+            ess = effective_sample_size(w)
+        elif self.lock(self.t, nis, int(y.size)):
+            recovery.inject(self, [x.m for x in rd], prior_logw)
+            w = self.weights()
+            ess = effective_sample_size(w)
+        if ess is not None and ess < self.ess_threshold * self.N and self._held is None:
+            resampling.resample_set(self, w, ess)  # not while a reading is held: its likelihood is per particle
+        return result
 
-    def _check_branches(self):
-        codes = self.atlas.codes_of(self.q)
-        moved = (codes != self._label_codes[self.label]) & (codes >= 0)
-        if moved.any():
-            new = self._labels_of_codes(codes[moved])
-            idx = np.nonzero(moved)[0][new >= 0]
-            if idx.size:
-                self.label = self.label.copy()
-                self.label[idx] = new[new >= 0]
-                self.counts["branch_jumps"] += int(idx.size)
+    # -- the estimate (paper 000 eqs. 19-20, :mod:`.outputs`) ----------------------------------
+    def estimate(self) -> MechanismSnapshot:
+        """The cloud's estimate, or the Gaussian follower's while it runs (:mod:`.refine`)."""
+        return self.follower.publish(self.cloud_estimate())
+
+    def cloud_estimate(self) -> MechanismSnapshot:
+        """The cloud's own estimate (eqs. 19-20), whatever the follower does."""
+        return outputs.estimate(self)
+
+    def particles(self):
+        return outputs.particles(self)
+
+    def diagnostics(self) -> dict:
+        out = outputs.diagnostics(self)
+        out["refine"] = self.follower.diagnostics()
+        return out
+
+    def _noise(self, name: str):
+        """(Sigma_s (d, d), W (d, d)) of a sensor (:func:`.likelihood.noise`)."""
+        return likelihood.noise(self, name)
+
+    # -- the stage's disturbances --------------------------------------------------------------
+    def rebase(self, t: float) -> None:
+        shift = float(t) - self.t
+        super().rebase(t)
+        self.follower.rebase(t)
+        self.lost.shift(shift)
+        self.lock.shift(shift)
+        if self._uniform_from is not None:  # the gate's grace and the annealing keep their age
+            self._uniform_from += shift
+        if self._anneal_from is not None:
+            self._anneal_from += shift
+
+    def reacquire(self, inflation: float) -> None:
+        """The stage's gate rejected every reading for a while: re-initialise (uniform prior)."""
+        self._recover("gate")
+
+    def add_restart_hypotheses(self, reason: str, ceiling: float | None = None) -> bool:
+        """A jump back to the first stamp or a silence: fresh hypotheses join the cloud at
+        the next update (:func:`.recovery.add_restart_hypotheses`); the follower is dropped."""
+        self.follower.drop("restart")
+        return recovery.add_restart_hypotheses(self, reason, ceiling)
+
+    def expect_steps(self, steps: int) -> None:
+        """The caller will run about ``steps`` more steps (a replay knows its bag's length):
+        the propagation backend may compile once if that pays (numba_kernels.backend)."""
+        self.propagator.steps_left = max(int(steps), 0)

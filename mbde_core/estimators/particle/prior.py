@@ -267,6 +267,20 @@ def atlas_for(mech, lo, hi, angular, nodes: int = 72, seed: int = 0) -> BranchAt
     return per[key]
 
 
+def prior_box(mech, z_range=None):
+    """(z_lo, z_hi, angular, atlas) of a particle filter's uniform prior: ``z_range`` (lo,
+    hi) (g,) each, or None: angles [-pi, pi), other coordinates q0 +/- the longest body;
+    the BranchAtlas on that box (72 nodes for one DOF, about 400 in all otherwise)."""
+    g = mech.dof
+    angular = np.isin(mech.independent, mech.rel_columns)
+    if z_range is None:
+        z0 = mech.q0[mech.independent]
+        z_range = (np.where(angular, -np.pi, z0 - mech.length_scale), np.where(angular, np.pi, z0 + mech.length_scale))
+    lo, hi = z_range
+    nodes = 72 if g == 1 else max(4, int(round(400 ** (1.0 / g))))
+    return lo, hi, angular, atlas_for(mech, lo, hi, angular, nodes)
+
+
 def sample_uniform(atlas: BranchAtlas, N: int, z_lo, z_hi, branches, rng: np.random.Generator,
                    max_rounds: int = 50, t: float | None = None):
     """Uniform prior of paper 000 eq. 22 on (z, branch): (z (N, g), q (N, n), labels (N,)).

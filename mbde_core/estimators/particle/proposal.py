@@ -44,6 +44,7 @@ Everything is vectorised over particles (closed forms when g = 1).
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg
 
 from mbde_core.engine import dynamics, kinematics
 
@@ -133,7 +134,7 @@ def velocity_proposal(mech, sensors, noise, q, zd_lo, zd_hi, t, rng, measurement
     noise(name) -> (Sigma_s, W). Draws outside [zd_lo, zd_hi] or with a non-finite
     reading model get log-weight -inf and a prior velocity (harmless until resampled).
     prior: (mean (N, g), variance (g,)) of a Gaussian prior of zd per particle instead of
-    the moments of the uniform [zd_lo, zd_hi] (a lock's copies of the cloud, pf_update)."""
+    the moments of the uniform [zd_lo, zd_hi] (a lock's copies of the cloud, :mod:`.recovery`)."""
     N, g = q.shape[0], mech.dof
     if prior is None:
         m0 = 0.5 * (zd_lo + zd_hi)
@@ -155,7 +156,7 @@ def velocity_proposal(mech, sensors, noise, q, zd_lo, zd_hi, t, rng, measurement
     bad = ~(np.isfinite(y).all(axis=1) & np.isfinite(H).all(axis=(1, 2)))
     if bad.any():  # a non-finite reading model: no information, weight 0 below
         y[bad], H[bad] = 0.0, 0.0
-    Sig = block_diag(Ss)                      # (D, D)
+    Sig = scipy.linalg.block_diag(*Ss)        # (D, D)
     PHt = var[None, :, None] * np.swapaxes(H, 1, 2)  # (N, g, D)
     S = H @ PHt + Sig                         # (N, D, D)
     L = np.linalg.cholesky(S)
@@ -187,7 +188,7 @@ def position_proposal(mech, sensors, noise, atlas, q, labels, sigma0, t, rng, me
     u = q[:, iz].copy()
     P0 = sigma0**2
     codes = atlas.label_codes()[labels]
-    Sig = block_diag([noise(m.sensor)[0] for m in measurements])
+    Sig = scipy.linalg.block_diag(*[noise(m.sensor)[0] for m in measurements])
     Wn = np.linalg.inv(np.linalg.cholesky(Sig))
 
     def readings(qq):
@@ -232,17 +233,6 @@ def position_proposal(mech, sensors, noise, atlas, q, labels, sigma0, t, rng, me
         + 0.5 * np.log(P0).sum()
     ll = np.where(ok & np.isfinite(log_lik), log_lik + log_prior - log_q, -np.inf)
     return np.where(ok[:, None], qz, q), ll
-
-
-def block_diag(blocks):
-    size = sum(b.shape[0] for b in blocks)
-    out = np.zeros((size, size))
-    k = 0
-    for b in blocks:
-        d = b.shape[0]
-        out[k : k + d, k : k + d] = b
-        k += d
-    return out
 
 
 def model_accelerations(mech, t, q, qd):

@@ -1,6 +1,7 @@
 """A Gaussian observer that follows the particle filter's converged cloud (option ``refine``).
 
-Mixin of :class:`mbde_core.estimators.particle.filter.ParticleFilter`. The particle filter is what
+A component of :class:`mbde_core.estimators.particle.filter.ParticleFilter` (its
+``follower``), told of the cloud's life events. The particle filter is what
 finds the mechanism from an unknown start: the assembly branch, a multimodal posterior,
 the recovery after a lost track. Once its cloud has one mode, a Gaussian observer on the
 same readings tracks that mode better than a few hundred particles do: near rest, where
@@ -38,7 +39,7 @@ running, and while it agrees with the follower the follower's estimate is publis
   (counted, ``drops``) and seeded again from the cloud; the follower better: the cloud is
   drawn again from the follower's Gaussian on its branch (``redraws``; measured on
   pf_rig_branch0 seed 17: the cloud drifted 0.1 rad off while the follower stayed with a
-  UKF started at the truth, and was then locked twice). A lock of the cloud (:mod:`pf_lock`)
+  UKF started at the truth, and was then locked twice). A lock of the cloud (:mod:`.recovery`)
   is the cloud's own remedy, which drops the follower: redrawing the cloud from a follower
   whose innovations passed the lock test instead was tried and lost fivebar_encoder seed 9
   (14 redraws onto a follower 0.1-0.3 rad off, 9 locks; with the injection the cloud
@@ -53,7 +54,7 @@ running, and while it agrees with the follower the follower's estimate is publis
   The particles (``particles()``, RViz) are always the cloud's.
 
 ``estimator: none`` turns it off: the estimate is the cloud's, bit-identical to the
-filter without this mixin. A mechanism with time-dependent driving constraints has no
+filter without a follower. A mechanism with time-dependent driving constraints has no
 follower (the Kalman observers do not support them; ``diagnostics()['refine']`` says so).
 """
 from __future__ import annotations
@@ -61,10 +62,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import chi2
-
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.chi2 import chi2_ppf
+from mbde_core.estimators.innovation import DEFAULT_CAP, accepted_score, is_lost, rejected_score, scored
+from mbde_core.estimators.registry import estimator_class, names, traits
 from mbde_core.sensors.base import wrap_angle
 
 REFINE_DEFAULTS = {
@@ -75,130 +77,126 @@ REFINE_DEFAULTS = {
     "agree": 0.99999,            # chi-square probability of the follower-vs-cloud test
     "disagree_time": 0.1,        # [s] of failed tests in a row: the readings decide (drop or redraw)
 }
-FOLLOWERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf")
+
+
+def followers() -> tuple:
+    """The estimators that can follow the cloud (their traits' ``follower``)."""
+    return tuple(n for n in names() if traits(n).follower)
+
+
+def _is_follower(name: str) -> bool:
+    try:
+        return bool(traits(name).follower)
+    except KeyError:
+        return False
 
 
 def check_refine(cfg: dict, file: str, path: str) -> None:
-    """Validate the ``refine`` options (and the follower's own, by its schema)."""
-    ref = cfg.get("refine")
-    if ref is None:
-        return
-    name = ref.get("estimator", "none")
-    if name not in FOLLOWERS + ("none",):
-        raise ConfigError(file, f"{path}.refine.estimator", f"must be one of {', '.join(FOLLOWERS + ('none',))}, got {name!r}")
-    if not 0.0 < float(ref.get("branch_probability", 0.99)) <= 1.0:
-        raise ConfigError(file, f"{path}.refine.branch_probability", f"a probability in (0, 1], got {ref['branch_probability']}")
-    if not float(ref.get("sigma_z", 0.2)) > 0:
-        raise ConfigError(file, f"{path}.refine.sigma_z", f"must be > 0, got {ref['sigma_z']}")
-    if not 0.0 < float(ref.get("agree", 0.99999)) < 1.0:
-        raise ConfigError(file, f"{path}.refine.agree", f"a chi-square probability in (0, 1), got {ref['agree']}")
-    if not float(ref.get("disagree_time", 0.1)) >= 0:
-        raise ConfigError(file, f"{path}.refine.disagree_time", f"must be >= 0 [s], got {ref['disagree_time']}")
-    opts = ref.get("options") or {}
-    if not isinstance(opts, dict):
-        raise ConfigError(file, f"{path}.refine.options", f"expected a mapping of {name} options, got {opts!r}")
-    if name != "none" and "resolved" not in ref:
-        from mbde_core.estimators.options.schema import validate
-
-        validate(name, opts, file, f"{path}.refine.options")
-
-
-def follower_config(cfg: dict, mech, sensors, context=None) -> dict | None:
-    """The follower's options (None: no follower): ``refine.resolved`` if the rule already
-    resolved them (:func:`noise_rule.resolve_config` with the scenario's context), else
-    ``refine.options`` over the follower's defaults with its ``auto`` options resolved by
-    the rule for ``mech`` and ``sensors``."""
-    ref = cfg.get("refine")
-    if not ref or ref.get("estimator", "none") == "none":
-        return None
-    if "resolved" in ref:
-        return ref["resolved"]
-    from mbde_core.estimators.options.schema import validate
-    from mbde_core.estimators.options.rule import INPUT_OBSERVERS, resolve_config
-
+    """Validate the ``refine`` options (the follower's own are validated by the options
+    pipeline as a nested estimator, :func:`follower_options`)."""
+    ref = cfg["refine"]
     name = ref["estimator"]
-    opts = dict(ref.get("options") or {})
-    if name in INPUT_OBSERVERS:  # the cloud's model: an unknown motor is acceleration noise, not an input state
+    if name != "none" and not _is_follower(name):
+        raise ConfigError(file, f"{path}.refine.estimator", f"must be one of {', '.join(followers() + ('none',))}, got {name!r}")
+    if not 0.0 < float(ref["branch_probability"]) <= 1.0:
+        raise ConfigError(file, f"{path}.refine.branch_probability", f"a probability in (0, 1], got {ref['branch_probability']}")
+    if not float(ref["sigma_z"]) > 0:
+        raise ConfigError(file, f"{path}.refine.sigma_z", f"must be > 0, got {ref['sigma_z']}")
+    if not 0.0 < float(ref["agree"]) < 1.0:
+        raise ConfigError(file, f"{path}.refine.agree", f"a chi-square probability in (0, 1), got {ref['agree']}")
+    if not float(ref["disagree_time"]) >= 0:
+        raise ConfigError(file, f"{path}.refine.disagree_time", f"must be >= 0 [s], got {ref['disagree_time']}")
+    if not isinstance(ref["options"], dict):
+        raise ConfigError(file, f"{path}.refine.options", f"expected a mapping of {name} options, got {ref['options']!r}")
+
+
+def follower_options(cfg: dict):
+    """(name, options, ("refine", "resolved")) of the follower of validated options ``cfg``
+    (None: none): ``refine.options`` over the follower's defaults, without input states
+    unless they give ``inputs`` (the cloud's model: an unknown motor is acceleration noise,
+    not an input state); the pipeline validates and resolves them (the rule with the run's
+    context, as replay's) into ``refine.resolved``."""
+    ref = cfg["refine"]
+    name = ref["estimator"]
+    if name == "none":
+        return None
+    opts = dict(ref["options"])
+    if traits(name).input_states:
         opts.setdefault("inputs", [])
-    return resolve_config(name, validate(name, opts, "<config>", "refine.options"), mech, sensors, context)
+    return name, opts, ("refine", "resolved")
 
 
 class GaussianFollower:
-    """The ``refine`` follower of a particle filter (see the module docstring)."""
+    """The ``refine`` follower of a particle filter ``pf`` (see the module docstring): ``est``
+    the Gaussian observer (None: no follower), ``following`` while it runs on the cloud it
+    was seeded from."""
 
-    def _init_follower(self) -> None:
-        ref = dict(REFINE_DEFAULTS, **(self.config.get("refine") or {}))
-        self._follower = None
-        self._following = False
-        self._generation = getattr(self, "_generation", 0)
-        self.refine_counts = {"seeds": 0, "drops": 0, "redraws": 0}
-        self.refine_drop_reasons = {"disagree": 0, "restart": 0, "branch": 0, "lost": 0}
-        name = ref["estimator"]
-        self._no_follower = None
-        if name != "none" and getattr(self.mech, "drivers", None):
-            self._no_follower = "driving constraints (the Kalman observers do not support them)"
+    def __init__(self, pf):
+        self.pf = pf
+        ref = pf.options.refine
+        self.est = None
+        self.following = False
+        self.generation = 0          # of the cloud: a new particle set was installed (new_cloud)
+        self.seeded_generation = None
+        self.counts = {"seeds": 0, "drops": 0, "redraws": 0}
+        self.drop_reasons = {"disagree": 0, "restart": 0, "branch": 0, "lost": 0}
+        name = ref.estimator
+        self.no_follower = None
+        if name != "none" and getattr(pf.mech, "drivers", None):
+            self.no_follower = "driving constraints (the Kalman observers do not support them)"
             name = "none"
         if name == "none":
             return
-        from mbde_core.estimators.registry import estimator_class
-
-        fcfg = follower_config({"refine": ref}, self.mech, self.sensors)
-        self._follower = estimator_class(name)(self.mech, self.sensors, fcfg)  # no randomness
-        self._seed_p = float(ref["branch_probability"])
-        lim = float(ref["sigma_z"])
-        self._seed_sd = np.where(self.angular, lim, lim * self.mech.length_scale)
-        self._agree = float(chi2.ppf(float(ref["agree"]), 2 * self.g))
-        self._disagree_time = float(ref["disagree_time"])
+        self.est = estimator_class(name)(pf.mech, pf.sensors, ref.resolved)  # no randomness
+        self._seed_p = float(ref.branch_probability)
+        lim = float(ref.sigma_z)
+        self._seed_sd = np.where(pf.angular, lim, lim * pf.mech.length_scale)
+        self._agree = float(chi2_ppf(float(ref.agree), 2 * pf.g))
+        self._disagree_time = float(ref.disagree_time)
 
     # -- the cloud's life events -------------------------------------------------------------
-    def _new_cloud(self) -> None:
+    def new_cloud(self) -> None:
         """A new particle set was installed (uniform start, recovery, injection)."""
-        self._generation = getattr(self, "_generation", 0) + 1
+        self.generation += 1
 
-    def _drop(self, reason: str) -> None:
-        if self._following:
-            self._following = False
-            self.refine_counts["drops"] += 1
-            self.refine_drop_reasons[reason] += 1
+    def drop(self, reason: str) -> None:
+        if self.following:
+            self.following = False
+            self.counts["drops"] += 1
+            self.drop_reasons[reason] += 1
 
     def rebase(self, t) -> None:
-        super().rebase(t)
-        if self._following:
-            self._follower.rebase(t)
-
-    def add_restart_hypotheses(self, reason, ceiling=None) -> bool:
-        self._drop("restart")
-        return super().add_restart_hypotheses(reason, ceiling)
+        if self.following:
+            self.est.rebase(t)
 
     # -- follow --------------------------------------------------------------------------------
-    def _follow_predict(self, dt: float) -> None:
+    def predict(self, dt: float) -> None:
         if self._current():
-            self._follower.predict(dt)
+            self.est.predict(dt)
 
-    def update(self, measurements, gates=None):
-        result = super().update(measurements, gates)
-        if self._follower is None:
-            return result
+    def after_update(self, result, measurements, gates) -> None:
+        """The cloud fused ``measurements`` (its UpdateResult ``result``): the follower does
+        too and the two are compared (check), or a follower is seeded from the cloud."""
+        if self.est is None:
+            return
         if self._current():
-            self._check(result, self._follower.update(measurements, gates))
-        if not self._following:
+            self._check(result, self.est.update(measurements, gates))
+        if not self.following:
             self._seed()
-        return result
 
     def _check(self, cloud_result, follower_result) -> None:
-        from mbde_core.estimators.stage.multistart import is_lost
-
-        f = self._follower.estimate()
-        g = self.g
-        if not (np.all(np.isfinite(f.z)) and np.all(np.isfinite(f.zd)) and np.all(np.isfinite(f.cov))) or is_lost(self, f):
-            self._drop("lost")
+        pf = self.pf
+        f = self.est.estimate()
+        g = pf.g
+        if not (np.all(np.isfinite(f.z)) and np.all(np.isfinite(f.zd)) and np.all(np.isfinite(f.cov))) or is_lost(pf, f):
+            self.drop("lost")
             return
-        c = self.cloud_estimate()
+        c = pf.cloud_estimate()
         if c.branch != self._seeded_branch:
-            self._drop("branch")
+            self.drop("branch")
             return
         dz = f.z - c.z
-        dz = np.where(self.angular, wrap_angle(dz), dz)
+        dz = np.where(pf.angular, wrap_angle(dz), dz)
         d = np.concatenate([dz, f.zd - c.zd])
         S = c.cov + f.cov[: 2 * g, : 2 * g]
         try:
@@ -207,25 +205,24 @@ class GaussianFollower:
             m = math.inf
         if m > self._agree:
             if self._disagree_from is None:
-                self._disagree_from, self._scores = self.t, [0.0, 0.0]
+                self._disagree_from, self._scores = pf.t, [0.0, 0.0]
             self._scores[0] += self._score(cloud_result, 0)
             self._scores[1] += self._score(follower_result, 1)
-            if self.t - self._disagree_from >= self._disagree_time:
+            if pf.t - self._disagree_from >= self._disagree_time:
                 if self._scores[1] < self._scores[0]:  # the readings prefer the follower
                     self._redraw_cloud(f)
                 else:
-                    self._drop("disagree")
+                    self.drop("disagree")
                 self._disagree_from = None
         else:
             self._disagree_from = None
 
     def _score(self, res, k: int) -> float:
         """-2 log-likelihood (+ const) of one update's innovations by the multi-start bank's
-        robust score (:func:`multistart.accepted_score`, :func:`multistart.rejected_score`):
-        accepted readings min(NIS, cap d) + log det S, each rejected one cap d + the last
-        log det S of the same filter (cap = the bank's, d = the update's degrees of freedom)."""
-        from mbde_core.estimators.stage.multistart import DEFAULT_CAP, accepted_score, rejected_score, scored
-
+        robust score (:func:`~mbde_core.estimators.innovation.accepted_score`,
+        :func:`~mbde_core.estimators.innovation.rejected_score`): accepted readings
+        min(NIS, cap d) + log det S, each rejected one cap d + the last log det S of the
+        same filter (cap = the bank's, d = the update's degrees of freedom)."""
         cap = DEFAULT_CAP * max(res.dof, 1)
         if res.accepted and scored(res):
             self._logdets[k] = res.logdet
@@ -235,69 +232,65 @@ class GaussianFollower:
         """The follower explained the readings of the disagreement better than the cloud:
         the cloud is drawn again from the follower's Gaussian on its branch (``init:
         gaussian``'s draw, independent coordinates), and the follower goes on."""
-        g = self.g
+        g = self.pf.g
         sd = np.sqrt(np.clip(np.diag(f.cov[: 2 * g, : 2 * g]), 0.0, None))
         try:
-            self._init_gaussian(InitialState(f.z, f.zd, sd[:g], sd[g:], f.q, self._seeded_branch))
+            self.pf._init_gaussian(InitialState(f.z, f.zd, sd[:g], sd[g:], f.q, self._seeded_branch))
         except ValueError:  # the follower's state does not assemble on its branch: the cloud is right
-            self._drop("disagree")
+            self.drop("disagree")
             return
-        self._seeded_generation = self._generation
-        self.refine_counts["redraws"] += 1
+        self.seeded_generation = self.generation
+        self.counts["redraws"] += 1
 
     def _seed(self) -> None:
-        if self._anneal_from is not None and self.t - self._anneal_from < self.anneal:
+        pf = self.pf
+        if pf._anneal_from is not None and pf.t - pf._anneal_from < pf.anneal:
             return
-        lock = self.lock
+        lock = pf.lock
         if lock.limit > 0 and lock.last is not None and lock.last > lock.limit:
             return
-        c = self.cloud_estimate()
+        c = pf.cloud_estimate()
         if c.branch_probabilities is None or float(np.max(c.branch_probabilities)) < self._seed_p:
             return
-        g = self.g
+        g = pf.g
         sd = np.sqrt(np.clip(np.diag(c.cov), 0.0, None))
         if not (np.all(np.isfinite(sd)) and np.all(sd[:g] <= self._seed_sd)):
             return
-        f = self._follower
-        f.t = self.t
-        f.reset(self.t, InitialState(c.z, c.zd, sd[:g], sd[g:], c.q, c.branch))
+        f = self.est
+        f.t = pf.t
+        f.reset(pf.t, InitialState(c.z, c.zd, sd[:g], sd[g:], c.q, c.branch))
         f.P[: 2 * g, : 2 * g] = c.cov
-        self._following = True
-        self._seeded_generation = self._generation
+        self.following = True
+        self.seeded_generation = self.generation
         self._seeded_branch = c.branch
         self._disagree_from = None
         self._logdets = [0.0, 0.0]
-        self.refine_counts["seeds"] += 1
+        self.counts["seeds"] += 1
 
     # -- publish -------------------------------------------------------------------------------
     def _current(self) -> bool:
         """True while a follower runs on the cloud it was seeded from (a new set -- uniform
         start, recovery, injection, reset -- drops it)."""
-        if self._following and self._generation != self._seeded_generation:
-            self._drop("restart")
-        return self._following
+        if self.following and self.generation != self.seeded_generation:
+            self.drop("restart")
+        return self.following
 
-    def cloud_estimate(self):
-        """The cloud's own estimate (paper 000 eqs. 19-20; :class:`pf_outputs.ParticleOutputs`)."""
-        return super().estimate()
-
-    def estimate(self):
-        snap = self.cloud_estimate()
+    def publish(self, snap):
+        """The filter's estimate: the cloud's ``snap`` with, while a follower runs, its
+        z, zd, zdd, q, qd, qdd and covariance of [z, zd] (the branch probabilities stay
+        the cloud's)."""
         if not self._current():
             return snap
-        f = self._follower.estimate()
-        g = self.g
+        f = self.est.estimate()
+        g = self.pf.g
         snap.q, snap.qd, snap.qdd = f.q, f.qd, f.qdd
         snap.z, snap.zd, snap.zdd = f.z, f.zd, f.zdd
         snap.cov = f.cov[: 2 * g, : 2 * g].copy()
         return snap
 
     def diagnostics(self) -> dict:
-        out = super().diagnostics()
-        if self._follower is None:
-            out["refine"] = {"estimator": "none"} if self._no_follower is None else \
-                {"estimator": "none", "reason": self._no_follower}
-        else:
-            out["refine"] = {"estimator": self._follower.name, "following": bool(self._following),
-                             **self.refine_counts, "drop_reasons": dict(self.refine_drop_reasons)}
-        return out
+        """The ``refine`` entry of the filter's diagnostics."""
+        if self.est is None:
+            return {"estimator": "none"} if self.no_follower is None else {"estimator": "none", "reason": self.no_follower}
+        return {"estimator": self.est.name, "following": bool(self.following), **self.counts,
+                "drop_reasons": dict(self.drop_reasons)}

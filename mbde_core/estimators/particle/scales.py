@@ -5,7 +5,7 @@ rad/s, 100 particles) are those of its 0.125 m rig. They do not transfer: on Fou
 (2/8/5 m, accelerations ~5 rad/s^2) 8 rad/s^2 of noise swamps the dynamics, on a 2 cm
 four-bar (crank up to ~70 rad/s, ~500 rad/s^2) both the noise and the velocity range are
 far too small. The rules below derive them from the model, on the branch atlas's grid of
-assembled configurations (every branch; :mod:`pf_init`):
+assembled configurations (every branch; :mod:`.prior`):
 
 - ``acceleration_sigma`` = ``ACCEL_FRACTION`` (0.5) x a_rms, a_rms = root mean square over
   the grid of the model's independent accelerations at rest, |f(z, 0)| (gravity and the
@@ -33,8 +33,8 @@ assembled configurations (every branch; :mod:`pf_init`):
   the gyroscope alone (steady-state RMSE 0.07-0.11 rad); with the rule's 6.4 / 11.8 m/s^2
   it is 0.008 rad, the UKF's.
 - ``particles`` (tracking) = ``PARTICLES_PER_DOF`` (300) x g, for vipf as well
-  (``VIPF_PARTICLES_PER_DOF``; 100 until stop 28). Measured with ``mbde bench pf --only multidof`` (10 seeds, 13 scenarios of 1-2 DOF,
-  stop 23): 100 per DOF converged in 120 of 130 runs, 300 per DOF in 125 (the released rig
+  (``VIPF_PARTICLES_PER_DOF``). Measured with ``mbde bench pf --only multidof`` (10 seeds, 13
+  scenarios of 1-2 DOF): 100 per DOF converged in 120 of 130 runs, 300 per DOF in 125 (the released rig
   6/10 -> 9/10 and 7/10 -> 9/10, offset slider-crank 9/10 -> 10/10, five-bar with encoders
   9/10 -> 10/10; median steady-state ratio to the UKF 1.29 -> 1.18 on fourbar_gyro) for
   ~10-30 % more CPU (the uniform start's larger cloud dominates the short runs). vipf
@@ -53,7 +53,7 @@ assembled configurations (every branch; :mod:`pf_init`):
   (paper 000's rig identifies its branch in < 0.1 s). Three DOF need more than twice two's:
   the 3-DOF loop with gyroscopes released at rest (``sixbar_loop3_gyro``) reads ~0 rad/s
   for its first 0.3 s, so its readings give the initial accelerations f(z) (3 numbers)
-  and several z fit them; with 0.6 s (0.3 s x (g - 1), the rule before stop 33) the
+  and several z fit them; with 0.6 s (0.3 s x (g - 1)) the
   weights committed to a wrong one at 0.3-0.4 s in 8 of 20 runs (found again by the lock
   detector and a recovery at 0.8-1.3 s, then 5-100x the UKF's error after 1 s); with
   0.9 s the 10 hardest seeds of those 20 converged by 0.68-0.76 s, without a lock
@@ -61,7 +61,7 @@ assembled configurations (every branch; :mod:`pf_init`):
 - ``uniform.particles`` (a uniform (re)initialisation) = K x C_z x C_zd, clipped to
   [``INIT_MIN``, ``INIT_MAX``]: K branches, C_z = ``CELLS``^g cells of z unless the
   position readings (encoders, slider positions: at least g channels) place every
-  particle on them (:mod:`pf_proposal`), C_zd = ``VELOCITY_CELLS``^g unless the velocity
+  particle on them (:mod:`.proposal`), C_zd = ``VELOCITY_CELLS``^g unless the velocity
   readings (gyroscopes: >= g channels) give zd. Five-bar with gyroscopes: 2 x 48^2 = 4608.
 """
 from __future__ import annotations
@@ -71,9 +71,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbde_core.engine import dynamics, kinematics
-
-ACCEL_FRACTION = 0.5
-VELOCITY_MARGIN = 1.25
+from mbde_core.estimators.options.mechanism_scales import mechanism_scales as model_scales
+from mbde_core.estimators.options.rule import ACCEL_FRACTION, MODEL_ERROR, VELOCITY_MARGIN
+from mbde_core.estimators.options.sensor_scales import widened_sigmas
 DEFAULT_SPEED = 20.0       # [unit/s] velocity bound without potential energy
 PARTICLES_PER_DOF = 300
 VIPF_PARTICLES_PER_DOF = 300  # as the PF: at 100 vipf's seed-to-seed spread on fourbar_gyro was 3x (above)
@@ -148,11 +148,7 @@ def sensor_covariance(sensor, mech) -> np.ndarray:
     observers' rule (see the module docstring)."""
     R = np.array(sensor.covariance(), dtype=float)
     if getattr(sensor, "uses_qdd", False):
-        from mbde_core.estimators.options.mechanism_scales import mechanism_scales
-        from mbde_core.estimators.options.rule import MODEL_ERROR
-        from mbde_core.estimators.options.sensor_scales import widened_sigmas
-
-        sig = widened_sigmas(mech, {sensor.name: sensor}, [sensor.name], mechanism_scales(mech), MODEL_ERROR)[sensor.name]
+        sig = widened_sigmas(mech, {sensor.name: sensor}, [sensor.name], model_scales(mech), MODEL_ERROR)[sensor.name]
         widened = np.asarray(sig, dtype=float) ** 2
         R[np.diag_indices(sensor.dim)] = np.maximum(np.diag(R), widened)
     return R

@@ -33,12 +33,12 @@ same as the PF's acceleration noise v ~ N(0, sigma_a^2) applied as the impulse h
 sigma_a = gamma / sqrt(h). ``proposal: prior`` draws it blindly inside the step (paper
 002's filter, ``config/estimators/vipf.yaml`` and ``mbde bench vi``); ``proposal: adapted``
 (the built-in default) integrates the noise-free VI step and lets the PF draw the impulse
-given the readings (the locally optimal proposal of :mod:`pf_proposal`; the same target
+given the readings (the locally optimal proposal of :mod:`.proposal`; the same target
 density, importance weights corrected), which is what keeps a cloud of a few hundred
 particles on a 2-DOF linkage: with the blind draw the five-bar with gyroscopes lost the
 motion after every uniform start (clean RMSE 2.3 rad, 15 % of the readings gated).
 
-Built-in defaults from the mechanism (as the PF's, :mod:`pf_scale`): ``noise.velocity:
+Built-in defaults from the mechanism (as the PF's, :mod:`.scales`): ``noise.velocity:
 null`` is gamma = sigma_a sqrt(h) with the PF's sigma_a rule; particle counts, the
 uniform start's velocity range and annealing, the regularisation kernel and the lock
 detector are the PF's. ``config/estimators/vipf.yaml`` holds paper 002's settings.
@@ -55,17 +55,37 @@ accurate per step for smooth motion, the VI is symplectic and preserves energy.
 """
 from __future__ import annotations
 
-import copy
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from mbde_core.engine.integrators import MBState
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.particle import scales as pf_scale
+from mbde_core.estimators.options.frozen import Options
 from mbde_core.estimators.particle.filter import ParticleFilter, check_config
+from mbde_core.estimators.particle.options import ParticleOptions, Resampling
+from mbde_core.estimators.traits import Traits
 
 VI_INTEGRATORS = ("midpoint", "symplectic_euler")
+
+
+@dataclass(frozen=True)
+class VINoise(Options):
+    position: float = 0.01            # sigma on z [unit/sqrt(s)] (paper 002: sigma dW1 on q)
+    velocity: float | None = None     # gamma on zd [unit/s/sqrt(s)]; None: sigma_a sqrt(h) (PF rule)
+
+
+@dataclass(frozen=True)
+class VIPFOptions(ParticleOptions):
+    """The PF's options with the variational proposal; resampling at every update, as
+    paper 002; the rest as the PF (mechanism-derived)."""
+
+    integrator: str = "midpoint"               # midpoint (paper 002 eq. 6) | symplectic_euler (eq. 5)
+    acceleration_sigma: float | None = 0.0     # the PF's acceleration noise, off: the noise is below
+    resampling: Resampling = Resampling("systematic", 1.0)
+    noise: VINoise = VINoise()
 
 
 def check_vi_config(cfg: dict, file: str = "<config>", path: str = "vipf", g: int | None = None) -> None:
@@ -82,32 +102,22 @@ def check_vi_config(cfg: dict, file: str = "<config>", path: str = "vipf", g: in
 class VIParticleFilter(ParticleFilter):
     """Particle filter with the stochastic variational proposal (see the module docstring).
 
-    Parameters as :class:`ParticleFilter`; options ``DEFAULTS`` (config/estimators/vipf.yaml).
+    Parameters as :class:`ParticleFilter`; options :class:`VIPFOptions` (config/estimators/vipf.yaml).
     """
 
     name = "vipf"
+    Options = VIPFOptions
+    traits = Traits(noise_rule="particle", drivers=True, local=False)
     particles_per_dof = pf_scale.VIPF_PARTICLES_PER_DOF
-    DEFAULTS = copy.deepcopy(ParticleFilter.DEFAULTS)
-    DEFAULTS.update({
-        "integrator": "midpoint",          # midpoint (paper 002 eq. 6) | symplectic_euler (eq. 5)
-        "acceleration_sigma": 0.0,         # the PF's acceleration noise, off: the noise is below
-        "noise": {
-            "position": 0.01,              # sigma on z [unit/sqrt(s)] (paper 002: sigma dW1 on q)
-            "velocity": None,              # gamma on zd [unit/s/sqrt(s)]; null: sigma_a sqrt(h) (PF rule)
-        },
-    })
-    # resampling at every update, as paper 002; the rest as the PF (mechanism-derived)
-    DEFAULTS["resampling"] = {"scheme": "systematic", "ess_threshold": 1.0}
 
-    @staticmethod
-    def validate_config(cfg, file, path):
+    @classmethod
+    def validate_config(cls, cfg, file, path):
         check_vi_config(cfg, file, path)
 
-    def __init__(self, mech, sensors, config, rng=None):
-        check_vi_config(config, "<config>", "vipf", mech.dof)
-        super().__init__(mech, sensors, config, rng)
-        self.sigma_q = float(config["noise"]["position"])
-        gamma = config["noise"]["velocity"]
+    def __init__(self, mech, sensors, options, rng=None):
+        super().__init__(mech, sensors, options, rng)
+        self.sigma_q = float(options.noise.position)
+        gamma = options.noise.velocity
         self._sigma_a0 = self.sigma_a  # acceleration_sigma: the PF's noise on top
         if gamma is None:  # the PF's rule: gamma = sigma_a sqrt(h) (module docstring)
             gamma = pf_scale.acceleration_sigma(self.scales) * math.sqrt(self._last_dt)

@@ -62,60 +62,23 @@ import heapq
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from mbde_core.estimators.base import InitialState, UpdateResult
+from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.chi2 import chi2_ppf
+from mbde_core.estimators.options.common import Reacquire
 from mbde_core.estimators.stage.multistart import MultiStart
 from mbde_core.estimators.stage.guards import (AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence,
                                                finite_snapshot)
+from mbde_core.estimators.stage.records import StageCounters, StepRecord  # noqa: F401 (the stage's outputs)
 from mbde_core.estimators.stage.recovery import LOST_CHECK_GAP, StageRecovery
-from mbde_core.types import MechanismSnapshot, Measurement
+from mbde_core.types import Measurement
 
 # Stage options shared by `mbde replay` and the live node (node parameters of the same names)
 STAGE_DEFAULTS = {"reorder_window": 0.02, "backward_jump": 1.0, "max_gap": 10.0}
 DUPLICATE_TOLERANCE = 1e-9  # s: equal stamps
-
-
-@dataclass
-class StepRecord:
-    """One emitted grid step: the estimate, the update result (None if no readings), cost [s]."""
-
-    estimate: MechanismSnapshot
-    update: UpdateResult | None
-    cost: float
-
-
-@dataclass
-class StageCounters:
-    received: int = 0
-    fused: int = 0
-    rejected_gate: int = 0
-    gate_scale_max: float = 1.0       # largest scale of a gate threshold (stage_guards.AdaptiveGate)
-    gate_believed: int = 0            # readings over the gate fused: their sensor persisted (AdaptiveGate)
-    reacquisitions: int = 0
-    multistarts: int = 0
-    out_of_order: int = 0
-    duplicates: int = 0
-    future: int = 0
-    non_finite: int = 0
-    unknown_sensor: int = 0
-    resets: int = 0                   # backward time jumps
-    backward_jump_last: float = 0.0   # s
-    backward_jump_max: float = 0.0    # s
-    gap_resets: int = 0
-    diverged: int = 0                 # restarts of an estimate or covariance that overflowed
-    reconvergence_last: float | None = None  # s
-    reconvergence_max: float = 0.0    # s
-    steps: int = 0
-    per_sensor_fused: dict = field(default_factory=dict)
-    per_sensor_rejected: dict = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 class EstimatorStage(StageRecovery):
@@ -132,7 +95,8 @@ class EstimatorStage(StageRecovery):
         0 = the fixed chi-square threshold.
     gate_persist: readings of a sensor over the gate in a row after which its next readings
         are fused ungated until one agrees again (0 = never).
-    reacquire: re-acquisition rule of the gate, {rejections, time, inflation} (see
+    reacquire: re-acquisition rule of the gate and the multi-start bank (the ``reacquire``
+        options: rejections, time, inflation, candidates, window; see
         :class:`~mbde_core.estimators.stage.guards.Reacquisition`); None = off.
     backward_jump, max_gap, reorder_window [s]: see the module docstring.
     on_step: optional callback(StepRecord) for every emitted grid step.
@@ -140,12 +104,10 @@ class EstimatorStage(StageRecovery):
     """
 
     def __init__(self, estimator, step: float, initial: Callable[[float], InitialState], *,
-                 gate=0.0, gate_window: float = 0.0, gate_persist: int = 0, reacquire: dict | None = None, backward_jump: float = 1.0,
+                 gate=0.0, gate_window: float = 0.0, gate_persist: int = 0, reacquire=None, backward_jump: float = 1.0,
                  max_gap: float = 10.0,
                  reorder_window: float = 0.0, on_step: Callable[[StepRecord], None] | None = None,
                  keep: bool = True):
-        if step == "auto":  # the step the estimator resolved (noise_rule)
-            step = estimator.config["step"]
         if not step > 0:
             raise ValueError("step must be > 0")
         self.est = estimator
@@ -163,11 +125,11 @@ class EstimatorStage(StageRecovery):
         dims = {s.name: s.dim for s in self.sensors}
         adapt = self.gates and (gate_window > 0 or gate_persist > 0)
         self.gate_adapt = AdaptiveGate(self.gates, dims, gate_window, gate_persist) if adapt else None
-        rq = reacquire or {}
-        self.reacq = Reacquisition(rq.get("rejections", 1), rq.get("time", 0.0)) if reacquire else None
-        self.inflation = float(rq.get("inflation", 100.0))
-        self.bank_size = int(rq.get("candidates", 0)) if getattr(estimator, "LOCAL", True) else 0
-        self.bank_window = float(rq.get("window", 0.3))
+        rq = Reacquire.from_dict(reacquire) if isinstance(reacquire, dict) else reacquire
+        self.reacq = Reacquisition(rq.rejections, rq.time) if rq is not None else None
+        self.inflation = float(rq.inflation) if rq is not None else 0.0
+        self.bank_size = int(rq.candidates) if rq is not None and estimator.traits.local else 0
+        self.bank_window = float(rq.window) if rq is not None else 0.0
         self._bank: MultiStart | None = None
         self.first: float | None = None  # stamp of the first reading ever (a loop jumps back to it)
         self.reconv = Reconvergence()
@@ -177,13 +139,13 @@ class EstimatorStage(StageRecovery):
         self.reset()
 
     @classmethod
-    def from_config(cls, estimator, config: dict, initial, **kw) -> "EstimatorStage":
-        """The stage of an estimator with validated options ``config`` (step, gate,
-        reacquire; a step ``auto`` is the one the estimator resolved, :mod:`noise_rule`); kw:
-        the other constructor arguments (stage options, on_step, keep)."""
-        return cls(estimator, config["step"], initial, gate=config.get("gate", 0.0),
-                   gate_window=config.get("gate_window", 0.0), gate_persist=config.get("gate_persist", 0),
-                   reacquire=config.get("reacquire"), **kw)
+    def for_estimator(cls, estimator, initial, **kw) -> "EstimatorStage":
+        """The stage of an estimator as its options say (step, gate, gate_window,
+        gate_persist, reacquire); kw: the other constructor arguments (stage options,
+        on_step, keep)."""
+        o = estimator.options
+        return cls(estimator, o.step, initial, gate=o.gate, gate_window=o.gate_window, gate_persist=o.gate_persist,
+                   reacquire=o.reacquire, **kw)
 
     def _gates(self, gate) -> dict[str, float]:
         probs = gate if isinstance(gate, dict) else {s.name: gate for s in self.sensors}
@@ -358,20 +320,6 @@ class EstimatorStage(StageRecovery):
         self._last_stamp[m.sensor] = m.stamp
         self.pending.append(m)
 
-    def _diverged(self, t: float) -> None:
-        """The estimate or its covariance overflowed (a lost filter predicting through a
-        gap: a UKF at 3e3 rad/s whose covariance squared every step): it is lost, restart
-        it from the initial guess at the same grid time, as a long gap does (counted)."""
-        self.counters.diverged += 1
-        self._bank = None
-        self.est.reset(t, self.initial(t))
-        if self.reacq is not None:
-            self.reacq.clear()
-        if self.gate_adapt is not None:
-            self.gate_adapt.clear()
-        self._disturbed(t)
-        self._unknown = True  # the multi-start bank waits for the next reading
-
     def _disturbed(self, t: float) -> None:
         self._after_jump = False
         self.reconv.disturbed(t)
@@ -399,40 +347,6 @@ class EstimatorStage(StageRecovery):
     def _current_gates(self) -> dict[str, float]:
         """The gate thresholds for the next update (stage_guards.AdaptiveGate)."""
         return self.gates if self.gate_adapt is None else self.gate_adapt.thresholds()
-
-    def _watch(self, result: UpdateResult) -> None:
-        """Re-convergence time, the gate's scale and re-acquisition rule after an update."""
-        t = self.t0 + self.k * self.dt
-        disagreed = result
-        if self.gate_adapt is not None and result.distances:
-            c = self.counters
-            believed = self.gate_adapt.observe(t, result.distances)
-            c.gate_believed += len(believed)
-            c.gate_scale_max = max(c.gate_scale_max, max(self.gate_adapt.scale.values()))
-            if believed:  # for the re-acquisition rule they disagreed with the filter
-                acc = list(result.accepted)
-                for n in believed:
-                    acc.remove(n)
-                disagreed = UpdateResult(acc, list(result.rejected) + believed)
-        took = self.reconv.observe(t, result)
-        if took is not None:
-            self._after_jump = False
-            self.counters.reconvergence_last = took
-            self.counters.reconvergence_max = max(self.counters.reconvergence_max, took)
-        if self._bank is not None and self._bank.done(t):
-            self._bank.adopt()
-            self._bank = None
-        if self.reacq is None or not self.reacq.observe(t, disagreed):
-            return
-        self.counters.reacquisitions += 1
-        if self._after_jump:  # the motion restarted with the clock (a bag loop): the initial guess
-            self._bank = None
-            self.est.reset(t, self.initial(t))
-        else:
-            self._active.reacquire(self.inflation)
-        self._after_jump = False
-        self.reconv.disturbed(t)
-        self._multistart(t)
 
     def _cap(self) -> float:
         return max(self.gates.values(), default=0.0)

@@ -45,7 +45,9 @@ mechanism moves, both accumulate large normalised innovations (or gate rejection
 + log det S each).
 
 Lost: some independent coordinate's standard deviation exceeds ``LOST_SIGMA`` (angles
-[rad]) or ``LOST_SIGMA`` x the mechanism's length scale (lengths).
+[rad]) or ``LOST_SIGMA`` x the mechanism's length scale (lengths)
+(:func:`~mbde_core.estimators.innovation.is_lost`; the scores:
+:mod:`~mbde_core.estimators.innovation`).
 """
 from __future__ import annotations
 
@@ -54,49 +56,17 @@ import math
 
 import numpy as np
 
-from mbde_core.estimators.base import InitialState, UpdateResult
+from mbde_core.estimators.base import EstimatorInterface, InitialState, UpdateResult
+from mbde_core.estimators.innovation import DEFAULT_CAP, accepted_score, is_lost, rejected_score, scored
+from mbde_core.estimators.options.mechanism_scales import cached_scales
+from mbde_core.estimators.particle.prior import atlas_for
 
-LOST_SIGMA = 0.5
-DEFAULT_CAP = 25.0
 ENERGY_MARGIN = 0.25  # of the range of V: the margin of the energy ceiling (energy_ceiling)
-
-
-def scored(res) -> bool:
-    """Whether an update's NIS and log det S are finite (a score of its own readings)."""
-    return res.nis is not None and math.isfinite(res.nis) and res.logdet is not None and math.isfinite(res.logdet)
-
-
-def accepted_score(res, cap: float, logdet: float) -> float:
-    """-2 log-likelihood (+ const) of an update's accepted readings: min(NIS, cap) + log det S,
-    with the filter's last log det S ``logdet`` (and cap) when they are not finite (module
-    doc; also the particle filter's follower's test, :mod:`pf_refine`); 0 if none was accepted."""
-    if not res.accepted:
-        return 0.0
-    return min(res.nis, cap) + res.logdet if scored(res) else cap + logdet
-
-
-def rejected_score(res, cap: float, logdet: float) -> float:
-    """What the update's gate-rejected readings cost: cap + log det S each (module doc)."""
-    return (cap + logdet) * len(res.rejected) if res.rejected else 0.0
-
-
-def is_lost(est, snap) -> bool:
-    """True if the estimate ``snap`` of ``est`` says the mechanism is lost (module doc)."""
-    if snap.cov is None:
-        return False
-    g = len(snap.z)
-    sd = np.sqrt(np.clip(np.diag(snap.cov)[:g], 0.0, None))
-    mech = est.mech
-    angular = np.isin(mech.independent, mech.rel_columns)
-    limit = np.where(angular, LOST_SIGMA, LOST_SIGMA * mech.length_scale)
-    return bool(np.any(~np.isfinite(sd)) or np.any(sd > limit))
 
 
 def candidates(est, snap, count: int, floor: InitialState) -> list[InitialState]:
     """Initial states of the bank (module doc); floor: the configured initial standard
     deviations (lower bounds of the candidates')."""
-    from mbde_core.estimators.particle.prior import atlas_for
-
     mech = est.mech
     g = len(snap.z)
     angular = np.isin(mech.independent, mech.rel_columns)
@@ -178,8 +148,6 @@ def energy_ceiling(est, snap) -> float | None:
 def _scales(mech):
     """The mechanism scales the default tuning used if cached on the model, else the
     scales without force limits."""
-    from mbde_core.estimators.options.mechanism_scales import cached_scales
-
     return cached_scales(mech)[0]
 
 
@@ -189,8 +157,11 @@ def _speed(mech) -> np.ndarray:
     return np.maximum(np.asarray(_scales(mech).v, dtype=float), 1e-6)
 
 
-class MultiStart:
-    """The bank: an Estimator-like object the stage drives instead of ``est`` meanwhile."""
+class MultiStart(EstimatorInterface):
+    """The bank: the stage drives it instead of ``est`` meanwhile, so it implements the
+    whole estimator interface (:class:`~mbde_core.estimators.base.EstimatorInterface`),
+    each method on its members (the estimates, particles and diagnostics are the best
+    member's)."""
 
     def __init__(self, est, t: float, starts: list, window: float, cap: float, keep: bool = False,
                  prior: float = 0.0, ceiling: float | None = None):
@@ -225,6 +196,41 @@ class MultiStart:
     @property
     def t(self) -> float:
         return self.members[self.best].t
+
+    @property
+    def mech(self):
+        return self.est.mech
+
+    @property
+    def traits(self):
+        return self.est.traits
+
+    def reset(self, t: float, init: InitialState) -> None:
+        """A restart of the estimator ends the bank's decision: the estimator, reset, is its
+        only member."""
+        self.est.reset(t, init)
+        self.members = [self.est]
+        self.scores, self.logdet, self.known = np.zeros(1), np.zeros(1), np.zeros(1, dtype=bool)
+        self.best = 0
+        self.t0 = float(t)
+
+    def add_restart_hypotheses(self, reason: str, ceiling: float | None = None) -> bool:
+        """Every live member carries the restart as its own hypotheses if it can (a particle
+        filter); True if one did. The Kalman observers cannot (False): the bank, still
+        deciding, goes on (the stage then starts no other bank)."""
+        done = [m.add_restart_hypotheses(reason, ceiling) for k, m in enumerate(self.members)
+                if math.isfinite(self.scores[k])]
+        return any(done)
+
+    def particles(self):
+        return self.members[self.best].particles()
+
+    def diagnostics(self) -> dict:
+        return self.members[self.best].diagnostics()
+
+    def expect_steps(self, steps: int) -> None:
+        for member in self.members:
+            member.expect_steps(steps)
 
     def predict(self, dt: float) -> None:
         for k, member in enumerate(self.members):

@@ -1,5 +1,6 @@
 """Recovery of the estimator stage (:class:`mbde_core.estimators.stage.core.EstimatorStage`):
-backward time jumps and the multi-start banks after silences and re-acquisitions.
+backward time jumps, diverged estimates, the gate's re-acquisition and the multi-start
+banks after silences and re-acquisitions.
 
 A mixin: the methods use the stage's state (``est``, ``t0``, ``k``, ``dt``, ``pending``,
 ``counters``, ``reacq``, ``gate_adapt``, ``bank_size``, ``bank_window``, ``_bank``, ...).
@@ -12,7 +13,9 @@ import math
 
 import numpy as np
 
-from mbde_core.estimators.stage.multistart import DEFAULT_CAP, MultiStart, candidates, energy_ceiling, is_lost
+from mbde_core.estimators.base import UpdateResult
+from mbde_core.estimators.innovation import DEFAULT_CAP, is_lost
+from mbde_core.estimators.stage.multistart import MultiStart, candidates, energy_ceiling
 from mbde_core.types import Measurement
 
 LOST_CHECK_GAP = 0.1        # s: after a silence this long the stage checks whether the estimate is lost
@@ -20,7 +23,56 @@ LOOP_TOLERANCE = 0.1        # s: a jump back to within this of the first stamp i
 
 
 class StageRecovery:
-    """Backward jumps, energy ceiling and multi-start banks of the stage (mixin)."""
+    """Backward jumps, divergence, the gate's re-acquisition, the energy ceiling and the
+    multi-start banks of the stage (mixin)."""
+
+    def _diverged(self, t: float) -> None:
+        """The estimate or its covariance overflowed (a lost filter predicting through a
+        gap: a UKF at 3e3 rad/s whose covariance squared every step): it is lost, restart
+        it from the initial guess at the same grid time, as a long gap does (counted)."""
+        self.counters.diverged += 1
+        self._bank = None
+        self.est.reset(t, self.initial(t))
+        if self.reacq is not None:
+            self.reacq.clear()
+        if self.gate_adapt is not None:
+            self.gate_adapt.clear()
+        self._disturbed(t)
+        self._unknown = True  # the multi-start bank waits for the next reading
+
+    def _watch(self, result: UpdateResult) -> None:
+        """Re-convergence time, the gate's scale and re-acquisition rule after an update."""
+        t = self.t0 + self.k * self.dt
+        disagreed = result
+        if self.gate_adapt is not None and result.distances:
+            c = self.counters
+            believed = self.gate_adapt.observe(t, result.distances)
+            c.gate_believed += len(believed)
+            c.gate_scale_max = max(c.gate_scale_max, max(self.gate_adapt.scale.values()))
+            if believed:  # for the re-acquisition rule they disagreed with the filter
+                acc = list(result.accepted)
+                for n in believed:
+                    acc.remove(n)
+                disagreed = UpdateResult(acc, list(result.rejected) + believed)
+        took = self.reconv.observe(t, result)
+        if took is not None:
+            self._after_jump = False
+            self.counters.reconvergence_last = took
+            self.counters.reconvergence_max = max(self.counters.reconvergence_max, took)
+        if self._bank is not None and self._bank.done(t):
+            self._bank.adopt()
+            self._bank = None
+        if self.reacq is None or not self.reacq.observe(t, disagreed):
+            return
+        self.counters.reacquisitions += 1
+        if self._after_jump:  # the motion restarted with the clock (a bag loop): the initial guess
+            self._bank = None
+            self.est.reset(t, self.initial(t))
+        else:
+            self._active.reacquire(self.inflation)
+        self._after_jump = False
+        self.reconv.disturbed(t)
+        self._multistart(t)
 
     def _jumped_back(self, m: Measurement, now: float) -> None:
         """A backward time jump to m.stamp: close the old time, restart from the estimate."""

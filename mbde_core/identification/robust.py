@@ -1,0 +1,109 @@
+"""Parameter covariance robust to correlated residuals, and what to warn about.
+
+The covariance (T^T T)^-1 of paper 001 eq. 3.31 holds when the whitened residuals are
+independent N(0, 1). Real recordings break that: a model error the parameters cannot
+absorb (a slowly varying unmodelled force, the integration scheme's error) leaves
+residuals that are correlated over many steps, and (T^T T)^-1 is then too small (issue
+41: a mass at 17 sigma from the truth). The estimate p solves the estimating equations
+T^T r = 0 (the projected gradient), so its sandwich covariance is
+
+    Cov(p) = B Omega B,   B = (T^T T)^-1,   Omega = Var(sum_i s_i),
+
+with s_i = T_i^T r_i the score of time step i (the rows of step i, whitened).
+Heteroskedasticity- and autocorrelation-consistent estimators of Omega sum products of
+the scores over lags (Newey & West 1987); here adjacent steps' scores nearly cancel (the
+states absorb each step's misfit: the per-step scores of a white-noise fit have ~2 % of
+the variance T^T T predicts, and their lagged products put it back only partially), so
+Omega is estimated by batch means (the long-run variance over contiguous blocks;
+Conway & Schmeiser; the fixed-b view of Kiefer & Vogelsang 2005): every recording is cut
+into BLOCKS blocks, S_b the sum of the scores of block b, Omega = K / (K - 1) sum_b
+S_b S_b^T over all K blocks, times (t_{0.975, K-1} / 1.96)^2 so that +-1.96 std is a 95 %
+interval with an Omega estimated from K blocks. With independent residuals Omega ~ T^T T;
+the reported covariance is the larger of the two (per parameter), so correlated
+residuals can only widen the intervals.
+
+Warnings (:func:`warnings_of`): residuals that are not white (a lag-1 autocorrelation
+above WHITE_LAG1, or more than WHITE_SHARE of the lags outside the 95 % band), a
+parameter weakly identified (relative standard deviation above WEAK_RELATIVE, or a
+variance inflation factor 1 / (1 - R^2) above WEAK_VIF: most of its effect is another
+parameter's too), a robust covariance much wider than the model's.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+BLOCKS = 10  # contiguous blocks per recording of the batch-means Omega
+WHITE_LAG1 = 0.2
+WHITE_SHARE = 0.3
+WEAK_RELATIVE = 0.1
+WEAK_VIF = 100.0
+WIDER = 3.0
+
+
+def scores(proj, rows, N: int, P: int) -> np.ndarray:
+    """(N, P) s_i = sum over the rows of step i of T_row^T r_row (projected Jacobian blocks
+    of :func:`~mbde_core.identification.projection.project`)."""
+    S = np.zeros((N, P))
+    for rb, T in zip(rows, proj.T_blocks):
+        if rb.r.size == 0 or T.size == 0:
+            continue
+        np.add.at(S, np.asarray(rb.idx), np.einsum("kdp,kd->kp", T, rb.r))
+    return S
+
+
+def hac_covariance(proj, rows, offsets, bread: np.ndarray) -> tuple[np.ndarray, list]:
+    """(B Omega B (P, P), block length in steps per recording) for the recordings at
+    ``offsets`` (R+1,) (module docstring)."""
+    import scipy.stats
+
+    P = bread.shape[0]
+    S = scores(proj, rows, int(offsets[-1]), P)
+    sums, lengths = [], []
+    for a, b in zip(offsets[:-1], offsets[1:]):
+        n = max(min(BLOCKS, (b - a) // 2), 1)
+        edges = np.linspace(a, b, n + 1).astype(int)
+        sums += [S[lo:hi].sum(axis=0) for lo, hi in zip(edges[:-1], edges[1:])]
+        lengths.append(int((b - a) // n))
+    K = len(sums)
+    if K < 2:
+        return np.full((P, P), 0.0), lengths
+    Sb = np.array(sums)
+    Sb = Sb - Sb.mean(axis=0)
+    t = float(scipy.stats.t.ppf(0.975, K - 1)) / 1.959963984540054
+    omega = Sb.T @ Sb * (K / (K - 1.0)) * t * t
+    C = bread @ omega @ bread
+    return 0.5 * (C + C.T), lengths
+
+
+def warnings_of(labels, p, std, std_model, cov, whiteness: dict) -> list[str]:
+    """Lines to print and store (see the module docstring)."""
+    out = []
+    for rec, per in whiteness.items():
+        for sensor, w in per.items():
+            if not w:
+                continue
+            lag1 = w.get("lag1_autocorrelation")
+            if (lag1 is not None and abs(lag1) > WHITE_LAG1) or w.get("fraction_outside_95", 0.0) > WHITE_SHARE:
+                out.append(f"residuals of {sensor} in {rec} are not white (lag-1 autocorrelation "
+                           f"{'?' if lag1 is None else f'{lag1:.2f}'}, {100 * w.get('fraction_outside_95', 0):.0f} % of "
+                           f"{w.get('lags')} lags outside the 95 % band): the model misses something; the intervals "
+                           "use the residuals' correlation (HAC covariance)")
+    ok = np.isfinite(std)
+    if ok.any():
+        C = cov[np.ix_(ok, ok)]
+        s = np.sqrt(np.clip(np.diag(C), 1e-300, None))
+        R = C / np.outer(s, s)
+        try:
+            vif = np.diag(np.linalg.inv(R))
+        except np.linalg.LinAlgError:
+            vif = np.full(int(ok.sum()), np.inf)
+        for j, k in enumerate(np.flatnonzero(ok)):
+            rel = std[k] / abs(p[k]) if p[k] != 0 else np.inf
+            if rel > WEAK_RELATIVE or vif[j] > WEAK_VIF:
+                out.append(f"{labels[k]} is weakly identified: {p[k]:.6g} +- {std[k]:.3g} ({100 * rel:.1f} %"
+                           + (f", variance inflation {vif[j]:.0f}: correlated with the others" if vif[j] > WEAK_VIF else "")
+                           + ")")
+            if std_model[k] > 0 and std[k] > WIDER * std_model[k]:
+                out.append(f"{labels[k]}: the residuals' correlation widens its interval {std[k] / std_model[k]:.1f} x "
+                           "over the model covariance")
+    return out
