@@ -83,7 +83,7 @@ class ChunkContext:
         """One Context over the whole set (concatenated entries)."""
         p0 = self.parts[0]
         tr = tuple(self._cat(lambda p, i=i: p.tr[i]) for i in range(len(p0.tr)))
-        J = tuple(self._cat(lambda p, i=i: p.J[i]) for i in range(len(p0.J)))
+        J = None if any(p.J is None for p in self.parts) else tuple(self._cat(lambda p, i=i: p.J[i]) for i in range(len(p0.J)))
         return step_backends.Context(self.N, tr, J, self.R)
 
 
