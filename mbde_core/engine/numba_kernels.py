@@ -20,6 +20,16 @@ the same second/first-order predictors as the numpy path (|Phi| <= 1e-14 max(1, 
 (only sin/cos may differ by an ulp: libm vs numpy's SIMD loops) -- tested on a four-bar,
 a five-bar (2 DOF), a slider-crank and mechanisms with loads and dense blocks.
 
+The vectorised loop: when :func:`mbde_core.engine.simd_kernels.enabled` (``MBDE_PF_SIMD``,
+default on) and the mechanism's SIMD module builds (dependent blocks of at most 3
+coordinates, a flattened step of at most ``simd_source.MAX_LINES`` lines), :func:`rk4_step`
+runs it instead of the per-particle loop below (which stays the fallback for the other
+mechanisms): blocks of particles as a structure of arrays through one straight-line loop
+body that LLVM vectorises. Four-bar (fourbar_pf), the PF's propagation, process CPU time
+per particle-step on a 2-core AMD EPYC (Zen 4, AVX-512) under a load average of ~4: 69 ns
+at 1e4 particles and 106 ns at 1e5 (this per-particle loop: ~500 ns; the numpy path:
+580-680 ns); the filter's results agree with the numpy path to ~1e-13 rad (RMSE of z).
+
 Exceptions are not guessed at: a particle whose Newton step or result is not finite
 (exactly singular block, infinite input) is flagged and recomputed by the numpy path,
 which then applies its own rules (least-squares steps, failure flags).

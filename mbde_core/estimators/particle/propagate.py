@@ -14,6 +14,12 @@ count, at most ``MAX_THREADS``; ``MBDE_PF_THREADS`` overrides it, 1 = in the cal
 thread) -- the Python glue between ufuncs holds the GIL, which limits the gain to what
 the measured table of ``mbde bench pf --only speed`` shows.
 
+On the compiled backend (:func:`mbde_core.engine.numba_kernels.backend`: rk4 from 4096
+particles, or when the mechanism's module is already compiled) a step is one call of
+:func:`mbde_core.engine.numba_kernels.rk4_step` -- the vectorised loop of
+:mod:`mbde_core.engine.simd_kernels` where the mechanism's module builds, else numba's
+per-particle loop -- on ``threads`` contiguous ranges; the chunks below are the numpy path's.
+
 Determinism: the position problem and the dynamics are per particle (a particle's
 Newton iterations stop when *it* converges, :func:`fastpath.v_position`), so a particle's
 result does not depend on the batch it is computed in; the chunks write disjoint slices
