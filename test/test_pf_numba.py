@@ -154,6 +154,29 @@ def test_backend_choice_for_small_sets(mechs, monkeypatch):
     assert nk.backend(m, 300) == "numba" and nk.backend(m, 300, "euler") == "numpy"
 
 
+def test_small_sets_keep_the_per_particle_module_until_the_vector_one_is_compiled(mechs, monkeypatch):
+    """The vectorised loop runs when its module is compiled, when nothing is compiled yet,
+    or for a large set; a small set with only the per-particle module on disk keeps that
+    one (no compile for a short run)."""
+    from mbde_core.engine import simd_kernels
+
+    m = mechs["fourbar"]
+    loads = []
+    monkeypatch.delenv("MBDE_PF_SIMD", raising=False)
+    monkeypatch.setattr(simd_kernels, "load", lambda mech, cols=(): loads.append(1) or object())
+    monkeypatch.setattr(simd_kernels, "cached", lambda mech, cols=(): False)
+    monkeypatch.setattr(nk, "_scalar_cached", lambda mech, funcs: True)
+    assert not nk._simd(m, 300) and not loads
+    assert nk._simd(m, nk.AUTO_MIN) and loads
+    monkeypatch.setattr(simd_kernels, "cached", lambda mech, cols=(): True)
+    assert nk._simd(m, 300)
+    monkeypatch.setattr(simd_kernels, "cached", lambda mech, cols=(): False)
+    monkeypatch.setattr(nk, "_scalar_cached", lambda mech, funcs: False)
+    assert nk._simd(m, 300)
+    monkeypatch.setenv("MBDE_PF_SIMD", "0")
+    assert not nk._simd(m, nk.AUTO_MIN)
+
+
 def test_cached_sees_the_compiled_module_on_disk(mechs, monkeypatch, tmp_path):
     m = mechs["fourbar"]
     assert nk.load(m) is not None  # compiled into (or loaded from) the cache folder
@@ -163,13 +186,16 @@ def test_cached_sees_the_compiled_module_on_disk(mechs, monkeypatch, tmp_path):
     monkeypatch.setattr(K, "_simd", None, raising=False)
     monkeypatch.setattr(K, "_numba_on_disk", None, raising=False)
     monkeypatch.setattr(K, "_simd_on_disk", None, raising=False)
-    monkeypatch.setattr(numba_cache, "MODULES", {})
+    monkeypatch.setattr(numba_cache, "MODULES", {})  # the vectorised module's lookup
+    monkeypatch.setattr(nk, "_MODULES", {})  # the per-particle module's
     assert nk.cached(m)
     monkeypatch.setattr(K, "_numba_on_disk", None)
     monkeypatch.setattr(K, "_simd_on_disk", None)
     monkeypatch.setattr(numba_cache, "folders", lambda: [str(tmp_path)])  # an empty cache
+    monkeypatch.setattr(nk, "_folders", lambda: [str(tmp_path)])
     assert not nk.cached(m)
     monkeypatch.setattr(numba_cache, "folders", lambda: 1 / 0)  # remembered: the disk is not looked at again
+    monkeypatch.setattr(nk, "_folders", lambda: 1 / 0)
     assert not nk.cached(m)
 
 

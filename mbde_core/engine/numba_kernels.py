@@ -133,9 +133,21 @@ def backend(mech, N: int, integrator_name: str = "rk4", work: float = 0.0) -> st
             return "numpy"
     if numba() is None:
         return "numpy"
-    if simd_kernels.enabled() and simd_kernels.load(mech) is not None:
+    if _simd(mech, N):
         return "numba"
     return "numba" if load(mech) is not None else "numpy"
+
+
+def _simd(mech, N: int) -> bool:
+    """Whether the vectorised loop steps N particles: enabled, its module builds, and it is
+    compiled already, or nothing is (a compile is due anyway), or the set is large
+    (>= AUTO_MIN: its compile pays). A small set whose mechanism has only the per-particle
+    module compiled keeps that one (no 5-15 s compile for a short run)."""
+    if not simd_kernels.enabled():
+        return False
+    if not (simd_kernels.cached(mech) or N >= AUTO_MIN or not _scalar_cached(mech, ("rk4_range",))):
+        return False
+    return simd_kernels.load(mech) is not None
 
 
 def cached(mech, funcs: tuple = ("rk4_range",)) -> bool:
@@ -143,11 +155,16 @@ def cached(mech, funcs: tuple = ("rk4_range",)) -> bool:
     source file and numba's index of each of ``funcs`` next to it), so that using it costs
     a load, not a compile. The disk is looked at once per mechanism kernels, ``funcs`` and
     process (the answer is remembered: a small set asks at every step)."""
+    if funcs == ("rk4_range",) and simd_kernels.enabled() and simd_kernels.cached(mech):
+        return True
+    return _scalar_cached(mech, funcs)
+
+
+def _scalar_cached(mech, funcs) -> bool:
+    """:func:`cached` of the per-particle module alone."""
     K = fastpath.kernels(mech)
     if K is None:
         return False
-    if funcs == ("rk4_range",) and simd_kernels.enabled():
-        return simd_kernels.cached(mech)
     if getattr(K, "_numba", None):
         return True
     memo = getattr(K, "_numba_on_disk", None)
@@ -194,7 +211,7 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
     or None: acceleration added to zdd during the step (``RK4.step``'s extra_zdd).
     The vectorised loop of :mod:`mbde_core.engine.simd_kernels` runs it when enabled and
     the mechanism's module builds; else the per-particle loop below."""
-    if simd_kernels.enabled() and simd_kernels.load(mech) is not None:
+    if _simd(mech, q.shape[0]):
         return simd_kernels.rk4_step(mech, t, q, qd, qdd, h, extra, threads)
     mod = load(mech)
     K = fastpath.kernels(mech)
