@@ -39,7 +39,7 @@ from mbde_core.config.paths import config_path
 from mbde_core.errors import DataError
 from mbde_core.estimators.assess.suitability import UnsuitableError, precheck
 from mbde_core.estimators.configure import defaults
-from mbde_core.tuning.output import section
+from mbde_core.tuning.output import has_input_states, section
 
 HELP = "every estimator x every shipped scenario x {defaults, tuned}: RMSE, steady-state RMSE, NEES band, pass/fail"
 ESTIMATORS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf", "adekf", "pf", "vipf")
@@ -150,7 +150,7 @@ def _tuned_config(name, scen, tuned):
         cfg["acceleration_sigma"] = float(pf.tuned.acceleration_sigma)
     else:  # vipf: velocity noise density gamma^2 = q
         cfg["noise"] = dict(cfg["noise"], velocity=math.sqrt(q))
-    if cfg["refine"]["estimator"] == "ukf":  # its Gaussian follower: the tuned UKF (as mbde tune writes it)
+    if cfg["refine"]["estimator"] == "ukf" and not has_input_states(ukf):  # its follower: the tuned UKF (as mbde tune writes it)
         cfg["refine"] = dict(cfg["refine"], options={k: v for k, v in section(ukf).items() if k != "step"})
     return cfg
 

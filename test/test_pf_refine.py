@@ -195,6 +195,11 @@ def test_tuned_pf_section_gives_the_follower_the_tuned_ukf():
     assert cfg["refine"]["options"]["plant_noise"]["acceleration_psd"] == 3.0
     adekf = SimpleNamespace(name="adekf", chosen=ukf.chosen)
     assert "refine" not in pf_section(pf, [adekf, pf])[0]  # the ADE-KF does not follow
+    # a UKF tuned with input states (an unknown motor) is no follower: the cloud's model has none
+    with_inputs = dict(tuned, inputs=[{"coordinate": "theta", "psd": 1.0, "sigma0": 1.0, "limit": 1.0}])
+    ukf_in = SimpleNamespace(name="ukf", chosen=estimator_class("ukf").Options.from_dict(with_inputs))
+    sec, note = pf_section(pf, [ukf_in, pf])
+    assert "refine" not in sec and "input states" in note
     # the start kept and its sigma derived inside the PF (null): the derived number is written
     pf0 = SimpleNamespace(name="pf", chosen=estimator_class("pf").Options.from_dict(dict(defaults("pf"), step=0.005)),
                           start_sigma_a=2.0, step=0.005)

@@ -11,7 +11,10 @@ A particle filter's section holds its own step and ``acceleration_sigma``, fitte
 own marginal likelihood (:mod:`~mbde_core.tuning.likelihood`); its sensor sigmas are left
 alone (the PF widens them on purpose against sample impoverishment, paper 000 Table 1).
 Its Gaussian follower (``refine``, :mod:`mbde_core.estimators.particle.refine`) becomes the
-first tuned observer that can follow (not the ADE-KF), with that observer's chosen options.
+first tuned observer that can follow (not the ADE-KF) and has no input states, with that
+observer's chosen options: the follower shares the cloud's model, where an unknown motor
+is acceleration noise, so a density fitted with input states absorbing the motor would be
+too small for it (the follower keeps its defaults then).
 """
 from __future__ import annotations
 
@@ -50,14 +53,24 @@ def pf_section(result, results) -> tuple[dict, str]:
     """(section, comment) of a tuned particle filter: its own fit (:func:`section`) and, if
     one was tuned, the first observer that can follow it as its ``refine`` (module doc)."""
     out = section(result)
-    follower = next((r for r in results if _traits(r.name).follower), None)
+    followers = [r for r in results if _traits(r.name).follower]
+    follower = next((r for r in followers if not has_input_states(r)), None)
     note = ""
+    if followers and follower is None:  # its density was fitted with input states the follower would not have
+        note = (f"; its follower keeps its defaults: the tuned {followers[0].name} has input states, which the "
+                "follower (the cloud's model) does not")
     if follower is not None:  # its Gaussian follower (pf_refine) runs as the tuned observer
         opts = {k: v for k, v in section(follower).items() if k != "step"}  # it steps with the PF
         out["refine"] = {"estimator": follower.name, "options": opts}
         note = f"; its follower (refine) is the {follower.name} of this file"
     return out, (f"{result.name}: acceleration_sigma fitted on its own marginal likelihood at its step "
                  f"{result.step:g} s{note}")
+
+
+def has_input_states(result) -> bool:
+    """Whether an observer's chosen options have input states (unknown forces as states)."""
+    inputs = result.chosen.as_dict().get("inputs")
+    return isinstance(inputs, (list, tuple)) and len(inputs) > 0
 
 
 def verdict(r) -> str:
