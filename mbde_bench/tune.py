@@ -29,6 +29,7 @@ import os
 import time
 
 from mbde_bench.common import simulate_scenario_bag
+from mbde_bench.results import text_to_markdown
 from mbde_bench.transfer_runs import run_task
 from mbde_core import runs
 from mbde_core.config.paths import config_path
@@ -96,7 +97,7 @@ def run(args) -> int:
     text = table(rows)
     print(text)
     with open(os.path.join(args.out, "tune.md"), "w", encoding="utf-8") as fh:
-        fh.write(text + "\n")
+        fh.write(text_to_markdown(text) + "\n")
     with open(os.path.join(args.out, "tune.json"), "w", encoding="utf-8") as fh:
         json.dump(rows, fh, indent=1, default=lambda x: None)
     agree = [r["truth_agrees"] for r in rows if r["truth_agrees"] is not None]
