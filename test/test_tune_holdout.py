@@ -117,3 +117,10 @@ def test_the_particle_filter_is_fitted_on_its_own_likelihood_at_its_own_step(tmp
     print(f"pf step {step:g} s, fitted sigma_a^2 dt = {density:.3g} rad^2/s^3 (true 40)")
     assert "kept the tuned options" in res.stdout
     assert 40.0 / 10 ** 0.75 <= density <= 40.0 * 10 ** 0.75, density
+
+
+def test_holdout_out_of_range_is_one_line(tmp_path):
+    for bad, says in (("1", "must be in [0, 1)"), ("-0.1", "must be in [0, 1)"), ("nan", "not a finite number")):
+        res = run_mbde("tune", tmp_path / "no_bag", f"--holdout={bad}")
+        assert res.returncode == 2 and "--holdout" in res.stderr and says in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1
