@@ -43,7 +43,8 @@ HELP = "mbde tune's held-out decision on a few bags: held-out score and RMSE/NEE
 SCENARIOS = (config_path("scenarios", "fourbar_gyro.yaml"),
              config_path("bench", "tune", "steel_fourbar_encoder.yaml"),
              config_path("bench", "tune", "watt_sixbar_gyro.yaml"),
-             config_path("bench", "calibration", "slider_crank_speedstep.yaml"))
+             config_path("bench", "calibration", "slider_crank_speedstep.yaml"),
+             config_path("bench", "calibration", "steel_fourbar_encoder.yaml"))
 AGREE = 0.10  # RMSEs within 10 % of each other: either choice agrees with the truth
 
 
