@@ -124,3 +124,18 @@ def test_holdout_out_of_range_is_one_line(tmp_path):
         res = run_mbde("tune", tmp_path / "no_bag", f"--holdout={bad}")
         assert res.returncode == 2 and "--holdout" in res.stderr and says in res.stderr, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_verdict_cautions_when_the_fit_falls_far_below_the_start():
+    """The exact-model steel four-bar of ``mbde bench tune``: x7e-7 after widening, RMSE 5x lower
+    but NEES 4.5-50 (dim 2): the readings cannot show it, the verdict says to check."""
+    from types import SimpleNamespace
+
+    from mbde_core.tuning.output import verdict
+
+    r = SimpleNamespace(name="ukf", step=0.005, log_factors={"plant_noise": -6.16}, start_sigma_a=None,
+                        held_start=None, searched=(-9.0, 3.0), widened=1, edge=None)
+    text = verdict(r)
+    assert "widened to x1e-09..x1e+03" in text and "caution" in text and "NEES" in text
+    r.log_factors, r.widened, r.searched = {"plant_noise": -0.6}, 0, (-3.0, 3.0)
+    assert "caution" not in verdict(r) and "widened" not in verdict(r)

@@ -90,6 +90,11 @@ def verdict(r) -> str:
     lo, hi = r.searched
     if r.widened:
         line += f"; the optimum was at the edge of its grid, widened to x{10 ** lo:.3g}..x{10 ** hi:.3g}"
+    q = r.log_factors.get("plant_noise", 0.0)
+    if r.widened and q < lo + (hi - lo) / 2 and q < -3.0 and not r.edge:
+        line += (f"; caution: x{10 ** q:.3g} is far below the start: the readings show almost no plant noise and "
+                 "the filter will trust its model; its covariance may be too small where the readings do not reach "
+                 "(e.g. velocities behind an encoder): check its NEES on a simulation of the linkage")
     if r.edge:
         line += (f"; warning: the optimum is still at the {r.edge} edge of the widened grid (x{10 ** (lo if r.edge == 'lower' else hi):.3g}): "
                  + ("the readings show no plant noise the model does not explain (an exact model?)" if r.edge == "lower"
