@@ -11,9 +11,10 @@
    guess, seed ``--seed``) with its defaults (no --config: the default-tuning rule of
    :mod:`mbde_core.estimators.options.rule` for the Kalman observers, the particle filters'
    own defaults) and with the tuned options. The particle filters have no Gaussian
-   innovations: their "tuned" variant takes the tuned UKF's density of the same bag
-   (pf: acceleration_sigma = sqrt(q / step); vipf: noise.velocity = sqrt(q)), and their
-   Gaussian follower (``refine``) runs with the tuned UKF's options.
+   innovations: the pf's "tuned" variant is fitted on its own marginal likelihood at its
+   own step (``mbde tune``'s fit of the pf); the vipf's takes the tuned UKF's density of
+   the same bag (noise.velocity = sqrt(q), a density: no step involved); their Gaussian
+   follower (``refine``) runs with the tuned UKF's options.
 
 Per run: RMSE of z (whole run), steady-state RMSE (t > 1 s after the first estimate),
 mean NEES of [z, zd] against the truth and the acceptance band [0.3, 3] x 2g (2g its
@@ -38,7 +39,7 @@ from mbde_core.config.paths import config_path
 from mbde_core.errors import DataError
 from mbde_core.estimators.assess.suitability import UnsuitableError, precheck
 from mbde_core.estimators.configure import defaults
-from mbde_core.tuning.output import pf_step, section
+from mbde_core.tuning.output import has_input_states, section
 
 HELP = "every estimator x every shipped scenario x {defaults, tuned}: RMSE, steady-state RMSE, NEES band, pass/fail"
 ESTIMATORS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "viekf", "adekf", "pf", "vipf")
@@ -83,7 +84,7 @@ def run(args) -> int:
     if not args.no_tuned:
         ttasks = []
         for s in scen:
-            for n in sorted(set(names) & set(KALMAN) | ({"ukf"} if {"pf", "vipf"} & set(names) else set())):
+            for n in sorted(set(names) & (set(KALMAN) | {"pf"}) | ({"ukf"} if {"pf", "vipf"} & set(names) else set())):
                 try:
                     precheck(n, shared[s].sensors)
                 except UnsuitableError:
@@ -117,6 +118,8 @@ def run(args) -> int:
         r = tuned.get((row["scenario"], row["estimator"] if row["estimator"] in KALMAN else "ukf"))
         if row["variant"] == "tuned" and r is not None and row.get("status") not in ("n/a", "error"):
             row["note"] = (f"plant noise x {10 ** r.log_factors['plant_noise']:.3g}" if row["estimator"] in KALMAN
+                           else f"its own fit: sigma_a^2 x {10 ** tuned[(row['scenario'], 'pf')].log_factors['plant_noise']:.3g}"
+                           if row["estimator"] == "pf" and (row["scenario"], "pf") in tuned
                            else f"sigma from the tuned ukf (q = {row.get('psd', 0.0):.3g})")
     _write(args.out, rows, tuned)
     text = table(rows, names, scen, not args.no_tuned)
@@ -141,10 +144,13 @@ def _tuned_config(name, scen, tuned):
     q = float(np.max(np.atleast_1d(ukf.tuned.plant_noise.acceleration_psd)))
     cfg = defaults(name)
     if name == "pf":
-        cfg["acceleration_sigma"] = math.sqrt(q / pf_step(cfg))
+        pf = tuned.get((scen, "pf"))
+        if pf is None:
+            return None
+        cfg["acceleration_sigma"] = float(pf.tuned.acceleration_sigma)
     else:  # vipf: velocity noise density gamma^2 = q
         cfg["noise"] = dict(cfg["noise"], velocity=math.sqrt(q))
-    if cfg["refine"]["estimator"] == "ukf":  # its Gaussian follower: the tuned UKF (as mbde tune writes it)
+    if cfg["refine"]["estimator"] == "ukf" and not has_input_states(ukf):  # its follower: the tuned UKF (as mbde tune writes it)
         cfg["refine"] = dict(cfg["refine"], options={k: v for k, v in section(ukf).items() if k != "step"})
     return cfg
 

@@ -173,8 +173,8 @@ def test_follower_options_follow_the_rule_with_the_scenario_context():
 
 
 def test_tuned_pf_section_gives_the_follower_the_tuned_ukf():
-    """mbde tune's pf section (tuning/output.py): sigma_a from the density and the follower
-    with the tuned UKF's options, a config the PF validates."""
+    """mbde tune's pf section (tuning/output.py): the PF's own fitted sigma_a at its own step
+    and the follower with the tuned UKF's options, a config the PF validates."""
     from types import SimpleNamespace
 
     from mbde_core.estimators.registry import estimator_class
@@ -182,14 +182,25 @@ def test_tuned_pf_section_gives_the_follower_the_tuned_ukf():
 
     tuned = dict(defaults("ukf"), step=0.005, plant_noise={"acceleration_psd": 3.0, "velocity_psd": 0.0},
                  initial_sigma={"z": 0.05, "zd": 0.5})
-    ukf = SimpleNamespace(name="ukf", tuned=estimator_class("ukf").Options.from_dict(tuned))
-    sec, note = pf_section([ukf], 0.005)
-    assert sec["acceleration_sigma"] == pytest.approx((3.0 / 0.005) ** 0.5)
+    ukf = SimpleNamespace(name="ukf", chosen=estimator_class("ukf").Options.from_dict(tuned))
+    pf_opts = estimator_class("pf").Options.from_dict(dict(defaults("pf"), step=0.0025, acceleration_sigma=7.5))
+    pf = SimpleNamespace(name="pf", chosen=pf_opts, start_sigma_a=2.0, step=0.0025)
+    sec, note = pf_section(pf, [ukf, pf])
+    assert sec["step"] == 0.0025 and sec["acceleration_sigma"] == pytest.approx(7.5)
     assert sec["refine"] == {"estimator": "ukf", "options": {"plant_noise": {"acceleration_psd": 3.0, "velocity_psd": 0.0},
                                                            "initial_sigma": {"z": 0.05, "zd": 0.5},
                                                            "transition": "heun"}}
-    assert "follower" in note
+    assert "follower" in note and "marginal likelihood" in note
     cfg = validate("pf", sec, "tuned.yaml", "pf")
     assert cfg["refine"]["options"]["plant_noise"]["acceleration_psd"] == 3.0
-    adekf = SimpleNamespace(name="adekf", tuned=ukf.tuned)
-    assert "refine" not in pf_section([adekf], 0.005)[0]  # the ADE-KF does not follow
+    adekf = SimpleNamespace(name="adekf", chosen=ukf.chosen)
+    assert "refine" not in pf_section(pf, [adekf, pf])[0]  # the ADE-KF does not follow
+    # a UKF tuned with input states (an unknown motor) is no follower: the cloud's model has none
+    with_inputs = dict(tuned, inputs=[{"coordinate": "theta", "psd": 1.0, "sigma0": 1.0, "limit": 1.0}])
+    ukf_in = SimpleNamespace(name="ukf", chosen=estimator_class("ukf").Options.from_dict(with_inputs))
+    sec, note = pf_section(pf, [ukf_in, pf])
+    assert "refine" not in sec and "input states" in note
+    # the start kept and its sigma derived inside the PF (null): the derived number is written
+    pf0 = SimpleNamespace(name="pf", chosen=estimator_class("pf").Options.from_dict(dict(defaults("pf"), step=0.005)),
+                          start_sigma_a=2.0, step=0.005)
+    assert pf_section(pf0, [pf0])[0] == {"step": 0.005, "acceleration_sigma": 2.0}

@@ -44,7 +44,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("simulate", "mbde_core.cli.cmd_simulate", "simulate a scenario (ground truth + noisy sensors) into a ROS 2 bag"),
     ("replay", "mbde_core.cli.cmd_replay", "run estimators on a ROS 2 bag; metrics.json, estimates bag, report, plots"),
     ("export", "mbde_core.cli.cmd_export", "an estimates bag as per-estimator tables (time, state, standard deviations, diagnostics): CSV or Parquet"),
-    ("tune", "mbde_core.cli.cmd_tune", "fit the observers' plant noise (and sensor sigmas) to a bag's readings (max innovation likelihood)"),
+    ("tune", "mbde_core.cli.cmd_tune", "fit the estimators' plant noise (and sensor sigmas) to a bag's readings; kept only if it predicts held-out readings better"),
     ("smooth", "mbde_core.cli.cmd_smooth", "smooth a bag's whole run (paper 003 batch smoother): the best reference without ground truth"),
     ("identify", "mbde_core.cli.cmd_identify", "identify mechanism parameters (masses, inertias, gravity, damping) from bags; calibrated mechanism YAML"),
     ("live", "mbde_core.cli.cmd_live", "run the live loop (model, simulator, drivers, estimators) as rclpy processes"),

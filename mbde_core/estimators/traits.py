@@ -8,9 +8,9 @@ code outside the estimator reads them instead of keying on estimator names:
 - ``color``, ``slot``: the rgba of its markers and the row of its label above the
   mechanism (:mod:`mbde_core.viz.markers`, RViz and ``mbde render``); None: a colour and
   a row picked from its name;
-- ``tunable``: the options ``mbde tune`` fits (``plant_noise``, ``sensor_sigma``: the
-  innovation likelihood of a Gaussian observer) or derives (``acceleration_sigma``: the
-  particle filter's, from a tuned Gaussian observer) (:mod:`mbde_core.cli.cmd_tune`);
+- ``tunable``: the options ``mbde tune`` fits (``plant_noise``, ``sensor_sigma``: on the
+  innovation likelihood of a Gaussian observer; ``acceleration_sigma``: on the particle
+  filter's own marginal likelihood) (:mod:`mbde_core.cli.cmd_tune`);
 - ``input_states``: it takes the common ``inputs`` option (unknown generalized forces as
   random-walk states, :mod:`~mbde_core.estimators.kalman.input_states`), whose ``auto``
   the default-tuning rule fills (one per force-limited coordinate);

@@ -1,18 +1,20 @@
-"""What ``mbde tune`` prints and writes: the before/after table and the tuned config file.
+"""What ``mbde tune`` prints and writes: the table of fit and held-out scores and the tuned config file.
 
 The config file has one section per tuned estimator with explicit numbers for every
 option the fit or the default-tuning rule set (step, plant noise, initial and sensor
 sigmas, and the ADE-KF's input noise), so ``mbde replay --config`` and the estimator node
-(``config_file``) run exactly what was fitted; options not written keep their defaults.
+(``config_file``) run exactly what was chosen; options not written keep their defaults.
+An estimator whose fitted options scored worse on the held-out readings than its start
+gets the start's numbers (the decision is in the file's comments).
 
-The particle filter has no Gaussian innovations, so no innovation likelihood: its
-``acceleration_sigma`` is written as the Kalman-tuned density's equivalent for its own
-step, sigma_a = sqrt(q / dt_pf) (the PF adds N(0, sigma_a^2) to zdd over each step, whose
-density is sigma_a^2 dt, :mod:`mbde_core.estimators.particle.filter`), from the first tuned Kalman
-observer (the largest coordinate's q); its sensor sigmas are left alone (the PF widens
-them on purpose against sample impoverishment, paper 000 Table 1). Its Gaussian follower
-(``refine``, :mod:`mbde_core.estimators.particle.refine`) becomes the first tuned observer that
-can follow (not the ADE-KF), with that observer's tuned options.
+A particle filter's section holds its own step and ``acceleration_sigma``, fitted on its
+own marginal likelihood (:mod:`~mbde_core.tuning.likelihood`); its sensor sigmas are left
+alone (the PF widens them on purpose against sample impoverishment, paper 000 Table 1).
+Its Gaussian follower (``refine``, :mod:`mbde_core.estimators.particle.refine`) becomes the
+first tuned observer that can follow (not the ADE-KF) and has no input states, with that
+observer's chosen options: the follower shares the cloud's model, where an unknown motor
+is acceleration noise, so a density fitted with input states absorbing the motor would be
+too small for it (the follower keeps its defaults then).
 """
 from __future__ import annotations
 
@@ -31,8 +33,12 @@ def _traits(name: str):
 
 
 def section(result) -> dict:
-    """The YAML section of one tuned Kalman observer."""
-    cfg = result.tuned.as_dict()
+    """The YAML section of one tuned estimator (its chosen options: tuned, or the start's)."""
+    cfg = result.chosen.as_dict()
+    if _traits(result.name).noise_rule == "particle":
+        sa = cfg.get("acceleration_sigma")
+        return {"step": _plain(cfg["step"]),
+                "acceleration_sigma": float(result.start_sigma_a if sa is None else sa)}
     out = {k: _plain(cfg[k]) for k in KEYS if k in cfg}
     if cfg.get("sensor_sigma"):
         out["sensor_sigma"] = _plain(cfg["sensor_sigma"])
@@ -43,64 +49,99 @@ def section(result) -> dict:
     return out
 
 
-def pf_step(cfg) -> float:
-    """The PF's step [s] (its configured number, in its validated options; 5 ms if it has none)."""
-    step = cfg.get("step")
-    return float(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else 0.005
-
-
-def pf_section(results, pf_step: float, name: str = "pf") -> tuple[dict, str]:
-    """(section, comment) of particle filter ``name`` from the first tuned Kalman observer
-    that can follow it (its traits' ``follower``; module doc)."""
-    src = next((r for r in results if _traits(r.name).follower), results[0] if results else None)
-    if src is None:
-        return {}, f"no Kalman observer was tuned: the {name} keeps its defaults"
-    q = float(np.max(np.atleast_1d(src.tuned.plant_noise.acceleration_psd)))
-    sigma = math.sqrt(q / pf_step)
-    out = {"acceleration_sigma": sigma}
+def pf_section(result, results) -> tuple[dict, str]:
+    """(section, comment) of a tuned particle filter: its own fit (:func:`section`) and, if
+    one was tuned, the first observer that can follow it as its ``refine`` (module doc)."""
+    out = section(result)
+    followers = [r for r in results if _traits(r.name).follower]
+    follower = next((r for r in followers if not has_input_states(r)), None)
     note = ""
-    follower = next((r for r in results if _traits(r.name).follower), None)
+    if followers and follower is None:  # its density was fitted with input states the follower would not have
+        note = (f"; its follower keeps its defaults: the tuned {followers[0].name} has input states, which the "
+                "follower (the cloud's model) does not")
     if follower is not None:  # its Gaussian follower (pf_refine) runs as the tuned observer
         opts = {k: v for k, v in section(follower).items() if k != "step"}  # it steps with the PF
         out["refine"] = {"estimator": follower.name, "options": opts}
-        note = f"; its follower (refine) is the tuned {follower.name}"
-    return (out, f"{name}: acceleration_sigma = sqrt(q / step) = sqrt({q:.4g} / {pf_step:g}) from the tuned {src.name} "
-                 f"(the PF has no Gaussian innovations; its sensor sigmas are left alone){note}")
+        note = f"; its follower (refine) is the {follower.name} of this file"
+    return out, (f"{result.name}: acceleration_sigma fitted on its own marginal likelihood at its step "
+                 f"{result.step:g} s{note}")
 
 
-def write_config(path: str, bag: str, window: float, results, pf: dict | None = None) -> None:
-    """The tuned config file; pf: {particle filter name: (section, comment)} (:func:`pf_section`)."""
+def has_input_states(result) -> bool:
+    """Whether an observer's chosen options have input states (unknown forces as states)."""
+    inputs = result.chosen.as_dict().get("inputs")
+    return isinstance(inputs, (list, tuple)) and len(inputs) > 0
+
+
+def verdict(r) -> str:
+    """One line: what was fitted, the held-out comparison, the decision, an edge warning."""
+    fs = ", ".join(f"{k} x {10 ** v:.3g}" for k, v in r.log_factors.items())
+    if r.start_sigma_a is not None:
+        sa = r.start_sigma_a * 10 ** (0.5 * r.log_factors["plant_noise"])
+        fs += f" (acceleration_sigma {r.start_sigma_a:.4g} -> {sa:.4g})"
+    line = f"{r.name} (step {r.step:g} s): fitted {fs}"
+    if r.log_factors.get("plant_noise") == 0.0 and len(r.log_factors) == 1:
+        line += "; the fit's optimum is the start itself: kept the starting options"
+    elif r.held_start is not None:
+        line += (f"; held-out log-likelihood per reading: start {_f(r.held_start.per_reading, 5)}, "
+                 f"tuned {_f(r.held_tuned.per_reading, 5)}: ")
+        line += "kept the tuned options" if r.decision == "tuned" else \
+            "kept the starting options (they predict the held-out readings better)"
+    lo, hi = r.searched
+    if r.widened:
+        line += f"; the optimum was at the edge of its grid, widened to x{10 ** lo:.3g}..x{10 ** hi:.3g}"
+    q = r.log_factors.get("plant_noise", 0.0)
+    if r.widened and q < lo + (hi - lo) / 2 and q < -3.0 and not r.edge:
+        line += (f"; caution: x{10 ** q:.3g} is far below the start: the readings show almost no plant noise and "
+                 "the filter will trust its model; its covariance may be too small where the readings do not reach "
+                 "(e.g. velocities behind an encoder): check its NEES on a simulation of the linkage")
+    if r.edge:
+        line += (f"; warning: the optimum is still at the {r.edge} edge of the widened grid (x{10 ** (lo if r.edge == 'lower' else hi):.3g}): "
+                 + ("the readings show no plant noise the model does not explain (an exact model?)" if r.edge == "lower"
+                    else "the readings want more plant noise than searched (a large model error?)"))
+    return line
+
+
+def write_config(path: str, bag: str, window: float, results, split: float | None = None) -> None:
+    """The tuned config file (module doc); split: the seconds of the window the fit used."""
     import yaml
 
-    doc = {r.name: section(r) for r in results}
-    for name, (sec, _) in (pf or {}).items():
-        if sec:
-            doc[name] = sec
+    doc, notes = {}, []
+    for r in results:
+        if _traits(r.name).noise_rule == "particle":
+            doc[r.name], note = pf_section(r, results)
+            notes.append(note)
+        else:
+            doc[r.name] = section(r)
+    part = f"the first {window:g} s" if split is None else \
+        f"the first {split:g} s, judged on the next {window - split:g} s (held out)"
     head = [
-        f"# mbde tune {bag}: noise fitted to the readings alone (no ground truth) by maximising the",
-        f"# innovation log-likelihood (prediction-error method, mbde_core/tuning/), over the first {window:g} s.",
+        f"# mbde tune {bag}: noise fitted to the readings alone (no ground truth) by maximising their",
+        f"# log-likelihood (prediction-error method, mbde_core/tuning/) over {part}.",
         "# Use: mbde replay BAG --config THIS_FILE ...;  live: the estimator node's config_file parameter.",
         "# Options not listed keep their defaults (config/estimators/default.yaml).",
     ]
-    for r in results:
-        fs = ", ".join(f"{k} x {10 ** v:.3g}" for k, v in r.log_factors.items())
-        head.append(f"# {r.name}: {fs}; log-likelihood {r.before.per_reading:.4f} -> {r.after.per_reading:.4f} "
-                    f"per reading, NIS/dof {r.before.nis_per_channel:.3g} -> {r.after.nis_per_channel:.3g}")
-    for _, note in (pf or {}).values():
-        head.append("# " + note)
+    head += ["# " + verdict(r) for r in results] + ["# " + n for n in notes]
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(head) + "\n")
         yaml.safe_dump(doc, fh, sort_keys=False, default_flow_style=None, width=120)
 
 
 def table(results) -> str:
-    """Before/after per estimator: NIS per channel, log-likelihood per reading, factors."""
-    cols = ["estimator", "NIS/dof before", "after", "loglik/reading before", "after", "plant noise x", "evals", "CPU [s]"]
+    """Per estimator: its step, the fit part's NIS per channel and log-likelihood per reading
+    (start -> optimum), the held-out log-likelihood per reading and NIS per channel (start,
+    tuned), the factor, the decision."""
+    cols = ["estimator", "step [s]", "fit NIS/dof", "fit loglik/reading", "held-out loglik start", "tuned",
+            "held-out NIS/dof start", "tuned", "plant noise x", "decision", "evals", "CPU [s]"]
     rows = []
     for r in results:
-        rows.append([r.name, _f(r.before.nis_per_channel), _f(r.after.nis_per_channel), _f(r.before.per_reading, 5),
-                     _f(r.after.per_reading, 5), _f(10 ** r.log_factors.get("plant_noise", 0.0)), str(r.evaluations),
-                     f"{r.cpu_s:.1f}"])
+        hs, ht = r.held_start, r.held_tuned
+        q = _f(10 ** r.log_factors.get("plant_noise", 0.0)) + ("!" if r.edge else "")
+        rows.append([r.name, f"{r.step:g}", f"{_f(r.before.nis_per_channel)} -> {_f(r.after.nis_per_channel)}",
+                     f"{_f(r.before.per_reading, 5)} -> {_f(r.after.per_reading, 5)}",
+                     _f(hs.per_reading if hs else None, 5), _f(ht.per_reading if ht else None, 5),
+                     _f(hs.nis_per_channel if hs else None), _f(ht.nis_per_channel if ht else None), q,
+                     "tuned" if r.decision == "tuned" else "start", str(r.evaluations), f"{r.cpu_s:.1f}"])
     w = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c) for i, c in enumerate(cols)]
     line = lambda vals: "  ".join(v.ljust(w[i]) if i == 0 else v.rjust(w[i]) for i, v in enumerate(vals))  # noqa: E731
     return "\n".join([line(cols)] + [line(r) for r in rows])
