@@ -40,7 +40,9 @@ from mbde_core.errors import ConfigError, DataError
 from mbde_core.estimators import estimator_rng, make_estimator
 from mbde_core.estimators.assess.suitability import assess, precheck
 from mbde_core.estimators.configure import as_spec, resolve
-from mbde_core.estimators.options.frozen import Options
+from mbde_core.estimators.options.frozen import Options, thaw
+from mbde_core.estimators.options.widening import widening, widening_line
+from mbde_core.estimators.registry import estimator_class
 from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
 from mbde_core.estimators.stage.core import EstimatorStage, StageCounters
 from mbde_core.live import estimator_status
@@ -107,10 +109,13 @@ class LiveEstimator:
 
         # `auto` options from the default-tuning rule, as `mbde replay` resolves them (once)
         context = scenario_context(scenario)
+        self.widened = {}
         try:
             if not isinstance(options.config, Options):
-                options = replace(options, config=resolve(as_spec(options.name, options.config), self.mech, self.sensors,
-                                                          context))
+                spec = as_spec(options.name, options.config)
+                options = replace(options, config=resolve(spec, self.mech, self.sensors, context))
+                self.widened = widening(estimator_class(options.name), thaw(spec.values),
+                                        options.config.as_dict().get("sensor_sigma") or {}, self.sensors)
         except ModuleNotFoundError as exc:
             raise ConfigError("<parameters>", "estimator",
                               f"estimator {options.name!r} is not available in this installation ({exc})") from None
@@ -130,6 +135,9 @@ class LiveEstimator:
                                   force_limits=force_limits(self.mech, options.config.as_dict(), context))
         if self.suitability.warning:
             self.log("warn", self.suitability.message)
+        self.widening_note = widening_line({options.name: self.widened})
+        if self.widening_note:  # the channels the default noise rule made nearly useless, said once
+            self.log("info", self.widening_note)
         self.frame_id = options.frame_id or scenario.frame_id
         self.topics: dict[str, list] = {}
         self.topic_types: dict[str, str] = {}

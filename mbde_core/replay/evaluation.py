@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, reference_nees
-from mbde_core.replay.convergence import ConvergenceMetrics
+from mbde_core.estimators.assess.acquisition import AcquisitionMetrics
+from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, reference_nees, sigma_z
 from mbde_core.replay.encode import EstimateEncoder, ParticleSetEncoder, PartWriter
 from mbde_core.replay.runner import InputMetrics
 from mbde_core.replay.source import TruthWindow
@@ -49,7 +49,7 @@ class StreamEvaluator:
         self.ref = getattr(source, "reference", None)  # mbde replay --reference smoother: replaces the ground truth
         self.has_truth = bool(source.has_truth)
         self.metrics = RunMetrics(self.angular, source.duration, truth=self.has_truth or self.ref is not None)
-        self.conv = ConvergenceMetrics(self.angular, mech.length_scale)
+        self.conv = AcquisitionMetrics(self.angular, mech.length_scale)
         self.inputs = InputMetrics(mech)
         self.truth = TruthWindow(self.angular)
         self.pending: list = []  # emitted records not yet evaluated and written
@@ -87,9 +87,11 @@ class StreamEvaluator:
                 self.metrics.add(arrays, tr["z"], tr["zd"], tr["zdd"], tr["cov"])
             elif self.has_truth:
                 tr = truth.at(arrays["stamps"])
-                self.metrics.add(arrays, tr["z"], tr["zd"], tr["zdd"])
+                v = self.metrics.add(arrays, tr["z"], tr["zd"], tr["zdd"])
                 bp = _branch_probabilities(batch)
-                self.conv.add(arrays["stamps"], coordinate_errors(arrays["z"], tr["z"], angular), bp,
+                errs = {"z": coordinate_errors(arrays["z"], tr["z"], angular), "zd": arrays["zd"] - tr["zd"],
+                        "zdd": arrays["zdd"] - tr["zdd"]}
+                self.conv.add(arrays["stamps"], errs, sigma_z(arrays["covs"], len(angular)), v, bp,
                               None if bp is None else _truth_branch(truth, arrays["stamps"]))
                 self.inputs.add(batch, arrays["stamps"], tr["effort"])
                 truth.drop_before(arrays["stamps"][-1])
