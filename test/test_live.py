@@ -102,7 +102,8 @@ def test_decimation_markers_and_status(bag):
     assert "particles" not in sink.msgs
     st = core.status("test", msgs[-1][1] + 0.001)
     v = st.as_dict()
-    assert st.level == OK and st.message.startswith("running, gyro_coupler")
+    assert st.level == OK and st.message.startswith("running, trust OK, gyro_coupler")
+    assert v["trust"] == "OK" and "consistent" in v["trust reason"]  # the stage's verdict, as replay's
     assert v["readings received"] == len(msgs) and v["malformed"] == 0 and v["resets"] == 0
     assert float(v["NIS (mean, last active period)"]) > 0 and "step time mean [ms]" in v
     arr = diagnostic_array(RosbagsFactory(), 1.5, [st])

@@ -114,7 +114,9 @@ def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde repl
               "outside its band, above it overconfident (errors larger than the estimate's covariance says), "
               "below it underconfident. 'cover95': the fraction of steps whose error lies inside the estimate's "
               "95 % region (0.95 when consistent). `(lock)`: a locked offset, a nearly constant error with a "
-              "mean NEES above 10 x its dof for at least 1 s. Step time per filter step; RTF = processing time "
+              "mean NEES above 10 x its dof for at least 1 s. 'trust': the last verdict from the readings alone "
+              "(OK, DEGRADED, LOST; the same as the live node's diagnostics) and the percentages of the run "
+              "at each level; `(trust)` the longest stretch at the worst level and its reason. Step time per filter step; RTF = processing time "
               "/ data duration (< 1: faster than real time).", ""]
     for p in plots:
         lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})", ""]
@@ -140,9 +142,9 @@ def summary_table(doc: dict, markdown: bool = False) -> str:
     unit = {k: _common(v) for k, v in units.items()}
     cols = ["acquired [s]", "branch [s]", f"RMSE z{_u(unit.get('z'))}", f"RMSE zd{_u(unit.get('zd'))}",
             f"RMSE zdd{_u(unit.get('zdd'))}", "NEES [band]", "cover95", "NIS [band]",
-            f"whole-run RMSE z{_u(unit.get('z'))}", "step [us]", "RTF", "fused", "rejected"]
+            f"whole-run RMSE z{_u(unit.get('z'))}", "trust [% OK/DEG/LOST]", "step [us]", "RTF", "fused", "rejected"]
     cols = ["estimator"] + cols
-    rows, locks = [], []
+    rows, locks, trusts = [], [], []
     for name, entry in doc["estimators"].items():
         m = entry["metrics"] or {}
         rm = m.get("rmse", {})
@@ -156,6 +158,10 @@ def summary_table(doc: dict, markdown: bool = False) -> str:
             locks.append(f"{name}: locked offset of {_fmt_list(lock['offset_z'], units.get('z'), unit.get('z'))}"
                          f"{_u(unit.get('z'))} from {lock['from']:.2f} s for {lock['duration']:.2f} s "
                          f"(mean NEES {lock['mean_nees']:.3g})")
+        trust = m.get("trust") or {}
+        if trust.get("worst"):
+            w = trust["worst"]
+            trusts.append(f"{name}: {w['level']} from {w['from']:.2f} s for {w['duration']:.2f} s: {w['reason']}")
         rows.append([
             name,
             (_fmt(conv.get("acquired_after"), ".3f") if conv.get("acquired_after") is not None else "never") if conv else "-",
@@ -164,13 +170,14 @@ def summary_table(doc: dict, markdown: bool = False) -> str:
             _fmt_list(trm.get("zdd"), units.get("zdd"), unit.get("zdd")),
             _banded(track.get("nees")) + (" (lock)" if lock else ""),
             _fmt((track.get("nees") or {}).get("coverage_95"), ".2f"), _banded(m.get("nis")),
-            _fmt_list(rm.get("z"), units.get("z"), unit.get("z")),
+            _fmt_list(rm.get("z"), units.get("z"), unit.get("z")), _trust(trust),
             _fmt(m.get("step_time_us", {}).get("mean"), ".0f"),
             _fmt(m.get("realtime_factor"), ".3f"),
             str(c.get("fused", "-")), str(rej),
         ])
     flagged = any("(!)" in cell for r in rows for cell in r)
-    notes = (["(!) outside its 95 % consistency band"] if flagged else []) + [f"(lock) {x}" for x in locks]
+    notes = ((["(!) outside its 95 % consistency band"] if flagged else []) + [f"(lock) {x}" for x in locks]
+             + [f"(trust) {x}" for x in trusts])
     if markdown:
         out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -178,6 +185,14 @@ def summary_table(doc: dict, markdown: bool = False) -> str:
     widths = [max([len(cols[i])] + [len(r[i]) for r in rows]) for i in range(len(cols))]
     line = lambda vals: "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
     return "\n".join([line(cols)] + [line(r) for r in rows] + notes)
+
+
+def _trust(trust: dict) -> str:
+    """'OK 94/6/0': the last verdict and the percentages of time OK/DEGRADED/LOST."""
+    if not trust:
+        return "-"
+    f = trust["fraction"]
+    return f"{trust['final']['level']} " + "/".join(f"{100 * f[k]:.0f}" for k in ("OK", "DEGRADED", "LOST"))
 
 
 def _common(units):

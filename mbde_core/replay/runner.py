@@ -24,6 +24,7 @@ from mbde_core.estimators.options.rule import force_limits, resolve_config, scen
 from mbde_core.estimators.options.widening import widening
 from mbde_core.estimators.registry import estimator_class, traits
 from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
+from mbde_core.estimators.stage.trust import TrustSummary, trust_checks
 
 
 @dataclass
@@ -172,6 +173,9 @@ def evaluate(inputs, run: EstimatorRun) -> dict:
         out = acc.result()
         errs = {"z": coordinate_errors(arrays["z"], tz, angular), "zd": arrays["zd"] - tzd, "zdd": arrays["zdd"] - tzdd}
         out["convergence"] = _convergence(inputs, recs, stamps, arrays, errs, v, angular)
+        trust = TrustSummary()
+        trust.add(stamps, [r.trust for r in recs], *trust_checks(errs["z"], sigma_z(arrays["covs"], len(angular)), v))
+        out["trust"] = trust.result()
         if tr.effort is not None:
             im = InputMetrics(mech)
             im.add(recs, stamps, truth_at(stamps, tr.t, tr.effort))
