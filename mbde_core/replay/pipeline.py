@@ -231,7 +231,8 @@ def _part(out_dir, name):
     return part_path(out_dir, name)
 
 
-SUMMARY_COLUMNS = ["bag", "estimator", "rmse_z", "rmse_zd", "nees", "nis", "step_us", "rtf", "fused", "estimator_errors", "error"]
+SUMMARY_COLUMNS = ["bag", "estimator", "rmse_z", "rmse_zd", "nees", "nis", "trust", "step_us", "rtf", "fused",
+                   "estimator_errors", "error"]
 
 
 def summary_rows(outcomes) -> list[dict]:
@@ -242,6 +243,7 @@ def summary_rows(outcomes) -> list[dict]:
             rows.append({"bag": os.path.basename(bo.bag), "estimator": name,
                          "rmse_z": _join((m.get("rmse") or {}).get("z")), "rmse_zd": _join((m.get("rmse") or {}).get("zd")),
                          "nees": (m.get("nees") or {}).get("mean"), "nis": (m.get("nis") or {}).get("mean"),
+                         "trust": ((m.get("trust") or {}).get("final") or {}).get("level"),
                          "step_us": (m.get("step_time_us") or {}).get("mean"), "rtf": m.get("realtime_factor"),
                          "fused": (m.get("counters") or {}).get("fused"),
                          "estimator_errors": (m.get("counters") or {}).get("estimator_errors"), "error": ""})
@@ -264,8 +266,8 @@ def write_summary(out: str, outcomes) -> str:
 
 
 def summary_text(rows) -> str:
-    cols = ["bag", "estimator", "RMSE z", "RMSE zd", "NEES", "NIS", "us/step", "RTF", "fused", "errors"]
-    keys = ["bag", "estimator", "rmse_z", "rmse_zd", "nees", "nis", "step_us", "rtf", "fused", "estimator_errors"]
+    cols = ["bag", "estimator", "RMSE z", "RMSE zd", "NEES", "NIS", "trust", "us/step", "RTF", "fused", "errors"]
+    keys = ["bag", "estimator", "rmse_z", "rmse_zd", "nees", "nis", "trust", "step_us", "rtf", "fused", "estimator_errors"]
     table = []
     for r in rows:
         if r.get("error"):
