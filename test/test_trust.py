@@ -125,3 +125,37 @@ def test_a_filter_started_far_off_is_lost_then_ok(offset_bag):
     run = run_estimator(right, "ukf", defaults("ukf"), seed=0)
     trust = evaluate(right, run)["trust"]
     assert trust["first_lost_after"] is None and trust["fraction"]["OK"] >= 0.9
+
+
+def test_a_restart_of_the_track_is_degraded_for_a_window():
+    rng = np.random.default_rng(5)
+    mon = TrustMonitor()
+    levels = []
+    for k in range(800):
+        t = k * DT
+        v = mon.step(t, _consistent(rng), None, 0 if t < 1.0 else 1)  # one re-acquisition at 1 s
+        levels.append((t, v))
+    assert all(v.level == DEGRADED and "restarted" in v.reason for t, v in levels if 1.0 <= t < 1.0 + WINDOW - DT)
+    assert np.mean([v.level == OK for t, v in levels if t >= 1.0 + WINDOW]) >= 0.95
+
+
+def test_biased_innovations_are_degraded_then_lost():
+    """Innovations of the right size but one sign (an estimate on a wrong state that keeps
+    correcting the same way, NIS near 1.3): a bias of 0.5 sigma is DEGRADED and LOST within
+    1 s; white innovations around the same NIS are not biased."""
+    rng = np.random.default_rng(6)
+    mon = TrustMonitor()
+    first = {}
+    for k in range(400):
+        t = k * DT
+        x = 0.5 + rng.standard_normal()
+        v = mon.step(t, UpdateResult(["gyro"], [], x * x, 1, np.array([x]), np.array([x])))
+        first.setdefault(v.level, t)
+    assert first[DEGRADED] < first[LOST] <= 1.0  # s
+    assert "biased" in v.reason and "gyro" in v.reason
+    mon = TrustMonitor()
+    levels = []
+    for k in range(4000):
+        x = 1.15 * rng.standard_normal()
+        levels.append(mon.step(k * DT, UpdateResult(["gyro"], [], x * x, 1, np.array([x]), np.array([x]))))
+    assert not any(v.code == "bias" for v in levels)

@@ -377,7 +377,9 @@ class EstimatorStage(StageRecovery):
         est.stamp = self.t0 + self.k * self.dt  # exact grid time (no accumulated rounding)
         if result is not None and result.accepted:
             self._seen_zd = est.zd
-        rec = StepRecord(est, result, cost, self.trust.step(est.stamp, result, est.branch_probabilities))
+        c = self.counters  # restarts of the track: the verdict's "recovering" (stage.trust)
+        events = c.reacquisitions + c.multistarts + c.diverged + sum(getattr(self.est, "recovery_reasons", {}).values())
+        rec = StepRecord(est, result, cost, self.trust.step(est.stamp, result, est.branch_probabilities, events))
         if self.keep:
             self.records.append(rec)
         if self.on_step is not None:

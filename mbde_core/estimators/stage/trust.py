@@ -8,7 +8,12 @@ the gate accepted and rejected, and reads the estimate's branch probabilities:
 
 - LOST when the readings contradict the estimate: the last ``REJECT_RUN`` readings in a
   row rejected by the gate, or at least half of the window's readings (and
-  ``MIN_READINGS``) with the last one, or the window's NIS sum above its
+  ``MIN_READINGS``) with the last one, or the innovations biased: for a channel the sum of
+  its n normalised innovations over the window, |sum e| / sqrt(n), above ``BIAS_LOST``
+  (each e is N(0, 1) and nearly white for a consistent estimator, so the statistic is
+  N(0, 1); an estimate on a wrong state keeps correcting the same way: the four-bar UKF
+  started 1 rad off with only a gyroscope, whose NIS stays near 2, reaches 7-10 within
+  0.5 s), or the window's NIS sum above its
   chi-square quantile at 1 - ``P_LOST`` *and* above ``LOST_RATIO`` x its dof (innovations
   of ~3 sigma on average: for a consistent estimator the mean NIS over a window of n
   updates is 1 +- sqrt(2 / n));
@@ -16,7 +21,9 @@ the gate accepted and rejected, and reads the estimate's branch probabilities:
   NIS sum above its quantile at 1 - ``P_DEGRADED`` (the NIS of a consistent estimator is
   chi-square and nearly white: the test is the independent one), more than
   ``REJECT_DEGRADED`` of the readings rejected, the most probable assembly branch below
-  ``BRANCH_P``, or no reading fused over the whole window (open-loop prediction);
+  ``BRANCH_P``, the track restarted within the window (the stage's re-acquisition or
+  multi-start, a divergence, a particle filter's re-initialisation after its lost or lock
+  detector fired), or no reading fused over the whole window (open-loop prediction);
 - OK otherwise. A window of far too small NIS (the readings agree better than the
   estimator assumes: a conservative estimate, e.g. accelerometers widened by the default
   noise rule) stays OK; the reason says so.
@@ -44,19 +51,22 @@ REJECT_DEGRADED = 0.1
 MIN_READINGS = 3
 REJECT_RUN = 5
 BRANCH_P = 0.9
+BIAS_DEGRADED = 4.5
+BIAS_LOST = 8.0
+BIAS_MIN = 20  # innovations of a channel in the window before its bias is tested
 LOW_P = 1e-3  # a NIS sum below its quantile at LOW_P: conservative (said, still OK)
 
 
 class Verdict:
     """A level (OK, DEGRADED, LOST) and the figures behind it; ``reason`` the sentence."""
 
-    __slots__ = ("level", "code", "ratio", "band", "rejected", "received", "branch_p", "window", "run")
+    __slots__ = ("level", "code", "ratio", "band", "rejected", "received", "branch_p", "window", "run", "bias")
 
     def __init__(self, level, code, ratio=None, band=None, rejected=0, received=0, branch_p=None, window=WINDOW,
-                 run=0):
+                 run=0, bias=None):
         self.level, self.code, self.ratio, self.band = level, code, ratio, band
         self.rejected, self.received, self.branch_p, self.window = rejected, received, branch_p, window
-        self.run = run
+        self.run, self.bias = run, bias
 
     @property
     def name(self) -> str:
@@ -72,8 +82,13 @@ class Verdict:
         if self.code == "nis":
             return (f"innovations too large: mean NIS {self.ratio:.3g} x its dof {w} "
                     f"(consistent: up to {self.band:.3g})")
+        if self.code == "bias":
+            return (f"innovations biased: {self.bias[0]} {self.bias[1]:+.3g} sigma of their sum {w} "
+                    f"(consistent: within +-{BIAS_DEGRADED:g})")
         if self.code == "branch":
             return f"assembly branch uncertain: P = {self.branch_p:.2f}"
+        if self.code == "restart":
+            return f"the track restarted (re-acquisition, multi-start or re-initialisation) {w}"
         if self.code == "silent":
             return f"no reading fused {w}: predicting open loop"
         if self.code == "conservative":
@@ -100,12 +115,22 @@ class TrustMonitor:
         self.rej = 0
         self.run = 0  # readings rejected in a row
         self.t_first = None
+        self.sums: dict = {}  # (fused sensors, channel index) -> [sum of e, count] over the window
+        self.events = None  # the stage's count of track restarts
+        self.t_event = None  # time of the last restart
 
     def reset(self) -> None:
+        events = self.events  # the stage's count runs on through its resets
         self.__init__(self.window)
+        self.events = events
 
-    def step(self, t: float, update, branch_probabilities=None) -> Verdict:
-        """The verdict after grid step t with its update result (or None)."""
+    def step(self, t: float, update, branch_probabilities=None, events: int | None = None) -> Verdict:
+        """The verdict after grid step t with its update result (or None); events: the
+        stage's running count of track restarts (a change is a restart at t)."""
+        if events is not None:
+            if self.events is not None and events > self.events:
+                self.t_event = t
+            self.events = events
         nis, dof, acc, rej = 0.0, 0, 0, 0
         if update is not None:
             acc, rej = len(update.accepted), len(update.rejected)
@@ -114,17 +139,35 @@ class TrustMonitor:
                 nis, dof = float(update.nis), int(update.dof)
         if self.t_first is None:
             self.t_first = t
-        self.steps.append((t, nis, dof, acc, rej))
+        key = e = None
+        if update is not None and update.normalized_innovation is not None and update.accepted:
+            e = np.asarray(update.normalized_innovation, float)
+            key = tuple(update.accepted)
+            if np.all(np.isfinite(e)):
+                st = self.sums.get(key)
+                if st is None or len(st[0]) != len(e):
+                    st = self.sums[key] = [np.zeros(len(e)), 0]
+                st[0] += e
+                st[1] += 1
+            else:
+                key = None
+        self.steps.append((t, nis, dof, acc, rej, key, e))
         self.nis += nis
         self.dof += dof
         self.acc += acc
         self.rej += rej
         while self.steps and self.steps[0][0] <= t - self.window:
-            _, a, b, c, d = self.steps.popleft()
+            _, a, b, c, d, k, x = self.steps.popleft()
             self.nis -= a
             self.dof -= b
             self.acc -= c
             self.rej -= d
+            if k is not None:
+                st = self.sums[k]
+                st[0] -= x
+                st[1] -= 1
+                if not st[1]:
+                    del self.sums[k]
         return self.verdict(t, branch_probabilities)
 
     def verdict(self, t: float, branch_probabilities=None) -> Verdict:
@@ -136,14 +179,21 @@ class TrustMonitor:
             return Verdict(LOST, "rejected_run", ratio, run=self.run, **kw)
         if received >= MIN_READINGS and self.rej >= REJECT_LOST * received and self.run:
             return Verdict(LOST, "rejected", ratio, **kw)
+        bias = self._bias()
+        if bias is not None and abs(bias[1]) > BIAS_LOST:
+            return Verdict(LOST, "bias", ratio, bias=bias, **kw)
         if self.dof:
             hi_lost, hi, lo = _bounds(self.dof)
             if ratio > hi_lost and ratio > LOST_RATIO:
                 return Verdict(LOST, "nis", ratio, hi, **kw)
             if ratio > hi:
                 return Verdict(DEGRADED, "nis", ratio, hi, **kw)
+        if bias is not None and abs(bias[1]) > BIAS_DEGRADED:
+            return Verdict(DEGRADED, "bias", ratio, bias=bias, **kw)
         if received >= MIN_READINGS and self.rej > REJECT_DEGRADED * received:
             return Verdict(DEGRADED, "rejected", ratio, **kw)
+        if self.t_event is not None and t - self.t_event < self.window:
+            return Verdict(DEGRADED, "restart", ratio, **kw)
         if branch_probabilities is not None and len(branch_probabilities) > 1:
             p = float(np.max(branch_probabilities))
             if p < BRANCH_P:
@@ -156,6 +206,19 @@ class TrustMonitor:
         if self.dof and ratio < lo:
             return Verdict(OK, "conservative", ratio, **kw)
         return Verdict(OK, "consistent", ratio, **kw)
+
+    def _bias(self):
+        """(channel name, |sum e| / sqrt(n) with its sign) of the most biased channel, None
+        if no channel has BIAS_MIN innovations in the window."""
+        best = None
+        for key, (total, n) in self.sums.items():
+            if n < BIAS_MIN:
+                continue
+            z = total / math.sqrt(n)
+            i = int(np.argmax(np.abs(z)))
+            if best is None or abs(z[i]) > abs(best[1]):
+                best = ("+".join(key) + (f"[{i}]" if len(z) > 1 else ""), float(z[i]))
+        return best
 
 
 _BOUNDS: dict = {}
