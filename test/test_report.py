@@ -79,9 +79,12 @@ def test_summary_table_has_units_and_flags_values_outside_their_band():
                 "whole-run RMSE z [rad]", "step [us]"):
         assert col in head
     row = text.splitlines()[1]
-    assert "0.6 [1.80, 2.20] (!)" in row and "1 [0.90, 1.10]" in row and "1 [0.90, 1.10] (!)" not in row
+    assert "0.6 [1.80, 2.20] (u)" in row and "1 [0.90, 1.10]" in row and "1 [0.90, 1.10] (" not in row
     assert "0.085" in row and "0.002" in row and "0.99" in row and "1e+05" not in row  # tracking is the headline
-    assert text.splitlines()[-1] == "(!) outside its 95 % consistency band"
+    assert text.splitlines()[-1].startswith("(u) below its 95 % consistency band: underconfident")
+    tracking["nees"]["mean"] = 3.0
+    assert "3 [1.80, 2.20] (!)" in summary_table(doc)
+    assert summary_table(doc).splitlines()[-1].startswith("(!) above its 95 % consistency band: overconfident")
     mixed = dict(doc, units={"z": ["rad", "m"], "zd": ["rad/s", "m/s"], "zdd": ["rad/s^2", "m/s^2"]})
     mixed["estimators"]["pf"]["metrics"]["rmse"]["z"] = [0.1, 0.02]
     assert "0.1 rad/0.02 m" in summary_table(mixed)
@@ -89,7 +92,7 @@ def test_summary_table_has_units_and_flags_values_outside_their_band():
     doc["estimators"]["pf"]["metrics"]["convergence"]["locked_offset"] = {
         "from": 0.9, "duration": 9.0, "offset_z": [-0.08], "mean_nees": 100.0}
     text = summary_table(doc)
-    assert "(lock)" in text.splitlines()[1] and "(!)" not in text
+    assert "(lock)" in text.splitlines()[1] and "(!)" not in text and "(u)" not in text
     assert text.splitlines()[-1] == "(lock) pf: locked offset of -0.08 [rad] from 0.90 s for 9.00 s (mean NEES 100)"
 
 

@@ -111,8 +111,8 @@ def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde repl
               "whole run's, start-up included, are in metrics.json; its RMSE of z in the 'whole-run' column). "
               "NEES/NIS: mean and the 95 % chi-square band of the mean for the run's effective sample size "
               "(steps / integrated autocorrelation time: successive steps are correlated); `(!)` marks a value "
-              "outside its band, above it overconfident (errors larger than the estimate's covariance says), "
-              "below it underconfident. 'cover95': the fraction of steps whose error lies inside the estimate's "
+              "above its band, overconfident (errors larger than the estimate's covariance says), `(u)` one "
+              "below it, underconfident (bands wider than needed). 'cover95': the fraction of steps whose error lies inside the estimate's "
               "95 % region (0.95 when consistent). `(lock)`: a locked offset, a nearly constant error with a "
               "mean NEES above 10 x its dof for at least 1 s. 'trust': the last verdict from the readings alone "
               "(OK, DEGRADED, LOST; the same as the live node's diagnostics) and the percentages of the run "
@@ -136,7 +136,7 @@ def reference_note(ref: dict) -> str:
 def summary_table(doc: dict, markdown: bool = False) -> str:
     """The metrics table printed by ``mbde replay`` and ``make demo``: units in every
     column; the headline is tracking (from the acquisition to the end: RMSE, NEES with
-    ``(!)`` outside its 95 % band, 95 % coverage), then the whole run's RMSE of z and NIS;
+    ``(!)`` above its 95 % band, ``(u)`` below, 95 % coverage), then the whole run's RMSE of z and NIS;
     a line under the table for each locked offset."""
     units = doc.get("units") or {}
     unit = {k: _common(v) for k, v in units.items()}
@@ -175,8 +175,12 @@ def summary_table(doc: dict, markdown: bool = False) -> str:
             _fmt(m.get("realtime_factor"), ".3f"),
             str(c.get("fused", "-")), str(rej),
         ])
-    flagged = any("(!)" in cell for r in rows for cell in r)
-    notes = ((["(!) outside its 95 % consistency band"] if flagged else []) + [f"(lock) {x}" for x in locks]
+    over = any("(!)" in cell for r in rows for cell in r)
+    under = any("(u)" in cell for r in rows for cell in r)
+    notes = ((["(!) above its 95 % consistency band: overconfident (errors larger than its covariance says)"]
+              if over else [])
+             + (["(u) below its 95 % consistency band: underconfident (its bands wider than needed)"] if under else [])
+             + [f"(lock) {x}" for x in locks]
              + [f"(trust) {x}" for x in trusts])
     if markdown:
         out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -205,7 +209,7 @@ def _u(unit):
 
 
 def _banded(entry) -> str:
-    """'1.02 [0.9, 1.1]', with '(!)' when the mean is outside the band."""
+    """'1.02 [0.9, 1.1]', with '(!)' when the mean is above the band, '(u)' below."""
     if not entry or entry.get("mean") is None:
         return "-"
     band = entry.get("band_95")
@@ -213,7 +217,7 @@ def _banded(entry) -> str:
     if band and band[0] is not None:
         text += f" [{band[0]:.2f}, {band[1]:.2f}]"
         if not band[0] <= entry["mean"] <= band[1]:
-            text += " (!)"
+            text += " (!)" if entry["mean"] > band[1] else " (u)"
     return text
 
 
