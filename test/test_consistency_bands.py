@@ -110,8 +110,14 @@ def test_the_noise_rule_says_which_channels_it_widened():
         assert w["from"] == pytest.approx([0.05, 0.05], rel=1e-6)  # m/s^2, the sensor's noise
         assert min(w["to"]) > 1.0  # m/s^2: widened for the model error (eps x gravity...)
         assert "gyro_coupler" not in got[name]  # a gyroscope keeps its noise
+    spec = validate("pf", None)  # the particle filter widens its own (particle.scales)
+    got["pf"] = widening(estimator_class("pf"), thaw(spec.values), {}, sensors, mech)
+    assert got["pf"]["accel_rocker"]["from"] == pytest.approx([0.05, 0.05], rel=1e-6)
+    assert min(got["pf"]["accel_rocker"]["to"]) > 1.0 and "gyro_coupler" not in got["pf"]
+    listed = validate("pf", {"sensor_sigma": {"accel_rocker": 0.05}})
+    assert widening(estimator_class("pf"), thaw(listed.values), {}, sensors, mech) == {}
     line = widening_line(got)
-    assert line.count("accel_rocker") == 1 and "(ukf, dekf)" in line and "m/s^2" in line
+    assert line.count("accel_rocker") == 1 and "(ukf, dekf, pf)" in line and "m/s^2" in line  # the same widening
     assert "\n" not in line and "rule.model_error" in line
     listed = validate("ukf", {"sensor_sigma": {"accel_rocker": 0.05}})
     opts = resolve(listed, mech, sensors)

@@ -115,7 +115,7 @@ class LiveEstimator:
                 spec = as_spec(options.name, options.config)
                 options = replace(options, config=resolve(spec, self.mech, self.sensors, context))
                 self.widened = widening(estimator_class(options.name), thaw(spec.values),
-                                        options.config.as_dict().get("sensor_sigma") or {}, self.sensors)
+                                        options.config.as_dict().get("sensor_sigma") or {}, self.sensors, self.mech)
         except ModuleNotFoundError as exc:
             raise ConfigError("<parameters>", "estimator",
                               f"estimator {options.name!r} is not available in this installation ({exc})") from None

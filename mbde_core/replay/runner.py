@@ -67,7 +67,7 @@ def rule_widening(source, spec, name: str, options) -> dict:
         return {}
     spec = as_spec(name, spec)
     return widening(estimator_class(name), thaw(spec.values), options.as_dict().get("sensor_sigma") or {},
-                    source.sensors)
+                    source.sensors, source.mechanism)
 
 
 def suitability(source, name: str, options):

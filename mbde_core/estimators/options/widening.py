@@ -19,13 +19,20 @@ from mbde_core.estimators.options.rule import _widened_sensors, model_error
 NOTICE = 1.5  # a channel widened by more than this factor is named
 
 
-def widening(cls, cfg: dict, resolved_sigmas: dict, sensors) -> dict:
+def widening(cls, cfg: dict, resolved_sigmas: dict, sensors, mech=None) -> dict:
     """{sensor: {"channels": [...], "from": [...], "to": [...], "model_error": eps}} for
     the sensors the rule widened: cfg the validated options before the rule (``auto``
     values in), resolved_sigmas the resolved ``sensor_sigma``. Only channels widened by
-    more than ``NOTICE`` x their noise are listed (an IMU's gyroscope keeps its noise)."""
+    more than ``NOTICE`` x their noise are listed (an IMU's gyroscope keeps its noise).
+    The particle filters widen their own (the class's ``own_sensor_sigmas``, given mech)."""
     out = {}
-    for name in _widened_sensors(cls, cfg, sensors):
+    own = getattr(cls, "own_sensor_sigmas", None)
+    if own is not None and mech is not None:
+        resolved_sigmas = own(cfg, mech, sensors)
+        names = list(resolved_sigmas)
+    else:
+        names = _widened_sensors(cls, cfg, sensors)
+    for name in names:
         s = sensors[name]
         to = np.atleast_1d(np.asarray((resolved_sigmas or {}).get(name, []), float))
         if to.size != s.dim:
@@ -64,7 +71,8 @@ def widening_line(per_estimator: dict) -> str | None:
     return ("the default noise rule widened " + "; ".join(clauses)
             + f": accelerometers read gravity and every unmodelled force, which a model trusted to "
             f"{eps:g} (rule.model_error) predicts only that well, so these channels carry little "
-            "information; to keep them, list the sensor in sensor_sigma or lower rule.model_error")
+            "information; to keep them, list the sensor in sensor_sigma (or, for the Kalman observers, lower "
+            "rule.model_error)")
 
 
 def _span(values) -> str:
