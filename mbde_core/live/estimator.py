@@ -40,16 +40,15 @@ from mbde_core.errors import ConfigError, DataError
 from mbde_core.estimators import estimator_rng, make_estimator
 from mbde_core.estimators.assess.suitability import assess, precheck
 from mbde_core.estimators.configure import as_spec, resolve
-from mbde_core.estimators.options.frozen import Options, thaw
-from mbde_core.estimators.options.widening import widening, widening_line
-from mbde_core.estimators.registry import estimator_class
+from mbde_core.estimators.options.frozen import Options
+from mbde_core.estimators.options.widening import widening_line
 from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
 from mbde_core.estimators.stage.core import EstimatorStage, StageCounters
 from mbde_core.live import estimator_status
 from mbde_core.live.backlog import STALLED, Backlog
 from mbde_core.live.diagnostics import Status, Throttle
 from mbde_core.live.estimator_status import Window
-from mbde_core.replay.runner import initial_state
+from mbde_core.replay.runner import initial_state, rule_widening
 from mbde_core.rosio.convert import particle_set_msg
 from mbde_core.rosio.sensor_io import estimate_messages, sensor_reading
 from mbde_core.rosio.tf import tf_message
@@ -109,13 +108,11 @@ class LiveEstimator:
 
         # `auto` options from the default-tuning rule, as `mbde replay` resolves them (once)
         context = scenario_context(scenario)
-        self.widened = {}
+        spec = options.config  # before the rule: what it widened (below)
         try:
             if not isinstance(options.config, Options):
-                spec = as_spec(options.name, options.config)
-                options = replace(options, config=resolve(spec, self.mech, self.sensors, context))
-                self.widened = widening(estimator_class(options.name), thaw(spec.values),
-                                        options.config.as_dict().get("sensor_sigma") or {}, self.sensors, self.mech)
+                options = replace(options, config=resolve(as_spec(options.name, options.config), self.mech, self.sensors,
+                                                          context))
         except ModuleNotFoundError as exc:
             raise ConfigError("<parameters>", "estimator",
                               f"estimator {options.name!r} is not available in this installation ({exc})") from None
@@ -135,7 +132,8 @@ class LiveEstimator:
                                   force_limits=force_limits(self.mech, options.config.as_dict(), context))
         if self.suitability.warning:
             self.log("warn", self.suitability.message)
-        self.widening_note = widening_line({options.name: self.widened})
+        widened = rule_widening(self.mech, self.sensors, spec, options.name, options.config)
+        self.widening_note = widening_line({options.name: widened})
         if self.widening_note:  # the channels the default noise rule made nearly useless, said once
             self.log("info", self.widening_note)
         self.frame_id = options.frame_id or scenario.frame_id

@@ -93,7 +93,8 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
     for b in bags:  # before running: options resolved for the bag (a bad name exits 2), a meaningless
         for name in names:  # estimator exits 2, a weak one warns (one line)
             options[(b, name)] = resolved_options(sources[b], configs[name], name)
-            widened[(b, name)] = rule_widening(sources[b], configs[name], name, options[(b, name)])
+            widened[(b, name)] = rule_widening(sources[b].mechanism, sources[b].sensors, configs[name], name,
+                                               options[(b, name)])
             verdicts[(b, name)] = v = suitability(sources[b], name, options[(b, name)])
             if v.warning:
                 log(f"warning: {os.path.basename(b)}: {v.message}")

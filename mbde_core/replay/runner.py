@@ -59,15 +59,14 @@ def resolved_options(source, spec, name: str | None = None):
                    scenario_context(getattr(source, "scenario", None)))
 
 
-def rule_widening(source, spec, name: str, options) -> dict:
+def rule_widening(mech, sensors, spec, name: str, options) -> dict:
     """The sensor channels the default noise rule widened for estimator ``name``
     (:func:`~mbde_core.estimators.options.widening.widening`): spec its validated options
-    (before the rule), options the resolved ones; {} for options given frozen."""
+    (before the rule: a Spec or a mapping), options the resolved ones; {} for options given frozen."""
     if isinstance(spec, Options):
         return {}
     spec = as_spec(name, spec)
-    return widening(estimator_class(name), thaw(spec.values), options.as_dict().get("sensor_sigma") or {},
-                    source.sensors, source.mechanism)
+    return widening(estimator_class(name), thaw(spec.values), options.as_dict().get("sensor_sigma") or {}, sensors, mech)
 
 
 def suitability(source, name: str, options):
