@@ -172,7 +172,6 @@ class EstimatorStage(StageRecovery):
         self._seen_zd = None  # zd of the last estimate that fused readings (multi-start after a silence)
         self._unknown = False  # restarted after a divergence: re-acquire globally at the next reading
         self.guard.drop_all()
-        self.trust.reset()
         if self.reacq is not None:
             self.reacq.clear()
 
@@ -377,9 +376,7 @@ class EstimatorStage(StageRecovery):
         est.stamp = self.t0 + self.k * self.dt  # exact grid time (no accumulated rounding)
         if result is not None and result.accepted:
             self._seen_zd = est.zd
-        c = self.counters  # restarts of the track: the verdict's "recovering" (stage.trust)
-        events = c.reacquisitions + c.multistarts + c.diverged + sum(getattr(self.est, "recovery_reasons", {}).values())
-        rec = StepRecord(est, result, cost, self.trust.step(est.stamp, result, est.branch_probabilities, events))
+        rec = StepRecord(est, result, cost, self.trust.observe(self, est, result))
         if self.keep:
             self.records.append(rec)
         if self.on_step is not None:

@@ -124,6 +124,17 @@ class TrustMonitor:
         self.__init__(self.window)
         self.events = events
 
+    def observe(self, stage, estimate, update) -> Verdict:
+        """:meth:`step` for an emitted step of an EstimatorStage: its restarts of the track
+        are its re-acquisitions, multi-starts and divergences and a particle filter's
+        re-initialisations; a stage that restarted at an earlier time (a backward jump, a
+        bag loop) starts a new window."""
+        if self.steps and estimate.stamp < self.steps[-1][0]:
+            self.reset()
+        c = stage.counters
+        events = c.reacquisitions + c.multistarts + c.diverged + sum(getattr(stage.est, "recovery_reasons", {}).values())
+        return self.step(estimate.stamp, update, estimate.branch_probabilities, events)
+
     def step(self, t: float, update, branch_probabilities=None, events: int | None = None) -> Verdict:
         """The verdict after grid step t with its update result (or None); events: the
         stage's running count of track restarts (a change is a restart at t)."""
