@@ -58,13 +58,13 @@ def pf_summary(doc: dict) -> list[str]:
     else:
         lines.append(f"  assembly branch: the true one identified after {branch_t:.3f} s "
                      f"(P = {conv['branch_probability_final']:.3f} at the end)")
-    t_conv = conv.get("converged_after")
+    t_acq = conv.get("acquired_after")
     whole = _deg(m["rmse"]["z"][0])
-    if t_conv is None:
-        lines.append(f"  crank angle: never within 2 deg to the end (whole-run RMSE {whole})")
+    if t_acq is None:
+        lines.append(f"  crank angle: never tracked within 5 sigma to the end (whole-run RMSE {whole})")
     else:
-        lines.append(f"  crank angle: within 2 deg after {t_conv:.3f} s, then RMSE {_deg(conv['rmse_settled'][0])} "
-                     f"(whole run, start-up included: {whole})")
+        lines.append(f"  crank angle: acquired after {t_acq:.3f} s (error within 5 sigma from then on), then RMSE "
+                     f"{_deg(conv['tracking']['rmse']['z'][0])} (whole run, start-up included: {whole})")
     lines.append(f"  plot: {os.path.join(OUT, 'pf', 'replay', 'pf_branches.png')}")
     return lines
 

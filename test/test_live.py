@@ -102,7 +102,8 @@ def test_decimation_markers_and_status(bag):
     assert "particles" not in sink.msgs
     st = core.status("test", msgs[-1][1] + 0.001)
     v = st.as_dict()
-    assert st.level == OK and st.message.startswith("running, gyro_coupler")
+    assert st.level == OK and st.message.startswith("running, trust OK, gyro_coupler")
+    assert v["trust"] == "OK" and "consistent" in v["trust reason"]  # the stage's verdict, as replay's
     assert v["readings received"] == len(msgs) and v["malformed"] == 0 and v["resets"] == 0
     assert float(v["NIS (mean, last active period)"]) > 0 and "step time mean [ms]" in v
     arr = diagnostic_array(RosbagsFactory(), 1.5, [st])
@@ -405,3 +406,14 @@ def test_frame_id_mismatch_is_counted_and_tf_is_published(bag):
     assert all(t["stamp"] == state.header.stamp.sec + 1e-9 * state.header.stamp.nanosec for t in last)
     static = transforms_from_message(core.static_tf())
     assert {(t["child"], t["parent"]) for t in static} == {("ukf/gyro_coupler", "ukf/coupler")}
+
+
+def test_the_noise_rule_widening_is_said_once_at_the_start():
+    """On the four-bar with an accelerometer, the node says in one info line which channels
+    the default noise rule widened (as `mbde replay` does)."""
+    sink = Sink()
+    sc = load_source(scenario_file="scenarios/fourbar_imu.yaml", settings=["duration=0.5"])
+    LiveEstimator(sc, EstimatorOptions("ukf", load_config("ukf", CONFIG)), RosbagsFactory(), sink.publish, sink.log)
+    notes = [text for level, text in sink.logs if "noise rule widened" in text]
+    assert len(notes) == 1 and "accel_rocker accel_x/accel_y sigma 0.05 ->" in notes[0] and "\n" not in notes[0]
+    assert [level for level, text in sink.logs if text == notes[0]] == ["info"]

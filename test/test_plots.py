@@ -34,7 +34,7 @@ def test_run_and_branch_plots_start_at_the_first_reading(fourbar, saved):
 
 
 def test_summary_of_one_estimator_shows_accuracy_consistency_and_cost(saved):
-    m = {"rmse": {"z": [0.02]}, "convergence": {"rmse_settled": [0.01], "converged_after": 0.19},
+    m = {"rmse": {"z": [0.02]}, "convergence": {"tracking": {"rmse": {"z": [0.01]}}, "acquired_after": 0.19},
          "nees": {"mean": 2.12, "dof": 2}, "nis": {"mean": 0.19, "mean_dof": 2.0}, "realtime_factor": 0.57,
          "counters": {"fused": 1001, "rejected_gate": 0}, "suitability": {"level": "ok"}}
     doc = {"mechanism": "slider_crank", "ground_truth": True, "units": {"z": ["rad"]},
@@ -45,8 +45,8 @@ def test_summary_of_one_estimator_shows_accuracy_consistency_and_cost(saved):
     assert titles == ["accuracy", "consistency: mean NEES / dof", "consistency: mean NIS / dof",
                       "real-time factor (processing time / data time)"]
     heights = [[p.get_height() for p in ax.patches if p.get_height() > 0] for ax in fig.axes]
-    assert heights[0] == pytest.approx([0.02, 0.01])  # whole run, after convergence
+    assert heights[0] == pytest.approx([0.02, 0.01])  # whole run, tracking
     assert 1.06 in [pytest.approx(h) for h in heights[1]]  # NEES / dof against the band
     assert heights[3] == pytest.approx([0.57])
     texts = " ".join(t.get_text() for t in fig.axes[3].texts)
-    assert "fused 1001" in texts and "converged 0.19 s" in texts
+    assert "fused 1001" in texts and "acquired 0.19 s" in texts

@@ -41,13 +41,14 @@ from mbde_core.estimators import estimator_rng, make_estimator
 from mbde_core.estimators.assess.suitability import assess, precheck
 from mbde_core.estimators.configure import as_spec, resolve
 from mbde_core.estimators.options.frozen import Options
+from mbde_core.estimators.options.widening import widening_line
 from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
 from mbde_core.estimators.stage.core import EstimatorStage, StageCounters
 from mbde_core.live import estimator_status
 from mbde_core.live.backlog import STALLED, Backlog
 from mbde_core.live.diagnostics import Status, Throttle
 from mbde_core.live.estimator_status import Window
-from mbde_core.replay.runner import initial_state
+from mbde_core.replay.runner import initial_state, rule_widening
 from mbde_core.rosio.convert import particle_set_msg
 from mbde_core.rosio.sensor_io import estimate_messages, sensor_reading
 from mbde_core.rosio.tf import tf_message
@@ -107,6 +108,7 @@ class LiveEstimator:
 
         # `auto` options from the default-tuning rule, as `mbde replay` resolves them (once)
         context = scenario_context(scenario)
+        spec = options.config  # before the rule: what it widened (below)
         try:
             if not isinstance(options.config, Options):
                 options = replace(options, config=resolve(as_spec(options.name, options.config), self.mech, self.sensors,
@@ -130,6 +132,10 @@ class LiveEstimator:
                                   force_limits=force_limits(self.mech, options.config.as_dict(), context))
         if self.suitability.warning:
             self.log("warn", self.suitability.message)
+        widened = rule_widening(self.mech, self.sensors, spec, options.name, options.config)
+        self.widening_note = widening_line({options.name: widened})
+        if self.widening_note:  # the channels the default noise rule made nearly useless, said once
+            self.log("info", self.widening_note)
         self.frame_id = options.frame_id or scenario.frame_id
         self.topics: dict[str, list] = {}
         self.topic_types: dict[str, str] = {}

@@ -118,6 +118,11 @@ def status(core, name: str, now: float | None = None, extra_problems=()) -> Stat
         values += [("ESS", f"{cloud.ess:.1f}"), ("particles", len(cloud.weight)),
                    ("ESS / N", f"{cloud.ess / max(len(cloud.weight), 1):.3f}"),
                    ("unique particles", cloud.unique)]
+    verdict = getattr(core.latest, "trust", None)
+    if verdict is not None:  # the stage's verdict from the readings alone (estimators.stage.trust), as replay's
+        values += [("trust", verdict.name), ("trust reason", verdict.reason)]
+        if verdict.level:
+            problems.append((ERROR if verdict.level == 2 else WARN, f"{verdict.name}: {verdict.reason}"))
     if core.latest is not None and core.latest.estimate.branch_probabilities is not None:
         probs = np.asarray(core.latest.estimate.branch_probabilities)
         values.append(("branch probabilities", " ".join(f"{k}: {p:.3f}" for k, p in enumerate(probs))))
@@ -155,7 +160,7 @@ def status(core, name: str, now: float | None = None, extra_problems=()) -> Stat
     if problems:
         message = "; ".join(text for lv, text in problems if lv == level)
     else:
-        parts = [state, ", ".join(rates)]
+        parts = [state] + (["trust OK"] if verdict is not None else []) + [", ".join(rates)]
         if nis is not None:
             parts.append(f"NIS {nis:.2f}")
         if cloud is not None:

@@ -16,8 +16,9 @@ import time
 
 import numpy as np
 
-from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, reference_nees
-from mbde_core.replay.convergence import ConvergenceMetrics
+from mbde_core.estimators.assess.acquisition import AcquisitionMetrics
+from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, reference_nees, sigma_z
+from mbde_core.estimators.stage.trust import TrustSummary, trust_checks
 from mbde_core.replay.encode import EstimateEncoder, ParticleSetEncoder, PartWriter
 from mbde_core.replay.runner import InputMetrics
 from mbde_core.replay.source import TruthWindow
@@ -49,7 +50,8 @@ class StreamEvaluator:
         self.ref = getattr(source, "reference", None)  # mbde replay --reference smoother: replaces the ground truth
         self.has_truth = bool(source.has_truth)
         self.metrics = RunMetrics(self.angular, source.duration, truth=self.has_truth or self.ref is not None)
-        self.conv = ConvergenceMetrics(self.angular, mech.length_scale)
+        self.conv = AcquisitionMetrics(self.angular, mech.length_scale)
+        self.trust = TrustSummary()
         self.inputs = InputMetrics(mech)
         self.truth = TruthWindow(self.angular)
         self.pending: list = []  # emitted records not yet evaluated and written
@@ -87,15 +89,21 @@ class StreamEvaluator:
                 self.metrics.add(arrays, tr["z"], tr["zd"], tr["zdd"], tr["cov"])
             elif self.has_truth:
                 tr = truth.at(arrays["stamps"])
-                self.metrics.add(arrays, tr["z"], tr["zd"], tr["zdd"])
+                v = self.metrics.add(arrays, tr["z"], tr["zd"], tr["zdd"])
                 bp = _branch_probabilities(batch)
-                self.conv.add(arrays["stamps"], coordinate_errors(arrays["z"], tr["z"], angular), bp,
+                errs = {"z": coordinate_errors(arrays["z"], tr["z"], angular), "zd": arrays["zd"] - tr["zd"],
+                        "zdd": arrays["zdd"] - tr["zdd"]}
+                sig = sigma_z(arrays["covs"], len(angular))
+                self.conv.add(arrays["stamps"], errs, sig, v, bp,
                               None if bp is None else _truth_branch(truth, arrays["stamps"]))
+                self.trust.add(arrays["stamps"], [r.trust for r in batch], *trust_checks(errs["z"], sig, v))
                 self.inputs.add(batch, arrays["stamps"], tr["effort"])
                 truth.drop_before(arrays["stamps"][-1])
             else:
                 tr = None
                 self.metrics.add(arrays)
+            if self.ref is not None or not self.has_truth:
+                self.trust.add(arrays["stamps"], [r.trust for r in batch])
             if self.out is not None:
                 self.out.add(batch, arrays, tr, angular)
         self.time += time.perf_counter() - t0
@@ -104,6 +112,7 @@ class StreamEvaluator:
         """The metrics dict of the run (replay's: RMSE, NEES... convergence and inputs
         against ground truth)."""
         result = self.metrics.result()
+        result["trust"] = self.trust.result()
         if self.has_truth and self.ref is None:
             result["convergence"] = self.conv.result()
             if effort_ok:

@@ -143,7 +143,7 @@ def _summary_rows(metrics_path: str) -> list[dict]:
                     row[f"{key}_{part}_{i}"] = v
         for key in ("nees", "nis"):
             row[f"{key}_mean"] = (m.get(key) or {}).get("mean")
-        row["converged_after_s"] = (m.get("convergence") or {}).get("converged_after")
+        row["acquired_after_s"] = (m.get("convergence") or {}).get("acquired_after")
         row["realtime_factor"] = m.get("realtime_factor")
         row["step_time_us_mean"] = (m.get("step_time_us") or {}).get("mean")
         row["suitability"] = (m.get("suitability") or {}).get("level")

@@ -29,12 +29,13 @@ def _clean(obj):
     return obj
 
 
-def write_metrics(path: str, source, results, reference: dict | None = None) -> dict:
+def write_metrics(path: str, source, results, reference: dict | None = None, notes=None) -> dict:
     """metrics.json of one bag: source (ReplaySource or ReplayInputs), results: per
     estimator objects with name, metrics, config; readings counts and skipped messages
     from the first result that has them (every estimator reads the same bag).
     reference: what RMSE/NEES compare with when it is not the bag's ground truth
-    (``mbde replay --reference smoother``: :func:`mbde_core.replay.smoothing.smoother_reference`)."""
+    (``mbde replay --reference smoother``: :func:`mbde_core.replay.smoothing.smoother_reference`);
+    notes: lines said at the start of the run (what the default noise rule widened)."""
     counts = getattr(source, "counts", None) or next((r.counts for r in results if getattr(r, "counts", None)), {})
     skipped = getattr(source, "skipped", None)
     if skipped is None:
@@ -52,6 +53,7 @@ def write_metrics(path: str, source, results, reference: dict | None = None) -> 
         "estimators": {r.name: {"metrics": r.metrics, "config": r.config} for r in results},
     }
     doc["reference"] = reference or ({"kind": "ground truth"} if doc["ground_truth"] else None)
+    doc["notes"] = list(notes or [])
     doc = _clean(doc)
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=2)
@@ -96,19 +98,26 @@ def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde repl
              "- readings: " + ", ".join(f"{k}: {v}" for k, v in doc["readings"].items())]
     if doc["skipped_messages"]:
         lines.append("- skipped messages: " + ", ".join(f"{k}: {v}" for k, v in doc["skipped_messages"].items()))
+    lines += [f"- note: {n}" for n in doc.get("notes") or []]
     ref = doc.get("reference") or {}
     if ref.get("kind") == "smoother":
         lines.append("- reference of RMSE and NEES: **the batch smoother** of the same readings (`mbde replay "
                      "--reference smoother`), not ground truth; NEES uses P - P_smoother. " + reference_note(ref))
     lines += ["", "## Summary", "", summary_table(doc, markdown=True), ""]
-    lines += ["RMSE per independent coordinate over the whole run, in the units shown; 'settled': from the "
-              "time the error stays within its tolerance (2 deg for angles, 2 % of the largest body for "
-              "lengths) to the end, with that time in 'converged [s]' (a start-up transient, e.g. a particle "
-              "filter's uniform start, dominates a whole-run RMSE); 'branch [s]': the time after which the "
-              "true assembly branch keeps P > 0.99. NEES/NIS: mean and the 95 % chi-square band of the mean "
-              "(single run: successive steps are correlated, the band is optimistic); `(!)` marks a value "
-              "outside its band. Step time per filter step; RTF = processing time / data duration (< 1: "
-              "faster than real time).", ""]
+    lines += ["'acquired [s]': the time from which the error of every coordinate stays within 5 sigma of the "
+              "estimate's own covariance (or 0.5 deg for angles, 0.5 % of the largest body for lengths, whichever "
+              "is larger; never beyond 10 deg or 5 %) to the end; 'branch [s]': the time after which the true assembly branch keeps "
+              "P > 0.99. RMSE, NEES and cover95 are the tracking figures, from the acquisition to the end (the "
+              "whole run's, start-up included, are in metrics.json; its RMSE of z in the 'whole-run' column). "
+              "NEES/NIS: mean and the 95 % chi-square band of the mean for the run's effective sample size "
+              "(steps / integrated autocorrelation time: successive steps are correlated); `(!)` marks a value "
+              "above its band, overconfident (errors larger than the estimate's covariance says), `(u)` one "
+              "below it, underconfident (bands wider than needed). 'cover95': the fraction of steps whose error lies inside the estimate's "
+              "95 % region (0.95 when consistent). `(lock)`: a locked offset, a nearly constant error with a "
+              "mean NEES above 10 x its dof for at least 1 s. 'trust': the last verdict from the readings alone "
+              "(OK, DEGRADED, LOST; the same as the live node's diagnostics) and the percentages of the run "
+              "at each level; `(trust)` the longest stretch at the worst level and its reason. Step time per filter step; RTF = processing time "
+              "/ data duration (< 1: faster than real time).", ""]
     for p in plots:
         lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})", ""]
     with open(path, "w", encoding="utf-8") as fh:
@@ -126,41 +135,68 @@ def reference_note(ref: dict) -> str:
 
 def summary_table(doc: dict, markdown: bool = False) -> str:
     """The metrics table printed by ``mbde replay`` and ``make demo``: units in every
-    column, ``(!)`` after a NEES or NIS outside its 95 % band."""
+    column; the headline is tracking (from the acquisition to the end: RMSE, NEES with
+    ``(!)`` above its 95 % band, ``(u)`` below, 95 % coverage), then the whole run's RMSE of z and NIS;
+    a line under the table for each locked offset."""
     units = doc.get("units") or {}
     unit = {k: _common(v) for k, v in units.items()}
-    cols = [f"RMSE z{_u(unit.get('z'))}", f"RMSE zd{_u(unit.get('zd'))}", f"RMSE zdd{_u(unit.get('zdd'))}",
-            "converged [s]", f"settled RMSE z{_u(unit.get('z'))}", "branch [s]", "NEES [band]", "NIS [band]",
-            "step [us]", "RTF", "fused", "rejected"]
+    cols = ["acquired [s]", "branch [s]", f"RMSE z{_u(unit.get('z'))}", f"RMSE zd{_u(unit.get('zd'))}",
+            f"RMSE zdd{_u(unit.get('zdd'))}", "NEES [band]", "cover95", "NIS [band]",
+            f"whole-run RMSE z{_u(unit.get('z'))}", "trust [% OK/DEG/LOST]", "step [us]", "RTF", "fused", "rejected"]
     cols = ["estimator"] + cols
-    rows = []
+    rows, locks, trusts = [], [], []
     for name, entry in doc["estimators"].items():
         m = entry["metrics"] or {}
         rm = m.get("rmse", {})
         conv = m.get("convergence", {})
+        track = conv.get("tracking") or {}
+        trm = track.get("rmse", {})
         c = m.get("counters", {})
         rej = sum(c.get(k, 0) for k in ("rejected_gate", "out_of_order", "non_finite", "unknown_sensor"))
+        lock = conv.get("locked_offset")
+        if lock:
+            locks.append(f"{name}: locked offset of {_fmt_list(lock['offset_z'], units.get('z'), unit.get('z'))}"
+                         f"{_u(unit.get('z'))} from {lock['from']:.2f} s for {lock['duration']:.2f} s "
+                         f"(mean NEES {lock['mean_nees']:.3g})")
+        trust = m.get("trust") or {}
+        if trust.get("worst"):
+            w = trust["worst"]
+            trusts.append(f"{name}: {w['level']} from {w['from']:.2f} s for {w['duration']:.2f} s: {w['reason']}")
         rows.append([
             name,
-            _fmt_list(rm.get("z"), units.get("z"), unit.get("z")), _fmt_list(rm.get("zd"), units.get("zd"), unit.get("zd")),
-            _fmt_list(rm.get("zdd"), units.get("zdd"), unit.get("zdd")),
-            _fmt(conv.get("converged_after"), ".3f") if conv else "-",
-            _fmt_list(conv.get("rmse_settled"), units.get("z"), unit.get("z")) if conv else "-",
+            (_fmt(conv.get("acquired_after"), ".3f") if conv.get("acquired_after") is not None else "never") if conv else "-",
             _fmt(conv.get("branch_identified_after"), ".3f") if "branch_identified_after" in conv else "-",
-            _banded(m.get("nees")), _banded(m.get("nis")),
+            _fmt_list(trm.get("z"), units.get("z"), unit.get("z")), _fmt_list(trm.get("zd"), units.get("zd"), unit.get("zd")),
+            _fmt_list(trm.get("zdd"), units.get("zdd"), unit.get("zdd")),
+            _banded(track.get("nees")) + (" (lock)" if lock else ""),
+            _fmt((track.get("nees") or {}).get("coverage_95"), ".2f"), _banded(m.get("nis")),
+            _fmt_list(rm.get("z"), units.get("z"), unit.get("z")), _trust(trust),
             _fmt(m.get("step_time_us", {}).get("mean"), ".0f"),
             _fmt(m.get("realtime_factor"), ".3f"),
             str(c.get("fused", "-")), str(rej),
         ])
+    over = any("(!)" in cell for r in rows for cell in r)
+    under = any("(u)" in cell for r in rows for cell in r)
+    notes = ((["(!) above its 95 % consistency band: overconfident (errors larger than its covariance says)"]
+              if over else [])
+             + (["(u) below its 95 % consistency band: underconfident (its bands wider than needed)"] if under else [])
+             + [f"(lock) {x}" for x in locks]
+             + [f"(trust) {x}" for x in trusts])
     if markdown:
         out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         out += ["| " + " | ".join(r) + " |" for r in rows]
-        return "\n".join(out)
+        return "\n".join(out + ([""] + notes if notes else []))
     widths = [max([len(cols[i])] + [len(r[i]) for r in rows]) for i in range(len(cols))]
     line = lambda vals: "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
-    flagged = any("(!)" in cell for r in rows for cell in r)
-    return "\n".join([line(cols)] + [line(r) for r in rows]
-                     + (["(!) outside its 95 % consistency band"] if flagged else []))
+    return "\n".join([line(cols)] + [line(r) for r in rows] + notes)
+
+
+def _trust(trust: dict) -> str:
+    """'OK 94/6/0': the last verdict and the percentages of time OK/DEGRADED/LOST."""
+    if not trust:
+        return "-"
+    f = trust["fraction"]
+    return f"{trust['final']['level']} " + "/".join(f"{100 * f[k]:.0f}" for k in ("OK", "DEGRADED", "LOST"))
 
 
 def _common(units):
@@ -173,7 +209,7 @@ def _u(unit):
 
 
 def _banded(entry) -> str:
-    """'1.02 [0.9, 1.1]', with '(!)' when the mean is outside the band."""
+    """'1.02 [0.9, 1.1]', with '(!)' when the mean is above the band, '(u)' below."""
     if not entry or entry.get("mean") is None:
         return "-"
     band = entry.get("band_95")
@@ -181,7 +217,7 @@ def _banded(entry) -> str:
     if band and band[0] is not None:
         text += f" [{band[0]:.2f}, {band[1]:.2f}]"
         if not band[0] <= entry["mean"] <= band[1]:
-            text += " (!)"
+            text += " (!)" if entry["mean"] > band[1] else " (u)"
     return text
 
 

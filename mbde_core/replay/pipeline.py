@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 
 from mbde_core import runs
 from mbde_core.errors import DataError
+from mbde_core.estimators.options.widening import widening_line
 from mbde_core.estimators.registry import traits
 from mbde_core.replay.merge import LiveMerge
 from mbde_core.replay.outputs import write_estimates_bag, write_metrics, write_report
 from mbde_core.replay.plot_worker import PlotWorker
-from mbde_core.replay.runner import resolved_options, suitability
+from mbde_core.replay.runner import resolved_options, rule_widening, suitability
 from mbde_core.replay.smoothing import reference_path, smoother_reference
 from mbde_core.replay.source import open_source
 from mbde_core.replay.worker import ReplayTask, part_path, replay_task
@@ -48,6 +49,7 @@ class BagOutcome:
     plots: list = field(default_factory=list)  # drawn PNGs (report order)
     figures: dict = field(default_factory=dict)  # estimator -> its queued PNGs
     reference: dict | None = None  # metrics.json "reference" (--reference smoother)
+    notes: list = field(default_factory=list)  # metrics.json "notes", the report's: what the noise rule widened
 
 
 def find_bags(paths) -> list[str]:
@@ -87,13 +89,19 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
             log(f"warning: {note}")
     outs = {b: out if len(bags) == 1 else os.path.join(out, os.path.basename(b)) for b in bags}
 
-    verdicts, options = {}, {}
+    verdicts, options, widened, notes = {}, {}, {}, {}
     for b in bags:  # before running: options resolved for the bag (a bad name exits 2), a meaningless
         for name in names:  # estimator exits 2, a weak one warns (one line)
             options[(b, name)] = resolved_options(sources[b], configs[name], name)
+            widened[(b, name)] = rule_widening(sources[b].mechanism, sources[b].sensors, configs[name], name,
+                                               options[(b, name)])
             verdicts[(b, name)] = v = suitability(sources[b], name, options[(b, name)])
             if v.warning:
                 log(f"warning: {os.path.basename(b)}: {v.message}")
+        line = widening_line({name: widened[(b, name)] for name in names})
+        notes[b] = [line] if line else []
+        if line:  # one line: which channels, from what to what, and why
+            log(f"note: {os.path.basename(b)}: {line}")
     refs = {}
     if reference == "smoother":  # streamed into a file per bag, which the tasks read back (replay/reference.py)
         smoother_cfg = load_smoother_config(config_file)
@@ -111,7 +119,8 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
         log(f"bag {b}: {src.mechanism.name}, {src.duration:.3f} s, "
             + ", ".join(f"{k} {v} messages" for k, v in src.expected.items())
             + ("" if src.has_truth else "; no ground truth"))
-        outcomes.append(BagOutcome(b, bag_out, timings={"load": t_load / len(bags)}, reference=refs.get(b)))
+        outcomes.append(BagOutcome(b, bag_out, timings={"load": t_load / len(bags)}, reference=refs.get(b),
+                                   notes=notes[b]))
         for name in names:
             tasks.append(ReplayTask(b, name, options[(b, name)], seed, part_path(bag_out, name), None,
                                     mechanism_file, sensors_file, reorder_window=reorder_window))
@@ -152,6 +161,7 @@ def replay(bags, names, configs, out, *, storage="sqlite3", seed=0, plots=True, 
             o = by_task[i]
             if o.ok:
                 o.value.metrics["suitability"] = verdicts[(task.bag, task.name)].as_dict()
+                o.value.metrics["noise_rule_widened"] = widened[(task.bag, task.name)]
                 bo.results.append(o.value)
             else:
                 bo.failed.append((task.name, o.error))
@@ -201,7 +211,7 @@ def _write_bag(bo: BagOutcome, source, storage: str, plotter, merger=None) -> No
                   f"{c['first_estimator_error_at']} s (last: {c['last_estimator_error']}); each failure restarted "
                   "its track from the initial guess at the next reading, as the live node does", file=sys.stderr)
     t0 = time.perf_counter()
-    bo.doc = write_metrics(os.path.join(bo.out, "metrics.json"), source, results, bo.reference)
+    bo.doc = write_metrics(os.path.join(bo.out, "metrics.json"), source, results, bo.reference, bo.notes)
     bo.timings["metrics"] = time.perf_counter() - t0
     if plotter is not None and results:
         plotter.summary(bo.bag, os.path.join(bo.out, "summary.png"), bo.doc)
@@ -222,7 +232,8 @@ def _part(out_dir, name):
     return part_path(out_dir, name)
 
 
-SUMMARY_COLUMNS = ["bag", "estimator", "rmse_z", "rmse_zd", "nees", "nis", "step_us", "rtf", "fused", "estimator_errors", "error"]
+SUMMARY_COLUMNS = ["bag", "estimator", "rmse_z", "rmse_zd", "nees", "nis", "trust", "step_us", "rtf", "fused",
+                   "estimator_errors", "error"]
 
 
 def summary_rows(outcomes) -> list[dict]:
@@ -233,6 +244,7 @@ def summary_rows(outcomes) -> list[dict]:
             rows.append({"bag": os.path.basename(bo.bag), "estimator": name,
                          "rmse_z": _join((m.get("rmse") or {}).get("z")), "rmse_zd": _join((m.get("rmse") or {}).get("zd")),
                          "nees": (m.get("nees") or {}).get("mean"), "nis": (m.get("nis") or {}).get("mean"),
+                         "trust": ((m.get("trust") or {}).get("final") or {}).get("level"),
                          "step_us": (m.get("step_time_us") or {}).get("mean"), "rtf": m.get("realtime_factor"),
                          "fused": (m.get("counters") or {}).get("fused"),
                          "estimator_errors": (m.get("counters") or {}).get("estimator_errors"), "error": ""})
@@ -255,8 +267,8 @@ def write_summary(out: str, outcomes) -> str:
 
 
 def summary_text(rows) -> str:
-    cols = ["bag", "estimator", "RMSE z", "RMSE zd", "NEES", "NIS", "us/step", "RTF", "fused", "errors"]
-    keys = ["bag", "estimator", "rmse_z", "rmse_zd", "nees", "nis", "step_us", "rtf", "fused", "estimator_errors"]
+    cols = ["bag", "estimator", "RMSE z", "RMSE zd", "NEES", "NIS", "trust", "us/step", "RTF", "fused", "errors"]
+    keys = ["bag", "estimator", "rmse_z", "rmse_zd", "nees", "nis", "trust", "step_us", "rtf", "fused", "estimator_errors"]
     table = []
     for r in rows:
         if r.get("error"):

@@ -111,10 +111,10 @@ def plot_summary(path: str, doc: dict) -> str:
 
     ax = axes[0, 0]
     whole = [rms(_metric(doc, n, "rmse", "z")) for n in names]
-    settled = [rms(_metric(doc, n, "convergence", "rmse_settled")) for n in names]
+    settled = [rms(((_metric(doc, n, "convergence", "tracking") or {}).get("rmse") or {}).get("z")) for n in names]
     if not all(np.isnan(whole)):
         ax.bar(x - 0.2, whole, 0.4, color="C3", label="whole run")
-        ax.bar(x + 0.2, settled, 0.4, color="C1", label="after convergence")
+        ax.bar(x + 0.2, settled, 0.4, color="C1", label="tracking (after acquisition)")
         ax.set_ylim(bottom=0.0)
         ax.legend(fontsize=8)
     else:
@@ -147,10 +147,10 @@ def plot_summary(path: str, doc: dict) -> str:
         ax.set_xticklabels(names, rotation=30 if len(names) > 3 else 0)
     for i, n in enumerate(names):  # what the stage did, under the real-time factor's bars
         c = _metric(doc, n, "counters") or {}
-        conv = _metric(doc, n, "convergence", "converged_after")
+        conv = _metric(doc, n, "convergence", "acquired_after")
         level = _metric(doc, n, "suitability", "level")
         text = f"fused {c.get('fused', '-')}\nrejected {c.get('rejected_gate', '-')}"
-        text += "" if conv is None else f"\nconverged {conv:.2f} s"
+        text += "" if conv is None else f"\nacquired {conv:.2f} s"
         text += "" if level is None else f"\n{level}"
         axes[1, 1].text(i, 0.02, text, ha="center", va="bottom", fontsize=7,
                         transform=axes[1, 1].get_xaxis_transform())

@@ -14,15 +14,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mbde_core.estimators import estimator_rng, make_estimator
-from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, truth_at
+from mbde_core.estimators.assess.acquisition import AcquisitionMetrics
+from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, sigma_z, truth_at
 from mbde_core.estimators.assess.suitability import assess, precheck
 from mbde_core.estimators.base import InitialState, initial_sigmas
 from mbde_core.estimators.configure import as_spec, resolve
-from mbde_core.estimators.options.frozen import Options
+from mbde_core.estimators.options.frozen import Options, thaw
 from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
-from mbde_core.estimators.registry import traits
+from mbde_core.estimators.options.widening import widening
+from mbde_core.estimators.registry import estimator_class, traits
 from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
-from mbde_core.replay.convergence import ConvergenceMetrics
+from mbde_core.estimators.stage.trust import TrustSummary, trust_checks
 
 
 @dataclass
@@ -55,6 +57,16 @@ def resolved_options(source, spec, name: str | None = None):
         return spec
     return resolve(as_spec(name, spec), source.mechanism, source.sensors,
                    scenario_context(getattr(source, "scenario", None)))
+
+
+def rule_widening(mech, sensors, spec, name: str, options) -> dict:
+    """The sensor channels the default noise rule widened for estimator ``name``
+    (:func:`~mbde_core.estimators.options.widening.widening`): spec its validated options
+    (before the rule: a Spec or a mapping), options the resolved ones; {} for options given frozen."""
+    if isinstance(spec, Options):
+        return {}
+    spec = as_spec(name, spec)
+    return widening(estimator_class(name), thaw(spec.values), options.as_dict().get("sensor_sigma") or {}, sensors, mech)
 
 
 def suitability(source, name: str, options):
@@ -155,9 +167,14 @@ def evaluate(inputs, run: EstimatorRun) -> dict:
         tr = inputs.truth
         stamps = arrays["stamps"]
         tz = truth_at(stamps, tr.t, tr.z, angular)
-        acc.add(arrays, tz, truth_at(stamps, tr.t, tr.zd), truth_at(stamps, tr.t, tr.zdd))
+        tzd, tzdd = truth_at(stamps, tr.t, tr.zd), truth_at(stamps, tr.t, tr.zdd)
+        v = acc.add(arrays, tz, tzd, tzdd)
         out = acc.result()
-        out["convergence"] = _convergence(inputs, recs, stamps, arrays, tz, angular)
+        errs = {"z": coordinate_errors(arrays["z"], tz, angular), "zd": arrays["zd"] - tzd, "zdd": arrays["zdd"] - tzdd}
+        out["convergence"] = _convergence(inputs, recs, stamps, arrays, errs, v, angular)
+        trust = TrustSummary()
+        trust.add(stamps, [r.trust for r in recs], *trust_checks(errs["z"], sigma_z(arrays["covs"], len(angular)), v))
+        out["trust"] = trust.result()
         if tr.effort is not None:
             im = InputMetrics(mech)
             im.add(recs, stamps, truth_at(stamps, tr.t, tr.effort))
@@ -174,17 +191,17 @@ def evaluate(inputs, run: EstimatorRun) -> dict:
     return out
 
 
-def _convergence(inputs, recs, stamps, arrays, tz, angular) -> dict:
-    """Convergence time, settled RMSE and branch identification (replay/convergence.py),
-    as the streamed replay worker computes them."""
-    conv = ConvergenceMetrics(angular, inputs.mechanism.length_scale)
+def _convergence(inputs, recs, stamps, arrays, errs, nees, angular) -> dict:
+    """Acquisition time, tracking figures, branch identification and a locked offset
+    (:mod:`~mbde_core.estimators.assess.acquisition`), as the streamed replay worker computes them."""
+    conv = AcquisitionMetrics(angular, inputs.mechanism.length_scale)
     probs = [r.estimate.branch_probabilities for r in recs]
     bp = true_branch = None
     if all(p is not None and len(p) for p in probs) and len({len(p) for p in probs}) == 1:
         bp = np.array(probs, dtype=float)
         tr = inputs.truth
         true_branch = np.asarray(tr.branch, int)[np.clip(np.searchsorted(tr.t, stamps), 0, len(tr.t) - 1)]
-    conv.add(stamps, coordinate_errors(arrays["z"], tz, angular), bp, true_branch)
+    conv.add(stamps, errs, sigma_z(arrays["covs"], len(angular)), nees, bp, true_branch)
     return conv.result()
 
 

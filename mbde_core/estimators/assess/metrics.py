@@ -3,11 +3,15 @@
 - RMSE and maximum error of z, zd, zdd (angles wrapped to [-pi, pi));
 - NEES e^T P^-1 e of e = [z, zd] - truth per step (Bar-Shalom et al. 2001, ch. 5.4);
   for a consistent filter it is chi-square with d = 2g degrees of freedom. The mean over
-  K steps is compared with the two-sided 95 % band of the mean of K independent chi2(d)
-  variables, [chi2_{0.025}(K d) / K, chi2_{0.975}(K d) / K]; successive steps of one run
-  are correlated, so the band is optimistic for a single run: tests average independent
-  Monte-Carlo runs instead (see :func:`chi2_band`). The fraction of steps whose NEES
-  lies in the per-step band [chi2_{0.025}(d), chi2_{0.975}(d)] is also reported;
+  K steps is compared with the two-sided 95 % band of the mean of a chi2(d) series with
+  the run's effective sample size K_eff = K / tau, tau the integrated autocorrelation
+  time of the NEES series (:mod:`~mbde_core.estimators.assess.autocorrelation`):
+  successive steps are correlated, and the band of K independent values,
+  [chi2_{0.025}(K d) / K, chi2_{0.975}(K d) / K] (:func:`chi2_band`), would flag nearly
+  every consistent run. Also reported: the 95 % coverage, the fraction of steps whose
+  error lies inside the estimate's 95 % region (NEES <= chi2_{0.95}(d); per coordinate of
+  z: |e_i| <= 1.96 sqrt(P_ii)), 0.95 for a consistent filter; and the fraction of steps
+  whose NEES lies in the per-step band [chi2_{0.025}(d), chi2_{0.975}(d)];
 - NIS y^T S^-1 y of every update, with its band (same construction, per-update dof);
 - innovation whiteness: sample autocorrelation of the normalised innovations at lags
   1..L and the fraction of lags outside +/- 1.96 / sqrt(N);
@@ -19,6 +23,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from mbde_core.estimators.assess.autocorrelation import SeriesMean, chi2_mean_band
 from mbde_core.estimators.chi2 import chi2_ppf
 
 from mbde_core.sensors.base import wrap_angle
@@ -199,28 +205,32 @@ class RunMetrics:
         self.steps = 0
         self.sq = {k: np.zeros(g) for k in ("z", "zd", "zdd")}
         self.mx = {k: np.zeros(g) for k in ("z", "zd", "zdd")}
-        self.nees = {"sum": 0.0, "n": 0, "in_step": 0, "missing_cov": False}
+        self.nees = {"sum": 0.0, "n": 0, "in_step": 0, "covered": 0, "covered_z": np.zeros(g), "missing_cov": False}
         self.nis = {"sum": 0.0, "n": 0, "dof": 0, "any": False}
+        self.nees_series = SeriesMean()
+        self.nis_series = SeriesMean()
         self.white = Whiteness(max_lag)
         self.cost = {"sum": 0.0, "max": -np.inf}
         self.g = g
 
-    def add(self, arrays: dict, truth_z=None, truth_zd=None, truth_zdd=None, truth_cov=None) -> None:
+    def add(self, arrays: dict, truth_z=None, truth_zd=None, truth_zdd=None, truth_cov=None):
         """arrays: :func:`record_arrays` of consecutive steps; truth_*: (K, g) at their stamps.
 
         truth_cov: (K, 2g, 2g) covariance of [z, zd] of an *estimated* reference (the batch
         smoother, ``mbde replay --reference smoother``): the NEES then uses P - P_ref, the
         covariance of the difference between a filter and the smoother of the same
         readings when both are optimal (Cov(x_f - x_s) = P_f - P_s, Rauch-Tung-Striebel);
-        steps where P - P_ref is not positive definite get no NEES (and are counted)."""
+        steps where P - P_ref is not positive definite get no NEES (and are counted).
+        Returns the NEES of the steps (K,), None without ground truth or covariances."""
         K = len(arrays["stamps"])
         if K == 0:
-            return
+            return None
         self.steps += K
         costs = arrays["costs"]
         self.cost["sum"] += float(np.sum(costs))
         self.cost["max"] = max(self.cost["max"], float(np.max(costs)))
         by_dim: dict[int, list] = {}  # innovations of this chunk per dimension, in order
+        nis = []
         for u in arrays["updates"]:
             if u is None or u.nis is None:
                 continue
@@ -229,12 +239,14 @@ class RunMetrics:
                 self.nis["sum"] += float(u.nis)
                 self.nis["n"] += 1
                 self.nis["dof"] += int(u.dof)
+                nis.append(float(u.nis))
             if self.truth and u.normalized_innovation is not None:
                 by_dim.setdefault(len(u.normalized_innovation), []).append(u.normalized_innovation)
+        self.nis_series.add(nis)
         for rows in by_dim.values():
             self.white.add_block(np.array(rows, dtype=float))
         if not self.truth:
-            return
+            return None
         ez = coordinate_errors(arrays["z"], truth_z, self.angular)
         errs = {"z": ez, "zd": arrays["zd"] - truth_zd, "zdd": arrays["zdd"] - truth_zdd}
         for k, e in errs.items():
@@ -243,16 +255,23 @@ class RunMetrics:
         covs = arrays["covs"]
         if self.nees["missing_cov"] or any(c is None for c in covs):
             self.nees["missing_cov"] = True
-            return
+            return None
         v = reference_nees(np.hstack([ez, errs["zd"]]), covs, truth_cov)
         if truth_cov is not None:
             self.nees["reference"] = self.nees.get("reference", 0) + int(np.isfinite(v).sum())
             self.nees["reference_steps"] = self.nees.get("reference_steps", 0) + K
         ok = np.isfinite(v)
-        slo, shi = chi2_ppf([0.025, 0.975], 2 * self.g)
+        slo, shi, s95 = chi2_ppf([0.025, 0.975, 0.95], 2 * self.g)
         self.nees["sum"] += float(np.sum(v[ok]))
         self.nees["n"] += int(ok.sum())
         self.nees["in_step"] += int(np.sum((v[ok] >= slo) & (v[ok] <= shi)))
+        self.nees["covered"] += int(np.sum(v[ok] <= s95))
+        sd = np.sqrt(np.clip(np.array([np.diag(c)[: self.g] for c in covs], dtype=float), 0, None)[ok])
+        if truth_cov is not None:
+            sd = np.sqrt(np.clip(sd ** 2 - np.array([np.diag(c)[: self.g] for c in truth_cov])[ok], 0, None))
+        self.nees["covered_z"] += np.sum(np.abs(ez[ok]) <= 1.96 * sd, axis=0)
+        self.nees_series.add(v)
+        return v
 
     def result(self) -> dict:
         out: dict = {"steps": self.steps}
@@ -262,11 +281,11 @@ class RunMetrics:
             out["max_error"] = {k: v.tolist() for k, v in self.mx.items()}
             if not self.nees["missing_cov"]:
                 n, d = self.nees["n"], 2 * self.g
-                lo, hi = chi2_band(d, n)
-                mean = self.nees["sum"] / n if n else None
-                out["nees"] = {"mean": mean, "dof": d, "band_95": [lo, hi],
-                               "fraction_in_step_band": self.nees["in_step"] / n if n else None,
-                               "in_band": bool(n and lo <= mean <= hi)}
+                out["nees"] = _banded_mean(self.nees["sum"], n, d, self.nees_series)
+                out["nees"].update({
+                    "coverage_95": self.nees["covered"] / n if n else None,
+                    "coverage_95_z": (self.nees["covered_z"] / n).tolist() if n else None,
+                    "fraction_in_step_band": self.nees["in_step"] / n if n else None})
                 if self.nees.get("reference_steps"):
                     out["nees"]["reference_covariance_subtracted"] = True
                     out["nees"]["fraction_positive_definite"] = self.nees["reference"] / self.nees["reference_steps"]
@@ -274,10 +293,8 @@ class RunMetrics:
             n, total = self.nis["n"], self.nis["dof"]
             mean = self.nis["sum"] / n if n else None
             if self.truth:
-                lo = chi2_ppf(0.025, total) / n if n else None
-                hi = chi2_ppf(0.975, total) / n if n else None
-                out["nis"] = {"mean": mean, "mean_dof": total / n if n else None, "band_95": [lo, hi],
-                              "in_band": bool(n and lo <= mean <= hi)}
+                out["nis"] = _banded_mean(self.nis["sum"], n, total / n if n else 0, self.nis_series)
+                out["nis"]["mean_dof"] = out["nis"].pop("dof")
                 out["whiteness"] = self.white.result()
             elif n:
                 out["nis"] = {"mean": mean}
@@ -287,6 +304,26 @@ class RunMetrics:
         if self.duration:
             out["realtime_factor"] = self.cost["sum"] / self.duration
         return out
+
+
+def sigma_z(covs, g: int):
+    """(K, g) standard deviations of z from the covariances (list of (2g, 2g)), None if any is missing."""
+    if not len(covs) or any(c is None for c in covs):
+        return None
+    return np.sqrt(np.clip(np.array([np.diag(c)[:g] for c in covs], dtype=float), 0, None))
+
+
+def _banded_mean(total: float, n: int, dof: float, series: SeriesMean) -> dict:
+    """Mean of n values summing to total, its 95 % band for a chi2(dof) series with the
+    effective sample size of ``series`` and whether it lies inside."""
+    if not n:
+        return {"mean": None, "dof": dof, "band_95": [None, None], "in_band": False}
+    mean = total / n
+    r = series.result()
+    n_eff = r["n_eff"] or n
+    lo, hi = chi2_mean_band(dof, n_eff)
+    return {"mean": mean, "dof": dof, "band_95": [lo, hi], "in_band": bool(lo <= mean <= hi),
+            "effective_samples": n_eff, "autocorrelation_steps": r["tau"]}
 
 
 def _rms(e: np.ndarray) -> list[float]:

@@ -138,6 +138,17 @@ class ParticleFilter(ParticleSet, Estimator):
     def follower_options(cls, cfg):
         return follower_options(cfg)
 
+    @classmethod
+    def own_sensor_sigmas(cls, cfg, mech, sensors) -> dict:
+        """{sensor: [sigma per channel]} of the acceleration-reading sensors whose noise the
+        filter widens itself (neither ``sensor_sigma`` nor ``sensor_sigma_by_type`` names
+        them: :func:`.scales.sensor_covariance`), for the rule's start-of-run line
+        (:mod:`~mbde_core.estimators.options.widening`)."""
+        listed = cfg.get("sensor_sigma") or {}
+        by_type = {k for k, v in (cfg.get("sensor_sigma_by_type") or {}).items() if v is not None}
+        return {s.name: np.sqrt(np.diag(pf_scale.sensor_covariance(s, mech))).tolist() for s in sensors
+                if getattr(s, "uses_qdd", False) and s.name not in listed and s.kind not in by_type}
+
     def __init__(self, mech, sensors, options, rng=None):
         super().__init__(mech, sensors, options, rng)
         opt = options

@@ -74,6 +74,7 @@ from mbde_core.estimators.stage.guards import (AdaptiveGate, ForwardJumpGuard, R
                                                finite_snapshot)
 from mbde_core.estimators.stage.records import StageCounters, StepRecord  # noqa: F401 (the stage's outputs)
 from mbde_core.estimators.stage.recovery import LOST_CHECK_GAP, StageRecovery
+from mbde_core.estimators.stage.trust import TrustMonitor
 from mbde_core.types import Measurement
 
 # Stage options shared by `mbde replay` and the live node (node parameters of the same names)
@@ -136,6 +137,7 @@ class EstimatorStage(StageRecovery):
         self.guard = ForwardJumpGuard(self.backward_jump)
         self._seq = itertools.count()
         self._period: dict[str, float] = {}  # sensor -> last interval between its readings [s]
+        self.trust = TrustMonitor()  # the verdict from the readings alone (stage.trust), on every record
         self.reset()
 
     @classmethod
@@ -374,7 +376,7 @@ class EstimatorStage(StageRecovery):
         est.stamp = self.t0 + self.k * self.dt  # exact grid time (no accumulated rounding)
         if result is not None and result.accepted:
             self._seen_zd = est.zd
-        rec = StepRecord(est, result, cost)
+        rec = StepRecord(est, result, cost, self.trust.observe(self, est, result))
         if self.keep:
             self.records.append(rec)
         if self.on_step is not None:

@@ -10,11 +10,13 @@ from mbde_core.types import MechanismSnapshot
 
 @dataclass
 class StepRecord:
-    """One emitted grid step: the estimate, the update result (None if no readings), cost [s]."""
+    """One emitted grid step: the estimate, the update result (None if no readings), cost [s]
+    and the trust verdict after it (:class:`~mbde_core.estimators.stage.trust.Verdict`)."""
 
     estimate: MechanismSnapshot
     update: UpdateResult | None
     cost: float
+    trust: object = None
 
 
 @dataclass

@@ -1,0 +1,342 @@
+"""The trust verdict: OK / DEGRADED / LOST with its reason, from the readings alone.
+
+Without ground truth the only evidence of an estimate's quality is how the readings agree
+with what the estimator predicted. Over a sliding window of ``WINDOW`` s of grid steps the
+stage (:mod:`~mbde_core.estimators.stage.core`, so replay and the live node share it)
+keeps the sums of the updates' NIS y^T S^-1 y and their degrees of freedom, the readings
+the gate accepted and rejected, and reads the estimate's branch probabilities:
+
+- LOST when the readings contradict the estimate: the last ``REJECT_RUN`` readings in a
+  row rejected by the gate, or at least half of the window's readings (and
+  ``MIN_READINGS``) with the last one, or the innovations biased: for a channel the sum of
+  its n normalised innovations over the window, |sum e| / sqrt(n), above ``BIAS_LOST``
+  (each e is N(0, 1) and nearly white for a consistent estimator, so the statistic is
+  N(0, 1); an estimate on a wrong state keeps correcting the same way: the four-bar UKF
+  started 1 rad off with only a gyroscope, whose NIS stays near 2, reaches 7-10 within
+  0.5 s), or the window's NIS sum above its
+  chi-square quantile at 1 - ``P_LOST`` *and* above ``LOST_RATIO`` x its dof (innovations
+  of ~3 sigma on average: for a consistent estimator the mean NIS over a window of n
+  updates is 1 +- sqrt(2 / n));
+- DEGRADED when they disagree more than chance allows, or the estimate is ambiguous: the
+  NIS sum above its quantile at 1 - ``P_DEGRADED`` (the NIS of a consistent estimator is
+  chi-square and nearly white: the test is the independent one), more than
+  ``REJECT_DEGRADED`` of the readings rejected, the most probable assembly branch below
+  ``BRANCH_P``, the track restarted within the window (the stage's re-acquisition or
+  multi-start, a divergence, a particle filter's re-initialisation after its lost or lock
+  detector fired), or no reading fused over the whole window (open-loop prediction);
+- OK otherwise. A window of far too small NIS (the readings agree better than the
+  estimator assumes: a conservative estimate, e.g. accelerometers widened by the default
+  noise rule) stays OK; the reason says so.
+
+The verdict follows the window: a recovered estimate is OK again once its bad updates
+left the window (``WINDOW`` s later).
+"""
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+
+from mbde_core.estimators.chi2 import chi2_ppf
+
+OK, DEGRADED, LOST = 0, 1, 2
+LEVELS = ("OK", "DEGRADED", "LOST")
+WINDOW = 1.0  # s
+P_DEGRADED = 1e-3
+P_LOST = 1e-6
+LOST_RATIO = 10.0
+REJECT_LOST = 0.5
+REJECT_DEGRADED = 0.1
+MIN_READINGS = 3
+REJECT_RUN = 5
+BRANCH_P = 0.9
+BIAS_DEGRADED = 4.5
+BIAS_LOST = 8.0
+BIAS_MIN = 20  # innovations of a channel in the window before its bias is tested
+LOW_P = 1e-3  # a NIS sum below its quantile at LOW_P: conservative (said, still OK)
+
+
+class Verdict:
+    """A level (OK, DEGRADED, LOST) and the figures behind it; ``reason`` the sentence."""
+
+    __slots__ = ("level", "code", "ratio", "band", "rejected", "received", "branch_p", "window", "run", "bias")
+
+    def __init__(self, level, code, ratio=None, band=None, rejected=0, received=0, branch_p=None, window=WINDOW,
+                 run=0, bias=None):
+        self.level, self.code, self.ratio, self.band = level, code, ratio, band
+        self.rejected, self.received, self.branch_p, self.window = rejected, received, branch_p, window
+        self.run, self.bias = run, bias
+
+    @property
+    def name(self) -> str:
+        return LEVELS[self.level]
+
+    @property
+    def reason(self) -> str:
+        w = f"over the last {self.window:g} s"
+        if self.code == "rejected_run":
+            return f"the last {self.run} readings rejected by the gate"
+        if self.code == "rejected":
+            return f"{self.rejected} of {self.received} readings rejected by the gate {w}"
+        if self.code == "nis":
+            return (f"innovations too large: mean NIS {self.ratio:.3g} x its dof {w} "
+                    f"(consistent: up to {self.band:.3g})")
+        if self.code == "bias":
+            return (f"innovations biased: {self.bias[0]} {self.bias[1]:+.3g} sigma of their sum {w} "
+                    f"(consistent: within +-{BIAS_DEGRADED:g})")
+        if self.code == "branch":
+            return f"assembly branch uncertain: P = {self.branch_p:.2f}"
+        if self.code == "restart":
+            return f"the track restarted (re-acquisition, multi-start or re-initialisation) {w}"
+        if self.code == "silent":
+            return f"no reading fused {w}: predicting open loop"
+        if self.code == "conservative":
+            return (f"readings agree better than the estimate assumes: mean NIS {self.ratio:.3g} x its dof {w} "
+                    "(a conservative estimate)")
+        if self.code == "start":
+            return "no readings yet"
+        nis = "" if self.ratio is None or not math.isfinite(self.ratio) else f" (mean NIS {self.ratio:.3g} x its dof)"
+        return f"readings consistent with the estimate {w}{nis}"
+
+    def as_dict(self) -> dict:
+        return {"level": self.name, "reason": self.reason}
+
+
+class TrustMonitor:
+    """The sliding window of the module doc: :meth:`step` per emitted grid step."""
+
+    def __init__(self, window: float = WINDOW):
+        self.window = float(window)
+        self.steps: collections.deque = collections.deque()  # (t, nis, dof, accepted, rejected)
+        self.nis = 0.0
+        self.dof = 0
+        self.acc = 0
+        self.rej = 0
+        self.run = 0  # readings rejected in a row
+        self.t_first = None
+        self.sums: dict = {}  # (fused sensors, channel index) -> [sum of e, count] over the window
+        self.events = None  # the stage's count of track restarts
+        self.t_event = None  # time of the last restart
+
+    def reset(self) -> None:
+        events = self.events  # the stage's count runs on through its resets
+        self.__init__(self.window)
+        self.events = events
+
+    def observe(self, stage, estimate, update) -> Verdict:
+        """:meth:`step` for an emitted step of an EstimatorStage: its restarts of the track
+        are its re-acquisitions, multi-starts and divergences and a particle filter's
+        re-initialisations; a stage that restarted at an earlier time (a backward jump, a
+        bag loop) starts a new window."""
+        if self.steps and estimate.stamp < self.steps[-1][0]:
+            self.reset()
+        c = stage.counters
+        events = c.reacquisitions + c.multistarts + c.diverged + sum(getattr(stage.est, "recovery_reasons", {}).values())
+        return self.step(estimate.stamp, update, estimate.branch_probabilities, events)
+
+    def step(self, t: float, update, branch_probabilities=None, events: int | None = None) -> Verdict:
+        """The verdict after grid step t with its update result (or None); events: the
+        stage's running count of track restarts (a change is a restart at t)."""
+        if events is not None:
+            if self.events is not None and events > self.events:
+                self.t_event = t
+            self.events = events
+        nis, dof, acc, rej = 0.0, 0, 0, 0
+        if update is not None:
+            acc, rej = len(update.accepted), len(update.rejected)
+            self.run = 0 if acc else self.run + rej
+            if update.nis is not None and math.isfinite(update.nis) and update.dof:
+                nis, dof = float(update.nis), int(update.dof)
+        if self.t_first is None:
+            self.t_first = t
+        key = e = None
+        if update is not None and update.normalized_innovation is not None and update.accepted:
+            e = np.asarray(update.normalized_innovation, float)
+            key = tuple(update.accepted)
+            if np.all(np.isfinite(e)):
+                st = self.sums.get(key)
+                if st is None or len(st[0]) != len(e):
+                    st = self.sums[key] = [np.zeros(len(e)), 0]
+                st[0] += e
+                st[1] += 1
+            else:
+                key = None
+        self.steps.append((t, nis, dof, acc, rej, key, e))
+        self.nis += nis
+        self.dof += dof
+        self.acc += acc
+        self.rej += rej
+        while self.steps and self.steps[0][0] <= t - self.window:
+            _, a, b, c, d, k, x = self.steps.popleft()
+            self.nis -= a
+            self.dof -= b
+            self.acc -= c
+            self.rej -= d
+            if k is not None:
+                st = self.sums[k]
+                st[0] -= x
+                st[1] -= 1
+                if not st[1]:
+                    del self.sums[k]
+        return self.verdict(t, branch_probabilities)
+
+    def verdict(self, t: float, branch_probabilities=None) -> Verdict:
+        received = self.acc + self.rej
+        span = min(self.window, t - self.t_first) if self.t_first is not None else 0.0
+        kw = {"rejected": self.rej, "received": received, "window": round(max(span, 0.0), 3)}
+        ratio = self.nis / self.dof if self.dof else None
+        if self.run >= REJECT_RUN:
+            return Verdict(LOST, "rejected_run", ratio, run=self.run, **kw)
+        if received >= MIN_READINGS and self.rej >= REJECT_LOST * received and self.run:
+            return Verdict(LOST, "rejected", ratio, **kw)
+        bias = self._bias()
+        if bias is not None and abs(bias[1]) > BIAS_LOST:
+            return Verdict(LOST, "bias", ratio, bias=bias, **kw)
+        if self.dof:
+            hi_lost, hi, lo = _bounds(self.dof)
+            if ratio > hi_lost and ratio > LOST_RATIO:
+                return Verdict(LOST, "nis", ratio, hi, **kw)
+            if ratio > hi:
+                return Verdict(DEGRADED, "nis", ratio, hi, **kw)
+        if bias is not None and abs(bias[1]) > BIAS_DEGRADED:
+            return Verdict(DEGRADED, "bias", ratio, bias=bias, **kw)
+        if received >= MIN_READINGS and self.rej > REJECT_DEGRADED * received:
+            return Verdict(DEGRADED, "rejected", ratio, **kw)
+        if self.t_event is not None and t - self.t_event < self.window:
+            return Verdict(DEGRADED, "restart", ratio, **kw)
+        if branch_probabilities is not None and len(branch_probabilities) > 1:
+            p = float(np.max(branch_probabilities))
+            if p < BRANCH_P:
+                return Verdict(DEGRADED, "branch", ratio, branch_p=p, **kw)
+        if not received:
+            code = "start" if self.t_first is None or t - self.t_first < self.window else "silent"
+            return Verdict(OK if code == "start" else DEGRADED, code, **kw)
+        if not self.acc and span >= self.window:
+            return Verdict(DEGRADED, "silent", **kw)
+        if self.dof and ratio < lo:
+            return Verdict(OK, "conservative", ratio, **kw)
+        return Verdict(OK, "consistent", ratio, **kw)
+
+    def _bias(self):
+        """(channel name, |sum e| / sqrt(n) with its sign) of the most biased channel, None
+        if no channel has BIAS_MIN innovations in the window."""
+        best = None
+        for key, (total, n) in self.sums.items():
+            if n < BIAS_MIN:
+                continue
+            z = total / math.sqrt(n)
+            i = int(np.argmax(np.abs(z)))
+            if best is None or abs(z[i]) > abs(best[1]):
+                best = ("+".join(key) + (f"[{i}]" if len(z) > 1 else ""), float(z[i]))
+        return best
+
+
+_BOUNDS: dict = {}
+
+
+def _bounds(dof: int) -> tuple:
+    """(LOST, DEGRADED, conservative) bounds of the mean NIS of a window with ``dof`` degrees of freedom."""
+    b = _BOUNDS.get(dof)
+    if b is None:
+        if len(_BOUNDS) > 4096:
+            _BOUNDS.clear()
+        b = _BOUNDS[dof] = tuple(float(v) / dof for v in chi2_ppf([1 - P_LOST, 1 - P_DEGRADED, LOW_P], dof))
+    return b
+
+
+class TrustSummary:
+    """A run's verdicts, fed in time order (:meth:`add`: records, and with ground truth the
+    checks of the verdict against it): the share of time at each level, the first LOST,
+    the last verdict, the longest non-OK stretch's reason.
+
+    Against truth (``within3``: every coordinate of z within 3 sigma of the estimate's own
+    covariance; ``off10``: the error of [z, zd] beyond 10 sigma, sqrt(NEES) > 10): the
+    fraction of OK steps within 3 sigma, and of the steps off by more than 10 sigma for at
+    least ``WINDOW`` s the fraction the verdict calls LOST (and the delay to the first LOST
+    of each such stretch)."""
+
+    def __init__(self):
+        self.counts = [0, 0, 0]
+        self.t0 = None
+        self.first_lost = None
+        self.last = None
+        self.run = None  # (level, start t, verdict) of the current stretch at one level
+        self.worst = None  # (level, duration, start, reason) of the longest non-OK stretch, LOST first
+        self.ok_n = self.ok_within = 0
+        self.off_n = self.off_lost = 0
+        self.off_start = None
+        self.off_found = None  # a LOST seen in the current off stretch
+        self.delays: list[float] = []
+
+    def add(self, stamps, verdicts, within3=None, off10=None) -> None:
+        for k, (t, v) in enumerate(zip(stamps, verdicts)):
+            if v is None:
+                continue
+            t = float(t)
+            if self.t0 is None:
+                self.t0 = t
+            lv = v.level
+            self.counts[lv] += 1
+            if lv == LOST and self.first_lost is None:
+                self.first_lost = t - self.t0
+            if self.run is None or self.run[0] != lv:
+                self._close(t)
+                self.run = (lv, t, v)
+            else:  # the stretch's reason: its last verdict (the most evidence)
+                self.run = (lv, self.run[1], v)
+            self.last = (t, v)
+            if within3 is not None and lv == OK:
+                self.ok_n += 1
+                self.ok_within += bool(within3[k])
+            if off10 is not None:
+                self._off(t, lv, bool(off10[k]))
+
+    def _off(self, t, lv, off) -> None:
+        if not off:
+            self.off_start = None
+            return
+        if self.off_start is None:
+            self.off_start, self.off_found = t, False
+        if lv == LOST and not self.off_found:
+            self.off_found = True
+            self.delays.append(t - self.off_start)
+        if t - self.off_start >= WINDOW:
+            self.off_n += 1
+            self.off_lost += lv == LOST
+
+    def _close(self, t) -> None:
+        if self.run is None or self.run[0] == OK:
+            return
+        lv, start, v = self.run
+        cand = (lv, t - start, start - self.t0, v.reason)
+        if self.worst is None or (cand[0], cand[1]) > (self.worst[0], self.worst[1]):
+            self.worst = cand
+
+    def result(self) -> dict:
+        if self.last is None:
+            return {}
+        self._close(self.last[0])
+        self.run = None
+        n = max(sum(self.counts), 1)
+        out = {"fraction": {name: c / n for name, c in zip(LEVELS, self.counts)},
+               "final": self.last[1].as_dict(), "first_lost_after": self.first_lost}
+        if self.worst is not None:
+            lv, dur, start, reason = self.worst
+            out["worst"] = {"level": LEVELS[lv], "from": start, "duration": dur, "reason": reason}
+        if self.ok_n or self.off_n or self.delays:
+            out["vs_truth"] = {"ok_steps_within_3_sigma": self.ok_within / self.ok_n if self.ok_n else None,
+                               "off_10_sigma_steps_lost": self.off_lost / self.off_n if self.off_n else None,
+                               "off_10_sigma_steps": self.off_n,
+                               "lost_delay_max": max(self.delays) if self.delays else None}
+        return out
+
+
+def trust_checks(ez, sig, nees):
+    """(within3, off10) for :meth:`TrustSummary.add` from the errors of z (K, g), the
+    estimate's sigmas of z (K, g) and the NEES of [z, zd] (K,): every coordinate of z within
+    3 sigma; sqrt(NEES) above 10. (None, None) without a covariance."""
+    if sig is None or nees is None:
+        return None, None
+    with np.errstate(invalid="ignore"):
+        return np.all(np.abs(ez) <= 3.0 * sig, axis=1), np.asarray(nees) > 100.0
