@@ -118,7 +118,7 @@ class CEKFOptions(KalmanOptions):
 class CEKF(InputStates, ReducedKalman):
     name = "cekf"
     Options = CEKFOptions
-    traits = Traits(cost=2.5, color=(0.55, 0.34, 0.29, 1.0), slot=6, tunable=KALMAN_TUNABLE, input_states=True,
+    traits = Traits(cost=2.5, color=(0.55, 0.34, 0.29, 1.0), slot=6, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
 
     @classmethod

@@ -57,7 +57,7 @@ class DEKFOptions(KalmanOptions):
 
 class DEKF(JumpHypothesis, InputStates, ReducedKalman):
     name = "dekf"
-    traits = Traits(cost=1.5, color=(0.58, 0.40, 0.74, 1.0), slot=5, tunable=KALMAN_TUNABLE, input_states=True,
+    traits = Traits(cost=1.5, color=(0.58, 0.40, 0.74, 1.0), slot=5, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
     Options = DEKFOptions
 

@@ -114,7 +114,7 @@ class DIEKFpmOptions(KalmanOptions):
 class DIEKFpm(DependentInputs, Estimator):
     name = "diekfpm"
     Options = DIEKFpmOptions
-    traits = Traits(cost=3.0, color=(0.89, 0.47, 0.76, 1.0), slot=7, tunable=KALMAN_TUNABLE, input_states=True,
+    traits = Traits(cost=3.0, color=(0.89, 0.47, 0.76, 1.0), slot=7, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
 
     @classmethod

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbde_core.estimators.kalman.input_states import init_input_attributes, input_forces, jump_variance, project_inputs
+from mbde_core.estimators.kalman.input_states import (init_input_attributes, input_forces, input_names, jump_variance,
+                                                     for_both, known_input_state, project_inputs)
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 
 
@@ -105,11 +106,21 @@ class DependentInputs(JumpHypothesis):
         dx = project_inputs(np.zeros_like(Xa), P, idx, Xa[idx], self._u_limit)
         return Xa + dx
 
+    def set_known_inputs(self, values, variances) -> None:
+        """The held known inputs and their variances for the next step (Pz's rows and
+        columns, :func:`~mbde_core.estimators.kalman.input_states.known_input_state`)."""
+        if self.k_known:
+            first = 2 * self.mech.dof + self.k_unknown
+
+            def held():
+                self.u, self.Pz = known_input_state(self.u, self.Pz, first, values, variances)
+            for_both(self, held)
+
     def input_snapshot(self, snap):
         """The snapshot with the estimated inputs (names, values, covariance)."""
         if self.k:
             g2 = 2 * self.mech.dof
-            snap.input_names = [self.mech.coordinate_names[c] for c in self.input_cols]
+            snap.input_names = input_names(self)
             snap.inputs = self.u.copy()
             snap.input_cov = self.Pz[g2:, g2:].copy()
         return snap

@@ -57,7 +57,8 @@ from mbde_core.engine.integrators import INTEGRATOR_NAMES, MBState, get_integrat
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.kalman import errorekf_numba
 from mbde_core.estimators.kalman import errorekf_scalar
-from mbde_core.estimators.kalman.input_states import init_input_attributes, input_forces, input_jump, project_inputs, validate_inputs
+from mbde_core.estimators.kalman.input_states import (init_input_attributes, input_forces, input_jump, input_names,
+                                                     for_both, known_input_state, project_inputs, validate_inputs)
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.kalman.algebra import ekf_update
@@ -84,7 +85,7 @@ class ErrorEKFOptions(KalmanOptions):
 class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
     name = "errorekf"
     Options = ErrorEKFOptions
-    traits = Traits(cost=2.5, color=(0.17, 0.63, 0.17, 1.0), slot=3, tunable=KALMAN_TUNABLE, input_states=True,
+    traits = Traits(cost=2.5, color=(0.17, 0.63, 0.17, 1.0), slot=3, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
     ACCELERATION_SIGMA0 = 1.0  # [unit/s^2] initial standard deviation of the acceleration offset
 
@@ -372,10 +373,20 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
             cov=self.P[: 2 * g, : 2 * g].copy(),
         )
         if self.k:
-            snap.input_names = [self.mech.coordinate_names[c] for c in self.input_cols]
+            snap.input_names = input_names(self)
             snap.inputs = self.u.copy()
             snap.input_cov = self.P[2 * g + na :, 2 * g + na :].copy()
         return snap
+
+    def set_known_inputs(self, values, variances) -> None:
+        """The held known inputs and their variances for the next step
+        (:func:`~mbde_core.estimators.kalman.input_states.known_input_state`)."""
+        if self.k_known:
+            first = 2 * self.g + self.na + self.k_unknown
+
+            def held():
+                self.u, self.P = known_input_state(self.u, self.P, first, values, variances)
+            for_both(self, held)
 
     def diagnostics(self) -> dict:
         return {"assembly_failures": self.failures, **super().diagnostics()}  # + the jumps (jump_hypothesis)

@@ -65,7 +65,7 @@ class UKFOptions(KalmanOptions):
 
 class UKF(InputStates, ReducedKalman):
     name = "ukf"
-    traits = Traits(cost=1.5, color=(1.00, 0.50, 0.05, 1.0), slot=2, tunable=KALMAN_TUNABLE, input_states=True,
+    traits = Traits(cost=1.5, color=(1.00, 0.50, 0.05, 1.0), slot=2, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
     Options = UKFOptions
 

@@ -72,6 +72,7 @@ from mbde_core.estimators.options.common import Reacquire
 from mbde_core.estimators.stage.multistart import MultiStart
 from mbde_core.estimators.stage.guards import (AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence,
                                                finite_snapshot)
+from mbde_core.estimators.stage.inputs import HeldInputs
 from mbde_core.estimators.stage.records import StageCounters, StepRecord  # noqa: F401 (the stage's outputs)
 from mbde_core.estimators.stage.recovery import LOST_CHECK_GAP, StageRecovery
 from mbde_core.types import Measurement
@@ -136,6 +137,8 @@ class EstimatorStage(StageRecovery):
         self.guard = ForwardJumpGuard(self.backward_jump)
         self._seq = itertools.count()
         self._period: dict[str, float] = {}  # sensor -> last interval between its readings [s]
+        ins = getattr(self.sensors, "inputs", ()) if estimator.traits.known_inputs else ()
+        self.held = HeldInputs(ins) if ins else None  # measured torques held between readings (stage.inputs)
         self.reset()
 
     @classmethod
@@ -170,6 +173,8 @@ class EstimatorStage(StageRecovery):
         self._seen_zd = None  # zd of the last estimate that fused readings (multi-start after a silence)
         self._unknown = False  # restarted after a divergence: re-acquire globally at the next reading
         self.guard.drop_all()
+        if self.held is not None:
+            self.held.clear()
         if self.reacq is not None:
             self.reacq.clear()
 
@@ -234,11 +239,12 @@ class EstimatorStage(StageRecovery):
             measurements = [measurements]
         for m in measurements:
             self.counters.received += 1
-            if m.sensor not in self.sensors:
+            held = self.held is not None and m.sensor in self.held
+            if not held and m.sensor not in self.sensors:
                 self.counters.unknown_sensor += 1
                 continue
             value = np.asarray(m.value, dtype=float)
-            if not (math.isfinite(m.stamp) and value.shape == (self.sensors[m.sensor].dim,)
+            if not (math.isfinite(m.stamp) and value.shape == ((1,) if held else (self.sensors[m.sensor].dim,))
                     and (math.isfinite(value[0]) if value.shape == (1,) else np.isfinite(value).all())):
                 self.counters.non_finite += 1
                 continue
@@ -318,7 +324,11 @@ class EstimatorStage(StageRecovery):
         if last is not None and m.stamp > last:
             self._period[m.sensor] = m.stamp - last
         self._last_stamp[m.sensor] = m.stamp
-        self.pending.append(m)
+        if self.held is not None and m.sensor in self.held:
+            self.held.hold(m)  # the current input from this slot on
+            self.counters.inputs += 1
+        else:
+            self.pending.append(m)
 
     def _disturbed(self, t: float) -> None:
         self._after_jump = False
@@ -355,6 +365,10 @@ class EstimatorStage(StageRecovery):
         """Predict slot by slot up to k_target (emitting the empty slots in between)."""
         while self.k < k_target:
             t_start = time.perf_counter()
+            if self.held is not None:
+                u, var, stale = self.held.current(self.t0 + self.k * self.dt)
+                self.counters.stale_inputs += bool(stale.any())
+                self._active.set_known_inputs(u, var)
             self._active.predict(self.dt)
             self.k += 1
             self.counters.steps += 1

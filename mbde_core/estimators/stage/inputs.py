@@ -1,0 +1,77 @@
+"""Known inputs in the stage: the readings of measured torques held between readings.
+
+A known-input sensor (:mod:`mbde_core.sensors.effort`: a motor driver's torque, or a
+current times a gain) reads the generalized force u = gain * y on one coordinate. The
+stage (:class:`~mbde_core.estimators.stage.core.EstimatorStage`, the same in ``mbde
+replay`` and the live node) takes such a reading like any other -- it closes the slots
+before the reading's slot, then the reading becomes the *current* input -- and holds it
+(zero-order hold) until the next one: before every prediction it gives the estimator
+(``set_known_inputs``, the Kalman observers whose traits say ``known_inputs``) the held
+forces and their variances
+
+    var = gain^2 (sigma^2 + step^2 / 12)                (the reading's noise model)
+
+A reading older than ``STALE_PERIODS`` of its sensor's own interval (at least
+``STALE_MIN`` s) is *stale*: the driver stopped publishing, and the force is no longer
+known. The estimator then gets the last value with the variance of the largest force seen
+so far (or of the force limit declared for the coordinate, or one unit of the reading
+before any), so that the torque it cannot see widens its plant noise instead of being
+taken as known; the steps predicted so are counted (``stale_inputs``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+STALE_PERIODS = 5.0   # a held reading older than this many of its sensor's intervals is stale
+STALE_MIN = 0.05      # s: ... and at least this old
+
+
+class HeldInputs:
+    """The current known inputs of a SensorSet's input sensors (module doc).
+
+    sensors: the known-input sensors (``SensorSet.inputs``); limits: {coordinate index:
+    force limit} (the rule's ``force_limits`` or a scenario's motor, optional)."""
+
+    def __init__(self, sensors, limits=None):
+        self.sensors = list(sensors)
+        self.index = {s.name: j for j, s in enumerate(self.sensors)}
+        self.var = np.array([s.force_variance() for s in self.sensors])
+        limits = limits or {}
+        self.fallback = np.array([float(limits.get(s.coordinate, abs(s.gain))) ** 2 for s in self.sensors])
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget the held readings (a new track)."""
+        m = len(self.sensors)
+        self.value = np.zeros(m)
+        self.stamp = np.full(m, -math.inf)
+        self.period = np.full(m, math.nan)
+        self.largest = np.zeros(m)
+
+    def __contains__(self, name) -> bool:
+        return name in self.index
+
+    def hold(self, m) -> None:
+        """Hold the reading ``m`` (a Measurement of an input sensor) from its stamp on."""
+        j = self.index[m.sensor]
+        if math.isfinite(self.stamp[j]) and m.stamp > self.stamp[j]:
+            self.period[j] = m.stamp - self.stamp[j]
+        self.stamp[j] = m.stamp
+        self.value[j] = self.sensors[j].force(m.value)[0]
+        self.largest[j] = max(self.largest[j], abs(self.value[j]))
+
+    def stale(self, t: float) -> np.ndarray:
+        """(m,) bool: no reading yet, or the held one is too old at time t."""
+        limit = np.maximum(STALE_MIN, STALE_PERIODS * np.nan_to_num(self.period, nan=0.0))
+        return ~(t - self.stamp <= limit + 1e-9)
+
+    def current(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(values (m,), variances (m,), stale (m,) bool) of the inputs at time t."""
+        stale = self.stale(t)
+        var = self.var.copy()
+        if stale.any():
+            wide = np.where(self.largest > 0, self.largest**2, self.fallback)
+            var[stale] = np.maximum(var[stale], wide[stale])
+        return self.value.copy(), var, stale
