@@ -43,9 +43,10 @@ INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial", "limit")
 
 
 def input_forces(n: int, cols, u) -> np.ndarray:
-    """The generalized forces (n,) of the inputs u (k,) acting on the coordinates ``cols``."""
+    """The generalized forces (n,) of the inputs u (k,) acting on the coordinates ``cols``
+    (summed where several act on one coordinate: a measured torque and an unknown one)."""
     Q = np.zeros(n)
-    Q[cols] = u
+    np.add.at(Q, cols, u)
     return Q
 
 
@@ -296,15 +297,35 @@ def jump_variance(P_a, y, S0, Ha, jump_var, jump_nis: float):
     return np.maximum(P_a, V)
 
 
-def input_jump(P, y, H, R, cols: slice, jump_var, jump_nis: float):
+def jump_directions(L: int, g: int, first: int, B, span: float) -> np.ndarray:
+    """Gamma (L, k): how a jump du of k inputs (state indices first..first+k) at the start
+    of the last ``span`` seconds moved the state [z, zd, ..., u] by now: dz = span^2/2 B du,
+    dzd = span B du (B (g, k) = dzdd/du), du itself. A reading that sees only z and zd
+    (a gyroscope, an encoder) shows an input jump only through these: at its own time its
+    Jacobian has no input columns, and the jump test (:func:`jump_variance`) needs
+    H_a = H Gamma."""
+    k = B.shape[1]
+    G = np.zeros((L, k))
+    G[:g] = (0.5 * span * span) * B
+    G[g:2 * g] = span * B
+    G[first + np.arange(k), np.arange(k)] = 1.0
+    return G
+
+
+def input_jump(P, y, H, R, cols: slice, jump_var, jump_nis: float, G=None):
     """P with the inputs' variances raised when a reading says they jumped
-    (:func:`jump_variance`, S0 = H P H^T + R), or P itself."""
+    (:func:`jump_variance`, S0 = H P H^T + R), or P itself. G: the jump's directions
+    (:func:`jump_directions`, columns of the inputs ``cols``): then H_a = H G and
+    P += G dV G^T (a jump since the last update moved z and zd too)."""
     if not jump_nis:
         return P
     idx = np.arange(P.shape[0])[cols]
-    V = jump_variance(P[idx, idx], y, H @ P @ H.T + R, H[:, cols], jump_var, jump_nis)
+    Pa = P[idx, idx]
+    V = jump_variance(Pa, y, H @ P @ H.T + R, H[:, cols] if G is None else H @ G, jump_var, jump_nis)
     if V is None:
         return P
+    if G is not None:
+        return P + (G * (V - Pa)) @ G.T
     P = P.copy()
     P[idx, idx] = V
     return P

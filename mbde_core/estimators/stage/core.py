@@ -10,7 +10,7 @@ estimator slot by slot; when a slot closes (a reading of a later slot arrives, o
 ``advance_to``/``flush`` is called) all readings of that slot are fused in one update,
 in stamp order, and the estimate of t_k is emitted. Slots without readings are pure
 predictions (also emitted). Feeding readings one by one or in batches therefore gives
-bit-identical results.
+bit-identical results. Known inputs (a measured torque) are held from their slot on (:mod:`.inputs`).
 
 Robustness (each case counted in ``counters``, nothing crashes, see also
 :mod:`mbde_core.estimators.stage.guards`):
@@ -137,8 +137,7 @@ class EstimatorStage(StageRecovery):
         self.guard = ForwardJumpGuard(self.backward_jump)
         self._seq = itertools.count()
         self._period: dict[str, float] = {}  # sensor -> last interval between its readings [s]
-        ins = getattr(self.sensors, "inputs", ()) if estimator.traits.known_inputs else ()
-        self.held = HeldInputs(ins) if ins else None  # measured torques held between readings (stage.inputs)
+        self.held = HeldInputs.of(estimator)  # measured torques held between readings, or None
         self.reset()
 
     @classmethod
@@ -341,6 +340,7 @@ class EstimatorStage(StageRecovery):
         t_start = time.perf_counter()
         result = None
         if readings:
+            self._hold(0.0)  # the current torque: an accelerometer reads it now
             result = self._active.update(readings, self._current_gates())
             c = self.counters
             c.fused += len(result.accepted)  # one name per fused reading (a sensor may have several)
@@ -365,10 +365,7 @@ class EstimatorStage(StageRecovery):
         """Predict slot by slot up to k_target (emitting the empty slots in between)."""
         while self.k < k_target:
             t_start = time.perf_counter()
-            if self.held is not None:
-                u, var, stale = self.held.current(self.t0 + self.k * self.dt)
-                self.counters.stale_inputs += bool(stale.any())
-                self._active.set_known_inputs(u, var)
+            self._hold(self.dt)
             self._active.predict(self.dt)
             self.k += 1
             self.counters.steps += 1
@@ -377,6 +374,12 @@ class EstimatorStage(StageRecovery):
                 self._emit(None, cost)
             else:
                 self._predict_cost = cost  # emitted when this slot closes
+
+    def _hold(self, dt: float) -> None:  # the held known inputs for the step [t, t + dt] (stage.inputs)
+        if self.held is not None:
+            u, var, stale = self.held.current(self.t0 + self.k * self.dt, dt)
+            self.counters.stale_inputs += bool(dt and stale.any())
+            self._active.set_known_inputs(u, var)
 
     def _emit(self, result, cost) -> None:
         if not (self.keep or self.on_step):
