@@ -52,7 +52,7 @@ class DEKFOptions(KalmanOptions):
 
     transition: str = "heun"             # transition.py
     inputs: tuple | str = input_field()  # auto: the rule's (none without force limits; README)
-    input_jump_nis: float = 0.0
+    input_jump_nis: float = 16.0  # as the UKF's (jump_directions: a gyroscope sees the jump through the step)
     measurement_order: int = 2
 
 
