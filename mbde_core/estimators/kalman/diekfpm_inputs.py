@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.estimators.kalman.input_states import (init_input_attributes, input_forces, input_names, jump_variance,
-                                                     for_both, known_input_state, project_inputs)
+                                                     for_both, jump_directions, known_input_state,
+                                                     project_inputs)
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 
 
@@ -40,6 +41,7 @@ class DependentInputs(JumpHypothesis):
     def _reset_inputs(self, Pz: np.ndarray) -> np.ndarray:
         """u = the configured initial values; Pz of [z, zd] widened by diag(sigma0^2)."""
         self.u = self._u_initial.copy()
+        self._span = 0.0  # s since the last update (the input jumps' directions)
         return self._augment(Pz, np.diag(self._u_sigma0**2))
 
     def _augment(self, M: np.ndarray, Mu: np.ndarray) -> np.ndarray:
@@ -77,15 +79,21 @@ class DependentInputs(JumpHypothesis):
         """Whether the reading (innovation y, its covariance S, Jacobian H over [X, u]) asks
         for a jump of the inputs (:func:`input_states.jump_variance`, ``input_jump_nis``);
         if so Pz's input variances are raised to it."""
-        jn = float(self.options.input_jump_nis)
-        if not jn:
+        jn, ku, g = float(self.options.input_jump_nis), self.k_unknown, self.mech.dof
+        if not jn or not ku:
             return False
-        idx = np.arange(2 * self.mech.dof, 2 * self.mech.dof + self.k)
-        V = jump_variance(self.Pz[idx, idx], y, S, H[:, -self.k:], self._u_sigma0**2, jn)
+        idx = np.arange(2 * g, 2 * g + ku)
+        B = self.model.input_gain(self.X[: self.n], self.input_cols[:ku])
+        # over [z, zd, u]: a jump since the last update, for readings that do not see the inputs
+        # directly (a gyroscope); an accelerometer's own input columns decide (with the step's
+        # directions the DIEKFpm lost paper 004's slider-crank, test_diekfpm_inputs)
+        span = 0.0 if np.any(H[:, H.shape[1] - self.k:][:, :ku]) else self._span
+        G = jump_directions(2 * g + self.k, g, 2 * g, B, span)
+        Pa = self.Pz[idx, idx]
+        V = jump_variance(Pa, y, S, H @ self._Ta(self._prior_T(self.X)) @ G, self._u_sigma0[:ku] ** 2, jn)
         if V is None:
             return False
-        self.Pz = self.Pz.copy()
-        self.Pz[idx, idx] = V
+        self.Pz = self.Pz + (G * (V - Pa)) @ G.T
         self.input_jumps += 1
         return True
 
