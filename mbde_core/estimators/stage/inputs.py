@@ -21,8 +21,8 @@ previous reading drives the prediction wrong by up to dt B 1 N m per step.
 A reading older than ``STALE_PERIODS`` of its sensor's own interval (at least
 ``STALE_MIN`` s) is *stale*: the driver stopped publishing, and the force is no longer
 known. The estimator then gets the last value with the variance of the largest force seen
-so far (or of the force limit declared for the coordinate, or one unit of the reading
-before any), so that the torque it cannot see widens its plant noise instead of being
+so far (before any reading: of the force limit given for the coordinate, default one
+unit of the reading, gain^2), so that the torque it cannot see widens its plant noise instead of being
 taken as known; the steps predicted so are counted (``stale_inputs``).
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ class HeldInputs:
     """The current known inputs of a SensorSet's input sensors (module doc).
 
     sensors: the known-input sensors (``SensorSet.inputs``); limits: {coordinate index:
-    force limit} (the rule's ``force_limits`` or a scenario's motor, optional)."""
+    force limit}, the variance of a stale input before any reading (default gain^2)."""
 
     def __init__(self, sensors, limits=None):
         self.sensors = list(sensors)
