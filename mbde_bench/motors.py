@@ -121,7 +121,7 @@ def summary_tables(rows, names) -> str:
             body.append(row)
         errors = sorted({x[3] for r in rs for v in r["variants"].values() for x in v.values() if len(x) > 3})
         note = ("\n\nfailed: " + "; ".join(errors)) if errors else ""
-        md.append(f"### {name} ({SCENARIOS[name][0]}.yaml, {len(rs)} seed(s))\n\n{table(head, body)}{note}\n")
+        md.append(f"## {name} ({SCENARIOS[name][0]}.yaml, {len(rs)} seed(s))\n\n{table(head, body)}{note}\n")
     return "\n".join(md)
 
 
@@ -142,7 +142,7 @@ def run(args) -> int:
         print(f"failed: {line}", file=sys.stderr)
     rows = [o.value for o in outcomes if o.ok]
     shutil.rmtree(folder, ignore_errors=True)
-    md = ("## Motor-driven linkages: the torque measured vs unknown\n\n"
+    md = ("# Motor-driven linkages: the torque measured vs unknown\n\n"
           f"Default options; {seeds} seed(s); {f'{duration:g} s runs' if duration else 'durations: ' + ', '.join(f'{n} {SCENARIOS[n][3]:g} s' for n in names)}; "
           f"lost: RMSE z > {LOST} rad; NEES/dim: mean NEES of [z, zd] over 2g (1 = consistent); CPU: process "
           "time of the replay (other processes were running).\n\n" + summary_tables(rows, names))

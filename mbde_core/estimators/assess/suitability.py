@@ -181,12 +181,14 @@ def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float
     if cls.traits.pbh and est is not None and out.level == "ok":
         out = _adekf_pbh(est, visited, out)
     force_limits, unused = _unknown_forces(cls, mech, sensors, force_limits)
-    if out.level == "ok" and force_limits is not None and np.any(np.asarray(force_limits) > 0) \
+    if force_limits is not None and np.any(np.asarray(force_limits) > 0) \
             and not cls.estimates_inputs(options if options is not None else getattr(est, "options", None)):
         limits = ", ".join(f"{n} {f:g}" for n, f in zip(mech.independent_names, force_limits) if f > 0)
-        out = Suitability("weak", f"{name}: unknown forces up to {limits} (N, N m) act on the linkage and {name} has no "
-                                  f"input states{unused}: it can only treat them as plant noise ({_input_advice()})",
-                          rank, 2 * g, worst, ratio, horizon)
+        msg = (f"{name}: unknown forces up to {limits} (N, N m) act on the linkage and {name} has no input "
+               f"states{unused}: it can only treat them as plant noise ({_input_advice()})")
+        if out.level != "ok":  # a weak verdict already: the input's warning too, on the same line
+            msg = out.message + "; also " + msg.split(": ", 1)[1]
+        out = Suitability("weak" if out.level == "ok" else out.level, msg, rank, 2 * g, worst, ratio, horizon)
     everywhere = force_limits is not None and bool(np.all(np.asarray(force_limits) > 0))
     mirror = mirror_ambiguity(mech, sensors, everywhere)
     if mirror is not None:
