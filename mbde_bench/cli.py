@@ -14,7 +14,7 @@ from mbde_core.cli.argtypes import int_range, nonnegative, seed_type
 from mbde_core.cli.outputs import Output
 
 HELP = ("benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001), "
-        "replay, vi (paper 002), smoother, faults, transfer, tune, safety")
+        "replay, vi (paper 002), smoother, faults, transfer, tune, safety, motors")
 DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and figures into --out.
 
   accuracy   paper 003 matrix: {fourbar, fivebar} x {encoders, gyroscopes} x sensor period
@@ -34,12 +34,15 @@ DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and fig
              steady-state RMSE, mean NEES against its band [0.3, 3] x 2g, pass/fail
   tune       mbde tune's held-out decision (start vs fitted) on a few bags, checked against
              the truth: held-out score, RMSE and NEES of both
+  motors     motor-driven linkages: every Kalman observer with the motor torque measured (an
+             effort sensor) vs unknown (input states) vs the linkage released, seeded runs
   safety     data safety: --out vs inputs, --force, concurrent runs, Ctrl-C/SIGTERM, bags cut
              short, bad numbers, failed runs, unusable bags (each row run through the CLI)
 
 Run `mbde bench NAME --help` for the options of each."""
 
-BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay", "vi", "smoother", "faults", "transfer", "tune", "safety")
+BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay", "vi", "smoother", "faults", "transfer", "tune", "safety",
+           "motors")
 SIGNED = {"initial_angle", "offset", "gravity_error"}  # numeric options that may be negative
 AT_LEAST_ONE = {"jobs", "runs", "repeat", "particles", "max_particles", "multidof_runs", "nees_runs"}
 

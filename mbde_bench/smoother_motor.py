@@ -9,8 +9,8 @@ as ``mbde replay`` reads it, and every default observer runs through replay's st
 (:func:`mbde_core.replay.runner.run_estimator`) next to the batch smoother of the same
 readings (``mbde smooth``'s options: input states from the scenario's torque limit, plant
 noise from the data). Variant ``measured``: the motor's torque is read too (an ``effort``
-sensor, 0.02 N m, 200 Hz), a known input for the smoother (the filters do not take
-known inputs yet: their readings are counted, not fed). Per estimator: the median over
+sensor, 0.02 N m, 200 Hz), a known input for the smoother and the Kalman observers (the
+particle filter does not take it: its readings are counted, not fed). Per estimator: the median over
 the seeds of the RMSE of z (the crank angle), the runs lost (RMSE > 0.1 rad), the mean
 NEES of [z, zd] over dim, and the smoother's ratio to the best filter (target <= 1.2).
 """

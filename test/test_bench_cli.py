@@ -97,3 +97,12 @@ def test_bench_identify_tiny(tmp_path):
     assert not run["failed"] and len(run["z"]) == 4 and run["iterations"] >= 1
     doc = json.loads((tmp_path / "identify.json").read_text())
     assert doc["coverage"]["fourbar_gyro"]["runs"] == 1
+
+
+def test_bench_motors_tiny(tmp_path):
+    proc = run_mbde("bench", "motors", "--scenarios", "speedstep", "--estimators", "ukf", "--duration", "0.3",
+                    "--seeds", "1", "--jobs", "1", "--out", tmp_path / "m", "--results", tmp_path / "docs")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "docs" / "motors.md").read_text()
+    assert "### speedstep" in page  # the page demotes the bench's own headings and "| ukf |" in page and "measured: median RMSE z [rad]" in page
+    assert "unknown: lost" in page and not (tmp_path / "m" / "bags").exists()

@@ -343,6 +343,7 @@ def test_ukf_jump_matches_the_ekf_jump_on_a_linear_reading():
     y = np.array([17.0 * 3.0])
     ukf = UKF.__new__(UKF)
     ukf.g, ukf.k, ukf.P, ukf.input_jumps = 1, 1, P.copy(), 0
+    ukf.k_unknown, ukf._span, ukf.x = 1, 0.0, np.zeros(3)  # at the update's own time: the inputs' column
     ukf._u_sigma0 = np.array([5.0])
     ukf.options = UKF.Options(input_jump_nis=16.0)
     S, Pxy = ukf._input_jump(y, H @ P @ H.T + R, P @ H.T)

@@ -228,6 +228,12 @@ class Estimator(EstimatorInterface):
         sd = np.sqrt(np.clip(np.diag(snap.cov), 0.0, None) * float(inflation))
         self.reset(self.t, InitialState(snap.z, snap.zd, sd[:g], sd[g:], snap.q, snap.branch if snap.branch >= 0 else None))
 
+    def set_known_inputs(self, values, variances) -> None:
+        """The known inputs held by the stage for the next step (values, variances (m,) of
+        the generalized forces of ``sensors.inputs``), before every prediction of an
+        estimator whose traits say ``known_inputs`` (:mod:`~mbde_core.estimators.stage.inputs`).
+        Nothing by default."""
+
     def particles(self) -> ParticleCloud | None:
         return None
 

@@ -14,6 +14,10 @@ code outside the estimator reads them instead of keying on estimator names:
 - ``input_states``: it takes the common ``inputs`` option (unknown generalized forces as
   random-walk states, :mod:`~mbde_core.estimators.kalman.input_states`), whose ``auto``
   the default-tuning rule fills (one per force-limited coordinate);
+- ``known_inputs``: it takes the readings of known-input sensors (a measured motor torque,
+  :mod:`mbde_core.sensors.effort`) as known generalized forces with their uncertainty,
+  held by the stage between readings (:mod:`~mbde_core.estimators.stage.inputs`); replay
+  and the live node feed it those readings (otherwise they are counted, not fed);
 - ``noise_rule``: the family of the default-tuning rule that resolves its ``auto``
   options (:mod:`~mbde_core.estimators.options.rule`): ``kalman`` (plant noise from the
   model error, the unknown forces and the transition's order; accelerometers widened),
@@ -51,6 +55,7 @@ class Traits:
     slot: int | None = None
     tunable: tuple = ()
     input_states: bool = False
+    known_inputs: bool = False
     noise_rule: str = "kalman"
     needs: frozenset = frozenset()
     needs_reason: str = ""

@@ -140,7 +140,9 @@ class LiveEstimator:
         self.topics: dict[str, list] = {}
         self.topic_types: dict[str, str] = {}
         self.stats: dict[str, SensorStats] = {}
-        for s in self.sensors:
+        # the measured torques too if the estimator takes them as known inputs (replay's feeding, runner.unused_inputs)
+        known = list(self.sensors.inputs) if self.est.traits.known_inputs else []
+        for s in list(self.sensors) + known:
             if self.topic_types.setdefault(s.topic, s.msg_type) != s.msg_type:
                 raise ConfigError(scenario.file, f"sensors.{s.name}.topic",
                                   f"{s.topic} carries {self.topic_types[s.topic]} for another sensor, not {s.msg_type}")

@@ -249,8 +249,8 @@ class InputMetrics:
 
 def unused_inputs(est, sensors) -> dict:
     """{name: 0} of the known-input sensors (a measured motor torque) whose readings the
-    estimator does not take (it has no ``known_inputs`` attribute set true): they are
-    counted, not fed to its stage."""
-    if getattr(est, "known_inputs", False):
+    estimator does not take (its traits' ``known_inputs`` is false): they are counted,
+    not fed to its stage."""
+    if est.traits.known_inputs:
         return {}
     return {name: 0 for name in getattr(sensors, "input_names", [])}

@@ -33,7 +33,14 @@ al. 2001 sec. 3.2, with the readings' noise as weights). Verdicts:
 - ``weak`` too when the readings cannot tell the motion from its mirror image about a line
   through the fixed points (:mod:`symmetry`: a slider accelerometer along its track with an
   unknown motor, paper 004's slider-crank): the sign of the motion comes only from the
-  initial state.
+  initial state; or, where no mirror image of the whole linkage exists, when the readings
+  cannot tell a reflection of the driven angle (:mod:`coordinate_mirror`: the gyroscope on
+  the rod of an offset slider-crank, theta -> pi - theta) and the declared motor limit
+  explains the mirrored motion (issue 42's speed-step slider-crank started at rest at pi/2).
+
+A measured torque (a known-input sensor, :mod:`mbde_core.sensors.effort`) is no unknown
+force to an estimator that takes it (traits ``known_inputs``): neither warning applies on
+its coordinate; to one that cannot take it, the warning says so.
 
 A weak case gives one warning line (stdout of ``mbde replay``, metrics.json
 "suitability", the live node's /diagnostics); the run goes on.
@@ -45,6 +52,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from mbde_core.errors import MbdeError
+from mbde_core.estimators.assess.coordinate_mirror import coordinate_mirror
 from mbde_core.estimators.assess.symmetry import mirror_ambiguity
 from mbde_core.estimators.kalman.reduced import ReducedModel
 from mbde_core.estimators.options.mechanism_scales import mechanism_scales
@@ -172,17 +180,49 @@ def assess(name: str, mech, sensors, init, step: float, est=None, horizon: float
     cls = _class(name)
     if cls.traits.pbh and est is not None and out.level == "ok":
         out = _adekf_pbh(est, visited, out)
-    if out.level == "ok" and force_limits is not None and np.any(np.asarray(force_limits) > 0) \
+    force_limits, unused = _unknown_forces(cls, mech, sensors, force_limits)
+    if force_limits is not None and np.any(np.asarray(force_limits) > 0) \
             and not cls.estimates_inputs(options if options is not None else getattr(est, "options", None)):
         limits = ", ".join(f"{n} {f:g}" for n, f in zip(mech.independent_names, force_limits) if f > 0)
-        out = Suitability("weak", f"{name}: unknown forces up to {limits} (N, N m) act on the linkage and {name} has no "
-                                  f"input states: it can only treat them as plant noise ({_input_advice()})", rank, 2 * g,
-                          worst, ratio, horizon)
+        msg = (f"{name}: unknown forces up to {limits} (N, N m) act on the linkage and {name} has no input "
+               f"states{unused}: it can only treat them as plant noise ({_input_advice()})")
+        if out.level != "ok":  # a weak verdict already: the input's warning too, on the same line
+            msg = out.message + "; also " + msg.split(": ", 1)[1]
+        out = Suitability("weak" if out.level == "ok" else out.level, msg, rank, 2 * g, worst, ratio, horizon)
     everywhere = force_limits is not None and bool(np.all(np.asarray(force_limits) > 0))
     mirror = mirror_ambiguity(mech, sensors, everywhere)
     if mirror is not None:
-        out = _with_mirror(name, mech, out, mirror, used, everywhere)
+        return _with_mirror(name, mech, out, mirror, used, everywhere)
+    cm = coordinate_mirror(mech, sensors, force_limits if everywhere else None)
+    if cm is not None:
+        start = (" and the initial state is its own mirror (at rest on the mirror line): the direction of the motion "
+                 "is a coin toss" if cm.fixed(init.z, init.zd) else "")
+        torque = ", ".join(f"{n} {f:.2g}" for n, f in zip(mech.independent_names, cm.torque))
+        msg = (f"{name}: the readings of {used} are the same for the motion and its mirror {cm.describe(mech)} (rates "
+               f"reversed), and the unknown forces within the declared limits explain it (the mirrored motion needs "
+               f"{torque} N m typically){start}; an estimator may follow the wrong one and the gate will not see it: "
+               "measure the motor torque (an effort sensor), add a sensor that tells them apart (an encoder on "
+               "the driven joint), or start from the known moving state")
+        if out.level != "ok":
+            msg = out.message + "; also " + msg.split(": ", 1)[1]
+        out = Suitability("weak" if out.level == "ok" else out.level, msg, rank, 2 * g, worst, ratio, horizon)
     return out
+
+
+def _unknown_forces(cls, mech, sensors, force_limits):
+    """(force limits (g,) of the forces the estimator does not know, note): a measured
+    torque (a known-input sensor on an independent coordinate) is known to an estimator
+    whose traits take ``known_inputs``; the note names the measured torques it cannot take."""
+    inputs = list(getattr(sensors, "inputs", ()))
+    if force_limits is None or not inputs:
+        return force_limits, ""
+    if not cls.traits.known_inputs:
+        return force_limits, f" and cannot take the measured torque of {', '.join(s.name for s in inputs)}"
+    limits = np.array(force_limits, dtype=float)
+    for s in inputs:
+        hit = np.flatnonzero(np.asarray(mech.independent) == s.coordinate)
+        limits[hit] = 0.0
+    return limits, ""
 
 
 def _with_mirror(name: str, mech, base: Suitability, mirror, used: str, everywhere: bool) -> Suitability:

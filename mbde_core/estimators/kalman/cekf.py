@@ -76,7 +76,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman.input_states import InputStates, jump_variance, project_inputs, validate_inputs
+from mbde_core.estimators.kalman.input_states import (InputStates, jump_directions, jump_variance, project_inputs,
+                                                     validate_inputs)
 from mbde_core.estimators.kalman.algebra import (STEP_HALVINGS, ekf_update, gate_rows, move_within_bound,
                                          update_result)
 from mbde_core.estimators.kalman.base import ReducedKalman
@@ -118,7 +119,7 @@ class CEKFOptions(KalmanOptions):
 class CEKF(InputStates, ReducedKalman):
     name = "cekf"
     Options = CEKFOptions
-    traits = Traits(cost=2.5, color=(0.55, 0.34, 0.29, 1.0), slot=6, tunable=KALMAN_TUNABLE, input_states=True,
+    traits = Traits(cost=2.5, color=(0.55, 0.34, 0.29, 1.0), slot=6, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
 
     @classmethod
@@ -275,6 +276,7 @@ class CEKF(InputStates, ReducedKalman):
         super().reset(t, init)
         self._reset_inputs()
         self._saved = None  # the step an update would redo belongs to the previous track
+        self._span = 0.0
 
     def _linearize(self, names, st):
         """(h, H) of the readings at st (with the inputs applied, :mod:`input_states`)."""
@@ -293,6 +295,7 @@ class CEKF(InputStates, ReducedKalman):
         x1, P1, guess = self._step(self.x, self.P, dt, st0)
         self._x_pred = x1  # the uncorrected step (self.x keeps the last state if its assembly fails)
         self.t += dt
+        self._span += dt  # s since the last update (the input jumps' directions)
         self.P = P1
         self._assemble_into(x1, guess)
 
@@ -330,6 +333,7 @@ class CEKF(InputStates, ReducedKalman):
         y = self.model.residual(names, o, pred)
         if self.k and self.options.input_jump_nis:
             self._input_jump(y, H, R)
+        self._span = 0.0
         S = H @ self.P @ H.T + R
         dist = []
         accepted, rejected, rows = gate_rows(names, dims, y, S, gates, dist)
@@ -372,14 +376,16 @@ class CEKF(InputStates, ReducedKalman):
         (:func:`~mbde_core.estimators.kalman.input_states.jump_variance`): at the current time and,
         by the same amount, at the start of the step the update redoes (the inputs jumped
         within it)."""
-        g2 = 2 * self.g
-        idx = np.arange(g2, g2 + self.k)
+        g2, ku = 2 * self.g, self.k_unknown
+        if not ku:
+            return
+        idx = np.arange(g2, g2 + ku)
         Pa = self.P[idx, idx]
-        V = jump_variance(Pa, y, H @ self.P @ H.T + R, H[:, g2:], self._u_sigma0**2, self.options.input_jump_nis)
+        G = jump_directions(len(self.x), self.g, g2, self.input_gain(self._full().R)[:, :ku], self._span)
+        V = jump_variance(Pa, y, H @ self.P @ H.T + R, H @ G, self._u_sigma0[:ku] ** 2, self.options.input_jump_nis)
         if V is None:
             return
-        self.P = self.P.copy()
-        self.P[idx, idx] = V
+        self.P = self.P + (G * (V - Pa)) @ G.T  # a jump since the last update moved z and zd (jump_directions)
         if self._saved is not None:
             P0 = self._saved[1].copy()
             P0[idx, idx] += V - Pa

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mbde_core.estimators.kalman.input_states import InputStates, input_jump, project_inputs, validate_inputs
+from mbde_core.estimators.kalman.input_states import (InputStates, input_jump, jump_directions, project_inputs,
+                                                     validate_inputs)
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.kalman.algebra import ekf_update
 from mbde_core.estimators.kalman.base import ReducedKalman
@@ -51,13 +52,13 @@ class DEKFOptions(KalmanOptions):
 
     transition: str = "heun"             # transition.py
     inputs: tuple | str = input_field()  # auto: the rule's (none without force limits; README)
-    input_jump_nis: float = 0.0
+    input_jump_nis: float = 16.0  # as the UKF's (jump_directions: a gyroscope sees the jump through the step)
     measurement_order: int = 2
 
 
 class DEKF(JumpHypothesis, InputStates, ReducedKalman):
     name = "dekf"
-    traits = Traits(cost=1.5, color=(0.58, 0.40, 0.74, 1.0), slot=5, tunable=KALMAN_TUNABLE, input_states=True,
+    traits = Traits(cost=1.5, color=(0.58, 0.40, 0.74, 1.0), slot=5, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
     Options = DEKFOptions
 
@@ -81,6 +82,7 @@ class DEKF(JumpHypothesis, InputStates, ReducedKalman):
         super().reset(t, init)
         self._reset_inputs()
         self._alt = None
+        self._span = 0.0
 
     def _F(self, dt):
         """(F, Sigma^P) for the step dt."""
@@ -116,6 +118,7 @@ class DEKF(JumpHypothesis, InputStates, ReducedKalman):
         return st.zdd + self.input_gain(st.R) @ self.u
 
     def predict(self, dt: float) -> None:
+        self._span += dt  # s since the last update (the input jumps' directions)
         self._predict_both(self._predict_one, dt)
 
     def _predict_one(self, dt: float) -> None:
@@ -161,12 +164,16 @@ class DEKF(JumpHypothesis, InputStates, ReducedKalman):
         self._decide(measurements)
         names, dims, y, H, R, st = self._innovation(measurements)
         before = None
-        if self.k:
-            P = input_jump(self.P, y, H, R, slice(2 * g, None), self._u_sigma0**2, self.options.input_jump_nis)
+        if self.k_unknown:  # a jump since the last update moved z and zd (jump_directions)
+            ku = self.k_unknown
+            G = jump_directions(len(self.x), g, 2 * g, self.input_gain(st.R)[:, :ku], self._span)
+            P = input_jump(self.P, y, H, R, slice(2 * g, 2 * g + ku), self._u_sigma0[:ku] ** 2,
+                           self.options.input_jump_nis, G)
             if P is not self.P:
                 self.input_jumps += 1
                 before = self._state_tuple()
             self.P = P
+        self._span = 0.0
         dx, self.P, res = ekf_update(self.x, self.P, names, dims, y, H, R, gates)
         if res.accepted and self.k:  # the inputs within their limits (input_states.project_inputs)
             dx = project_inputs(dx, self.P, np.arange(2 * g, 2 * g + self.k), self.u, self._u_limit)

@@ -114,7 +114,7 @@ class DIEKFpmOptions(KalmanOptions):
 class DIEKFpm(DependentInputs, Estimator):
     name = "diekfpm"
     Options = DIEKFpmOptions
-    traits = Traits(cost=3.0, color=(0.89, 0.47, 0.76, 1.0), slot=7, tunable=KALMAN_TUNABLE, input_states=True,
+    traits = Traits(cost=3.0, color=(0.89, 0.47, 0.76, 1.0), slot=7, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
 
     @classmethod
@@ -180,6 +180,7 @@ class DIEKFpm(DependentInputs, Estimator):
     HYPOTHESIS = ("X", "u", "Pz", "P", "_iso", "_T_at")  # jump_hypothesis: the state of a hypothesis
 
     def predict(self, dt: float) -> None:
+        self._span += dt  # since the last update (diekfpm_inputs' jump directions)
         self._predict_both(self._predict_one, dt)
 
     def _predict_one(self, dt: float) -> None:
@@ -294,6 +295,7 @@ class DIEKFpm(DependentInputs, Estimator):
                 if it == 0:
                     first = (K, Hr, Rs[np.ix_(srows, srows)])
                 X = X_prior + K @ (yr - Hr @ (X_prior - X))
+        self._span = 0.0 if ds else self._span  # the perfect measurements' own projections do not count
         if first is not None and self.k:  # the inputs within their limits
             X = self._bound_inputs(X, P)
         if first is None:

@@ -57,7 +57,9 @@ from mbde_core.engine.integrators import INTEGRATOR_NAMES, MBState, get_integrat
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.kalman import errorekf_numba
 from mbde_core.estimators.kalman import errorekf_scalar
-from mbde_core.estimators.kalman.input_states import init_input_attributes, input_forces, input_jump, project_inputs, validate_inputs
+from mbde_core.estimators.kalman.input_states import (init_input_attributes, input_forces, input_jump, input_names,
+                                                     for_both, jump_directions, known_input_state, project_inputs,
+                                                     validate_inputs)
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.kalman.algebra import ekf_update
@@ -84,7 +86,7 @@ class ErrorEKFOptions(KalmanOptions):
 class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
     name = "errorekf"
     Options = ErrorEKFOptions
-    traits = Traits(cost=2.5, color=(0.17, 0.63, 0.17, 1.0), slot=3, tunable=KALMAN_TUNABLE, input_states=True,
+    traits = Traits(cost=2.5, color=(0.17, 0.63, 0.17, 1.0), slot=3, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
     ACCELERATION_SIGMA0 = 1.0  # [unit/s^2] initial standard deviation of the acceleration offset
 
@@ -189,6 +191,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         self.P = np.diag(np.concatenate(diag) ** 2)
         self.failures = 0
         self.full = None
+        self._span = 0.0
 
     def rebase(self, t: float) -> None:
         super().rebase(t)
@@ -230,6 +233,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
     HYPOTHESIS = ("state", "full", "P", "a", "u")  # jump_hypothesis: the state of a hypothesis
 
     def predict(self, dt: float) -> None:
+        self._span += dt  # s since the last update (the input jumps' directions)
         self._predict_both(self._predict_one, dt)
 
     def _predict_one(self, dt: float) -> None:
@@ -282,12 +286,16 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         self._decide(measurements)
         names, dims, y, H, Rm = self._innovation(measurements)
         before = None
-        if self.k:
-            P = input_jump(self.P, y, H, Rm, slice(2 * g + na, None), self._u_sigma0**2, self.options.input_jump_nis)
+        if self.k_unknown:  # a jump since the last update moved z and zd (jump_directions)
+            ku, first = self.k_unknown, 2 * g + na
+            G = jump_directions(self.dim, g, first, self.model.input_gain(self.state.q, self.input_cols)[:, :ku], self._span)
+            P = input_jump(self.P, y, H, Rm, slice(first, first + ku), self._u_sigma0[:ku] ** 2,
+                           self.options.input_jump_nis, G)
             if P is not self.P:
                 self.input_jumps += 1
                 before = self._state_tuple()
             self.P = P
+        self._span = 0.0
         dx, self.P, res = ekf_update(np.zeros(self.dim), self.P, names, dims, y, H, Rm, gates)
         if res.accepted and self.k:  # the inputs within their limits (input_states.project_inputs)
             dx = project_inputs(dx, self.P, np.arange(2 * g + na, self.dim), self.u, self._u_limit)
@@ -372,10 +380,20 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
             cov=self.P[: 2 * g, : 2 * g].copy(),
         )
         if self.k:
-            snap.input_names = [self.mech.coordinate_names[c] for c in self.input_cols]
+            snap.input_names = input_names(self)
             snap.inputs = self.u.copy()
             snap.input_cov = self.P[2 * g + na :, 2 * g + na :].copy()
         return snap
+
+    def set_known_inputs(self, values, variances) -> None:
+        """The held known inputs and their variances for the next step
+        (:func:`~mbde_core.estimators.kalman.input_states.known_input_state`)."""
+        if self.k_known:
+            first = 2 * self.g + self.na + self.k_unknown
+
+            def held():
+                self.u, self.P = known_input_state(self.u, self.P, first, values, variances)
+            for_both(self, held)
 
     def diagnostics(self) -> dict:
         return {"assembly_failures": self.failures, **super().diagnostics()}  # + the jumps (jump_hypothesis)

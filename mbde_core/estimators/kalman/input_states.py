@@ -43,9 +43,10 @@ INPUT_KEYS = ("coordinate", "psd", "sigma0", "initial", "limit")
 
 
 def input_forces(n: int, cols, u) -> np.ndarray:
-    """The generalized forces (n,) of the inputs u (k,) acting on the coordinates ``cols``."""
+    """The generalized forces (n,) of the inputs u (k,) acting on the coordinates ``cols``
+    (summed where several act on one coordinate: a measured torque and an unknown one)."""
     Q = np.zeros(n)
-    Q[cols] = u
+    np.add.at(Q, cols, u)
     return Q
 
 
@@ -83,15 +84,23 @@ def init_input_attributes(est) -> None:
     estimator ``est`` (mech, options): input_specs, input_cols (their natural coordinates),
     k, _u_psd, _u_sigma0, _u_initial, _u_limit (k,), _E (n, k) (the unit columns:
     generalized forces E u) and the jump counter. The pipeline checked the coordinate
-    names (:func:`~mbde_core.estimators.configure.check_names`)."""
+    names (:func:`~mbde_core.estimators.configure.check_names`).
+
+    The known inputs of its sensors (``est.sensors.inputs``: measured torques,
+    :mod:`mbde_core.sensors.effort`) follow the unknown ones as the last ``k_known`` of the
+    k inputs (:func:`set_known_inputs`): psd 0, no limit, sigma0 the reading's force
+    sigma gain sqrt(sigma^2 + step^2/12); ``k_unknown`` = k - k_known."""
     mech = est.mech
     specs = tuple(est.options.inputs)
-    cols = [mech.coordinate_index(s.coordinate) for s in specs]
+    known = list(getattr(est.sensors, "inputs", ()))
+    cols = [mech.coordinate_index(s.coordinate) for s in specs] + [int(s.coordinate) for s in known]
     est.input_specs, est.input_cols, est.k = specs, cols, len(cols)
-    est._u_psd = np.array([float(s.psd) for s in specs])
-    est._u_sigma0 = np.array([float(s.sigma0) for s in specs])
-    est._u_initial = np.array([float(s.initial) for s in specs])
-    est._u_limit = input_limits(specs)
+    est.known_sensors, est.k_known, est.k_unknown = known, len(known), len(specs)
+    known_sd = np.sqrt([s.force_variance() for s in known])
+    est._u_psd = np.concatenate([[float(s.psd) for s in specs], np.zeros(len(known))])
+    est._u_sigma0 = np.concatenate([[float(s.sigma0) for s in specs], known_sd])
+    est._u_initial = np.concatenate([[float(s.initial) for s in specs], np.zeros(len(known))])
+    est._u_limit = np.concatenate([input_limits(specs), np.full(len(known), np.inf)])
     est._E = np.zeros((mech.n, len(cols)))
     est._E[cols, np.arange(len(cols))] = 1.0
     est.input_jumps = 0  # updates at which the inputs jumped
@@ -170,14 +179,62 @@ class InputStates:
             H[:, g2:] = Hqdd @ st.R @ B
         return pred, H
 
+    def set_known_inputs(self, values, variances) -> None:
+        """The held known inputs (k_known,) and their variances for the next step
+        (:func:`known_input_state`; the stage calls it before every prediction)."""
+        if self.k_known:
+            g2 = 2 * self.g
+
+            def held():
+                u, self.P = known_input_state(self.x[g2:], self.P, g2 + self.k_unknown, values, variances)
+                self.x = np.concatenate([self.x[:g2], u])
+            for_both(self, held)
+
     def input_snapshot(self, snap):
-        """The snapshot with the estimated inputs (names, values, covariance)."""
+        """The snapshot with the estimated inputs (names, values, covariance): the unknown
+        inputs by coordinate name, the known ones by sensor name."""
         if self.k:
             g2 = 2 * self.g
-            snap.input_names = [self.mech.coordinate_names[c] for c in self.input_cols]
+            snap.input_names = input_names(self)
             snap.inputs = self.u.copy()
             snap.input_cov = self.P[g2:, g2:].copy()
         return snap
+
+
+def input_names(est) -> list:
+    """The names of the k inputs of ``est``: the unknown ones' coordinates, then the known
+    ones' sensors (a measured torque is not an estimate of the coordinate's whole force)."""
+    names = [est.mech.coordinate_names[c] for c in est.input_cols[: est.k_unknown]]
+    return names + [s.name for s in est.known_sensors]
+
+
+def for_both(est, fn) -> None:
+    """fn() on the estimator's state and on its held jump alternative, if any
+    (:mod:`~mbde_core.estimators.kalman.jump_hypothesis`: both take the same steps)."""
+    fn()
+    if getattr(est, "_alt", None) is not None:
+        est._swap()
+        fn()
+        est._swap()
+
+
+def known_input_state(u, P, first: int, values, variances):
+    """(u, P) with the known inputs set to the held readings (:func:`set_known_inputs`):
+    u[-m:] = values, and the rows and columns of P of the m known inputs (from index
+    ``first``) cleared to diag(variances). The known inputs are states only within a step:
+    the transition carries their uncertainty into [z, zd] through dzdd/du = Mbar^-1 R^T E
+    (F's columns dt^2/2 B, dt B: the process noise G var G^T of a force held over the step),
+    and an update may correct them with the state; the next step starts from the next
+    reading again (a zero-order hold whose error is independent from step to step)."""
+    m = len(values)
+    u = np.array(u, dtype=float)
+    u[len(u) - m:] = values
+    idx = np.arange(first, first + m)
+    P = np.array(P, dtype=float)
+    P[idx, :] = 0.0
+    P[:, idx] = 0.0
+    P[idx, idx] = variances
+    return u, P
 
 
 def input_limits(specs) -> np.ndarray:
@@ -240,15 +297,35 @@ def jump_variance(P_a, y, S0, Ha, jump_var, jump_nis: float):
     return np.maximum(P_a, V)
 
 
-def input_jump(P, y, H, R, cols: slice, jump_var, jump_nis: float):
+def jump_directions(L: int, g: int, first: int, B, span: float) -> np.ndarray:
+    """Gamma (L, k): how a jump du of k inputs (state indices first..first+k) at the start
+    of the last ``span`` seconds moved the state [z, zd, ..., u] by now: dz = span^2/2 B du,
+    dzd = span B du (B (g, k) = dzdd/du), du itself. A reading that sees only z and zd
+    (a gyroscope, an encoder) shows an input jump only through these: at its own time its
+    Jacobian has no input columns, and the jump test (:func:`jump_variance`) needs
+    H_a = H Gamma."""
+    k = B.shape[1]
+    G = np.zeros((L, k))
+    G[:g] = (0.5 * span * span) * B
+    G[g:2 * g] = span * B
+    G[first + np.arange(k), np.arange(k)] = 1.0
+    return G
+
+
+def input_jump(P, y, H, R, cols: slice, jump_var, jump_nis: float, G=None):
     """P with the inputs' variances raised when a reading says they jumped
-    (:func:`jump_variance`, S0 = H P H^T + R), or P itself."""
+    (:func:`jump_variance`, S0 = H P H^T + R), or P itself. G: the jump's directions
+    (:func:`jump_directions`, columns of the inputs ``cols``): then H_a = H G and
+    P += G dV G^T (a jump since the last update moved z and zd too)."""
     if not jump_nis:
         return P
     idx = np.arange(P.shape[0])[cols]
-    V = jump_variance(P[idx, idx], y, H @ P @ H.T + R, H[:, cols], jump_var, jump_nis)
+    Pa = P[idx, idx]
+    V = jump_variance(Pa, y, H @ P @ H.T + R, H[:, cols] if G is None else H @ G, jump_var, jump_nis)
     if V is None:
         return P
+    if G is not None:
+        return P + (G * (V - Pa)) @ G.T
     P = P.copy()
     P[idx, idx] = V
     return P

@@ -76,7 +76,7 @@ class VIEKFOptions(ErrorEKFOptions):
 
 class VIEKF(ErrorEKF):
     name = "viekf"
-    traits = Traits(tunable=KALMAN_TUNABLE, input_states=True, follower=True)
+    traits = Traits(tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True, follower=True)
     Options = VIEKFOptions
 
     @classmethod

@@ -10,7 +10,8 @@ estimator slot by slot; when a slot closes (a reading of a later slot arrives, o
 ``advance_to``/``flush`` is called) all readings of that slot are fused in one update,
 in stamp order, and the estimate of t_k is emitted. Slots without readings are pure
 predictions (also emitted). Feeding readings one by one or in batches therefore gives
-bit-identical results.
+bit-identical results. Known inputs (a measured torque) are held from their slot on
+(:mod:`.inputs`); every record carries the trust verdict (:mod:`.trust`).
 
 Robustness (each case counted in ``counters``, nothing crashes, see also
 :mod:`mbde_core.estimators.stage.guards`):
@@ -72,6 +73,7 @@ from mbde_core.estimators.options.common import Reacquire
 from mbde_core.estimators.stage.multistart import MultiStart
 from mbde_core.estimators.stage.guards import (AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence,
                                                finite_snapshot)
+from mbde_core.estimators.stage.inputs import HeldInputs
 from mbde_core.estimators.stage.records import StageCounters, StepRecord  # noqa: F401 (the stage's outputs)
 from mbde_core.estimators.stage.recovery import LOST_CHECK_GAP, StageRecovery
 from mbde_core.estimators.stage.trust import TrustMonitor
@@ -137,7 +139,7 @@ class EstimatorStage(StageRecovery):
         self.guard = ForwardJumpGuard(self.backward_jump)
         self._seq = itertools.count()
         self._period: dict[str, float] = {}  # sensor -> last interval between its readings [s]
-        self.trust = TrustMonitor()  # the verdict from the readings alone (stage.trust), on every record
+        self.trust, self.held = TrustMonitor(), HeldInputs.of(estimator)  # verdict; held measured torques (or None)
         self.reset()
 
     @classmethod
@@ -172,6 +174,8 @@ class EstimatorStage(StageRecovery):
         self._seen_zd = None  # zd of the last estimate that fused readings (multi-start after a silence)
         self._unknown = False  # restarted after a divergence: re-acquire globally at the next reading
         self.guard.drop_all()
+        if self.held is not None:
+            self.held.clear()
         if self.reacq is not None:
             self.reacq.clear()
 
@@ -236,11 +240,12 @@ class EstimatorStage(StageRecovery):
             measurements = [measurements]
         for m in measurements:
             self.counters.received += 1
-            if m.sensor not in self.sensors:
+            held = self.held is not None and m.sensor in self.held
+            if not held and m.sensor not in self.sensors:
                 self.counters.unknown_sensor += 1
                 continue
             value = np.asarray(m.value, dtype=float)
-            if not (math.isfinite(m.stamp) and value.shape == (self.sensors[m.sensor].dim,)
+            if not (math.isfinite(m.stamp) and value.shape == ((1,) if held else (self.sensors[m.sensor].dim,))
                     and (math.isfinite(value[0]) if value.shape == (1,) else np.isfinite(value).all())):
                 self.counters.non_finite += 1
                 continue
@@ -320,7 +325,11 @@ class EstimatorStage(StageRecovery):
         if last is not None and m.stamp > last:
             self._period[m.sensor] = m.stamp - last
         self._last_stamp[m.sensor] = m.stamp
-        self.pending.append(m)
+        if self.held is not None and m.sensor in self.held:
+            self.held.hold(m)  # the current input from this slot on
+            self.counters.inputs += 1
+        else:
+            self.pending.append(m)
 
     def _disturbed(self, t: float) -> None:
         self._after_jump = False
@@ -333,6 +342,7 @@ class EstimatorStage(StageRecovery):
         t_start = time.perf_counter()
         result = None
         if readings:
+            self._hold(0.0)  # the current torque: an accelerometer reads it now
             result = self._active.update(readings, self._current_gates())
             c = self.counters
             c.fused += len(result.accepted)  # one name per fused reading (a sensor may have several)
@@ -357,6 +367,7 @@ class EstimatorStage(StageRecovery):
         """Predict slot by slot up to k_target (emitting the empty slots in between)."""
         while self.k < k_target:
             t_start = time.perf_counter()
+            self._hold(self.dt)
             self._active.predict(self.dt)
             self.k += 1
             self.counters.steps += 1
@@ -365,6 +376,12 @@ class EstimatorStage(StageRecovery):
                 self._emit(None, cost)
             else:
                 self._predict_cost = cost  # emitted when this slot closes
+
+    def _hold(self, dt: float) -> None:  # the held known inputs for the step [t, t + dt] (stage.inputs)
+        if self.held is not None:
+            u, var, stale = self.held.current(self.t0 + self.k * self.dt, dt)
+            self.counters.stale_inputs += bool(dt and stale.any())
+            self._active.set_known_inputs(u, var)
 
     def _emit(self, result, cost) -> None:
         if not (self.keep or self.on_step):

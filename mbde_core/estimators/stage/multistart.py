@@ -232,6 +232,11 @@ class MultiStart(EstimatorInterface):
         for member in self.members:
             member.expect_steps(steps)
 
+    def set_known_inputs(self, values, variances) -> None:
+        """The held known inputs (stage.inputs) for every member's next step."""
+        for member in self.members:
+            member.set_known_inputs(values, variances)
+
     def predict(self, dt: float) -> None:
         for k, member in enumerate(self.members):
             if math.isfinite(self.scores[k]):

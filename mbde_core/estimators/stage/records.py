@@ -41,6 +41,8 @@ class StageCounters:
     reconvergence_last: float | None = None  # s
     reconvergence_max: float = 0.0    # s
     steps: int = 0
+    inputs: int = 0                   # known-input readings held (stage.inputs)
+    stale_inputs: int = 0             # steps predicted with a stale known input
     per_sensor_fused: dict = field(default_factory=dict)
     per_sensor_rejected: dict = field(default_factory=dict)
 
