@@ -144,9 +144,8 @@ class EstimatorStage(StageRecovery):
 
     @classmethod
     def for_estimator(cls, estimator, initial, **kw) -> "EstimatorStage":
-        """The stage of an estimator as its options say (step, gate, gate_window,
-        gate_persist, reacquire); kw: the other constructor arguments (stage options,
-        on_step, keep)."""
+        """The stage of an estimator as its options say (step, gate, gate_window, gate_persist,
+        reacquire); kw: the other constructor arguments (stage options, on_step, keep)."""
         o = estimator.options
         return cls(estimator, o.step, initial, gate=o.gate, gate_window=o.gate_window, gate_persist=o.gate_persist,
                    reacquire=o.reacquire, **kw)
