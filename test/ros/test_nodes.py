@@ -323,7 +323,10 @@ def test_estimator_tracks_simulated_ground_truth(name, node_processes, probe, ro
     # best effort: a heavily loaded machine may drop some (the diagnostics show how many arrived)
     assert int(v[f"{sensor.name}: received"]) >= 0.5 * case.duration * sensor.rate
     assert int(v["malformed"]) == 0 and int(v["non-finite"]) == 0 and int(v["estimator errors"]) == 0
-    assert int(v["late (out of order)"]) == 0
+    # a starved node (a loaded machine: the process not scheduled for longer than the reorder
+    # window) sees a few readings after their slot closed: counted and skipped, never fused
+    # out of order; on an idle machine there are none
+    assert int(v["late (out of order)"]) <= 0.05 * int(v[f"{sensor.name}: received"])
     assert int(v["resets"]) == 0
     # while the data flowed: 'running', or a suitability warning (adekf: weak), which is the
     # status message for the whole run
