@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from mbde_core.cli.main import main
@@ -206,13 +207,14 @@ def _walk(root):
 
 # ------------------------------------------------------------------------------ interrupts
 def ctrl_c_simulate(ws):
-    """Ctrl-C 3 s into `mbde simulate fourbar_gyro.yaml --set duration=60`; SIGKILL leaves a marked bag."""
+    """Ctrl-C 3 s into `mbde simulate fourbar_gyro.yaml --set duration=300` (many seconds of work on any
+    machine); SIGKILL leaves a marked bag."""
     out = ws.path("sim60")
-    p = ws.start("simulate", SCENARIO, "--out", out, "--set", "duration=60")
+    p = ws.start("simulate", SCENARIO, "--out", out, "--set", "duration=300")
     time.sleep(3.0)
     r = ws.interrupt(p, signal.SIGINT, group=True)
     absent = not os.path.exists(out) and not [e for e in os.listdir(ws.root) if e.startswith(".sim60")]
-    p = ws.start("simulate", SCENARIO, "--out", out, "--set", "duration=60")
+    p = ws.start("simulate", SCENARIO, "--out", out, "--set", "duration=300")
     time.sleep(3.0)
     os.killpg(p.pid, signal.SIGKILL)
     p.communicate()
@@ -229,7 +231,7 @@ def ctrl_c_simulate(ws):
 
 def sigterm(ws):
     """SIGTERM to `mbde simulate` and to `mbde replay --jobs 2` (the process alone, as `kill` does)."""
-    sim = ws.start("simulate", SCENARIO, "--out", ws.path("simT"), "--set", "duration=60")
+    sim = ws.start("simulate", SCENARIO, "--out", ws.path("simT"), "--set", "duration=300")
     time.sleep(3.0)
     a = ws.interrupt(sim, signal.SIGTERM, group=False)
     rep = ws.start("replay", _bag60(ws), "--out", ws.path("repT"), "--estimators", "ukf,errorekf,pf", "--jobs", "2")
@@ -266,6 +268,16 @@ def _bag60(ws) -> str:
     return bag
 
 
+def _running(p, most: float = 4.0, after: float = 0.3) -> None:
+    """Wait until ``p`` is at work: its first line on stdout (each command prints what it
+    starts on before the long part) plus ``after`` s, or ``most`` s; a fixed delay alone
+    would let a fast machine finish a short run before the signal."""
+    seen = threading.Event()
+    threading.Thread(target=lambda: (p.stdout.readline(), seen.set()), daemon=True).start()
+    if seen.wait(most):
+        time.sleep(after)
+
+
 def interrupt_other_commands(ws):
     """SIGINT to smooth, identify, tune and bench while they run."""
     runs = {"smooth": ["smooth", _bag60(ws), "--out", ws.path("smC")],
@@ -276,7 +288,7 @@ def interrupt_other_commands(ws):
     rows, ok = [], True
     for name, args in runs.items():
         p = ws.start(*args)
-        time.sleep(4.0)
+        _running(p)
         r = ws.interrupt(p, signal.SIGINT, group=True)
         out = args[args.index("--out") + 1]
         clean = not os.path.exists(out)
@@ -371,7 +383,7 @@ CASES = [
     ("replay BAG --out DIR --force, DIR = an unrelated bag", out_holds_an_unrelated_bag),
     ("replay z --out z --force (z: two bags)", out_is_a_folder_of_bags),
     ("two replay --out SAME --force at once", concurrent_runs),
-    ("Ctrl-C 3 s into simulate --set duration=60", ctrl_c_simulate),
+    ("Ctrl-C 3 s into simulate --set duration=300", ctrl_c_simulate),
     ("SIGTERM to simulate / replay", sigterm),
     ("Ctrl-C during replay --jobs 2", ctrl_c_replay),
     ("Ctrl-C during smooth, identify, tune, bench", interrupt_other_commands),
