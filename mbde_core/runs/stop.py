@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 PR_SET_PDEATHSIG = 1
 
@@ -49,6 +50,15 @@ def check() -> None:
         raise Terminated() if sig == signal.SIGTERM else KeyboardInterrupt()
 
 
+def _unraisable(info) -> None:
+    """``sys.unraisablehook``: an interrupt raised where Python cannot propagate it (a
+    weakref callback, a finalizer) is not printed as "Exception ignored in ..." (it is
+    recorded, :func:`check` raises it again); anything else goes to Python's hook."""
+    if isinstance(info.exc_value, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(info)
+
+
 def install() -> dict:
     """SIGTERM raises :class:`Terminated` in the main thread; SIGINT the usual
     KeyboardInterrupt (call from the main thread). Returns the previous handlers, for
@@ -58,6 +68,8 @@ def install() -> dict:
     if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
         return {}
     old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old["unraisablehook"] = sys.unraisablehook
+    sys.unraisablehook = _unraisable
     _RECEIVED.clear()
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
@@ -67,7 +79,9 @@ def install() -> dict:
 def restore(old: dict) -> None:
     """Put back the handlers :func:`install` replaced (a command run in-process, e.g. by tests)."""
     for sig, handler in old.items():
-        if handler is not None:
+        if sig == "unraisablehook":
+            sys.unraisablehook = handler
+        elif handler is not None:
             signal.signal(sig, handler)
 
 
