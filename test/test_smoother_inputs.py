@@ -14,22 +14,9 @@ from mbde_core.engine import dynamics, kinematics
 from mbde_core.model.loader import mechanism_spec_from_text
 from mbde_core.model.mechanism import Mechanism
 from mbde_core.trajectory.model import MultibodyModel
+from linkages import USER_SLIDER_CRANK
 
-CRANK = """
-parameters: {L1: 0.10, L2: 0.35, e: 0.04}
-points:
-  - {name: A, x: 0, y: 0, fixed: true}
-  - {name: P1, x: L1, y: 0}
-  - {name: P2, x: L1 + sqrt(L2^2 - e^2), y: e}
-planar_bodies:
-  - {name: crank, points: [A, P1], length: L1, mass: 0.4, I0: (1/3)*mass*length^2, cog: [0.5*length, 0]}
-  - {name: rod, points: [P1, P2], length: L2, mass: 0.3, I0: (1/3)*mass*length^2, cog: [0.5*length, 0]}
-sliders:
-  - {name: slider, point: P2, origin: [0, e], direction: [1, 0], mass: 0.5}
-relative_coordinates:
-  - {name: theta, type: RelativeAngleAbsoluteDOF, points: [A, P1]}
-independent_coordinates: [theta]
-loads:
+CRANK = USER_SLIDER_CRANK + """loads:
   - {type: joint_friction, body: crank, c: 0.01, velocity_scale: 0.2}
 """
 
