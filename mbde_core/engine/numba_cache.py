@@ -111,3 +111,16 @@ def on_disk(key: str, funcs, modules=None, where=None) -> bool:
             if all(any(f.startswith(f"{key}.{fn}-") and f.endswith(".nbi") for f in names) for fn in funcs):
                 return True
     return False
+
+
+def memo_on_disk(K, attr: str, key, test) -> bool:
+    """``test()`` (is a compiled module on disk?) remembered on the mechanism kernels ``K``
+    under ``K.<attr>[key]``: the disk is looked at once per kernels, key and process (a
+    small particle set asks at every step)."""
+    memo = getattr(K, attr, None)
+    if memo is None:
+        memo = {}
+        setattr(K, attr, memo)
+    if key not in memo:
+        memo[key] = bool(test())
+    return memo[key]

@@ -167,12 +167,7 @@ def _scalar_cached(mech, funcs) -> bool:
         return False
     if getattr(K, "_numba", None):
         return True
-    memo = getattr(K, "_numba_on_disk", None)
-    if memo is None:
-        memo = K._numba_on_disk = {}
-    if funcs not in memo:
-        memo[funcs] = _on_disk(mech, K, funcs)
-    return memo[funcs]
+    return numba_cache.memo_on_disk(K, "_numba_on_disk", funcs, lambda: _on_disk(mech, K, funcs))
 
 
 def _on_disk(mech, K, funcs) -> bool:

@@ -86,12 +86,7 @@ def cached(mech, cols=()) -> bool:
     cols = tuple(int(c) for c in cols)
     if (getattr(K, "_simd", None) or {}).get(cols):
         return True
-    memo = getattr(K, "_simd_on_disk", None)
-    if memo is None:
-        memo = K._simd_on_disk = {}
-    if cols not in memo:
-        memo[cols] = _on_disk(mech, K, cols)
-    return memo[cols]
+    return numba_cache.memo_on_disk(K, "_simd_on_disk", cols, lambda: _on_disk(mech, K, cols))
 
 
 def _on_disk(mech, K, cols) -> bool:
