@@ -30,10 +30,12 @@ import os
 
 import numpy as np
 
-from mbde_core.engine import numba_kernels
+from mbde_core.engine import numba_kernels, thread_pools
+from mbde_core.engine.numba_cache import SERIAL_MAX
 
 _K = None  # the compiled kernels (namespace), False when numba is missing
 MOMENTS_MIN = 65536  # particles from which the moments run on numba with ``auto`` (see above)
+UPDATE_MIN = 4096  # particles from which the update kernels run with ``auto`` (the propagation's AUTO_MIN)
 
 
 def min_n() -> int:
@@ -83,3 +85,66 @@ def moments(w, q, qd, qdd, v, sin_z, cos_z, iz, angular, threads: int = 1):
         _threads(K, threads)
         K.moments(*args)
     return (mean[0].copy(), mean[1].copy(), mean[2].copy()), cov
+
+
+# -- the update and the resampling: nogil kernels on contiguous ranges on the thread pool ----
+
+def update_enabled(N: int) -> bool:
+    """Whether the update and resampling kernels (:func:`adapted_noise`, :func:`systematic`,
+    :func:`gather`) run for N particles: numba importable, ``MBDE_PF_BACKEND`` ``numba`` (any
+    N) or ``auto`` and N >= ``MBDE_PF_UPDATE_MIN`` (default :data:`UPDATE_MIN`); else the numpy
+    code of the callers runs (the reference: the kernels are tested against it)."""
+    want = numba_kernels.requested()
+    if want == "numpy":
+        return False
+    if want != "numba":
+        try:
+            lo = int(os.environ.get("MBDE_PF_UPDATE_MIN", UPDATE_MIN))
+        except ValueError:
+            lo = UPDATE_MIN
+        if N < lo:
+            return False
+    return kernels() is not None
+
+
+def _run(fn, N: int, threads: int, args) -> None:
+    """fn(*args, start, stop) over [0, N) in ``threads`` contiguous ranges (the calling thread
+    runs the first, the pool ``pfupd`` the others; every particle's result is computed from its
+    own inputs alone, so the ranges do not change it)."""
+    parts = 1 if N < SERIAL_MAX else max(1, min(int(threads), N))
+    bounds = [N * i // parts for i in range(parts + 1)]
+    pending = [thread_pools.pool("pfupd", parts - 1).submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
+    fn(*args, bounds[0], bounds[1])
+    for f in pending:
+        f.result()
+
+
+def adapted_noise(sigma_a: float, yw, Gw, rng, threads: int = 1):
+    """:func:`mbde_core.estimators.particle.proposal.adapted_noise` in one pass per particle
+    (the same random numbers: eps drawn here as there; equal to rounding)."""
+    K = kernels()
+    N, _, g = Gw.shape
+    eps = rng.standard_normal(N)[:, None] if g == 1 else rng.standard_normal((N, g))
+    v, ll = np.empty((N, g)), np.empty(N)
+    _run(K.adapted_range, N, threads, (float(sigma_a) ** 2, np.ascontiguousarray(yw, dtype=float),
+                                       np.ascontiguousarray(Gw, dtype=float), eps, v, ll))
+    return v, ll
+
+
+def systematic(cdf, u: float, n: int, threads: int = 1):
+    """(n,) ancestors of the comb (k + u) / n in ``cdf`` (as np.searchsorted(side='right'),
+    capped at len(cdf) - 1: :func:`mbde_core.estimators.particle.resampling.systematic`)."""
+    idx = np.empty(int(n), dtype=np.int64)
+    _run(kernels().comb_range, int(n), threads, (np.ascontiguousarray(cdf, dtype=float), float(u), int(n), idx))
+    return idx
+
+
+def gather(a, idx, threads: int = 1):
+    """a[idx] for a (N, r) float array; stored batch-last (a.T C-contiguous, as the propagation
+    leaves its results) it is gathered as such and returned so (the next step's
+    batch-last input is then free); otherwise numpy's a[idx]."""
+    if a.ndim != 2 or a.dtype != np.float64 or not a.T.flags.c_contiguous:
+        return a[idx]
+    out = np.empty((a.shape[1], idx.size))
+    _run(kernels().gather_range, idx.size, threads, (a.T, np.ascontiguousarray(idx, dtype=np.int64), out))
+    return out.T

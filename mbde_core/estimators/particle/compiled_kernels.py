@@ -86,3 +86,88 @@ def moments(w, q, qd, qdd, v, sin_z, cos_z, iz, angular, mean_out, cov_out):
                 s += cacc[b, r, c]
             cov_out[r, c] = s
             cov_out[c, r] = s
+
+
+# -- the update and the resampling on ranges of particles (nogil: the caller's thread pool) --
+
+@njit(cache=True, nogil=True, fastmath=False)
+def adapted_range(s2, yw, Gw, eps, v_out, ll_out, start, stop):
+    """:func:`mbde_core.estimators.particle.proposal.adapted_noise` for the particles start ..
+    stop - 1: Lam = I / s2 + Gw^T Gw, b = Gw^T yw, L L^T = Lam, u = L^-1 b,
+    v = L^-T (u + eps), ll = -(yy - u.u) / 2 - (log det Lam + g log s2) / 2 (for g = 1 the
+    closed form of the numpy code: v = b / lam + eps / sqrt(lam)); eps (N, g) drawn by the
+    caller as the numpy code draws it."""
+    D, g = Gw.shape[1], Gw.shape[2]
+    lsum = g * math.log(s2)
+    L = np.empty((g, g))
+    u = np.empty(g)
+    for i in range(start, stop):
+        yy = 0.0
+        for d in range(D):
+            yy += yw[i, d] * yw[i, d]
+        if g == 1:
+            lam = 1.0 / s2
+            b = 0.0
+            for d in range(D):
+                lam += Gw[i, d, 0] * Gw[i, d, 0]
+                b += Gw[i, d, 0] * yw[i, d]
+            v_out[i, 0] = b / lam + eps[i, 0] / math.sqrt(lam)
+            ll_out[i] = -0.5 * (yy - b * b / lam) - 0.5 * math.log(s2 * lam)
+            continue
+        for r in range(g):  # Cholesky of Lam, row by row
+            for c in range(r + 1):
+                a = 1.0 / s2 if r == c else 0.0
+                for d in range(D):
+                    a += Gw[i, d, r] * Gw[i, d, c]
+                for k in range(c):
+                    a -= L[r, k] * L[c, k]
+                L[r, c] = math.sqrt(a) if r == c else a / L[c, c]
+        uu = 0.0
+        logdet = lsum
+        for r in range(g):
+            a = 0.0
+            for d in range(D):
+                a += Gw[i, d, r] * yw[i, d]
+            for k in range(r):
+                a -= L[r, k] * u[k]
+            u[r] = a / L[r, r]
+            uu += u[r] * u[r]
+            logdet += 2.0 * math.log(L[r, r])
+        for r in range(g - 1, -1, -1):  # L^T v = u + eps
+            a = u[r] + eps[i, r]
+            for k in range(r + 1, g):
+                a -= L[k, r] * v_out[i, k]
+            v_out[i, r] = a / L[r, r]
+        ll_out[i] = -0.5 * (yy - uu) - 0.5 * logdet
+
+
+@njit(cache=True, nogil=True)
+def comb_range(cdf, u, n, idx_out, start, stop):
+    """Systematic resampling's ancestors of the comb points start .. stop - 1: idx_out[k] =
+    the number of cdf entries <= (k + u) / n (numpy's searchsorted(side='right')), at most
+    len(cdf) - 1; one binary search for the first point, then a merge walk."""
+    N = cdf.shape[0]
+    if start >= stop:
+        return
+    x = (float(start) + u) / n
+    lo, hi = 0, N
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cdf[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    j = lo
+    for k in range(start, stop):
+        x = (float(k) + u) / n
+        while j < N and cdf[j] <= x:
+            j += 1
+        idx_out[k] = j if j < N else N - 1
+
+
+@njit(cache=True, nogil=True)
+def gather_range(src, idx, out, start, stop):
+    """out[:, k] = src[:, idx[k]] for k in start .. stop - 1 (batch-last rows (r, N))."""
+    for r in range(src.shape[0]):
+        for k in range(start, stop):
+            out[r, k] = src[r, idx[k]]

@@ -65,6 +65,7 @@ import math
 import numpy as np
 
 from mbde_core.engine import kinematics
+from mbde_core.estimators.particle import compiled as pf_compiled
 from mbde_core.estimators.noise import kinematic_plant_noise
 
 KLD_BIN_Z = 0.02        # [rad] for angles (x length scale for lengths)
@@ -98,9 +99,13 @@ def stratified(w: np.ndarray, rng: np.random.Generator, n: int | None = None) ->
     return _search(_cdf(w), (np.arange(n) + rng.random(n)) / n)
 
 
-def systematic(w: np.ndarray, rng: np.random.Generator, n: int | None = None) -> np.ndarray:
-    """(n,) indices: the comb (k + u)/n, k = 0..n-1, with one uniform offset u."""
+def systematic(w: np.ndarray, rng: np.random.Generator, n: int | None = None, threads: int | None = None) -> np.ndarray:
+    """(n,) indices: the comb (k + u)/n, k = 0..n-1, with one uniform offset u; with
+    ``threads``, a large set's comb is walked by the compiled kernel (the same indices,
+    :func:`mbde_core.estimators.particle.compiled.systematic`)."""
     n = w.size if n is None else int(n)
+    if threads is not None and pf_compiled.update_enabled(max(n, w.size)):
+        return pf_compiled.systematic(_cdf(w), rng.random(), n, threads)
     return _search(_cdf(w), (np.arange(n) + rng.random()) / n)
 
 
@@ -122,11 +127,13 @@ def residual(w: np.ndarray, rng: np.random.Generator, n: int | None = None) -> n
     return np.repeat(np.arange(N), counts)
 
 
-def resample(scheme: str, w: np.ndarray, rng: np.random.Generator, n: int | None = None) -> np.ndarray:
-    """Ancestor indices (n,) (default n = len(w)) by the named scheme (see module docstring)."""
+def resample(scheme: str, w: np.ndarray, rng: np.random.Generator, n: int | None = None,
+             threads: int | None = None) -> np.ndarray:
+    """Ancestor indices (n,) (default n = len(w)) by the named scheme (see module docstring);
+    ``threads``: the compiled comb of ``systematic`` may run (:func:`systematic`)."""
     w = np.asarray(w, dtype=float)
     if scheme == "systematic":
-        return systematic(w, rng, n)
+        return systematic(w, rng, n, threads)
     if scheme == "stratified":
         return stratified(w, rng, n)
     if scheme == "residual":
@@ -293,13 +300,17 @@ def resample_set(pf, w, ess):
             d[:, pf.angular] = (d[:, pf.angular] + np.pi) % (2 * np.pi) - np.pi
             dev[sel] = d
         C = branch_covariances(dev, pf.zd, w, pf.label, pf.K, kernel_floor_of(pf))
-    idx = resample(pf.scheme, w, pf.rng)
+    nt = pf.propagator.threads
+    idx = resample(pf.scheme, w, pf.rng, threads=nt)
     n = pf.N
     if n > pf.N_track:
         n = int(min(n, max(pf.N_track, kld_size(pf, idx))))
         if n < pf.N:
-            idx = resample(pf.scheme, w, pf.rng, n)
-    pf.q, pf.qd, pf.qdd, pf.v = pf.q[idx], pf.qd[idx], pf.qdd[idx], pf.v[idx]
+            idx = resample(pf.scheme, w, pf.rng, n, threads=nt)
+    if pf_compiled.update_enabled(pf.N):  # batch-last copies: the next propagation's input as is
+        pf.q, pf.qd, pf.qdd, pf.v = (pf_compiled.gather(a, idx, nt) for a in (pf.q, pf.qd, pf.qdd, pf.v))
+    else:
+        pf.q, pf.qd, pf.qdd, pf.v = pf.q[idx], pf.qd[idx], pf.qdd[idx], pf.v[idx]
     pf.propagator.take(idx)
     pf.label = pf.label[idx]
     pf._unique = pf._unique_resampled = int(np.count_nonzero(np.bincount(idx, minlength=pf.N)))

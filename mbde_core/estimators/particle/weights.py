@@ -61,6 +61,7 @@ import math
 import numpy as np
 
 from mbde_core.engine import kinematics
+from mbde_core.estimators.particle import compiled as pf_compiled
 from mbde_core.estimators.particle import likelihood
 from mbde_core.estimators.particle import proposal as prop
 from mbde_core.estimators.particle.likelihood import lse, plain_log_likelihood, position_only, velocity_linear
@@ -134,7 +135,10 @@ def adapted(pf, rd):
     bad = ~(np.isfinite(yw).all(axis=1) & np.isfinite(Gw).all(axis=(1, 2)))
     if bad.any():
         yw[bad], Gw[bad] = 0.0, 0.0
-    v, ll = prop.adapted_noise(pf.sigma_a, yw, Gw, pf.rng)
+    if pf_compiled.update_enabled(N):  # the same draws in one compiled pass on the thread pool
+        v, ll = pf_compiled.adapted_noise(pf.sigma_a, yw, Gw, pf.rng, pf.propagator.threads)
+    else:
+        v, ll = prop.adapted_noise(pf.sigma_a, yw, Gw, pf.rng)
     ll[bad] = -np.inf
     far = None
     if likelihood.in_grace(pf):

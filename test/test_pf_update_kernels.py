@@ -1,0 +1,59 @@
+"""The compiled update and resampling kernels of the particle filter
+(:mod:`mbde_core.estimators.particle.compiled`) against their numpy counterparts on random
+particle sets: the adapted proposal (the same draws; v and the log-evidence to rounding),
+systematic resampling (the same indices) and the batch-last gather (the same values), for
+one and two threads."""
+import numpy as np
+import pytest
+
+from mbde_core.engine import numba_kernels
+from mbde_core.estimators.particle import compiled, proposal, resampling
+
+pytestmark = pytest.mark.skipif(numba_kernels.numba() is None, reason="numba not importable")
+
+
+@pytest.mark.parametrize("g", [1, 2, 3])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_adapted_noise_matches_numpy(g, threads):
+    rng = np.random.default_rng(10 + g)
+    N, D = 5000, 3
+    yw = rng.standard_normal((N, D)) * 3.0
+    Gw = rng.standard_normal((N, D, g)) * 0.02
+    v0, ll0 = proposal.adapted_noise(0.7, yw, Gw, np.random.default_rng(5))
+    v1, ll1 = compiled.adapted_noise(0.7, yw, Gw, np.random.default_rng(5), threads)
+    np.testing.assert_allclose(v1, v0, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ll1, ll0, rtol=1e-12, atol=1e-10)
+
+
+@pytest.mark.parametrize("n", [1, 7, 4096, 30000])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_systematic_matches_numpy(n, threads):
+    rng = np.random.default_rng(3)
+    w = rng.exponential(size=20000) ** 4  # uneven weights: long runs of copies and gaps
+    w[::97] = 0.0
+    w /= w.sum()
+    ref = resampling.systematic(w, np.random.default_rng(8), n)
+    got = compiled.systematic(resampling._cdf(w), np.random.default_rng(8).random(), n, threads)
+    np.testing.assert_array_equal(got, ref)
+    assert resampling.systematic(w, np.random.default_rng(8), n, threads=threads).tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gather_matches_fancy_indexing(threads):
+    rng = np.random.default_rng(4)
+    a = np.ascontiguousarray(rng.standard_normal((5, 9000))).T  # batch-last, as the propagation leaves it
+    idx = np.sort(rng.integers(0, 9000, 9000))
+    out = compiled.gather(a, idx, threads)
+    np.testing.assert_array_equal(out, a[idx])
+    assert out.T.flags.c_contiguous
+    c = np.ascontiguousarray(a)  # row-major: numpy's own gather
+    np.testing.assert_array_equal(compiled.gather(c, idx, threads), c[idx])
+
+
+def test_update_kernels_follow_the_backend_switch(monkeypatch):
+    monkeypatch.setenv("MBDE_PF_BACKEND", "numpy")
+    assert not compiled.update_enabled(10**6)
+    monkeypatch.setenv("MBDE_PF_BACKEND", "auto")
+    assert compiled.update_enabled(compiled.UPDATE_MIN) and not compiled.update_enabled(compiled.UPDATE_MIN - 1)
+    monkeypatch.setenv("MBDE_PF_BACKEND", "numba")
+    assert compiled.update_enabled(10)
