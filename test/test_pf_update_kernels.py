@@ -57,3 +57,24 @@ def test_update_kernels_follow_the_backend_switch(monkeypatch):
     assert compiled.update_enabled(compiled.UPDATE_MIN) and not compiled.update_enabled(compiled.UPDATE_MIN - 1)
     monkeypatch.setenv("MBDE_PF_BACKEND", "numba")
     assert compiled.update_enabled(10)
+
+
+@pytest.mark.parametrize("g", [1, 2])
+def test_moments_blocks_do_not_depend_on_threads(g):
+    rng = np.random.default_rng(6)
+    N, n = 9000, 5
+    q, qd, qdd = (np.asfortranarray(rng.standard_normal((N, n))) for _ in range(3))
+    v = rng.standard_normal((N, g))
+    w = rng.random(N)
+    w /= w.sum()
+    iz = np.arange(g)
+    angular = np.array([True, False][:g])
+    s, c = np.sin(q[:, iz]), np.cos(q[:, iz])
+    (m1, p1) = compiled.moments(w, q, qd, qdd, v, s, c, iz, angular, 1)
+    (m2, p2) = compiled.moments(w, q, qd, qdd, v, s, c, iz, angular, 2)
+    for a, b in zip(m1, m2):
+        assert a.tolist() == b.tolist()
+    assert p1.tolist() == p2.tolist()
+    zm = np.arctan2(w @ s[:, 0], w @ c[:, 0])
+    assert abs(m1[0][0] - zm) < 1e-12
+    np.testing.assert_allclose(m1[1], w @ qd[:, iz], rtol=1e-12, atol=1e-14)

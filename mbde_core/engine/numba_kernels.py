@@ -54,10 +54,10 @@ in the filter's step (a parallel launch every ~2 ms, serial numpy work in betwee
 second core stayed mostly idle: four-bar, 1e4 particles, idle 2-core machine, rk4 3.4-3.5 ms
 per step on two threads against 4.4 on one (process CPU / wall 1.2); the GNU OpenMP layer
 gave 2.0 ms but is not fork-safe (the benches and replay fork worker processes). Own
-threads: see ``mbde bench pf --only speed``. For the PF's numba moments
-(:mod:`mbde_core.estimators.particle.compiled`) the layer stays ``workqueue`` unless
-``NUMBA_THREADING_LAYER`` says otherwise; calls into it are serialised by a lock (that
-layer must not be entered from two threads at once).
+threads: see ``mbde bench pf --only speed``. The PF's other compiled kernels
+(:mod:`mbde_core.estimators.particle.compiled`: moments, proposal, resampling) run the same
+way on their own pool; the layer stays ``workqueue`` unless ``NUMBA_THREADING_LAYER`` says
+otherwise, for any parallel loop that may remain.
 
 Selection (:func:`backend`): ``MBDE_PF_BACKEND`` = ``numpy`` | ``numba`` | ``auto``
 (default): numba when importable, the mechanism has kernels and no drivers, and one of

@@ -1,28 +1,35 @@
-"""Numba kernels of the particle filter's serial numpy passes (issue 13 item 3).
+"""Compiled kernels of the particle filter's serial numpy passes: the weighted moments of
+``estimate``, the adapted proposal of the update, systematic resampling and the gather of
+the resampled set (issue 43 item 4).
 
-The weighted moments of ``estimate`` (eq. 19, the circular mean for angles, and the
-covariance of [z, zd]) are several numpy passes over (N, g) arrays on one thread; here
-they are two fused passes, parallel over particles (``prange``) when numba is importable
-and the set is large (1e5 particles, four-bar: ~7.7 ms -> ~2 ms). The normalisation of
-the log-weights was tried too and left in numpy: numba's scalar exp is slower than
-numpy's vectorised one (1.7 ms against 0.7 ms at 1e5 on one thread).
+Each kernel is ``nogil`` and runs on contiguous ranges of particles (or fixed blocks of
+them) on the thread pool ``pfupd`` (:mod:`mbde_core.engine.thread_pools`), the calling
+thread taking the first range: no numba threading layer is involved (its ``workqueue``
+naps cost more than the work below ~65536 particles, :mod:`mbde_core.engine.numba_kernels`).
 
-Determinism: every reduction is split into a fixed number of blocks (:data:`pf_numba_kernels.BLOCKS`,
-independent of the thread count), each block is summed sequentially and the block sums
-are added in order, so a result depends only on the inputs (the same for 1 or 2 threads,
-run to run). It is not bit-identical to numpy's pairwise/einsum sums: the agreement is
-tested with tolerances (test/test_pf_numba_reductions.py; relative 1e-12 on sums of
-positive terms). No random numbers are drawn here.
+- :func:`moments`: the weighted means of eq. 19 (the circular mean for angles) and the
+  covariance of [z, zd] in two fused passes. Determinism: the sums are split into a fixed
+  number of blocks (:data:`compiled_kernels.BLOCKS`, independent of the thread count), each
+  block summed sequentially and the block sums added in order, so a result depends only on
+  the inputs (the same for 1 or 2 threads, run to run); not bit-identical to numpy's
+  pairwise/einsum sums (relative 1e-12 on sums of positive terms,
+  test/test_pf_numba_reductions.py).
+- :func:`adapted_noise`: :func:`mbde_core.estimators.particle.proposal.adapted_noise` in
+  one pass per particle, with the same random draws (equal to rounding).
+- :func:`systematic`: the comb of systematic resampling walked against the weights' CDF (the
+  indices of numpy's searchsorted, exactly); :func:`gather`: the resampled arrays copied
+  batch-last, so that the next propagation takes them as they are.
 
-Selection: :func:`enabled` -- numba importable (:func:`mbde_core.engine.numba_kernels.numba`),
-``MBDE_PF_BACKEND`` ``numba`` (any N) or ``auto`` and N >= :func:`min_n` (``MBDE_PF_MOMENTS_MIN``,
-default :data:`MOMENTS_MIN`); otherwise the numpy code of the callers runs unchanged. The
-kernels are compiled once per machine (``cache=True``). MOMENTS_MIN is not the propagation's
-4096: the parallel loop runs on numba's ``workqueue`` layer, whose naps
-(:mod:`mbde_core.engine.numba_kernels`) cost more than the work below ~65536 particles.
-Four-bar filter, 1e4 particles, idle 2-core machine: the estimate 0.80-0.88 ms per step
-on numba (one or two threads) against ~0.3 ms on numpy; at 1e5 numba is faster
-(load ~2.8: 2.0 against 2.5 ms CPU).
+The normalisation of the log-weights stays in numpy: numba's scalar exp is slower than
+numpy's vectorised one (1.7 ms against 0.7 ms at 1e5 on one thread). No random numbers are
+drawn in a kernel (the callers draw them as their numpy code does).
+
+Selection: :func:`enabled` (moments) and :func:`update_enabled` (the others) -- numba
+importable (:func:`mbde_core.engine.numba_kernels.numba`), ``MBDE_PF_BACKEND`` ``numba`` (any
+N) or ``auto`` and N >= ``MBDE_PF_MOMENTS_MIN`` / ``MBDE_PF_UPDATE_MIN`` (default 4096, the
+propagation's threshold); otherwise the numpy code of the callers runs unchanged, the
+reference the kernels are tested against (test/test_pf_update_kernels.py). The kernels are
+compiled once per machine (``cache=True``, a few seconds).
 """
 from __future__ import annotations
 
@@ -34,7 +41,7 @@ from mbde_core.engine import numba_kernels, thread_pools
 from mbde_core.engine.numba_cache import SERIAL_MAX
 
 _K = None  # the compiled kernels (namespace), False when numba is missing
-MOMENTS_MIN = 65536  # particles from which the moments run on numba with ``auto`` (see above)
+MOMENTS_MIN = 4096  # particles from which the moments run on numba with ``auto`` (see above)
 UPDATE_MIN = 4096  # particles from which the update kernels run with ``auto`` (the propagation's AUTO_MIN)
 
 
@@ -68,22 +75,22 @@ def kernels():
     return _K or None
 
 
-def _threads(K, threads):
-    nb = numba_kernels.numba()
-    nb.set_num_threads(max(1, min(int(threads), nb.config.NUMBA_NUM_THREADS)))
-
-
 def moments(w, q, qd, qdd, v, sin_z, cos_z, iz, angular, threads: int = 1):
     """((zm, zdm, zddm) (g,) each, P (2g, 2g) without the kernel term) of a particle set;
-    sin_z, cos_z (N, g): sin and cos of z (any values at non-angular columns)."""
+    sin_z, cos_z (N, g): sin and cos of z (any values at non-angular columns). Two passes
+    over BLOCKS fixed blocks on the thread pool, their block sums added in block order."""
     K = kernels()
-    g = len(iz)
+    N, g = q.shape[0], len(iz)
+    B = max(1, min(K.BLOCKS, N))
     mean, cov = np.empty((3, g)), np.empty((2 * g, 2 * g))
-    args = (np.ascontiguousarray(w, dtype=float), q, qd, qdd, np.ascontiguousarray(v, dtype=float), sin_z, cos_z,
-            np.ascontiguousarray(iz, dtype=np.int64), np.ascontiguousarray(angular, dtype=np.bool_), mean, cov)
-    with numba_kernels._LOCK:
-        _threads(K, threads)
-        K.moments(*args)
+    w = np.ascontiguousarray(w, dtype=float)
+    iz, angular = np.ascontiguousarray(iz, dtype=np.int64), np.ascontiguousarray(angular, dtype=np.bool_)
+    acc = np.empty((B, 5, g))
+    _run(K.moment_sums, B, threads, (w, q, qd, qdd, np.ascontiguousarray(v, dtype=float), sin_z, cos_z, iz, angular, acc), N)
+    K.moment_means(acc, angular, mean)
+    cacc = np.zeros((B, 2 * g, 2 * g))
+    _run(K.cov_sums, B, threads, (w, q, qd, iz, angular, mean, cacc), N)
+    K.cov_total(cacc, cov)
     return (mean[0].copy(), mean[1].copy(), mean[2].copy()), cov
 
 
@@ -107,11 +114,13 @@ def update_enabled(N: int) -> bool:
     return kernels() is not None
 
 
-def _run(fn, N: int, threads: int, args) -> None:
-    """fn(*args, start, stop) over [0, N) in ``threads`` contiguous ranges (the calling thread
-    runs the first, the pool ``pfupd`` the others; every particle's result is computed from its
-    own inputs alone, so the ranges do not change it)."""
-    parts = 1 if N < SERIAL_MAX else max(1, min(int(threads), N))
+def _run(fn, N: int, threads: int, args, particles: int | None = None) -> None:
+    """fn(*args, start, stop) over [0, N) (particles, or blocks of ``particles``) in ``threads``
+    contiguous ranges (the calling thread runs the first, the pool ``pfupd`` the others; every
+    particle's (block's) result is computed from its own inputs alone, so the ranges do not
+    change it)."""
+    work = N if particles is None else particles
+    parts = 1 if work < SERIAL_MAX else max(1, min(int(threads), N))
     bounds = [N * i // parts for i in range(parts + 1)]
     pending = [thread_pools.pool("pfupd", parts - 1).submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
     fn(*args, bounds[0], bounds[1])

@@ -3,22 +3,20 @@ importable; see there for what they compute and their determinism)."""
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 BLOCKS = 64  # fixed reduction blocks: the results do not depend on the thread count
 
 
 
-@njit(cache=True, parallel=True, fastmath=False)
-def moments(w, q, qd, qdd, v, sin_z, cos_z, iz, angular, mean_out, cov_out):
-    """Weighted means of z, zd, zdd = qdd[:, iz] + v (circular for angular columns, from
-    sin_z, cos_z (N, g): their values at the angle columns, any at the others) into
-    mean_out (3, g), and the weighted covariance of [z - zm (wrapped to [-pi, pi)),
-    zd - zdm] into cov_out (2g, 2g) (symmetric; no kernel term)."""
-    N, g = q.shape[0], iz.shape[0]
-    B = min(BLOCKS, N)
-    acc = np.zeros((B, 5, g))  # sum w z, w sin z, w cos z, w zd, w zdd
-    for b in prange(B):
+@njit(cache=True, nogil=True, fastmath=False)
+def moment_sums(w, q, qd, qdd, v, sin_z, cos_z, iz, angular, acc, b0, b1):
+    """Blocks b0 .. b1 - 1 (of len(acc) fixed blocks of the N particles) of the weighted sums
+    w z, w sin z, w cos z, w zd, w zdd (zdd = qdd[:, iz] + v; sin_z, cos_z (N, g): their
+    values at the angle columns, any at the others) into acc (B, 5, g), each block summed
+    in particle order."""
+    N, g, B = q.shape[0], iz.shape[0], acc.shape[0]
+    for b in range(b0, b1):
         lo, hi = b * N // B, (b + 1) * N // B
         for k in range(g):
             c = iz[k]
@@ -45,6 +43,13 @@ def moments(w, q, qd, qdd, v, sin_z, cos_z, iz, angular, mean_out, cov_out):
             acc[b, 2, k] = s2
             acc[b, 3, k] = s3
             acc[b, 4, k] = s4
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def moment_means(acc, angular, mean_out):
+    """The block sums of :func:`moment_sums` added in block order: mean_out (3, g) = the
+    means of z (circular: atan2 of the sine and cosine sums at angle columns), zd, zdd."""
+    B, g = acc.shape[0], acc.shape[2]
     tot = np.zeros((5, g))
     for b in range(B):
         for r in range(5):
@@ -54,23 +59,29 @@ def moments(w, q, qd, qdd, v, sin_z, cos_z, iz, angular, mean_out, cov_out):
         mean_out[0, k] = math.atan2(tot[1, k], tot[2, k]) if angular[k] else tot[0, k]
         mean_out[1, k] = tot[3, k]
         mean_out[2, k] = tot[4, k]
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def cov_sums(w, q, qd, iz, angular, mean_in, cacc, b0, b1):
+    """Blocks b0 .. b1 - 1 of the weighted outer products of [z - zm (wrapped to [-pi, pi)
+    at angle columns), zd - zdm] (upper triangles) into cacc (B, 2g, 2g)."""
+    N, g, B = q.shape[0], iz.shape[0], cacc.shape[0]
     d = 2 * g
-    cacc = np.zeros((B, d, d))
     two_pi = 2.0 * math.pi
-    for b in prange(B):
+    x = np.empty(d)
+    for b in range(b0, b1):
         lo, hi = b * N // B, (b + 1) * N // B
-        x = np.empty(d)
         loc = np.zeros((d, d))
         for i in range(lo, hi):
             for k in range(g):
-                dz = q[i, iz[k]] - mean_out[0, k]
+                dz = q[i, iz[k]] - mean_in[0, k]
                 if angular[k]:
                     u = dz + math.pi
                     if not (u >= 0.0 and u < two_pi):
                         u = u - two_pi * math.floor(u / two_pi)
                     dz = u - math.pi
                 x[k] = dz
-                x[g + k] = qd[i, iz[k]] - mean_out[1, k]
+                x[g + k] = qd[i, iz[k]] - mean_in[1, k]
             wi = w[i]
             for r in range(d):
                 wr = wi * x[r]
@@ -79,6 +90,12 @@ def moments(w, q, qd, qdd, v, sin_z, cos_z, iz, angular, mean_out, cov_out):
         for r in range(d):
             for c in range(r, d):
                 cacc[b, r, c] = loc[r, c]
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def cov_total(cacc, cov_out):
+    """The block sums of :func:`cov_sums` added in block order into cov_out (symmetric)."""
+    B, d = cacc.shape[0], cacc.shape[1]
     for r in range(d):
         for c in range(r, d):
             s = 0.0
