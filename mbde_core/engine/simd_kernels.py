@@ -92,7 +92,7 @@ def cached(mech, cols=()) -> bool:
 def _on_disk(mech, K, cols) -> bool:
     ver = numba_cache.version()
     src = _source(mech, K, cols) if ver else None
-    return src is not None and numba_cache.on_disk(numba_cache.module_key(src[0], ver, PREFIX), ("rk4_block",))
+    return src is not None and numba_cache.on_disk(numba_cache.module_key(src[0], ver, PREFIX), ("rk4_block", "rk4_block_fresh"))
 
 
 def _run(fn, N, threads, args):
@@ -117,16 +117,16 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1, u=None, cols=
     f = fastpath.soa
     Q, QD = f(q, n), f(qd, n)
     tv = [tuple(float(x) for x in K.time_values(s)) for s in (t, t + 0.5 * h, t + h)]
-    if qdd is None:
-        QDD = np.empty((n, N))
-        _run(mod.qdd_block, N, threads, (Q, QD, tv[0], QDD))
-    else:
-        QDD = f(qdd, n)
     V = np.zeros((g, N)) if extra is None else f(extra, g)
     U = np.zeros((0, N)) if u is None else f(u, len(cols))
     O = np.empty((mod.ROUT, N))
     F = np.empty(N, dtype=np.uint8)
-    _run(mod.rk4_block, N, threads, (Q, QD, QDD, V, U, tv[0], tv[1], tv[2], float(h), O, F))
+    if qdd is None:  # qdd at the start computed block by block in the same pass (rk4_block_fresh)
+        QDD = None
+        _run(mod.rk4_block_fresh, N, threads, (Q, QD, V, U, tv[0], tv[1], tv[2], float(h), O, F))
+    else:
+        QDD = f(qdd, n)
+        _run(mod.rk4_block, N, threads, (Q, QD, QDD, V, U, tv[0], tv[1], tv[2], float(h), O, F))
     oq, oqd, oqdd = O[:n], O[n:2 * n], O[2 * n:3 * n]
     a = 3 * n + mod.NT
     rows = iter(O[a:])
@@ -143,6 +143,13 @@ def _fallback(mech, K, t, Q, QD, QDD, V, U, cols, h, flagged, oq, oqd, oqdd, ok,
     """Recompute the flagged particles (module doc); returns the context (None if the numpy
     path ran: it does not give one)."""
     idx = np.nonzero(flagged)[0]
+    if QDD is None:  # the fresh step kept its start qdd in the scratch: again for these (qdd_block's values)
+        mod = load(mech, cols)
+        sub = np.empty((K.n, idx.size))
+        mod.qdd_block(np.ascontiguousarray(Q[:, idx]), np.ascontiguousarray(QD[:, idx]),
+                      tuple(float(x) for x in K.time_values(t)), sub, 0, idx.size)
+        QDD = np.zeros_like(Q)
+        QDD[:, idx] = sub
     ez = _input_accelerations(mech, K, Q[:, idx], U[:, idx], cols) if len(cols) else 0.0
     Vi = V[:, idx] + ez
     if not (flagged[idx] & BAD).any() and len(idx) <= SCALAR_REDO_MAX:

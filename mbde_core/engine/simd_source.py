@@ -173,6 +173,32 @@ def rk4_block(Q, QD, QDD, V, U, t0v, t1v, t2v, h, O, F, start, stop):
 
 
 @njit(**LOOP)
+def rk4_block_fresh(Q, QD, V, U, t0v, t1v, t2v, h, O, F, start, stop):
+    """rk4_block without qdd: each block's qdd at (q, qd) computed into the scratch by
+    qdd_lanes (the values of qdd_block) before its step -- one pass over the particles."""
+    S = np.empty((RIN + ROUT + 1) * B)
+    for b0 in range(start, stop, B):
+        nb = min(B, stop - b0)
+        for k in range(N_):
+            for i in range(np.uint64(nb)):
+                S[k * B + i] = Q[k, b0 + i]
+                S[(N_ + k) * B + i] = QD[k, b0 + i]
+        for k in range(G_):
+            for i in range(np.uint64(nb)):
+                S[(3 * N_ + k) * B + i] = V[k, b0 + i]
+        for k in range(NU):
+            for i in range(np.uint64(nb)):
+                S[(3 * N_ + G_ + k) * B + i] = U[k, b0 + i]
+        qdd_lanes(S, nb, t0v)
+        lanes(S, nb, t0v, t1v, t2v, h)
+        for k in range(ROUT):
+            for i in range(np.uint64(nb)):
+                O[k, b0 + i] = S[(RIN + k) * B + i]
+        for i in range(np.uint64(nb)):
+            F[b0 + i] = np.uint8(S[(RIN + ROUT) * B + i])
+
+
+@njit(**LOOP)
 def qdd_block(Q, QD, t0v, OUT, start, stop):
     """qdd (n, N) at (q, qd) without v or u into OUT (the dynamics at a step's start)."""
     S = np.empty(3 * N_ * B)
