@@ -78,3 +78,39 @@ def test_moments_blocks_do_not_depend_on_threads(g):
     zm = np.arctan2(w @ s[:, 0], w @ c[:, 0])
     assert abs(m1[0][0] - zm) < 1e-12
     np.testing.assert_allclose(m1[1], w @ qd[:, iz], rtol=1e-12, atol=1e-14)
+
+
+def _numpy_branch_covariances(w, q, qd, iz, label, K, angular, floor):
+    """resample_set's numpy computation of the regularisation kernel's covariances."""
+    z, zd = q[:, iz], qd[:, iz]
+    dev = np.empty_like(z)
+    for b in np.unique(label):
+        sel = label == b
+        wb = w[sel] / max(w[sel].sum(), 1e-300)
+        zb = z[sel]
+        m = np.einsum("n,nk->k", wb, zb)
+        m[angular] = np.arctan2(wb @ np.sin(zb[:, angular]), wb @ np.cos(zb[:, angular]))
+        d = zb - m
+        d[:, angular] = (d[:, angular] + np.pi) % (2 * np.pi) - np.pi
+        dev[sel] = d
+    return resampling.branch_covariances(dev, zd, w, label, K, floor)
+
+
+@pytest.mark.parametrize("g", [1, 2])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_branch_covariances_match_numpy(g, threads):
+    rng = np.random.default_rng(20 + g)
+    N, n, K = 8000, 5, 3
+    q = np.asfortranarray(rng.standard_normal((N, n)) * 2.0)  # angles across +-pi: the wrap matters
+    q[:, 0] += np.pi - 0.1
+    qd = np.asfortranarray(rng.standard_normal((N, n)))
+    w = rng.random(N) ** 3
+    w /= w.sum()
+    label = rng.integers(0, 2, N)  # branch 2 empty: the floor alone
+    iz = np.arange(g)
+    angular = np.array([True, False][:g])
+    floor = np.eye(2 * g) * 1e-6
+    ref = _numpy_branch_covariances(w, q, qd, iz, label, K, angular, floor)
+    got = compiled.branch_covariances(w, q, qd, iz, label, K, angular, floor, threads)
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-13)
+    assert got[2].tolist() == floor.tolist()

@@ -157,3 +157,45 @@ def gather(a, idx, threads: int = 1):
     out = np.empty((a.shape[1], idx.size))
     _run(kernels().gather_range, idx.size, threads, (a.T, np.ascontiguousarray(idx, dtype=np.int64), out))
     return out.T
+
+
+def branch_covariances(w, q, qd, iz, label, K: int, angular, floor, threads: int = 1):
+    """:func:`mbde_core.estimators.particle.resampling.branch_covariances` of the branches'
+    deviations from their circular means (as resample_set computes them), in three block
+    passes on the thread pool (means, centred means, outer products; block sums added in
+    order: the same for any thread count; equal to the numpy code to rounding)."""
+    Kc = kernels()
+    N, g = q.shape[0], len(iz)
+    B = max(1, min(Kc.BLOCKS, N))
+    K = int(K)
+    w = np.ascontiguousarray(w, dtype=float)
+    iz, angular = np.ascontiguousarray(iz, dtype=np.int64), np.ascontiguousarray(angular, dtype=np.bool_)
+    label = np.ascontiguousarray(label, dtype=np.int64)
+    za = q[:, iz[angular]]
+    sin_z, cos_z = np.zeros((N, g)), np.zeros((N, g))
+    sin_z[:, angular], cos_z[:, angular] = np.sin(za), np.cos(za)
+    d = 2 * g
+    mz, mx = np.zeros((K, g)), np.zeros((K, d))
+    sums = []
+    for stage, width in ((0, 3 * g + 1), (1, d), (2, d * d)):
+        acc = np.empty((B, K, width))
+        _run(Kc.branch_sums, B, threads, (w, q, qd, iz, label, angular, sin_z, cos_z, mz, mx, stage, acc), N)
+        out = np.empty((K, width))
+        Kc.block_total(acc, out)
+        if stage == 0:
+            tot = out
+            W = np.maximum(out[:, 0], 1e-300)
+            for c in range(g):
+                mz[:, c] = (np.arctan2(out[:, 1 + g + c], out[:, 1 + 2 * g + c]) if angular[c]
+                            else out[:, 1 + c] / W)
+        elif stage == 1:
+            mx[:] = out / W[:, None]
+        sums.append(out)
+    res = np.broadcast_to(floor, (K, d, d)).copy()
+    C = sums[2].reshape(K, d, d)
+    for k in range(K):
+        if tot[k, 0] > 0:
+            Ck = np.triu(C[k]) / tot[k, 0]
+            Ck = Ck + np.triu(Ck, 1).T
+            res[k] += Ck
+    return res

@@ -188,3 +188,66 @@ def gather_range(src, idx, out, start, stop):
     for r in range(src.shape[0]):
         for k in range(start, stop):
             out[r, k] = src[r, idx[k]]
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _wrap(d):
+    u = d + math.pi
+    two_pi = 2.0 * math.pi
+    if not (u >= 0.0 and u < two_pi):
+        u = u - two_pi * math.floor(u / two_pi)
+    return u - math.pi
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def branch_sums(w, q, qd, iz, label, angular, sin_z, cos_z, mz, mx, stage, acc, b0, b1):
+    """Blocks b0 .. b1 - 1 (of len(acc) fixed blocks) of the per-branch sums of the
+    regularisation kernel's covariance (resampling.branch_covariances), one ``stage``:
+    0: acc[b, k] = [sum w, sum w z (linear columns), sum w sin z, sum w cos z] (3g + 1);
+    1: [sum w dev, sum w zd] (2g; dev = z - mz[k], wrapped at angle columns);
+    2: the upper triangle of sum w (x - mx[k]) (x - mx[k])^T, x = [dev, zd] ((2g)^2)."""
+    N, g, B = q.shape[0], iz.shape[0], acc.shape[0]
+    d = 2 * g
+    x = np.empty(d)
+    for b in range(b0, b1):
+        lo, hi = b * N // B, (b + 1) * N // B
+        for k in range(acc.shape[1]):
+            for j in range(acc.shape[2]):
+                acc[b, k, j] = 0.0
+        for i in range(lo, hi):
+            lb = label[i]
+            wi = w[i]
+            if stage == 0:
+                acc[b, lb, 0] += wi
+                for c in range(g):
+                    if angular[c]:
+                        acc[b, lb, 1 + g + c] += wi * sin_z[i, c]
+                        acc[b, lb, 1 + 2 * g + c] += wi * cos_z[i, c]
+                    else:
+                        acc[b, lb, 1 + c] += wi * q[i, iz[c]]
+                continue
+            for c in range(g):
+                dz = q[i, iz[c]] - mz[lb, c]
+                x[c] = _wrap(dz) if angular[c] else dz
+                x[g + c] = qd[i, iz[c]]
+            if stage == 1:
+                for r in range(d):
+                    acc[b, lb, r] += wi * x[r]
+                continue
+            for r in range(d):
+                x[r] -= mx[lb, r]
+            for r in range(d):
+                wr = wi * x[r]
+                for c in range(r, d):
+                    acc[b, lb, r * d + c] += wr * x[c]
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def block_total(acc, out):
+    """out[k, j] = sum over blocks of acc[b, k, j], added in block order."""
+    for k in range(acc.shape[1]):
+        for j in range(acc.shape[2]):
+            s = 0.0
+            for b in range(acc.shape[0]):
+                s += acc[b, k, j]
+            out[k, j] = s

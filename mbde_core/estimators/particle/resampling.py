@@ -163,7 +163,7 @@ def branch_covariances(dev: np.ndarray, zd: np.ndarray, w: np.ndarray, labels: n
     a branch without weight gets the floor."""
     g = zd.shape[1]
     out = np.broadcast_to(floor, (K, 2 * g, 2 * g)).copy()
-    for b in np.unique(labels):
+    for b in _labels_present(labels, K):
         sel = labels == b
         wb = w[sel]
         tot = wb.sum()
@@ -175,6 +175,12 @@ def branch_covariances(dev: np.ndarray, zd: np.ndarray, w: np.ndarray, labels: n
         C = np.einsum("n,ni,nj->ij", wb, X, X)  # no BLAS (see outputs.wsum)
         out[b] += 0.5 * (C + C.T)
     return out
+
+
+def _labels_present(labels: np.ndarray, K: int) -> np.ndarray:
+    """The branch labels (0 .. K-1) that occur, ascending: np.unique's answer by a count
+    (O(N) instead of a sort; 1.3 -> 0.1 ms at 1e5 particles)."""
+    return np.flatnonzero(np.bincount(labels, minlength=K))
 
 
 def duplicates(idx: np.ndarray) -> np.ndarray:
@@ -286,9 +292,12 @@ def resample_set(pf, w, ess):
     enlarged by a uniform (re)initialisation shrinks towards ``particles`` by
     KLD-sampling: n = clip(n_KLD(occupied bins), particles, N)."""
     C = None
-    if pf.reg_factor > 0:
+    nt = pf.propagator.threads
+    if pf.reg_factor > 0 and pf_compiled.update_enabled(pf.N):  # the same in three compiled block passes
+        C = pf_compiled.branch_covariances(w, pf.q, pf.qd, pf.iz, pf.label, pf.K, pf.angular, kernel_floor_of(pf), nt)
+    elif pf.reg_factor > 0:
         dev = np.empty((pf.N, pf.g))
-        for b in np.unique(pf.label):
+        for b in _labels_present(pf.label, pf.K):
             sel = pf.label == b
             wb = w[sel] / max(w[sel].sum(), 1e-300)
             zb = pf.z[sel]
@@ -300,7 +309,6 @@ def resample_set(pf, w, ess):
             d[:, pf.angular] = (d[:, pf.angular] + np.pi) % (2 * np.pi) - np.pi
             dev[sel] = d
         C = branch_covariances(dev, pf.zd, w, pf.label, pf.K, kernel_floor_of(pf))
-    nt = pf.propagator.threads
     idx = resample(pf.scheme, w, pf.rng, threads=nt)
     n = pf.N
     if n > pf.N_track:
