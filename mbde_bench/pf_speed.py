@@ -126,11 +126,11 @@ def speed_table(rows, rtf) -> str:
              f"{'integrator':<11}{'backend':>8}{'N':>8}{'thr':>4}{'cpu ms':>9}{'ps/s (cpu)':>12}{'wall ms':>9}{'ps/s (wall)':>12}"
              f"{'predict':>8}{'update':>7}{'estim.':>7}{'engine ms':>10}{'x bound':>8}{'load':>6}"]
     for r in rows:
-        eng = "" if r["engine_ms_per_step"] is None else f"{r['engine_ms_per_step']:.3f}"
+        eng = "-" if r["engine_ms_per_step"] is None else f"{r['engine_ms_per_step']:.3f}"
         lines.append(f"{r['integrator']:<11}{r.get('backend', 'numpy'):>8}{r['particles']:>8}{r['threads']:>4}{r['ms_per_step']:>9.3f}"
                      f"{r['particle_steps_per_s']:>12.3g}{r['wall_ms_per_step']:>9.3f}{r['particle_steps_per_wall_s']:>12.3g}"
                      f"{100 * r['predict_share']:>7.0f}%{100 * r['update_share']:>6.0f}%{100 * r['estimate_share']:>6.0f}%"
-                     f"{eng:>10}{'' if r.get('x_bound') is None else format(r['x_bound'], '.1f'):>8}{r.get('load', float('nan')):>6.1f}")
+                     f"{eng:>10}{'-' if r.get('x_bound') is None else format(r['x_bound'], '.1f'):>8}{r.get('load', float('nan')):>6.1f}")
     lines += bound_lines(rows)
     for r in rtf:
         lines.append(f"real-time factor, {r['case']}: {r['rtf_cpu']:.3f} (CPU), {r['rtf_wall']:.3f} (wall); "
