@@ -123,14 +123,14 @@ def speed_table(rows, rtf) -> str:
              "step of the process CPU time (all threads) and of the wall time; shares of the three parts (CPU); load: the 1-min load average after the row; engine = "
              "the bare batched step of the integrator on the same particles (numpy path, CPU, best of 3); backend: what "
              "propagated the particles (" + numba_kernels.describe() + ")",
-             f"{'integrator':<11}{'backend':>8}{'N':>8}{'thr':>4}{'cpu ms':>9}{'ps/s (cpu)':>12}{'wall ms':>9}{'ps/s (wall)':>12}"
-             f"{'predict':>8}{'update':>7}{'estim.':>7}{'engine ms':>10}{'x bound':>8}{'load':>6}"]
+             f"{'integrator':<11}{'backend':>8}{'N':>8}{'thr':>5}{'cpu ms':>9}{'ps/s (cpu)':>12}{'wall ms':>9}{'ps/s (wall)':>13}"
+             f"{'predict':>9}{'update':>8}{'estim.':>8}{'engine ms':>11}{'x bound':>9}{'load':>6}"]
     for r in rows:
         eng = "-" if r["engine_ms_per_step"] is None else f"{r['engine_ms_per_step']:.3f}"
-        lines.append(f"{r['integrator']:<11}{r.get('backend', 'numpy'):>8}{r['particles']:>8}{r['threads']:>4}{r['ms_per_step']:>9.3f}"
-                     f"{r['particle_steps_per_s']:>12.3g}{r['wall_ms_per_step']:>9.3f}{r['particle_steps_per_wall_s']:>12.3g}"
-                     f"{100 * r['predict_share']:>7.0f}%{100 * r['update_share']:>6.0f}%{100 * r['estimate_share']:>6.0f}%"
-                     f"{eng:>10}{'-' if r.get('x_bound') is None else format(r['x_bound'], '.1f'):>8}{r.get('load', float('nan')):>6.1f}")
+        lines.append(f"{r['integrator']:<11}{r.get('backend', 'numpy'):>8}{r['particles']:>8}{r['threads']:>5}{r['ms_per_step']:>9.3f}"
+                     f"{r['particle_steps_per_s']:>12.3g}{r['wall_ms_per_step']:>9.3f}{r['particle_steps_per_wall_s']:>13.3g}"
+                     f"{100 * r['predict_share']:>8.0f}%{100 * r['update_share']:>7.0f}%{100 * r['estimate_share']:>7.0f}%"
+                     f"{eng:>11}{'-' if r.get('x_bound') is None else format(r['x_bound'], '.1f'):>9}{r.get('load', float('nan')):>6.1f}")
     lines += bound_lines(rows)
     for r in rtf:
         lines.append(f"real-time factor, {r['case']}: {r['rtf_cpu']:.3f} (CPU), {r['rtf_wall']:.3f} (wall); "
