@@ -114,3 +114,40 @@ def test_branch_covariances_match_numpy(g, threads):
     got = compiled.branch_covariances(w, q, qd, iz, label, K, angular, floor, threads)
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-13)
     assert got[2].tolist() == floor.tolist()
+
+
+@pytest.mark.parametrize("g,D", [(1, 1), (2, 3), (3, 2)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_adapted_reading_matches_the_numpy_update(g, D, threads):
+    """weights.adapted's numpy steps for one reading: whitening, bad particles, the proposal,
+    the wild test and the noise term."""
+    rng = np.random.default_rng(30 + g)
+    N = 6000
+    r = rng.standard_normal((N, D)) * 2.0
+    W = np.linalg.cholesky(np.eye(D) + 0.1 * np.ones((D, D)))
+    G = rng.standard_normal((N, D, g)) * 0.01
+    G[5, 0, 0] = np.nan  # a bad particle
+    r[9, -1] = np.inf    # another
+    r[11] *= 1e6         # a wild one
+    w = rng.random(N)
+    w /= w.sum()
+    s2, lim = 0.7**2, 10.0 * 0.7
+    yw, Gw = np.einsum("nd,kd->nk", r, W), np.einsum("ij,njg->nig", W, G)
+    extra = s2 * np.einsum("n,ndg,nkg->dk", w, G, G)
+    bad = ~(np.isfinite(yw).all(axis=1) & np.isfinite(Gw).all(axis=(1, 2)))
+    yw[bad], Gw[bad] = 0.0, 0.0
+    v0, ll0 = proposal.adapted_noise(0.7, yw, Gw, np.random.default_rng(5))
+    ll0[bad] = -np.inf
+    wild0 = bad | ~(np.abs(v0).max(axis=1) <= lim)
+    v1, ll1, bad1, wild1, e1 = compiled.adapted_reading(0.7, r, W, G, w, np.random.default_rng(5), lim, threads)
+    assert bad1.tolist() == bad.tolist() and bad[[5, 9]].all()
+    assert wild1.tolist() == wild0.tolist() and wild0[11]
+    ok = ~bad
+    np.testing.assert_allclose(v1[ok], v0[ok], rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(ll1[ok], ll0[ok], rtol=1e-11, atol=1e-9)
+    assert np.isneginf(ll1[bad]).all()
+    assert np.isnan(e1).all() == np.isnan(extra).all()  # the NaN particle spoils the noise term as in numpy
+    G[5, 0, 0] = 0.0
+    extra = s2 * np.einsum("n,ndg,nkg->dk", w, G, G)
+    e2 = compiled.adapted_reading(0.7, r, W, G, w, np.random.default_rng(5), lim, threads)[4]
+    np.testing.assert_allclose(e2, extra, rtol=1e-12, atol=1e-18)

@@ -199,3 +199,24 @@ def branch_covariances(w, q, qd, iz, label, K: int, angular, floor, threads: int
             Ck = Ck + np.triu(Ck, 1).T
             res[k] += Ck
     return res
+
+
+def adapted_reading(sigma_a: float, r, W, G, w, rng, lim: float, threads: int = 1):
+    """One reading's adapted proposal in one compiled pass (weights.adapted with a single
+    reading: the whitening, the bad and wild tests, proposal.adapted_noise and the noise
+    term s2 sum_i w_i G_i G_i^T): (v (N, g), ll (N,), bad (N,), wild (N,), extra (D, D)),
+    the same random draws as the numpy code, equal to it to rounding."""
+    Kc = kernels()
+    N, D, g = G.shape
+    eps = rng.standard_normal(N)[:, None] if g == 1 else rng.standard_normal((N, g))
+    B = max(1, min(Kc.BLOCKS, N))
+    v, ll = np.empty((N, g)), np.empty(N)
+    bad, wild = np.empty(N, dtype=np.bool_), np.empty(N, dtype=np.bool_)
+    xacc = np.empty((B, D, D))
+    s2 = float(sigma_a) ** 2
+    f = np.ascontiguousarray
+    _run(Kc.adapted_one, B, threads, (s2, f(r, dtype=float), f(W, dtype=float), f(G, dtype=float), f(w, dtype=float),
+                                      eps, float(lim), v, ll, bad, wild, xacc), N)
+    extra = np.empty((1, D * D))
+    Kc.block_total(xacc.reshape(B, 1, D * D), extra)
+    return v, ll, bad, wild, s2 * extra.reshape(D, D)

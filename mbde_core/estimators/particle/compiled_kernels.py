@@ -251,3 +251,79 @@ def block_total(acc, out):
             for b in range(acc.shape[0]):
                 s += acc[b, k, j]
             out[k, j] = s
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def adapted_one(s2, r, W, G, w, eps, lim, v_out, ll_out, bad_out, wild_out, xacc, b0, b1):
+    """One reading's whole adapted proposal for the particles of blocks b0 .. b1 - 1 (of
+    len(xacc) fixed blocks): yw = W r, Gw = W G (a particle with a non-finite one is ``bad``:
+    zeros, log-evidence -inf), then :func:`adapted_range`'s v and ll, ``wild`` = bad or
+    max|v| > lim, and the block sums sum_i w_i G_i G_i^T (D, D) of the reading's noise term."""
+    N, D, g = G.shape[0], G.shape[1], G.shape[2]
+    B = xacc.shape[0]
+    lsum = g * math.log(s2)
+    yw = np.empty(D)
+    Gw = np.empty((D, g))
+    L = np.empty((g, g))
+    u = np.empty(g)
+    for b in range(b0, b1):
+        lo, hi = b * N // B, (b + 1) * N // B
+        for d in range(D):
+            for k in range(D):
+                xacc[b, d, k] = 0.0
+        for i in range(lo, hi):
+            wi = w[i]
+            for d in range(D):
+                for k in range(D):
+                    s = 0.0
+                    for c in range(g):
+                        s += G[i, d, c] * G[i, k, c]
+                    xacc[b, d, k] += wi * s
+            fin = True
+            for d in range(D):
+                a = 0.0
+                for k in range(D):
+                    a += W[d, k] * r[i, k]
+                yw[d] = a
+                fin = fin and (a - a == 0.0)
+                for c in range(g):
+                    a = 0.0
+                    for k in range(D):
+                        a += W[d, k] * G[i, k, c]
+                    Gw[d, c] = a
+                    fin = fin and (a - a == 0.0)
+            if not fin:
+                yw[:] = 0.0
+                Gw[:, :] = 0.0
+            yy = 0.0
+            for d in range(D):
+                yy += yw[d] * yw[d]
+            for rr in range(g):
+                for c in range(rr + 1):
+                    a = 1.0 / s2 if rr == c else 0.0
+                    for d in range(D):
+                        a += Gw[d, rr] * Gw[d, c]
+                    for k in range(c):
+                        a -= L[rr, k] * L[c, k]
+                    L[rr, c] = math.sqrt(a) if rr == c else a / L[c, c]
+            uu = 0.0
+            logdet = lsum
+            for rr in range(g):
+                a = 0.0
+                for d in range(D):
+                    a += Gw[d, rr] * yw[d]
+                for k in range(rr):
+                    a -= L[rr, k] * u[k]
+                u[rr] = a / L[rr, rr]
+                uu += u[rr] * u[rr]
+                logdet += 2.0 * math.log(L[rr, rr])
+            vmax = 0.0
+            for rr in range(g - 1, -1, -1):
+                a = u[rr] + eps[i, rr]
+                for k in range(rr + 1, g):
+                    a -= L[k, rr] * v_out[i, k]
+                v_out[i, rr] = a / L[rr, rr]
+                vmax = max(vmax, abs(v_out[i, rr]))
+            ll_out[i] = -0.5 * (yy - uu) - 0.5 * logdet if fin else -np.inf
+            bad_out[i] = not fin
+            wild_out[i] = (not fin) or not (vmax <= lim)

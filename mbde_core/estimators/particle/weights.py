@@ -122,12 +122,17 @@ def adapted(pf, rd):
     yws, Gws, extra = [], [], []
     w = pf.weights()
     s2 = pf.sigma_a**2
+    fused = len(rd) == 1 and pf_compiled.update_enabled(N)  # one compiled pass (compiled.adapted_reading)
     for x in rd:
         if x.s.uses_qdd and qdd_full is None:
             qdd_full = likelihood.accelerations(pf)
         G = x.G
         if G is None:
             G = likelihood.noise_jacobian(pf, x.s, qdd_full if x.s.uses_qdd else pf.qdd, x.pred if x.at_state else None)
+        if fused:
+            v, ll, bad, wild, e = pf_compiled.adapted_reading(pf.sigma_a, x.r, x.W, G, w, pf.rng,
+                                                              WILD_SIGMAS * pf.sigma_a, pf.propagator.threads)
+            return _adapted_end(pf, rd, v, ll, wild, dt, g), [e]
         yws.append(np.einsum("nd,kd->nk", x.r, x.W))
         Gws.append(np.einsum("ij,njg->nig", x.W, G))
         extra.append(s2 * np.einsum("n,ndg,nkg->dk", w, G, G))
@@ -140,22 +145,27 @@ def adapted(pf, rd):
     else:
         v, ll = prop.adapted_noise(pf.sigma_a, yw, Gw, pf.rng)
     ll[bad] = -np.inf
-    far = None
-    if likelihood.in_grace(pf):
-        ll, far = likelihood.robust_ll(pf, rd, ll)
     # a reading that only an absurd noise could explain (an outlier, a particle far off)
     # must not drag the state: such particles draw v from its prior (their weight is
     # ~exp(-50) of the others' anyway)
     wild = bad | ~(np.abs(v).max(axis=1) <= WILD_SIGMAS * pf.sigma_a)
-    if far is not None:
-        wild |= far
+    return _adapted_end(pf, rd, v, ll, wild, dt, g), extra
+
+
+def _adapted_end(pf, rd, v, ll, wild, dt, g):
+    """The end of :func:`adapted`: the robust likelihood in the grace (its far particles are
+    wild too), the wild particles' noise redrawn from its prior, the impulse applied."""
+    if likelihood.in_grace(pf):
+        ll, far = likelihood.robust_ll(pf, rd, ll)
+        if far is not None:
+            wild = wild | far
     if wild.any():
         v[wild] = pf.sigma_a * pf.rng.standard_normal((int(wild.sum()), g))
     if dt > 0:
         pf._impulse(v, dt, likelihood.r_columns(pf))
     else:
         pf.v, pf._pending = v, None
-    return ll, extra
+    return ll
 
 
 def fresh(pf, rd, keep_z=False, zd_prior=None):
