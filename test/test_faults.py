@@ -432,7 +432,7 @@ def _live_counters(bag_path, inputs, name, readings):
     from mbde_core.live.model_source import from_description
     from mbde_core.rosio.factory import RosbagsFactory
     from mbde_core.simulator.bag import sensor_message_builder
-    from test_live import description
+    from live_rig import description
 
     factory = RosbagsFactory()
     core = LiveEstimator(from_description(description(bag_path)), EstimatorOptions(name, defaults(name)), factory,
