@@ -21,7 +21,6 @@ A run that raises or produces non-finite estimates counts as failed (shown as "f
 """
 from __future__ import annotations
 
-import csv
 import json
 import os
 import sys
@@ -29,7 +28,7 @@ import time
 
 import numpy as np
 
-from mbde_bench.common import TruthRecord
+from mbde_bench.common import TruthRecord, write_csv
 from mbde_bench.smoother import smooth_run
 from mbde_core import runs
 from mbde_core.config.paths import config_path
@@ -52,6 +51,8 @@ CASES = {
 }
 OBSERVERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm")
 FILTER_STEP = 0.005
+CSV_COLUMNS = ["case", "mechanism", "sensors", "period_steps", "gravity_error", "run", "estimator", "rmse_z", "rmse_zd",
+               "nees", "step_us", "failed", "wall_s", "error"]
 
 
 def add_arguments(p):
@@ -162,7 +163,7 @@ def run(args) -> int:
     for line in runs.failures(outcomes, lambda i: "variant {} period {} gravity error {:g} run {}".format(*tasks[i][:4])):
         print(f"failed: {line}", file=sys.stderr)
     rows.sort(key=lambda r: (r["case"], r["gravity_error"], r["period_steps"], r["estimator"], r["run"]))
-    _write_csv(os.path.join(args.out, "accuracy.csv"), rows)
+    write_csv(os.path.join(args.out, "accuracy.csv"), rows, CSV_COLUMNS)
     summary = _summarise(rows)
     with open(os.path.join(args.out, "accuracy.json"), "w", encoding="utf-8") as fh:
         json.dump({"runs": args.runs, "duration_s": args.duration, "filter_step_s": FILTER_STEP,
@@ -225,16 +226,6 @@ def scaling_table(sc: dict) -> str:
 
 def _duration(s: float) -> str:
     return f"{s / 3600:.1f} h" if s >= 5400 else f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
-
-
-def _write_csv(path, rows):
-    keys = ["case", "mechanism", "sensors", "period_steps", "gravity_error", "run", "estimator", "rmse_z", "rmse_zd",
-            "nees", "step_us", "failed", "wall_s", "error"]
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
 
 
 def _summarise(rows):

@@ -8,6 +8,7 @@ variant are sampled from it with seeded noise streams.
 from __future__ import annotations
 
 import concurrent.futures
+import csv
 import multiprocessing
 import os
 import resource
@@ -87,6 +88,14 @@ class TruthRecord:
     def at(self, times: np.ndarray):
         idx = self.index_at(times)
         return self.z[idx], self.zd[idx], self.zdd[idx]
+
+
+def write_csv(path: str, rows, keys) -> None:
+    """rows (dicts) into the CSV file ``path``, columns ``keys`` (other keys left out)."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
 
 
 def peak_mb() -> float:

@@ -32,7 +32,6 @@ faults; a particle filter 2 x (``STEADY_SEEDS`` - 1) more for the outlier ratio)
 """
 from __future__ import annotations
 
-import csv
 import json
 import math
 import multiprocessing
@@ -41,7 +40,7 @@ import time
 
 import numpy as np
 
-from mbde_bench.common import simulate_scenario_bag
+from mbde_bench.common import simulate_scenario_bag, write_csv
 from mbde_bench.faults_tables import TARGETS, crash_count, format_summary, format_tables, target_misses
 from mbde_core.config.paths import config_path
 from mbde_core.errors import DataError
@@ -256,10 +255,7 @@ def _write(folder, rows):
             "ratio_steady", "steady_seeds", "ratio_steady_seeds", "recovery_s", "rmse_after", "clean_rmse_after", "tolerance", "ungated_rmse", "suitability",
             "gated_steady", "rejected_steady", *COUNTERS, "raised", "non_finite_estimates", "bad_nees",
             "wall_s", "cpu_s", "error"]
-    with open(os.path.join(folder, "faults.csv"), "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(os.path.join(folder, "faults.csv"), rows, keys)
     with open(os.path.join(folder, "faults.json"), "w", encoding="utf-8") as fh:
         json.dump(rows, fh, indent=1, default=lambda x: None if isinstance(x, float) and not math.isfinite(x) else str(x))
 

@@ -46,7 +46,6 @@ count) or a Dask cluster (``--scheduler``); the speed part runs alone.
 """
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -55,7 +54,7 @@ import time
 import numpy as np
 
 from mbde_bench import pf_multidof as md
-from mbde_bench.common import TruthRecord
+from mbde_bench.common import TruthRecord, write_csv
 from mbde_bench.pf_figures import figure_branches, figure_speed, figure_sweep, figure_tracking
 from mbde_bench.pf_multidof import scenario_paths, table as multidof_table
 from mbde_bench.pf_runs import L1, PAPER_VARIANT, _TRUTHS, _configs, _fmt_s, _merge, _task
@@ -145,14 +144,6 @@ def _integrator_tasks(args, sim_cfg):
 
 # ------------------------------------------------------------------------------ figures
 # ------------------------------------------------------------------------------ main
-def _write_csv(path, rows, keys):
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
-
-
 def _clean(obj):
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items() if k != "series"}
@@ -257,7 +248,7 @@ def run(args) -> int:
     failed = [r for r in results if r["failed"]]
     if "tracking" in only:
         rows = [r for r in results if r["kind"] == "tracking"]
-        _write_csv(os.path.join(args.out, "tracking.csv"), rows, keys)
+        write_csv(os.path.join(args.out, "tracking.csv"), rows, keys)
         text.append(tracking_table(rows))
         doc["tracking"] = [_clean(r) for r in rows]
         first = [r for r in rows if r["variant"] == "mbde" and "series" in r]
@@ -268,7 +259,7 @@ def run(args) -> int:
                         f"RMSE over t >= 1 s {first[0]['rmse_deg']:.3f} deg, over the whole run {first[0]['rmse_all_deg']:.2f} deg")
     if "branches" in only:
         rows = [r for r in results if r["kind"] == "branches"]
-        _write_csv(os.path.join(args.out, "branches.csv"), rows, keys)
+        write_csv(os.path.join(args.out, "branches.csv"), rows, keys)
         text.append(branch_table(rows))
         doc["branches"] = [_clean(r) for r in rows]
         series = {int(r["truth"][-1]): r for r in rows if "series" in r and r["truth"].startswith("rig")}
@@ -277,13 +268,13 @@ def run(args) -> int:
             figures.append("branches.png")
     if "integrators" in only:
         rows = [r for r in results if r["kind"] == "integrators"]
-        _write_csv(os.path.join(args.out, "integrators.csv"), rows, keys)
+        write_csv(os.path.join(args.out, "integrators.csv"), rows, keys)
         text.append(integrator_table(rows))
         doc["integrators"] = [_clean(r) for r in rows]
     if "sweep" in only:
         rows = [r for r in results if r["kind"] == "sweep"]
         sep = [r for r in results if r["kind"] == "separatrix"]
-        _write_csv(os.path.join(args.out, "sweep.csv"), rows + sep, keys)
+        write_csv(os.path.join(args.out, "sweep.csv"), rows + sep, keys)
         summary = sweep_summary(rows, sigmas, errors)
         text.append(sweep_table(summary, sigmas, errors, args.sweep_release))
         text.append(separatrix_table(sep))
@@ -295,14 +286,14 @@ def run(args) -> int:
         rows, truths = _multidof(args, md_keys)
         mkeys = ["scenario", "dof", "seed", "converged", "t_conv", "converged_abs", "t_conv_abs", "rmse_pf", "rmse_ukf",
                  "ratio", "ratio_cloud", "follower_seeds", "p_true_final", "recoveries", "locks", "particles_init", "particles", "sigma_a", "cpu_s", "failed", "error"]
-        _write_csv(os.path.join(args.out, "multidof.csv"), rows, mkeys)
+        write_csv(os.path.join(args.out, "multidof.csv"), rows, mkeys)
         text.append(multidof_table(rows, truths))
         doc["multidof"] = {"runs": args.multidof_runs, "duration_s": args.multidof_duration, "rows": [_clean(r) for r in rows]}
     if "speed" in only:
         print("speed ...", flush=True)
         rows = speed_experiment(counts, args.seed, threads)
         rtf = rtf_experiment(rig_cfg, args.seed)
-        _write_csv(os.path.join(args.out, "speed.csv"), rows, list(rows[0]))
+        write_csv(os.path.join(args.out, "speed.csv"), rows, list(rows[0]))
         text.append(speed_table(rows, rtf))
         doc["speed"] = {"rows": rows, "realtime": rtf, "target_particle_steps_per_s": TARGET}
         figure_speed(os.path.join(args.out, "speed.png"), rows)

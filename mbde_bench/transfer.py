@@ -24,7 +24,6 @@ DIR/transfer.json, DIR/transfer.md (the README table) and prints the table.
 """
 from __future__ import annotations
 
-import csv
 import glob
 import json
 import math
@@ -32,7 +31,7 @@ import os
 import sys
 import time
 
-from mbde_bench.common import simulate_scenario_bag
+from mbde_bench.common import simulate_scenario_bag, write_csv
 from mbde_bench.transfer_runs import run_task, tune_task
 from mbde_core import runs
 from mbde_core.config.paths import config_path
@@ -156,10 +155,7 @@ def _tuned_config(name, scen, tuned):
 
 
 def _write(out, rows, tuned):
-    with open(os.path.join(out, "transfer.csv"), "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(os.path.join(out, "transfer.csv"), rows, COLUMNS)
     doc = {"rows": rows, "tuning": {f"{s}/{n}": {"log10_factors": r.log_factors, "evaluations": r.evaluations,
                                                   "loglik_before": r.before.per_reading, "loglik_after": r.after.per_reading,
                                                   "nis_before": r.before.nis_per_channel, "nis_after": r.after.nis_per_channel,

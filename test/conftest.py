@@ -43,6 +43,18 @@ def mechanisms():
 COUPLER_GYRO = "- {name: gyro, type: gyroscope, body: coupler, rate: 200, noise: {sigma: 0.02}}"
 
 
+def fd(f, x, eps=1e-6):
+    """Central finite differences of f at x: d f / d x[k] in the last axis, step ``eps``."""
+    import numpy as np
+
+    cols = []
+    for k in range(x.size):
+        dx = np.zeros_like(x)
+        dx[k] = eps
+        cols.append((f(x + dx) - f(x - dx)) / (2 * eps))
+    return np.stack(cols, axis=-1)
+
+
 def random_states(m, N, seed):
     """(q, qd) (N, n) of N assembled states near the mechanism's q0 (z +/- 0.1, zd +/- 2)."""
     import numpy as np

@@ -65,7 +65,8 @@ def commands(code: str) -> list[str]:
     return out
 
 
-def _setup_nodes() -> dict:
+def setup_nodes() -> dict[str, str]:
+    """Console scripts of the nodes: executable ('mbde-estimator') -> 'module:function'."""
     tree = ast.parse(open(os.path.join(REPO, "setup.py")).read())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "NODES" for t in node.targets):
@@ -100,7 +101,7 @@ def _check_model_file(key: str, path: str) -> None:
 def check_ros2(words: list[str], cwd: str, used: set) -> None:
     from mbde_core.live.params import node_params, validate_param_file
 
-    nodes = _setup_nodes()
+    nodes = setup_nodes()
     if words[1] == "launch":
         assert words[2] == "mbde", f"{words}: launch files of other packages"
         path = os.path.join(REPO, "launch", words[3])

@@ -4,6 +4,7 @@ loads, and the energy lost by a simulated motion against the friction's work."""
 import numpy as np
 import pytest
 
+from conftest import fd
 from mbde_core.engine import dynamics, fastpath, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.model.loader import mechanism_spec_from_text
@@ -26,15 +27,6 @@ SLIDER_CRANK = USER_SLIDER_CRANK + """loads:
   - {type: joint_friction, body: crank, c: 0.015}
   - {type: point_friction, point: P2, c: 0.4, velocity_scale: 0.02}
 """
-
-
-def _fd(f, x, eps):
-    cols = []
-    for k in range(x.size):
-        dx = np.zeros_like(x)
-        dx[k] = eps
-        cols.append((f(x + dx) - f(x - dx)) / (2 * eps))
-    return np.stack(cols, axis=-1)
 
 
 def _state(m, z, zd):
@@ -64,8 +56,8 @@ def test_friction_jacobians_match_finite_differences(speed):
     q, qd = _state(m, 0.9, speed / 0.1)  # slider speed ~ crank speed x 0.1 m
     K, C = m.force_jacobians(0.0, q, qd)
     h = 1e-7 * max(speed, 1e-3)
-    Kfd = _fd(lambda x: m.forces(0.0, x, qd), q, 1e-7)
-    Cfd = _fd(lambda x: m.forces(0.0, q, x), qd, h)
+    Kfd = fd(lambda x: m.forces(0.0, x, qd), q, 1e-7)
+    Cfd = fd(lambda x: m.forces(0.0, q, x), qd, h)
     scale_k = max(np.max(np.abs(Kfd)), 1e-9)
     scale_c = max(np.max(np.abs(Cfd)), 1e-9)
     assert np.max(np.abs(K - Kfd)) / scale_k < 1e-6

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from engine_reference import LOADED  # the mechanism with loads of every kind
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.model.loader import mechanism_spec_from_text
 from mbde_core.model.mechanism import Mechanism
@@ -112,30 +113,6 @@ def test_mass_matrix_matches_rigid_body_kinetic_energy(mechanisms, name):
     for s in m.spec.sliders:
         T += 0.5 * s.mass * V[s.point] @ V[s.point]
     assert m.kinetic_energy(qd) == pytest.approx(T, rel=1e-12)
-
-
-LOADED = """
-points:
-  - {name: A, x: 0, y: 0, fixed: true}
-  - {name: C, x: 0.1, y: 0.05}
-  - {name: D, x: 0.35, y: 0.3}
-  - {name: B, x: 0.4, y: 0, fixed: true}
-planar_bodies:
-  - {name: crank, points: [A, C], length: auto, mass: 1, I0: mass*length^2/3, cog: [length/2, 0.01]}
-  - {name: coupler, points: [C, D], length: auto, mass: 2, I0: mass*length^2/3, cog: [length/2, 0]}
-  - {name: rocker, points: [D, B], length: auto, mass: 1.5, I0: mass*length^2/3, cog: [length/2, 0]}
-relative_coordinates: [{name: th, type: RelativeAngleAbsoluteDOF, points: [A, C]}]
-loads:
-  - {type: torque, body: coupler, value: "0.3 + 0.1*t"}
-  - {type: joint_damping, body: coupler, body2: crank, c: 0.2}
-  - {type: joint_damping, body: rocker, c: 0.1}
-  - {type: point_damping, point: D, c: 0.7}
-  - {type: force, point: D, value: [1, -2]}
-  - {type: generalized_force, coordinate: th, value: 0.4}
-  - {type: joint_friction, body: coupler, body2: crank, c: 0.05, velocity_scale: 0.5}
-  - {type: joint_friction, body: rocker, c: 0.04}
-  - {type: point_friction, point: D, c: 0.3, velocity_scale: 0.2}
-"""
 
 
 def test_force_jacobians_match_finite_differences():

@@ -213,7 +213,7 @@ def test_live_subscribes_to_the_torque_of_an_estimator_that_takes_it(tmp_path):
     from mbde_core.rosio.convert import snapshot_from_mechanism_state
     from mbde_core.rosio.factory import RosbagsFactory
     from mbde_core.simulator.bag import write_simulation_bag
-    from test_live import CONFIG, Sink, description, sensor_messages
+    from live_rig import CONFIG, Sink, description, sensor_messages
 
     sc = _scenario()
     sc.raw["duration"] = 0.4

@@ -1,6 +1,6 @@
 """The import contracts of .importlinter (DESIGN.md "Layers") hold: `make test` fails on an
 upward import, an import cycle, the core importing the nodes, the benchmarks or rclpy; and
-imports of mbde modules at module level, files <= 400 lines."""
+imports of mbde modules at module level, files <= 400 lines (the packages' and test/'s)."""
 from __future__ import annotations
 
 import ast
@@ -89,6 +89,20 @@ def test_imports_of_mbde_modules_at_module_level():
     assert not bad, bad
 
 
+def line_counts_over(paths, limit: int = 400) -> dict[str, int]:
+    """{path relative to the checkout: lines} of the files longer than ``limit`` lines."""
+    return {os.path.relpath(p, REPO): n for p in paths if (n := sum(1 for _ in open(p))) > limit}
+
+
 def test_package_files_are_small():
-    long = {os.path.relpath(p, REPO): n for p in package_files() if (n := sum(1 for _ in open(p))) > 400}
+    long = line_counts_over(package_files())
     assert not long, long
+
+
+def test_test_files_are_small():
+    """The tests and their helpers too (test/, test/ros): split by what they hold, shared
+    fixtures in conftest.py or a small helper module."""
+    tests = [os.path.join(root, f) for root, _, files in os.walk(os.path.join(REPO, "test"))
+             for f in files if f.endswith(".py")]
+    long = line_counts_over(tests)
+    assert len(tests) > 50 and not long, long

@@ -9,7 +9,7 @@ import pytest
 from mbde_core.live.backlog import BEHIND, STALLED, Backlog
 from mbde_core.live.diagnostics import WARN
 from mbde_core.live.model_source import load_source
-from test_live import description, live, sensor_messages
+from live_rig import description, live, sensor_messages
 
 
 def test_backlog_keeps_one_reading_in_four_per_sensor_while_behind():

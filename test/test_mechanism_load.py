@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import MSC_DIR, mech_path
+from engine_reference import NOANGLE
 from mbde_core.errors import ConfigError
 from mbde_core.model.loader import mechanism_spec_from_text
 from mbde_core.model.mechanism import Mechanism, load_mechanism
@@ -57,19 +58,7 @@ def test_fourbar_pf_is_refined_from_approximate_points(mechanisms):
 
 
 def test_libmbse_variables_and_polygons():
-    text = """
-parameters: {a: 2.0, b: a*3}
-points:
-  - {x: 0, y: 0, fixed: true}
-  - {x: a, y: 0}
-  - {x: x1, y: b/3}
-  - {x: 4, y: 0.5}
-  - {x: 5, y: 0, fixed: true}
-planar_bodies:
-  - {points: [0, 1], length: auto, mass: index, I0: (1/3)*mass*length^2, cog: [0.5*length, 0]}
-  - {points: [1, 2, 3], length: auto, mass: 1+index, I0: mass*length13^2, cog: [0.5*length12, 0.1]}
-  - {points: [3, 4], length: auto, mass: 1, I0: (1/3)*mass*length^2, cog: [0.5*length, 0]}
-"""
+    text = NOANGLE
     spec = mechanism_spec_from_text(text)
     assert spec.parameters == {"a": 2.0, "b": 6.0}
     assert [b.mass for b in spec.bodies] == [1.0, 3.0, 1.0]  # index is 1-based

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from test_faults import rig, stage_for, z_of  # noqa: F401  (rig: the shared fixture)
+from stage_rig import rig, stage_for, z_of  # noqa: F401  (rig: the shared fixture)
 from mbde_core.estimators.particle import recovery
 from mbde_core.types import Measurement
 

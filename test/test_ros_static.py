@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import REPO
+from docblocks import setup_nodes
 from mbde_core.live import topics
 from mbde_core.live.params import ParameterError, node_params, schema, validate_param_file, validate_values
 
@@ -19,15 +20,6 @@ LAUNCH = sorted(os.path.join(REPO, "launch", f) for f in os.listdir(os.path.join
 PARAMS_DIR = os.path.join(REPO, "config", "params")
 # executables of other ROS packages the launch files may start: (package, executable)
 EXTERNAL = {("rviz2", "rviz2")}
-
-
-def setup_nodes() -> dict[str, str]:
-    """Console scripts of the nodes: executable ('mbde-estimator') -> 'module:function'."""
-    tree = ast.parse(open(os.path.join(REPO, "setup.py")).read())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "NODES" for t in node.targets):
-            return dict(ast.literal_eval(node.value))
-    raise AssertionError("setup.py has no NODES list")
 
 
 def node_kind(executable: str) -> str:

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import mech_path
+from conftest import fd, mech_path
 from mbde_core.config.yamlnode import parse_yaml
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.engine.integrators import MBState, get_integrator
@@ -37,15 +37,6 @@ def state(m, seed):
     qd = kinematics.velocity(m, q, rng.normal(0, 3, m.dof))
     qdd = kinematics.acceleration(m, q, qd, rng.normal(0, 10, m.dof))
     return q, qd, qdd
-
-
-def fd(f, x, eps=1e-6):
-    cols = []
-    for k in range(x.size):
-        dx = np.zeros_like(x)
-        dx[k] = eps
-        cols.append((f(x + dx) - f(x - dx)) / (2 * eps))
-    return np.stack(cols, axis=-1)
 
 
 @pytest.mark.parametrize("mech_name", list(SENSORS))

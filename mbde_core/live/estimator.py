@@ -4,9 +4,9 @@
 :class:`~mbde_core.estimators.stage.core.EstimatorStage` -- the stage ``mbde replay`` runs,
 built the same way (model, sensors and initial guess from the scenario / description,
 options validated and resolved by :mod:`mbde_core.estimators.configure`, seeded generator) -- and
-turns its steps into messages through a message factory. The node only forwards
-messages and clock readings to it and publishes what it hands back; the pure-Python
-tests drive it with ``rosbags`` messages and compare it with ``mbde replay``.
+turns its steps into messages through a message factory (:mod:`.estimator_output`). The
+node only forwards messages and clock readings to it and publishes what it hands back;
+the pure-Python tests drive it with ``rosbags`` messages and compare it with ``mbde replay``.
 
 Time: readings are processed in header-stamp order (``reorder_window`` re-sorts small
 arrival inversions between topics). The node clock only matters when readings are
@@ -42,19 +42,17 @@ from mbde_core.estimators.assess.suitability import assess, precheck
 from mbde_core.estimators.configure import as_spec, resolve
 from mbde_core.estimators.options.frozen import Options
 from mbde_core.estimators.options.widening import widening_line
-from mbde_core.estimators.options.rule import force_limits, resolve_config, scenario_context
+from mbde_core.estimators.options.rule import force_limits, scenario_context
 from mbde_core.estimators.stage.core import EstimatorStage, StageCounters
 from mbde_core.live import estimator_status
 from mbde_core.live.backlog import STALLED, Backlog
 from mbde_core.live.diagnostics import Status, Throttle
 from mbde_core.live.estimator_status import Window
 from mbde_core.replay.runner import initial_state, rule_widening
-from mbde_core.rosio.convert import particle_set_msg
-from mbde_core.rosio.sensor_io import estimate_messages, sensor_reading
+from mbde_core.live.estimator_output import EstimatorOutput
+from mbde_core.rosio.sensor_io import sensor_reading
 from mbde_core.rosio.tf import tf_message
 from mbde_core.viz.frames import MechanismFrames
-from mbde_core.viz.marker_msgs import marker_array
-from mbde_core.viz.markers import MechanismDrawer, estimate_shapes
 from mbde_core.live.estimator_options import EstimatorOptions, default_config_file, load_config  # noqa: F401 (re-exported)
 
 CLOCK_TOLERANCE = 2.0  # s: |clock - stamp| on arrival beyond this = different clocks
@@ -80,7 +78,7 @@ class SensorStats:
     arrivals: list = field(default_factory=list)
 
 
-class LiveEstimator:
+class LiveEstimator(EstimatorOutput):
     """See the module docstring.
 
     scenario: a :class:`~mbde_core.scenario.Scenario` (its estimator model, sensors and
@@ -319,75 +317,6 @@ class LiveEstimator:
         if self._pending_reset:
             reason, self._pending_reset = self._pending_reset, None
             self.reset(reason, keep_readings=True)  # estimator error or non-finite estimate
-
-    # -- output -----------------------------------------------------------------------------
-    def _due(self, key: str, stamp: float, rate: float) -> bool:
-        """Decimation in data time: rate [Hz]; 0 = every step for ``state``, off for the rest."""
-        if rate <= 0:
-            return key == "state"
-        nxt = self._next[key]
-        if stamp + 1e-9 >= nxt or stamp < nxt - 2.0 / rate:  # due, or time went back
-            self._next[key] = (math.floor(stamp * rate + 1e-6) + 1) / rate
-            return True
-        return False
-
-    def _on_step(self, rec) -> None:
-        w = self.window
-        w.steps += 1
-        w.cost_sum += rec.cost
-        w.cost_max = max(w.cost_max, rec.cost)
-        snap = rec.estimate
-        w.t_first = snap.stamp if w.t_first is None else w.t_first
-        w.t_last = snap.stamp
-        if rec.update is not None:
-            w.updates += 1
-            if rec.update.nis is not None and np.isfinite(rec.update.nis):
-                w.nis_sum += float(rec.update.nis)
-                w.nis_dof += int(rec.update.dof)
-        finite = all(np.all(np.isfinite(a)) for a in (snap.q, snap.qd, snap.z, snap.zd)
-                     ) and (snap.cov is None or np.all(np.isfinite(snap.cov)))
-        if not finite:
-            self.non_finite_estimates += 1
-            self._pending_reset = "non-finite estimate"
-            if self.throttle("nonfinite"):
-                self.log("error", f"{self.opt.name} produced a non-finite estimate at t = {snap.stamp:.3f} s: "
-                         "not published, restarting")
-            return
-        self.latest = rec
-        if not self.backlog.publish(rec.update is not None):
-            return
-        t = snap.stamp
-        if self._due("state", t, self.opt.publish_rate):
-            state, joints = estimate_messages(self.factory, snap, self.mech, self.frame_id)
-            self._emit("state", state)
-            self._emit("joint_states", joints)
-            if self.opt.publish_tf:
-                self._emit("tf", tf_message(self.factory, self.frames.moving(snap.q), state.header.stamp))
-        want_cloud = self._due("particles", t, self.opt.particles_rate)
-        want_markers = self._due("markers", t, self.opt.marker_rate)
-        cloud = None
-        if want_cloud or want_markers:
-            cloud = self.est.particles()
-            if cloud is not None:
-                cloud.stamp = t
-                self.latest_cloud = cloud
-        if want_cloud and cloud is not None:
-            self._emit("particles", particle_set_msg(self.factory, cloud, self.mech.independent_names, self.frame_id))
-        if want_markers:
-            self._emit("markers", self.markers(snap, cloud))
-
-    def _emit(self, key: str, msg) -> None:
-        self.published[key] += 1
-        self.publish(key, msg)
-
-    def markers(self, snap, cloud=None):
-        """MarkerArray of an estimate (bars, ellipses, hypotheses, label)."""
-        if self._drawer is None:
-            self._drawer = MechanismDrawer(self.mech)
-        w = self.window
-        nis = w.nis_sum / w.updates if w.updates else None
-        shapes = estimate_shapes(self._drawer, self.opt.name, snap, cloud, self.opt.top_k, nis=nis, style=self.est.traits)
-        return marker_array(self.factory, shapes, self.frame_id, snap.stamp)
 
     # -- diagnostics ------------------------------------------------------------------------
     def waiting_for(self) -> list[SensorStats]:

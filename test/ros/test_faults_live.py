@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import rosutil
-from test_nodes import diag_values, start_estimator, wait_status
+from node_helpers import diag_values, start_estimator, wait_status
 
 TOPIC = "/mbde/sensors/gyro_coupler"
 

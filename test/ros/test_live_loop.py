@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import rosutil
 
@@ -116,6 +117,6 @@ def test_console_scripts_and_a_misspelt_parameter(node_processes):
     bare = subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path[:0] = [p for p in "
                            "__import__('os').environ['MBDE_PATH'].split(':')]; from mbde_nodes.entry import "
                            "estimator; sys.exit(estimator())"], capture_output=True, text=True,
-                          env={"MBDE_PATH": str(rosutil.Path(__file__).resolve().parents[2]), "PATH": "/usr/bin"})
+                          env={"MBDE_PATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin"})
     assert bare.returncode == 2 and bare.stderr.count("\n") == 1, bare.stderr
     assert bare.stderr.startswith("mbde-estimator: needs ROS 2 (rclpy is not installed)")

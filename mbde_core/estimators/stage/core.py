@@ -11,7 +11,8 @@ estimator slot by slot; when a slot closes (a reading of a later slot arrives, o
 in stamp order, and the estimate of t_k is emitted. Slots without readings are pure
 predictions (also emitted). Feeding readings one by one or in batches therefore gives
 bit-identical results. Known inputs (a measured torque) are held from their slot on
-(:mod:`.inputs`); every record carries the trust verdict (:mod:`.trust`).
+(:mod:`.inputs`); every record carries the trust verdict (:mod:`.trust`). The slot
+updates, predictions and emitted records are in :mod:`.steps`, the recovery in :mod:`.recovery`.
 
 Robustness (each case counted in ``counters``, nothing crashes, see also
 :mod:`mbde_core.estimators.stage.guards`):
@@ -62,7 +63,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import time
 from typing import Callable
 
 import numpy as np
@@ -71,11 +71,11 @@ from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.chi2 import chi2_ppf
 from mbde_core.estimators.options.common import Reacquire
 from mbde_core.estimators.stage.multistart import MultiStart
-from mbde_core.estimators.stage.guards import (AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence,
-                                               finite_snapshot)
+from mbde_core.estimators.stage.guards import AdaptiveGate, ForwardJumpGuard, Reacquisition, Reconvergence
 from mbde_core.estimators.stage.inputs import HeldInputs
 from mbde_core.estimators.stage.records import StageCounters, StepRecord  # noqa: F401 (the stage's outputs)
 from mbde_core.estimators.stage.recovery import LOST_CHECK_GAP, StageRecovery
+from mbde_core.estimators.stage.steps import StageSteps
 from mbde_core.estimators.stage.trust import TrustMonitor
 from mbde_core.types import Measurement
 
@@ -84,7 +84,7 @@ STAGE_DEFAULTS = {"reorder_window": 0.02, "backward_jump": 1.0, "max_gap": 10.0}
 DUPLICATE_TOLERANCE = 1e-9  # s: equal stamps
 
 
-class EstimatorStage(StageRecovery):
+class EstimatorStage(StageSteps, StageRecovery):
     """Fixed-step driver of one estimator.
 
     Parameters
@@ -333,68 +333,3 @@ class EstimatorStage(StageRecovery):
     def _disturbed(self, t: float) -> None:
         self._after_jump = False
         self.reconv.disturbed(t)
-
-    # -- filter steps ----------------------------------------------------------------------------
-    def _close_slot(self) -> None:
-        """Fuse the pending readings at the current slot and emit its estimate."""
-        readings, self.pending = self.pending, []
-        t_start = time.perf_counter()
-        result = None
-        if readings:
-            self._hold(0.0)  # the current torque: an accelerometer reads it now
-            result = self._active.update(readings, self._current_gates())
-            c = self.counters
-            c.fused += len(result.accepted)  # one name per fused reading (a sensor may have several)
-            c.rejected_gate += len(result.rejected)
-            for n in result.accepted:
-                c.per_sensor_fused[n] = c.per_sensor_fused.get(n, 0) + 1
-            for n in result.rejected:
-                c.per_sensor_rejected[n] = c.per_sensor_rejected.get(n, 0) + 1
-            self._watch(result)
-        cost = time.perf_counter() - t_start + getattr(self, "_predict_cost", 0.0)
-        self._predict_cost = 0.0
-        self._emit(result, cost)
-
-    def _current_gates(self) -> dict[str, float]:
-        """The gate thresholds for the next update (stage_guards.AdaptiveGate)."""
-        return self.gates if self.gate_adapt is None else self.gate_adapt.thresholds()
-
-    def _cap(self) -> float:
-        return max(self.gates.values(), default=0.0)
-
-    def _step_to(self, k_target: int) -> None:
-        """Predict slot by slot up to k_target (emitting the empty slots in between)."""
-        while self.k < k_target:
-            t_start = time.perf_counter()
-            self._hold(self.dt)
-            self._active.predict(self.dt)
-            self.k += 1
-            self.counters.steps += 1
-            cost = time.perf_counter() - t_start
-            if self.k < k_target:
-                self._emit(None, cost)
-            else:
-                self._predict_cost = cost  # emitted when this slot closes
-
-    def _hold(self, dt: float) -> None:  # the held known inputs for the step [t, t + dt] (stage.inputs)
-        if self.held is not None:
-            u, var, stale = self.held.current(self.t0 + self.k * self.dt, dt)
-            self.counters.stale_inputs += bool(dt and stale.any())
-            self._active.set_known_inputs(u, var)
-
-    def _emit(self, result, cost) -> None:
-        if not (self.keep or self.on_step):
-            return
-        est = self._active.estimate()
-        if not finite_snapshot(est):  # a lost filter predicted open loop until its numbers overflowed
-            self._diverged(self.t0 + self.k * self.dt)
-            est = self._active.estimate()
-        est.stamp = self.t0 + self.k * self.dt  # exact grid time (no accumulated rounding)
-        if result is not None and result.accepted:
-            self._seen_zd = est.zd
-        rec = StepRecord(est, result, cost, self.trust.observe(self, est, result))
-        if self.keep:
-            self.records.append(rec)
-        if self.on_step is not None:
-            self.on_step(rec)
-
