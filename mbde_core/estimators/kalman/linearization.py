@@ -235,22 +235,21 @@ class Linearization:
 
     # -- transition ------------------------------------------------------------------------------
     def transition_jacobian(self, t, x, q, mode: str = "simple", extra_Q=None, eps: float = 1e-6):
-        """Continuous-time A = d[zd, f]/d[z, zd] (2g, 2g)."""
+        """Continuous-time A = d[zd, f]/d[z, zd] (2g, 2g); ``full``: df/dx by central
+        differences, the 4g states x +- step e_k assembled and evaluated as one batch."""
         g = self.g
         A = np.zeros((2 * g, 2 * g))
         A[:g, g:] = np.eye(g)
         if mode == "simple":
             return A
-        for k in range(2 * g):
-            step = eps * max(1.0, abs(x[k]))
-            xp, xm = x.copy(), x.copy()
-            xp[k] += step
-            xm[k] -= step
-            qp, qdp, _ = self.assemble(xp, q)
-            qm, qdm, _ = self.assemble(xm, q)
-            fp = self.accelerations(t, qp, qdp, extra_Q)[0]
-            fm = self.accelerations(t, qm, qdm, extra_Q)[0]
-            A[g:, k] = (fp - fm) / (2 * step)
+        x = np.asarray(x, dtype=float)
+        steps = eps * np.maximum(1.0, np.abs(x))
+        X = np.concatenate([x + np.diag(steps), x - np.diag(steps)])  # rows x + step e_k, then x - step e_k
+        N = X.shape[0]
+        qb, qdb, _ = self.assemble(X, np.broadcast_to(np.asarray(q, dtype=float), (N, self.mech.n)))
+        eq = None if extra_Q is None else np.broadcast_to(np.asarray(extra_Q, dtype=float), qb.shape)
+        f = self.accelerations(t, qb, qdb, eq)[0]
+        A[g:, :] = (f[: 2 * g] - f[2 * g:]).T / (2 * steps)
         return A
 
     def input_gain(self, q, columns) -> np.ndarray:
