@@ -369,8 +369,7 @@ class DIEKFpm(ExplicitTransition, DependentInputs, Estimator):
         """(names, o, R) of the readings."""
         names = [mm.sensor for mm in measurements]
         o = np.concatenate([np.asarray(mm.value, float) for mm in measurements])
-        over = {nm: np.full(self.sensors[nm].dim, self._sigma[nm]) for nm in names if nm in self._sigma}
-        return names, o, self.model.covariance(names, over)
+        return names, o, self.model.noise_covariance(names, self._sigma)  # cached per names, read-only
 
     def update(self, measurements, gates=None):
         self._decide(measurements)
