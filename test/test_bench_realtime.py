@@ -37,3 +37,17 @@ def test_bench_realtime_pf_threads_and_unknown_scenario(tmp_path):
     bad = run_mbde("bench", "realtime", "--scenarios", "nosuch", "--out", tmp_path / "bad")
     assert bad.returncode == 2 and "no shipped scenario 'nosuch'" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "bad").exists()
+
+
+def test_bench_realtime_tables_name_the_missing_acquisition_module_and_the_failures():
+    from mbde_bench.realtime import tables
+
+    doc = {"machine": {"cpu": "X", "cores": 2, "blas_threads": "1", "load_start": "1", "load_end": "2"},
+           "duration_s": 1.0, "warmup_s": 0.1, "acquisition_seeds": 20, "acquisition_duration_s": 2.0, "acquisition": None,
+           "rows": [{"scenario": "s", "estimator": "ukf", "step_ms": 1.0, "sensor_period_ms": 1.0, "cpu_per_step_us": 500.0,
+                     "ratio": 0.5, "pass": False}]}
+    text = tables(doc)
+    assert "| s | ukf | 1 | 1 | 500 | 0.500 | FAIL |" in text and "over it s/ukf 0.50" in text
+    assert "TODO for the lead" in text and "pf_acquisition" in text
+    doc["acquisition"] = {"s": {"acquired": "19/20", "t_acq_median": 0.3, "t_acq_max": 1.4}}
+    assert "| s | 19/20 | 0.30 | 1.40 |" in tables(doc)
