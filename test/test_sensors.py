@@ -65,11 +65,15 @@ def test_sensor_jacobians_match_finite_differences(mech_name):
 @pytest.mark.parametrize("mech_name", list(SENSORS) + ["fourbar"])
 def test_single_state_linearize_equals_h_and_jacobians(mech_name):
     """Sensors with a float fast path (linearize) agree with the batched h and jacobians,
-    also on bodies with a fixed basis point (the four-bar crank and rocker)."""
+    also on bodies with a fixed basis point (the four-bar crank and rocker), for encoders
+    with an offset (the wrap) and against another body."""
     m = load_mechanism(mech_path(mech_name))
     text = SENSORS.get(mech_name) or "".join(
         f"- {{name: g{k}, type: gyroscope, body: {b}, rate: 100, noise: {{sigma: 0.01}}}}\n"
         f"- {{name: a{k}, type: accelerometer, body: {b}, offset: [0.7, 0.2], axes: [0.3, 1.9], rate: 100, noise: {{sigma: 0.01}}}}\n"
+        f"- {{name: e{k}, type: encoder, body: {b}, offset: 2.5, rate: 100, noise: {{sigma: 0.01}}}}\n"
+        + (f"- {{name: r{k}, type: encoder, body: {b}, reference_body: {m.body_names[0]}, rate: 100, noise: {{sigma: 0.01}}}}\n"
+           if k else "")
         for k, b in enumerate(m.body_names))
     checked = 0
     for s in load_sensors(parse_yaml(text), m):
@@ -219,6 +223,9 @@ def test_ukf_sigma_readings_equal_batched_h(mech_name):
     text = SENSORS.get(mech_name) or "".join(
         f"- {{name: g{k}, type: gyroscope, body: {b}, rate: 100, noise: {{sigma: 0.01}}}}\n"
         f"- {{name: a{k}, type: accelerometer, body: {b}, offset: [0.7, 0.2], axes: [0.3, 1.9], rate: 100, noise: {{sigma: 0.01}}}}\n"
+        f"- {{name: e{k}, type: encoder, body: {b}, offset: 2.5, rate: 100, noise: {{sigma: 0.01}}}}\n"
+        + (f"- {{name: r{k}, type: encoder, body: {b}, reference_body: {m.body_names[0]}, rate: 100, noise: {{sigma: 0.01}}}}\n"
+           if k else "")
         for k, b in enumerate(m.body_names))
     ss = load_sensors(parse_yaml(text), m)
     states = [state(m, seed) for seed in range(5)]

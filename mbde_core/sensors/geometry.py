@@ -67,6 +67,23 @@ def scatter_d(J, row, cols, gx, gy):
     J[:, row, yi] -= gy
 
 
+def basis_layout(mech, body: int):
+    """Where the float code of one state reads a body's d = P_j - P_i and d': for x_j, x_i,
+    y_j, y_i, (column of q, 0.0) or (-1, the fixed value); the same with (column of qd,
+    0.0) or (-1, 0.0); then the q columns (xi, yi, xj, yj) a gradient in d scatters into
+    (column n: a fixed point, discarded)."""
+    i, j, _, cols = body_columns(mech, body)
+
+    def where(point, axis, fixed):
+        col = int((mech.px if axis == 0 else mech.py)[point])
+        if col < mech.n:
+            return (col, 0.0)
+        return (-1, float(mech.fixed_xy[point][axis]) if fixed else 0.0)
+
+    return tuple(tuple(v for p, ax in ((j, 0), (i, 0), (j, 1), (i, 1)) for v in where(p, ax, fixed))
+                 for fixed in (True, False)) + (tuple(int(c) for c in cols),)
+
+
 def body_angle_and_gradient(d):
     """theta = atan2(dy, dx) (N,) and dtheta/dd (N, 2) = (-dy, dx) / |d|^2."""
     s = d[:, 0] ** 2 + d[:, 1] ** 2

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from mbde_core.sensors.base import Sensor
-from mbde_core.sensors.geometry import (basis_components, basis_vector, body_columns, omega_and_gradients,
-                                        scatter_d)
+from mbde_core.sensors.geometry import (basis_components, basis_layout, basis_vector, body_columns,
+                                        omega_and_gradients, scatter_d)
 
 
 class Gyroscope(Sensor):
@@ -77,15 +77,6 @@ class Gyroscope(Sensor):
         cached = self.__dict__.get("_layout")
         if cached is not None and cached[0] is mech and cached[1] is mech.fixed_xy:
             return cached[2]
-        i, j, _, cols = body_columns(mech, self.body)
-
-        def where(point, axis, fixed):
-            col = int((mech.px if axis == 0 else mech.py)[point])
-            if col < mech.n:
-                return (col, 0.0)
-            return (-1, float(mech.fixed_xy[point][axis]) if fixed else 0.0)
-
-        lay = tuple(tuple(v for p, ax in ((j, 0), (i, 0), (j, 1), (i, 1)) for v in where(p, ax, fixed))
-                    for fixed in (True, False)) + (tuple(int(c) for c in cols),)
+        lay = basis_layout(mech, self.body)
         self._layout = (mech, mech.fixed_xy, lay)
         return lay

@@ -76,8 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman.input_states import (InputStates, jump_directions, jump_variance, project_inputs,
-                                                     validate_inputs)
+from mbde_core.estimators.kalman.input_states import InputStates, jump_directions, jump_variance, project_inputs
 from mbde_core.estimators.kalman.algebra import (STEP_HALVINGS, ekf_update, gate_rows, move_within_bound,
                                          update_result)
 from mbde_core.estimators.kalman.base import ReducedKalman
@@ -129,7 +128,7 @@ class CEKF(InputStates, ReducedKalman):
         n = cfg["newton_iterations"]
         if not (n >= 0 and float(n).is_integer()):
             raise ConfigError(file, f"{path}.newton_iterations", f"a whole number >= 0, got {n}")
-        validate_inputs(cfg, file, path)
+        super().validate_config(cfg, file, path)  # inputs
 
     def __init__(self, mech, sensors, options, rng=None):
         super().__init__(mech, sensors, options, rng)

@@ -36,12 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mbde_core.estimators.kalman.input_states import (InputStates, input_jump, jump_directions, project_inputs,
-                                                     validate_inputs)
+from mbde_core.estimators.kalman.input_states import InputStates, input_jump, jump_directions, project_inputs
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.kalman.algebra import ekf_update
 from mbde_core.estimators.kalman.base import ReducedKalman
-from mbde_core.estimators.kalman.transition import check_transition, heun_step, position_step, transition_orders
+from mbde_core.estimators.kalman.transition import ExplicitTransition, heun_step, position_step
 from mbde_core.estimators.options.common import KalmanOptions, input_field
 from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
@@ -56,20 +55,11 @@ class DEKFOptions(KalmanOptions):
     measurement_order: int = 2
 
 
-class DEKF(JumpHypothesis, InputStates, ReducedKalman):
+class DEKF(JumpHypothesis, ExplicitTransition, InputStates, ReducedKalman):
     name = "dekf"
     traits = Traits(cost=1.5, color=(0.58, 0.40, 0.74, 1.0), slot=5, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
     Options = DEKFOptions
-
-    @classmethod
-    def validate_config(cls, cfg, file, path):
-        check_transition(cfg, file, path)
-        validate_inputs(cfg, file, path)
-
-    @classmethod
-    def transition_orders(cls, cfg):
-        return transition_orders(cfg)
 
     def __init__(self, mech, sensors, options, rng=None):
         super().__init__(mech, sensors, options, rng)

@@ -84,11 +84,10 @@ import numpy as np
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sensor_variances
 from mbde_core.estimators.kalman.diekfpm_inputs import DependentInputs
-from mbde_core.estimators.kalman.input_states import validate_inputs
 from mbde_core.estimators.kalman.algebra import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, update_result
-from mbde_core.estimators.kalman.perfect_measurements import constraints, normal_noise, project
+from mbde_core.estimators.kalman.perfect_measurements import normal_noise, project
 from mbde_core.estimators.kalman.reduced import ReducedModel
-from mbde_core.estimators.kalman.transition import check_transition, euler_covariance, heun_step, position_step, transition_orders
+from mbde_core.estimators.kalman.transition import ExplicitTransition, euler_covariance, heun_step, position_step
 from mbde_core.types import MechanismSnapshot
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.options.common import KalmanOptions, input_field
@@ -111,7 +110,7 @@ class DIEKFpmOptions(KalmanOptions):
     input_jump_nis: float = 16.0
 
 
-class DIEKFpm(DependentInputs, Estimator):
+class DIEKFpm(ExplicitTransition, DependentInputs, Estimator):
     name = "diekfpm"
     Options = DIEKFpmOptions
     traits = Traits(cost=3.0, color=(0.89, 0.47, 0.76, 1.0), slot=7, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
@@ -124,12 +123,7 @@ class DIEKFpm(DependentInputs, Estimator):
             raise ConfigError(file, f"{path}.iterations", f"a whole number >= 1, got {n}")
         if not cfg["normal_noise_ratio"] >= 0:
             raise ConfigError(file, f"{path}.normal_noise_ratio", f"must be >= 0, got {cfg['normal_noise_ratio']}")
-        check_transition(cfg, file, path)
-        validate_inputs(cfg, file, path)
-
-    @classmethod
-    def transition_orders(cls, cfg):
-        return transition_orders(cfg)
+        super().validate_config(cfg, file, path)  # transition, inputs
 
     def __init__(self, mech, sensors, options, rng=None):
         super().__init__(mech, sensors, options, rng)
@@ -231,34 +225,31 @@ class DIEKFpm(DependentInputs, Estimator):
             return self._T_at[1]
         return self._T(X[: self.n], X[self.n :])
 
-    def _augmented(self, names, X, constraints: bool = True):
-        """h'(X) and H'(X) for the named sensors plus (optionally) the constraints."""
+    def _augmented(self, names, X):
+        """h'(X) (d,) and H'(X) (d, 2n + k) of the named sensors at [X, u] (the inputs
+        enter through qdd; the constraints are projected separately, :meth:`_iterated_update`)."""
         n = self.n
         q, qd, u = X[:n], X[n:2 * n], (X[2 * n:] if self.k else None)
-        uses_qdd = self.sensors.uses_qdd(names) if names else False
+        uses_qdd = self.sensors.uses_qdd(names)
         qdd = self._qdd(q, qd, u) if uses_qdd else None
-        h_parts, H_parts = [], []
-        if names:
-            hs, Hq, Hqd, Hqdd = self.model.sensor_terms(names, q, qd, qdd)
-            h_parts.append(hs)
-            if uses_qdd:
-                dqdd = np.zeros((n, len(X)))
-                for k in range(len(X)):
-                    e = 1e-6 * max(1.0, abs(X[k]))
-                    Xp, Xm = X.copy(), X.copy()
-                    Xp[k] += e
-                    Xm[k] -= e
-                    dqdd[:, k] = (self._qdd(Xp[:n], Xp[n:2 * n], Xp[2 * n:] if self.k else None)
-                                  - self._qdd(Xm[:n], Xm[n:2 * n], Xm[2 * n:] if self.k else None)) / (2 * e)
-                Hsens = np.concatenate([Hq, Hqd, np.zeros((Hq.shape[0], self.k))], axis=1) + Hqdd @ dqdd
-            else:
-                Hsens = np.concatenate([Hq, Hqd, np.zeros((Hq.shape[0], self.k))], axis=1)
-            H_parts.append(Hsens)
-        if not constraints:
-            return np.concatenate(h_parts), np.concatenate(H_parts, axis=0)
-        hc, Hc = constraints(self.model, X[:2 * n], jacobian=True)
-        Hc = np.concatenate([Hc, np.zeros((Hc.shape[0], self.k))], axis=1)
-        return np.concatenate(h_parts + [hc]), np.concatenate(H_parts + [Hc], axis=0)
+        hs, Hq, Hqd, Hqdd = self.model.sensor_terms(names, q, qd, qdd)
+        H = np.concatenate([Hq, Hqd, np.zeros((Hq.shape[0], self.k))], axis=1)
+        if uses_qdd:
+            H = H + Hqdd @ self._dqdd_dX(X)
+        return hs, H
+
+    def _dqdd_dX(self, X):
+        """dqdd/d[X, u] (n, 2n + k) by central differences of the dynamics, the 2(2n + k)
+        evaluations as one batch (:func:`dynamics.forward`)."""
+        n, L = self.n, len(X)
+        e = 1e-6 * np.maximum(1.0, np.abs(X))
+        Xs = np.concatenate([X + np.diag(e), X - np.diag(e)])  # rows X +- e_k
+        forces = None
+        if self.k:
+            forces = np.zeros((2 * L, n))
+            np.add.at(forces.T, self.input_cols, Xs[:, 2 * n:].T)  # input_forces of each row
+        qdd = dynamics.forward(self.mech, self.t, Xs[:, :n], Xs[:, n:2 * n], extra_Q=forces)[1]
+        return (qdd[:L] - qdd[L:]).T / (2 * e)
 
     def _iterated_update(self, names, o, Rs, gates):
         """Iterated sensor update + perfect-measurement constraint projection (docstring)."""
@@ -274,7 +265,7 @@ class DIEKFpm(DependentInputs, Estimator):
             dims = [self.sensors[nm].dim for nm in names]
             srows = None
             for it in range(int(self.options.iterations)):
-                h, H = self._augmented(names, X, constraints=False)
+                h, H = self._augmented(names, X)
                 y = self.model.residual(names, o, h)
                 S = H @ P @ H.T + Rs
                 before = self._state_tuple() if it == 0 and self.k else None
@@ -378,8 +369,7 @@ class DIEKFpm(DependentInputs, Estimator):
         """(names, o, R) of the readings."""
         names = [mm.sensor for mm in measurements]
         o = np.concatenate([np.asarray(mm.value, float) for mm in measurements])
-        over = {nm: np.full(self.sensors[nm].dim, self._sigma[nm]) for nm in names if nm in self._sigma}
-        return names, o, self.model.covariance(names, over)
+        return names, o, self.model.noise_covariance(names, self._sigma)  # cached per names, read-only
 
     def update(self, measurements, gates=None):
         self._decide(measurements)

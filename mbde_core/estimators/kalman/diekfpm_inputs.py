@@ -26,13 +26,19 @@ import numpy as np
 
 from mbde_core.estimators.kalman.input_states import (init_input_attributes, input_forces, input_names, jump_variance,
                                                      for_both, jump_directions, known_input_state,
-                                                     project_inputs)
+                                                     project_inputs, validate_inputs)
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 
 
 class DependentInputs(JumpHypothesis):
     """Mixin of :class:`~mbde_core.estimators.kalman.diekfpm.DIEKFpm` (module doc): call
     :meth:`_init_inputs` in ``__init__``; the filter keeps ``self.u`` beside ``self.X``."""
+
+    @classmethod
+    def validate_config(cls, cfg: dict, file: str, path: str) -> None:
+        """The ``inputs`` and ``input_jump_nis`` options (:func:`validate_inputs`)."""
+        validate_inputs(cfg, file, path)
+        super().validate_config(cfg, file, path)
 
     def _init_inputs(self) -> None:
         init_input_attributes(self)
@@ -102,7 +108,7 @@ class DependentInputs(JumpHypothesis):
         names, o, Rs = self._readings(measurements)
         P = self._prior_P()
         Xa = np.concatenate([self.X, self.u]) if self.k else self.X
-        h, H = self._augmented(names, Xa, constraints=False)
+        h, H = self._augmented(names, Xa)
         return self.model.residual(names, o, h), H @ P @ H.T + Rs
 
     def _bound_inputs(self, Xa: np.ndarray, P: np.ndarray) -> np.ndarray:

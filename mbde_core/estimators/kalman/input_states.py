@@ -111,6 +111,12 @@ class InputStates:
     the k input states after [z, zd] (module doc). Call :meth:`_init_inputs` in
     ``__init__`` and :meth:`_reset_inputs` after the base class's ``reset``."""
 
+    @classmethod
+    def validate_config(cls, cfg: dict, file: str, path: str) -> None:
+        """The ``inputs`` and ``input_jump_nis`` options (:func:`validate_inputs`)."""
+        validate_inputs(cfg, file, path)
+        super().validate_config(cfg, file, path)
+
     def _init_inputs(self) -> None:
         init_input_attributes(self)
         self._Qa_cache: dict = {}

@@ -135,14 +135,14 @@ class Linearization:
                     return out
             except fastpath.SCALAR_ERRORS:
                 pass  # the generic loop below decides
-        dqdd = np.zeros((mech.n, 2 * g))
-        for k in range(2 * g):
-            step = eps * max(1.0, abs(x[k]))
-            xp, xm = x.copy(), x.copy()
-            xp[k] += step
-            xm[k] -= step
-            dqdd[:, k] = (self.qdd_of_x(t, xp, q, extra_Q) - self.qdd_of_x(t, xm, q, extra_Q)) / (2 * step)
-        return dqdd
+        # the 4g states x +- step e_k assembled and evaluated as one batch
+        steps = eps * np.maximum(1.0, np.abs(x))
+        X = np.concatenate([x + np.diag(steps), x - np.diag(steps)])
+        N = X.shape[0]
+        qb, qdb, _ = self.assemble(X, np.broadcast_to(q, (N, mech.n)))
+        eq = None if extra_Q is None else np.broadcast_to(np.asarray(extra_Q, dtype=float), qb.shape)
+        qdd = self.accelerations(t, qb, qdb, eq)[1]
+        return (qdd[: 2 * g] - qdd[2 * g:]).T / (2 * steps)
 
     def _dqdd_dx_scalar(self, K, t, x, q, eps):
         """:meth:`_dqdd_dx` on the scalar kernels (the same operations as its loop through
@@ -235,26 +235,37 @@ class Linearization:
 
     # -- transition ------------------------------------------------------------------------------
     def transition_jacobian(self, t, x, q, mode: str = "simple", extra_Q=None, eps: float = 1e-6):
-        """Continuous-time A = d[zd, f]/d[z, zd] (2g, 2g)."""
+        """Continuous-time A = d[zd, f]/d[z, zd] (2g, 2g); ``full``: df/dx by central
+        differences, the 4g states x +- step e_k assembled and evaluated as one batch."""
         g = self.g
         A = np.zeros((2 * g, 2 * g))
         A[:g, g:] = np.eye(g)
         if mode == "simple":
             return A
-        for k in range(2 * g):
-            step = eps * max(1.0, abs(x[k]))
-            xp, xm = x.copy(), x.copy()
-            xp[k] += step
-            xm[k] -= step
-            qp, qdp, _ = self.assemble(xp, q)
-            qm, qdm, _ = self.assemble(xm, q)
-            fp = self.accelerations(t, qp, qdp, extra_Q)[0]
-            fm = self.accelerations(t, qm, qdm, extra_Q)[0]
-            A[g:, k] = (fp - fm) / (2 * step)
+        x = np.asarray(x, dtype=float)
+        steps = eps * np.maximum(1.0, np.abs(x))
+        X = np.concatenate([x + np.diag(steps), x - np.diag(steps)])  # rows x + step e_k, then x - step e_k
+        N = X.shape[0]
+        qb, qdb, _ = self.assemble(X, np.broadcast_to(np.asarray(q, dtype=float), (N, self.mech.n)))
+        eq = None if extra_Q is None else np.broadcast_to(np.asarray(extra_Q, dtype=float), qb.shape)
+        f = self.accelerations(t, qb, qdb, eq)[0]
+        A[g:, :] = (f[: 2 * g] - f[2 * g:]).T / (2 * steps)
         return A
 
     def input_gain(self, q, columns) -> np.ndarray:
-        """dzdd/du (g, k) for generalized forces u on coordinates ``columns``: Mbar^-1 R^T E."""
+        """dzdd/du (g, k) for generalized forces u on coordinates ``columns``: Mbar^-1 R^T E
+        (read-only; the last q's kept: an observer asks at one configuration several times
+        per step)."""
+        key = (np.asarray(q, dtype=float).tobytes(), tuple(int(c) for c in columns), self.mech.M.tobytes())
+        last = getattr(self, "_input_gain_last", None)
+        if last is not None and last[0] == key:
+            return last[1]
+        out = self._input_gain(q, columns)
+        out.setflags(write=False)
+        self._input_gain_last = (key, out)
+        return out
+
+    def _input_gain(self, q, columns) -> np.ndarray:
         mech = self.mech
         R = kinematics.r_matrix(mech, q)
         Mbar = R.T @ mech.M @ R

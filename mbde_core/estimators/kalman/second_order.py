@@ -13,12 +13,17 @@ second-order filter (Athans, Wishner & Bertolini 1968; Gelb 1974, sec. 6.1; Jazw
     S = H P H^T + R + 1/2 [tr(T_i P T_l P)]_il   (its covariance).
 
 The Hessians are central differences of the Jacobian H (:meth:`ReducedModel.linearize`) at
-x^ +- eps e_k, 2 x 2g linearisations (with their position problems) per update. The
-UKF's sigma points carry these terms by construction.
+x^ +- eps e_k, 2 x 2g linearisations (with their position problems) per update. Where no
+reading depends on accelerations, the 4g Jacobians are one batch per sensor
+(:func:`jacobians_at`: H = [Hq R + Hqd d(R zd)/dz, Hqd R], the chain rule of
+:mod:`~mbde_core.estimators.kalman.linearization`), the same values as 4g single
+linearisations to rounding. The UKF's sigma points carry these terms by construction.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from mbde_core.estimators.kalman.reduced import FullState
 
 EPS = 1e-5
 
@@ -30,19 +35,29 @@ def second_order_terms(model, names, t, x, q_guess, P, eps: float = EPS):
     of Gram matrices: tr(T_i P T_l P) = <L^T T_i L, L^T T_l L>_F, P = L L^T)."""
     g2 = x.shape[0]
     g = g2 // 2
-    cols = []
+    steps = [eps * max(1.0, abs(float(x[k]))) for k in range(g2)]
+    batched = not model.sensors.uses_qdd(names)
+    centre = None
+    if batched:  # a step in zd leaves q (and R) as at x: qd = R (zd +- step e_k), no position problem
+        centre, ok = model.solve_full(t, x[:g], x[g:], q_guess)
+        if not ok or centre.R is None:
+            return None
+    states = []  # x + step e_k, x - step e_k for k = 0 .. 2g-1
     for k in range(g2):
-        step = eps * max(1.0, abs(float(x[k])))
-        Hs = []
         for sgn in (1.0, -1.0):
             xx = x.astype(float).copy()
-            xx[k] += sgn * step
-            st, ok = model.solve_full(t, xx[:g], xx[g:], q_guess)
-            if not ok:
-                return None
-            Hs.append(model.linearize(names, t, st)[1])
-        cols.append((Hs[0] - Hs[1]) / (2.0 * step))
-    T = np.stack(cols, axis=2)                    # T[i, j, k] = d H_ij / d x_k
+            xx[k] += sgn * steps[k]
+            if centre is not None and k >= g:
+                st = FullState(centre.q, centre.R @ xx[g:], None, None, centre.R, None, centre.ctx)
+            else:
+                st, ok = model.solve_full(t, xx[:g], xx[g:], q_guess)
+                if not ok:
+                    return None
+            states.append(st)
+    Hs = jacobians_at(model, names, states) if batched else None
+    if Hs is None:
+        Hs = np.array([model.linearize(names, t, st)[1] for st in states])
+    T = np.stack([(Hs[2 * k] - Hs[2 * k + 1]) / (2.0 * steps[k]) for k in range(g2)], axis=2)  # T[i, j, k] = d H_ij / d x_k
     T = 0.5 * (T + T.transpose(0, 2, 1))           # symmetric Hessians
     bias = 0.5 * np.einsum("ijk,jk->i", T, P)
     try:
@@ -55,3 +70,20 @@ def second_order_terms(model, names, t, x, q_guess, P, eps: float = EPS):
     if not (np.all(np.isfinite(bias)) and np.all(np.isfinite(S_add))):
         return None
     return bias, S_add
+
+
+def jacobians_at(model, names, states):
+    """H (N, d, 2g) of the named readings at N FullStates (each with its R), one batched
+    Jacobian per sensor: dh/dz = Hq R + Hqd d(R zd)/dz, dh/dzd = Hqd R. None where a
+    reading depends on accelerations (its dqdd/dx is the dynamics' central differences,
+    :meth:`Linearization.linearize`) or a state has no R."""
+    if model.sensors.uses_qdd(names) or any(st.R is None for st in states):
+        return None
+    Q = np.array([st.q for st in states])
+    QD = np.array([st.qd for st in states])
+    parts = [model.sensors[n].jacobians(Q, QD)[:2] for n in names]
+    Hq = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts], axis=1)
+    Hqd = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts], axis=1)
+    R = np.array([st.R for st in states])
+    D = np.array([model.dqd_dz_at(st) for st in states])
+    return np.concatenate([Hq @ R + Hqd @ D, Hqd @ R], axis=2)

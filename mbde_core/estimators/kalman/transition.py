@@ -48,6 +48,21 @@ def check_transition(cfg: dict, file: str, path: str) -> None:
         raise ConfigError(file, f"{path}.transition", f"must be one of {', '.join(TRANSITIONS)}, got {cfg['transition']!r}")
 
 
+class ExplicitTransition:
+    """Mixin of the observers with the ``transition`` option (UKF, DEKF, DIEKFpm): checks it
+    after the class's own options (``validate_config`` goes on along the MRO: the known
+    and unknown inputs' options next) and gives its orders to the default-tuning rule."""
+
+    @classmethod
+    def validate_config(cls, cfg: dict, file: str, path: str) -> None:
+        check_transition(cfg, file, path)
+        super().validate_config(cfg, file, path)
+
+    @classmethod
+    def transition_orders(cls, cfg: dict) -> tuple[int, int]:
+        return transition_orders(cfg)
+
+
 def heun_step(X, zdd0, zdd1, dt: float, g: int):
     """Heun's (explicit trapezoidal) step of x = [z, zd] (N, 2g) from the accelerations at
     the start (zdd0) and at the constant-acceleration prediction (zdd1), (N, g) each:

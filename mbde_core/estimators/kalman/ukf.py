@@ -40,12 +40,11 @@ import numpy as np
 
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman.input_states import (InputStates, jump_directions, jump_variance, project_inputs,
-                                                     validate_inputs)
+from mbde_core.estimators.kalman.input_states import InputStates, jump_directions, jump_variance, project_inputs
 from mbde_core.engine.linalg import solve_one
 from mbde_core.estimators.kalman.algebra import cholesky_floats, cholesky, gate, update_result
 from mbde_core.estimators.kalman.base import ReducedKalman
-from mbde_core.estimators.kalman.transition import check_transition, heun_step, position_step, transition_orders
+from mbde_core.estimators.kalman.transition import ExplicitTransition, heun_step, position_step
 from mbde_core.estimators.kalman.ukf_readings import SigmaReadings
 from mbde_core.sensors.base import wrap_angle
 from mbde_core.estimators.options.common import KalmanOptions, input_field
@@ -64,7 +63,7 @@ class UKFOptions(KalmanOptions):
     input_jump_nis: float = 16.0
 
 
-class UKF(InputStates, ReducedKalman):
+class UKF(ExplicitTransition, InputStates, ReducedKalman):
     name = "ukf"
     traits = Traits(cost=1.5, color=(1.00, 0.50, 0.05, 1.0), slot=2, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
@@ -77,12 +76,7 @@ class UKF(InputStates, ReducedKalman):
             raise ConfigError(file, f"{path}.alpha", f"the sigma-point spread must be > 0, got {cfg['alpha']}")
         if not cfg["beta"] >= 0:
             raise ConfigError(file, f"{path}.beta", f"must be >= 0, got {cfg['beta']}")
-        check_transition(cfg, file, path)
-        validate_inputs(cfg, file, path)
-
-    @classmethod
-    def transition_orders(cls, cfg):
-        return transition_orders(cfg)
+        super().validate_config(cfg, file, path)  # transition, inputs
 
     def __init__(self, mech, sensors, options, rng=None):
         super().__init__(mech, sensors, options, rng)
