@@ -68,7 +68,9 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   60 rad/s: the holding torque's RMS 1.32 N m, at twice the crank speed; the simulated
   motor's torque about its mean: 0.62 / 0.96 / 1.37 N m at 40 / 50 / 60 rad/s, the holding
   torque's 0.59 / 0.92 / 1.32), sigma0 = 5 N m, q = 2.7 rad^2/s^3 (was 1.4e5) and the
-  slider accelerometer's 0.05 m/s^2 (was widened to 133).
+  slider accelerometer's 0.05 m/s^2 (was widened to 133). A coordinate whose force a
+  known-input sensor measures (the estimator takes ``known_inputs``) keeps an input state
+  for the residual only, eps of the motor's (:func:`residual_inputs`).
 
 The transitions' orders (z update, zd update) are the estimator class's ``transition_orders``;
 which parts of the rule apply, its traits' ``noise_rule`` family (:mod:`~mbde_core.estimators.traits`).
