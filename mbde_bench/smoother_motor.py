@@ -19,22 +19,17 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import time
 
 import numpy as np
 
+from mbde_bench.motors_rows import filter_row, smoother_row
 from mbde_bench.results import table
 from mbde_core import runs as R
 from mbde_core.config.paths import config_path
-from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
-from mbde_core.estimators.options.rule import scenario_context
-from mbde_core.estimators.configure import defaults
 from mbde_core.replay.inputs import load_inputs
-from mbde_core.replay.runner import initial_state, run_estimator
 from mbde_core.scenario import load_scenario
 from mbde_core.scenario.scenario import Scenario
 from mbde_core.simulator.bag import write_simulation_bag
-from mbde_core.trajectory.smoother import BatchSmoother
 
 FILTERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "pf")
 EFFORT = {"name": "motor_torque", "type": "effort", "coordinate": "theta", "joint_name": "crank_joint", "rate": 200,
@@ -56,38 +51,14 @@ def _bag(variant: str, seed: int, folder: str):
     return load_inputs(path)
 
 
-def _errors(inputs, t, z, zd, cov):
-    mech, tr = inputs.mechanism, inputs.truth
-    ang = np.isin(mech.independent, mech.rel_columns)
-    ez = coordinate_errors(z, truth_at(t, tr.t, tr.z, ang), ang)
-    e = np.hstack([ez, zd - truth_at(t, tr.t, tr.zd)])
-    ok = np.array([c is not None and np.all(np.isfinite(c)) for c in cov])
-    nees = float(np.mean([ei @ np.linalg.solve(c, ei) for ei, c, o in zip(e, cov, ok) if o])) if ok.any() else float("nan")
-    return float(np.sqrt(np.mean(ez**2))), nees / e.shape[1]
-
-
 def motor_task(shared, task) -> dict:
     """(variant, seed, folder) -> {estimator: (rmse z, nees/dim, cpu s)} on one bag."""
     variant, seed, folder = task
     inputs = _bag(variant, seed, folder)
-    out = {"variant": variant, "seed": seed, "estimators": {}}
-    for name in FILTERS:
-        c0 = time.process_time()
-        try:
-            run = run_estimator(inputs, name, defaults(name), seed, particle_budget=0)
-            recs = run.records
-            t = np.array([r.estimate.stamp for r in recs])
-            z = np.array([r.estimate.z for r in recs])
-            zd = np.array([r.estimate.zd for r in recs])
-            out["estimators"][name] = _errors(inputs, t, z, zd, [r.estimate.cov for r in recs]) + (time.process_time() - c0,)
-        except Exception as exc:  # noqa: BLE001 - a failing estimator is a row, never stops the bench
-            out["estimators"][name] = (float("nan"), float("nan"), time.process_time() - c0, f"{type(exc).__name__}")
-    c0 = time.process_time()
-    sm = BatchSmoother(inputs.mechanism, inputs.sensors, None, None, scenario_context(inputs.scenario))
-    tr = sm.smooth(inputs.measurements, initial_state(inputs, sm.config))
-    out["estimators"]["smoother"] = _errors(inputs, tr.t, tr.z, tr.zd, list(tr.cov)) + (time.process_time() - c0,)
-    out["smoother_status"] = tr.info["status"]
-    out["smoother_warnings"] = tr.info["warnings"]
+    out = {"variant": variant, "seed": seed, "estimators": {name: filter_row(inputs, name, seed) for name in FILTERS}}
+    out["estimators"]["smoother"], info = smoother_row(inputs)
+    out["smoother_status"] = info["status"]
+    out["smoother_warnings"] = info["warnings"]
     return out
 
 

@@ -251,7 +251,11 @@ def test_an_accelerometer_with_the_measured_torque(tmp_path, name):
     """Paper 004's slider-crank (one slider accelerometer, 5 N m servo) with its torque read
     at 1 kHz: the accelerometer reads the current torque's acceleration, so the stage
     hands the held torque over before each update too; with the unknown input state
-    (``inputs: auto``) on the same coordinate the two forces add up. 0.3 s from rest."""
+    (``inputs: auto``) on the same coordinate the two forces add up. 0.3 s from rest. The
+    bound is 0.03 rad: the residual input state of a measured coordinate (the default rule,
+    eps of the motor's random walk) follows this start more slowly than the motor-sized
+    state did (errorEKF 0.021 rad, UKF 0.018; with the motor-sized state 0.0033 / 0.0040,
+    which counted the motor twice: NEES/dim 0.02-0.07 on 4 s runs)."""
     from mbde_core.config.paths import config_path
     from mbde_core.estimators.assess.metrics import coordinate_errors, truth_at
     from mbde_core.replay.inputs import load_inputs
@@ -269,4 +273,4 @@ def test_an_accelerometer_with_the_measured_torque(tmp_path, name):
     z = np.array([r.estimate.z for r in run.records])
     ang = np.array([True])
     err = coordinate_errors(z, truth_at(t, inp.truth.t, inp.truth.z, ang), ang)
-    assert run.counters["inputs"] == 301 and np.sqrt(np.mean(err**2)) < 0.02, name
+    assert run.counters["inputs"] == 301 and np.sqrt(np.mean(err**2)) < 0.03, name

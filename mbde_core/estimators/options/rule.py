@@ -68,7 +68,9 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   60 rad/s: the holding torque's RMS 1.32 N m, at twice the crank speed; the simulated
   motor's torque about its mean: 0.62 / 0.96 / 1.37 N m at 40 / 50 / 60 rad/s, the holding
   torque's 0.59 / 0.92 / 1.32), sigma0 = 5 N m, q = 2.7 rad^2/s^3 (was 1.4e5) and the
-  slider accelerometer's 0.05 m/s^2 (was widened to 133).
+  slider accelerometer's 0.05 m/s^2 (was widened to 133). A coordinate whose force a
+  known-input sensor measures (the estimator takes ``known_inputs``) keeps an input state
+  for the residual only, eps of the motor's (:func:`residual_inputs`).
 
 The transitions' orders (z update, zd update) are the estimator class's ``transition_orders``;
 which parts of the rule apply, its traits' ``noise_rule`` family (:mod:`~mbde_core.estimators.traits`).
@@ -170,6 +172,8 @@ def resolve_config(cls, cfg: dict, mech, sensors, context=None, where=("<estimat
     path) of the options (named by the errors). The class's traits choose the rule's
     family (``noise_rule``), its ``transition_orders`` the discretisation terms."""
     family = cls.traits.noise_rule
+    if family == "particle":
+        context = measured_context(cls, context, mech, sensors)
     widen = _widened_sensors(cls, cfg, sensors)
     motor = family == "particle" and context is not None
     if not has_auto(cfg) and not widen and not motor:
@@ -197,12 +201,62 @@ def resolve_config(cls, cfg: dict, mech, sensors, context=None, where=("<estimat
     if out.get("inputs") == AUTO:
         jumps = bool(out["input_jump_nis"])
         out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]), model_error(out) if jumps else None)
+        measured = measured_coordinates(cls, mech, sensors)
+        if measured:
+            out["inputs"] = residual_inputs(out["inputs"], measured, model_error(out))
     if widen:
         eps = model_error(out)
         all_inputs = family == "adekf" or (covered is not None and bool(covered.all()))
         a_f = None if covered is None else np.where(covered, 0.0, sc.a_f)
         out["sensor_sigma"] = dict(out.get("sensor_sigma") or {})
         out["sensor_sigma"].update(widened_sigmas(mech, sensors, widen, sc, eps, gravity_only=all_inputs, a_f=a_f))
+    return out
+
+
+def measured_coordinates(cls, mech, sensors) -> list:
+    """The independent coordinates (names) whose generalized force a known-input sensor of
+    the run measures (``sensors.inputs``: a motor's torque), for an estimator whose traits
+    take ``known_inputs``; [] otherwise."""
+    if not cls.traits.known_inputs:
+        return []
+    ind = [int(c) for c in np.asarray(mech.independent)]
+    names = list(mech.independent_names)
+    return [names[ind.index(int(s.coordinate))] for s in getattr(sensors, "inputs", ()) if int(s.coordinate) in ind]
+
+
+def measured_context(cls, context, mech, sensors):
+    """The scenario context of the particle family without the force limits of the measured
+    coordinates (:func:`measured_coordinates`): the scenario's motor is then the measured
+    torque, held by the stage with its own variance (:mod:`~mbde_core.estimators.stage.inputs`),
+    not an unknown force that widens the acceleration noise. The user's own
+    ``rule.force_limits`` stay (an unknown force beside the measured one)."""
+    measured = measured_coordinates(cls, mech, sensors)
+    if context is None or not measured or context.get("force_limits") is None:
+        return context
+    fl = np.array(context["force_limits"], float)
+    fl[[list(mech.independent_names).index(n) for n in measured]] = 0.0
+    return {**context, "force_limits": fl}
+
+
+def residual_inputs(items: list, measured: list, eps: float) -> list:
+    """``inputs: auto`` with the input state of each measured coordinate scaled to the
+    *residual* force: what the measured torque leaves unexplained -- the model's error on
+    that coordinate and the unmodelled loads (friction) -- sized eps of the motor's (sigma0
+    eps F, psd eps^2 of the motor's random walk, no limit). The measured torque enters as a
+    known input (zero-order hold, its reading's variance); the state keeps the coordinate
+    ``covered`` (no q_force, accelerometers widened for gravity only) as the ADE-KF's inputs
+    absorb the force errors. Dropping the state instead (plant noise q_model + q_disc only)
+    loses paper 004's slider-crank on its mirror: the slider accelerometer, widened for the
+    whole model error (0.05 -> 71 m/s^2), no longer tells the direction of rotation. Keeping
+    the motor-sized state (sigma0 = limit, its random walk and jumps) next to the held reading
+    counted the motor twice: NEES/dim 0.6-0.7 (gyroscope) and 0.02-0.07 (accelerometer), and
+    1.1-1.4x the RMSE of the torque unknown on issue 42's slider-crank."""
+    out = []
+    for item in items:
+        if item["coordinate"] in measured:
+            item = {"coordinate": item["coordinate"], "psd": eps * eps * float(item["psd"]),
+                    "sigma0": eps * float(item["sigma0"])}
+        out.append(item)
     return out
 
 
@@ -290,19 +344,33 @@ def _scalar_or_list(v: np.ndarray):
 
 
 def scenario_context(scenario) -> dict | None:
-    """Rule inputs a simulated scenario adds: its speed controller's torque limit and
-    largest target speed on the driven independent coordinate (None without one)."""
+    """Rule inputs a simulated scenario adds: the limits of the forces its model does not
+    know on the independent coordinates -- its speed controller's torque limit (and largest
+    target speed on the driven coordinate), and the peak |value| over the run of each
+    unmodelled load of ``type: motor`` on a coordinate (a torque profile or a pulse signal,
+    on the scenario's step grid; a ``generalized_force`` there is a disturbance, not a
+    motor) -- None without any."""
     ctl = getattr(scenario, "controller", None)
-    if ctl is None:
+    raw = (getattr(scenario, "raw", None) or {}).get("unmodelled_loads") or []
+    loads = list(getattr(scenario, "unmodelled_loads", ()))
+    drives = [ld for item, ld in zip(raw, loads) if len(raw) == len(loads) and isinstance(item, dict)
+              and item.get("type") == "motor" and ld.kind == "generalized_force"]
+    if ctl is None and not drives:
         return None
     mech = scenario.estimator_mechanism()
     ind = list(np.asarray(mech.independent))
-    if ctl.coordinate not in ind:
-        return None
-    k = ind.index(ctl.coordinate)
     fl, sp = np.zeros(mech.dof), np.zeros(mech.dof)
-    if math.isfinite(ctl.torque_limit):
-        fl[k] = ctl.torque_limit
     ts = np.linspace(0.0, float(scenario.duration), 201)
-    sp[k] = max(abs(float(ctl.target(t))) for t in ts)
+    if ctl is not None and ctl.coordinate in ind:
+        k = ind.index(ctl.coordinate)
+        if math.isfinite(ctl.torque_limit):
+            fl[k] = ctl.torque_limit
+        sp[k] = max(abs(float(ctl.target(t))) for t in ts)
+    grid = np.arange(0.0, float(scenario.duration) + 0.5 * float(scenario.step), float(scenario.step))
+    for ld in drives:
+        if ld.coordinate in ind:
+            k = ind.index(ld.coordinate)
+            fl[k] = max(fl[k], max(abs(float(ld.value[0](t))) for t in grid))
+    if not fl.any() and not sp.any():
+        return None
     return {"force_limits": fl, "speed": sp}

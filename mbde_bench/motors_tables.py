@@ -1,0 +1,151 @@
+"""The tables of ``mbde bench motors`` (:mod:`mbde_bench.motors`) and issue 42's targets
+as pass/fail columns, from the median over the seeds of each row's RMSE of z:
+
+- torque measured: every estimator within ``MEASURED_X`` (1.5) x its RMSE on the same
+  linkage released without a motor;
+- torque unknown: every estimator with input states acquires (no run lost: RMSE > ``LOST``)
+  and stays within ``UNKNOWN_X`` (3) x the best of them;
+- the smoother: the best, or within ``SMOOTHER_X`` (1.2) x the best filter (per variant).
+
+Rows "n/a: <why>" (an estimator that does not take the input) and failed runs have no
+target; a scenario without a released reference (``adekf``) has no measured target.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mbde_bench.motors_rows import SMOOTHER
+from mbde_bench.results import table
+
+LOST = 0.1  # rad
+MEASURED_X, UNKNOWN_X, SMOOTHER_X = 1.5, 3.0, 1.2
+MEASURED_TARGETS = ("measured", "unknown")  # the variants with a target column
+
+
+def _stats(rs, variant: str, est: str):
+    """(median RMSE, lost, n, median NEES/dim, median CPU, note) over the seeds, or
+    (None, ..., note) for an n/a row."""
+    vals = [r["variants"].get(variant, {}).get(est) for r in rs]
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return None
+    if isinstance(vals[0], str):
+        return {"na": vals[0]}
+    rm = np.array([v[0] for v in vals], float)
+    ok = np.isfinite(rm)
+    return {"rmse": float(np.median(rm[ok])) if ok.any() else float("nan"), "lost": int(np.sum(~(rm < LOST))),
+            "n": len(vals), "nees": float(np.nanmedian([v[1] for v in vals])) if ok.any() else float("nan"),
+            "cpu": float(np.median([v[2] for v in vals])), "errors": sorted({v[3] for v in vals if len(v) > 3})}
+
+
+def stats(rows, name: str) -> dict:
+    """{variant: {estimator: stats}} of scenario ``name`` (:func:`_stats`)."""
+    rs = [r for r in rows if r["scenario"] == name]
+    out = {}
+    for r in rs:
+        for v, ests in r["variants"].items():
+            for e in ests:
+                out.setdefault(v, {}).setdefault(e, None)
+    return {v: {e: _stats(rs, v, e) for e in ests} for v, ests in out.items()}
+
+
+def _ok(s) -> bool:
+    return s is not None and "na" not in s and np.isfinite(s["rmse"])
+
+
+def targets(st: dict, released: dict | None) -> dict:
+    """{variant: {estimator: (ratio, passed)}} of the targets (module doc); released: the
+    reference scenario's {estimator: stats} (None: no measured target)."""
+    out = {}
+    for variant, ests in st.items():
+        filters = {e: s for e, s in ests.items() if e != SMOOTHER and _ok(s)}
+        best = min((s["rmse"] for s in filters.values()), default=float("nan"))
+        res = {}
+        for e, s in ests.items():
+            if not _ok(s):
+                continue
+            if e == SMOOTHER:
+                ratio = s["rmse"] / best if best > 0 else float("nan")
+                res[e] = (ratio, bool(ratio <= SMOOTHER_X))
+            elif variant == "measured" and released and _ok(released.get(e)) and released[e]["rmse"] > 0:
+                ratio = s["rmse"] / released[e]["rmse"]
+                res[e] = (ratio, bool(ratio <= MEASURED_X and s["lost"] == 0))
+            elif variant == "unknown" and best > 0:
+                ratio = s["rmse"] / best
+                res[e] = (ratio, bool(ratio <= UNKNOWN_X and s["lost"] == 0))
+        out[variant] = res
+    return out
+
+
+def _reference(rows, name: str, scenarios) -> dict | None:
+    ref = scenarios[name][3]
+    return stats(rows, ref).get("released") if ref else None
+
+
+def _cell(s, key: str, fmt: str) -> str:
+    if s is None:
+        return "-"
+    if "na" in s:
+        return s["na"] if key == "rmse" else "-"
+    if key == "lost":
+        return f"{s['lost']} / {s['n']}"
+    v = s[key]
+    return "failed" if key == "rmse" and not np.isfinite(v) else format(v, fmt)
+
+
+def summary_tables(rows, names, scenarios) -> str:
+    """Markdown: one table per scenario, a row per estimator (and the smoother), per variant
+    the median RMSE, runs lost, NEES/dim, CPU and the target (ratio, yes / NO)."""
+    md = []
+    for name in names:
+        st = stats(rows, name)
+        if not st:
+            continue
+        tg = targets(st, _reference(rows, name, scenarios))
+        variants = list(st)
+        ests = list(dict.fromkeys(e for v in variants for e in st[v]))
+        head = ["estimator"]
+        for v in variants:
+            head += [f"{v}: RMSE z", "lost", "NEES/dim", "CPU s"] + (["target"] if v in MEASURED_TARGETS else [])
+        body, errors = [], set()
+        for e in ests:
+            row = [e]
+            for v in variants:
+                s = st[v].get(e)
+                row += [_cell(s, "rmse", ".2e"), _cell(s, "lost", ""), _cell(s, "nees", ".3g"), _cell(s, "cpu", ".1f")]
+                if v in MEASURED_TARGETS:
+                    t = tg.get(v, {}).get(e)
+                    row.append("-" if t is None else f"{'yes' if t[1] else 'NO'} ({t[0]:.2g}x)")
+                errors.update(s.get("errors", []) if s else [])
+            body.append(row)
+        n = len({r["seed"] for r in rows if r["scenario"] == name})
+        ref = scenarios[name][3]
+        note = ("\n\nfailed: " + "; ".join(sorted(errors))) if errors else ""
+        users = [n for n in scenarios if scenarios[n][3] == name and n != name]
+        where = (f"measured vs {'its released variant' if ref == name else ref}" if ref else
+                 f"the released reference of {', '.join(users)}" if users else "no released reference")
+        md.append(f"## {name} ({scenarios[name][0]}.yaml, {n} seed(s); {where})\n\n{table(head, body)}{note}\n")
+    return "\n".join(md)
+
+
+
+def targets_table(rows, names, scenarios) -> str:
+    """Markdown: per scenario, how many rows meet each target (module doc)."""
+    head = ["scenario", f"measured within {MEASURED_X:g}x of released", f"unknown within {UNKNOWN_X:g}x of the best, none lost",
+            f"smoother within {SMOOTHER_X:g}x of the best filter (measured / unknown)"]
+    body = []
+    for name in names:
+        st = stats(rows, name)
+        if not st or not any(v in st for v in MEASURED_TARGETS):
+            continue
+        tg = targets(st, _reference(rows, name, scenarios))
+        cells = []
+        for v in MEASURED_TARGETS:
+            res = {e: t for e, t in tg.get(v, {}).items() if e != SMOOTHER}
+            fails = [e for e, t in res.items() if not t[1]]
+            cells.append(f"{len(res) - len(fails)} / {len(res)}" + (f" (not: {', '.join(fails)})" if fails else "")
+                         if res else "-")
+        sm = [tg.get(v, {}).get(SMOOTHER) for v in MEASURED_TARGETS]
+        cells.append(" / ".join("-" if t is None else f"{'yes' if t[1] else 'NO'} ({t[0]:.2g}x)" for t in sm))
+        body.append([name] + cells)
+    return "## Targets (issue 42)\n\n" + table(head, body) + "\n"
