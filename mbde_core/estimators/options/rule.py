@@ -78,6 +78,7 @@ transfer, ``mbde bench transfer``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -171,18 +172,24 @@ def resolve_config(cls, cfg: dict, mech, sensors, context=None, where=("<estimat
     family (``noise_rule``), its ``transition_orders`` the discretisation terms."""
     family = cls.traits.noise_rule
     widen = _widened_sensors(cls, cfg, sensors)
-    motor = family == "particle" and context is not None
+    motor = family == "particle" and (context is not None or bool((cfg.get("rule") or {}).get("force_limits")))
     if not has_auto(cfg) and not widen and not motor:
         return cfg
     out = copy.deepcopy(cfg)
     sc = rule_scales(mech, cfg, context, where)
     covered, limits = _covered(cls, out, mech, context, where)
-    if motor:
-        _particle_motor(out, sc)
+    measured = measured_coordinates(mech, sensors)
+    sk = sc  # the scales of the unknown forces: a measured torque is known (a_f 0 there)
+    if measured.any() and family != "adekf":
+        sk = dataclasses.replace(sc, a_f=np.where(measured, 0.0, sc.a_f))
+        if limits is not None and family == "particle":  # the Kalman observers keep theirs (a friction's share)
+            limits = np.where(measured, 0.0, limits)
+    if motor:  # the acceleration noise keeps covering the unknown motor with input states too (particle/inputs.py)
+        _particle_motor(out, sk)
     if out["step"] == AUTO:
         out["step"] = auto_step(sc, sensors)
     pn = out.get("plant_noise") or {}
-    q_acc, q_vel = auto_psd(cls, out, sc, float(out["step"]), covered)
+    q_acc, q_vel = auto_psd(cls, out, sk, float(out["step"]), covered)
     if pn.get("acceleration_psd") == AUTO:
         pn["acceleration_psd"] = _scalar_or_list(q_acc)
     if pn.get("velocity_psd") == AUTO:
@@ -195,15 +202,22 @@ def resolve_config(cls, cfg: dict, mech, sensors, context=None, where=("<estimat
     if family == "adekf":
         _adekf_inputs(out, sc, mech)
     if out.get("inputs") == AUTO:
-        jumps = bool(out["input_jump_nis"])
+        jumps = bool(out.get("input_jump_nis", 0))  # the particle filters: none (their jumps are redraws)
         out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]), model_error(out) if jumps else None)
     if widen:
         eps = model_error(out)
         all_inputs = family == "adekf" or (covered is not None and bool(covered.all()))
-        a_f = None if covered is None else np.where(covered, 0.0, sc.a_f)
+        a_f = sk.a_f if covered is None else np.where(covered, 0.0, sk.a_f)
         out["sensor_sigma"] = dict(out.get("sensor_sigma") or {})
         out["sensor_sigma"].update(widened_sigmas(mech, sensors, widen, sc, eps, gravity_only=all_inputs, a_f=a_f))
     return out
+
+
+def measured_coordinates(mech, sensors) -> np.ndarray:
+    """(g,) bool: the independent coordinates a known-input sensor (a measured torque,
+    :mod:`mbde_core.sensors.effort`) drives."""
+    cols = {int(s.coordinate) for s in getattr(sensors, "inputs", ())}
+    return np.array([int(c) in cols for c in np.asarray(mech.independent)], dtype=bool)
 
 
 def _covered(cls, cfg: dict, mech, context, where):
@@ -275,7 +289,10 @@ def _particle_motor(out: dict, sc) -> None:
     uniform start's velocity range covers 1.25 x the characteristic speed v (which
     includes the motor's target speed), and the acceleration noise covers the motor's
     torque, sigma_a = sqrt((0.5 a_g)^2 + max a_f^2) (a_g: the RMS acceleration of the known
-    forces, a_f: the torque limit over the reduced mass). Explicit options stay."""
+    forces, a_f: the torque limit over the reduced mass; 0 where the torque is measured),
+    also with input states: the adapted proposal draws that noise given the readings, the
+    blind random walk of the inputs alone lags the motor (:mod:`mbde_core.estimators.
+    particle.inputs`). Explicit options stay."""
     uni = out["uniform"]
     if not uni["zd"] and np.any(sc.v > 0):
         uni["zd"] = [[-float(w), float(w)] for w in VELOCITY_MARGIN * sc.v]
