@@ -216,9 +216,9 @@ def particles(pf) -> ParticleCloud:
 
 def with_inputs(pf, snap):
     """The snapshot with the cloud's inputs (names, weighted mean, covariance; :mod:`.inputs`),
-    as the Kalman observers report theirs."""
+    as the Kalman observers report theirs, unless it carries its Gaussian follower's."""
     ins = getattr(pf, "inputs", None)
-    if ins:
+    if ins and not snap.input_names:
         snap.input_names = ins.names()
         snap.inputs, snap.input_cov = ins.estimate(pf.weights())
     return snap
