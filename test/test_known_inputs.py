@@ -205,7 +205,8 @@ def test_replay_feeds_the_torque_and_it_matches_the_simulator(tmp_path):
 
 def test_live_subscribes_to_the_torque_of_an_estimator_that_takes_it(tmp_path):
     """The live core listens on the effort sensor's JointState topic when the estimator
-    takes known inputs (and not otherwise), and runs replay's stage on it bit for bit."""
+    takes known inputs (every shipped one: the Kalman observers, the particle filters and
+    the ADE-KF), and runs replay's stage on it bit for bit."""
     from mbde_core.live.estimator import EstimatorOptions, LiveEstimator, load_config
     from mbde_core.live.model_source import from_description
     from mbde_core.replay.inputs import load_inputs

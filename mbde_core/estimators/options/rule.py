@@ -69,6 +69,15 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   motor's torque about its mean: 0.62 / 0.96 / 1.37 N m at 40 / 50 / 60 rad/s, the holding
   torque's 0.59 / 0.92 / 1.32), sigma0 = 5 N m, q = 2.7 rad^2/s^3 (was 1.4e5) and the
   slider accelerometer's 0.05 m/s^2 (was widened to 133).
+- a measured torque (a known-input sensor, :mod:`mbde_core.sensors.effort`) is no unknown
+  force (except for the ADE-KF, whose input state carries it, :mod:`~mbde_core.estimators.
+  kalman.adekf_effort`): its coordinate's a_f leaves q_force, the accelerometer widening
+  and the particle filters' sigma_a, and the particle filters' ``inputs: auto`` adds no
+  unknown input there (the Kalman observers' keeps theirs: it takes a friction the model
+  lacks: without it the DIEKFpm gave 0.032 rad on 0.3 s of paper 004's slider-crank with
+  the torque read, with it < 0.02, test_known_inputs). Measured on
+  the moving speed-step slider-crank (seed 1, after 1 s): the PF's UKF follower with the
+  motor's a_f in its q_force 0.060 rad, without 0.0022.
 
 The transitions' orders (z update, zd update) are the estimator class's ``transition_orders``;
 which parts of the rule apply, its traits' ``noise_rule`` family (:mod:`~mbde_core.estimators.traits`).
