@@ -31,8 +31,6 @@ the code they ran before inputs existed.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from mbde_core.engine import kinematics
