@@ -80,8 +80,9 @@ def test_suitability_warns_unless_the_torque_is_measured(crank):
     measured = assess("ukf", mech, ss, init, 0.005, force_limits=[2.0])
     assert "pi - theta" not in measured.message  # the ukf takes the measured torque: no unknown force
     pf = assess("pf", mech, ss, init, 0.005, force_limits=[2.0])
-    assert "pi - theta" in pf.message  # the particle filter cannot take it, and says so on the same line
-    assert "has no input states and cannot take the measured torque of motor_torque" in pf.message
+    assert "pi - theta" not in pf.message and "input states" not in pf.message  # the particle filter takes it too
+    pf_blind = assess("pf", mech, blind, init, 0.005, force_limits=[2.0])
+    assert "pi - theta" in pf_blind.message and "has no input states" in pf_blind.message  # its default: inputs []
     assert "has no input states" in v.message  # ukf without options: no input states either, on a weak verdict too
     moving = InitialState(np.array([math.pi / 2]), np.array([15.0]), np.array([0.1]), np.array([1.0]))
     assert "coin toss" not in assess("ukf", mech, blind, moving, 0.005, force_limits=[2.0]).message

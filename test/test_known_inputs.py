@@ -200,12 +200,13 @@ def test_replay_feeds_the_torque_and_it_matches_the_simulator(tmp_path):
         err = np.minimum(*(np.abs(held[late] - truth_at(t - lag, tr.t, tr.effort)[late, col]) for lag in (0.0, 0.002)))
         assert np.median(err) < 0.01 and np.sqrt(np.mean(err**2)) < 0.05, name  # 0.5 x 0.01; the step
     pf = _estimator("pf", inp.mechanism, inp.sensors, {})
-    assert unused_inputs(pf, inp.sensors) == {"motor_current": 0}
+    assert unused_inputs(pf, inp.sensors) == {}  # the particle filter takes it too (test_pf_inputs.py)
 
 
 def test_live_subscribes_to_the_torque_of_an_estimator_that_takes_it(tmp_path):
     """The live core listens on the effort sensor's JointState topic when the estimator
-    takes known inputs (and not otherwise), and runs replay's stage on it bit for bit."""
+    takes known inputs (every shipped one: the Kalman observers, the particle filters and
+    the ADE-KF), and runs replay's stage on it bit for bit."""
     from mbde_core.live.estimator import EstimatorOptions, LiveEstimator, load_config
     from mbde_core.live.model_source import from_description
     from mbde_core.replay.inputs import load_inputs
@@ -221,7 +222,7 @@ def test_live_subscribes_to_the_torque_of_an_estimator_that_takes_it(tmp_path):
     sc = Scenario(sc.raw, file="motor_effort.yaml")
     bag = tmp_path / "bag"
     write_simulation_bag(sc, bag)
-    for name, listens in (("ukf", True), ("pf", False)):
+    for name, listens in (("ukf", True), ("pf", True)):
         sink = Sink()
         core = LiveEstimator(from_description(description(bag)), EstimatorOptions(name, load_config(name, CONFIG)),
                              RosbagsFactory(), sink.publish, sink.log)

@@ -47,6 +47,9 @@ Known limit: a slider-crank started at rest at a dead centre is ambiguous for a 
 accelerometer (theta -> -theta gives the same readings, gravity aside); the filter may
 then follow the mirrored motion. Start the estimate off the dead centre or know the sign.
 
+A measured motor torque (an ``effort`` sensor) is a known input with its noise, the input
+state on its coordinate keeping what the torque does not explain (:mod:`adekf_effort`).
+
 Estimated inputs are reported in the snapshot with ``input_names`` = the names of the
 natural coordinates they act on (``coordinate`` inputs, e.g. ``theta``), so they reach
 JointState.effort of /mbde/adekf/joint_states and replay's input RMSE; ``torque``
@@ -62,6 +65,7 @@ import numpy as np
 
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.kalman.adekf_bounds import StateBox
+from mbde_core.estimators.kalman.adekf_effort import MeasuredInputs
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, UpdateResult, sensor_variances
 from mbde_core.estimators.kalman.adekf_jumps import InputJumps
 from mbde_core.estimators.kalman.algebra import ekf_update
@@ -117,10 +121,11 @@ class ADEKFOptions(StageOptions):
     rule: Rule = Rule()                # inputs of the default-tuning rule (auto values: rule.py)
 
 
-class ADEKF(InputJumps, CovarianceInflation, Estimator):
+class ADEKF(MeasuredInputs, InputJumps, CovarianceInflation, Estimator):
     name = "adekf"
     Options = ADEKFOptions
     traits = Traits(cost=3.0, color=(0.84, 0.15, 0.16, 1.0), slot=4, tunable=KALMAN_TUNABLE, noise_rule="adekf",
+                    known_inputs=True,  # a measured torque as a known input with its noise (adekf_effort)
                     needs=frozenset({"accelerations"}),
                     needs_reason="its unknown inputs show only in the accelerations (paper 004 sec. 4.4)", pbh=True)
 
@@ -197,6 +202,7 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
         self._lin = None
         self._Qd = {}
         self._sigma = sensor_variances(options)
+        self._init_measured()
 
     @staticmethod
     def _build_map(mech, options):
@@ -261,6 +267,7 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
         self._alt = None
         self.outliers_undone = 0
         self._d2_hist = None
+        self._applied = None  # a new state: no held torque in its inputs yet (adekf_effort)
         jet = self.map.evaluate(self.x[:g], order=1, q_guess=self.q)
         if not bool(jet.ok[0]):
             raise ValueError("the initial state cannot be assembled")
@@ -281,11 +288,11 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
     def _predict(self, dt: float) -> None:
         n = self.substeps
         if n == 1:
-            return self._euler(dt, self.process_noise(dt))
+            return self._euler_known(dt, self.process_noise(dt))
         h = dt / n
         Qh = self.process_noise(dt) / n          # the same noise per filter step, spread evenly
         for _ in range(n):
-            self._euler(h, Qh)
+            self._euler_known(h, Qh)  # with the measured torques (adekf_effort)
 
     def _euler(self, dt: float, Qd: np.ndarray) -> None:
         """One forward-Euler step (eq. 33) of the mean and the covariance (eq. 7)."""
@@ -372,4 +379,4 @@ class ADEKF(InputJumps, CovarianceInflation, Estimator):
     def diagnostics(self) -> dict:
         return {"assembly_failures": self.failures, "map": self.map.source, "input_jumps": self.jumps,
                 "jumps_undone": self.outliers_undone,
-                "bounded": self.bounded}
+                "bounded": self.bounded, "known_inputs_unused": self.known_unused}

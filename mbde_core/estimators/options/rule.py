@@ -68,9 +68,18 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   60 rad/s: the holding torque's RMS 1.32 N m, at twice the crank speed; the simulated
   motor's torque about its mean: 0.62 / 0.96 / 1.37 N m at 40 / 50 / 60 rad/s, the holding
   torque's 0.59 / 0.92 / 1.32), sigma0 = 5 N m, q = 2.7 rad^2/s^3 (was 1.4e5) and the
-  slider accelerometer's 0.05 m/s^2 (was widened to 133). A coordinate whose force a
-  known-input sensor measures (the estimator takes ``known_inputs``) keeps an input state
-  for the residual only, eps of the motor's (:func:`residual_inputs`).
+  slider accelerometer's 0.05 m/s^2 (was widened to 133).
+- a measured torque (a known-input sensor, :mod:`mbde_core.sensors.effort`) is no unknown
+  force (except for the ADE-KF, whose input state carries it, :mod:`~mbde_core.estimators.
+  kalman.adekf_effort`): its coordinate's a_f leaves q_force, the accelerometer widening
+  and the particle filters' sigma_a, and the particle filters' ``inputs: auto`` adds no
+  unknown input there (the Kalman observers' keeps theirs: it takes a friction the model
+  lacks: without it the DIEKFpm gave 0.032 rad on 0.3 s of paper 004's slider-crank with
+  the torque read, with it < 0.02, test_known_inputs). Measured on
+  the moving speed-step slider-crank (seed 1, after 1 s): the PF's UKF follower with the
+  motor's a_f in its q_force 0.060 rad, without 0.0022.
+  A Kalman observer's coordinate whose force a known-input sensor measures keeps an input
+  state for the residual only, eps of the motor's (:func:`residual_inputs`).
 
 The transitions' orders (z update, zd update) are the estimator class's ``transition_orders``;
 which parts of the rule apply, its traits' ``noise_rule`` family (:mod:`~mbde_core.estimators.traits`).
@@ -80,6 +89,7 @@ transfer, ``mbde bench transfer``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -172,21 +182,25 @@ def resolve_config(cls, cfg: dict, mech, sensors, context=None, where=("<estimat
     path) of the options (named by the errors). The class's traits choose the rule's
     family (``noise_rule``), its ``transition_orders`` the discretisation terms."""
     family = cls.traits.noise_rule
-    if family == "particle":
-        context = measured_context(cls, context, mech, sensors)
     widen = _widened_sensors(cls, cfg, sensors)
-    motor = family == "particle" and context is not None
+    motor = family == "particle" and (context is not None or bool((cfg.get("rule") or {}).get("force_limits")))
     if not has_auto(cfg) and not widen and not motor:
         return cfg
     out = copy.deepcopy(cfg)
     sc = rule_scales(mech, cfg, context, where)
     covered, limits = _covered(cls, out, mech, context, where)
-    if motor:
-        _particle_motor(out, sc)
+    measured = measured_coordinates(mech, sensors)
+    sk = sc  # the scales of the unknown forces: a measured torque is known (a_f 0 there)
+    if measured.any() and family != "adekf":
+        sk = dataclasses.replace(sc, a_f=np.where(measured, 0.0, sc.a_f))
+        if limits is not None and family == "particle":  # the Kalman observers keep theirs (a friction's share)
+            limits = np.where(measured, 0.0, limits)
+    if motor:  # the acceleration noise keeps covering the unknown motor with input states too (particle/inputs.py)
+        _particle_motor(out, sk)
     if out["step"] == AUTO:
         out["step"] = auto_step(sc, sensors)
     pn = out.get("plant_noise") or {}
-    q_acc, q_vel = auto_psd(cls, out, sc, float(out["step"]), covered)
+    q_acc, q_vel = auto_psd(cls, out, sk, float(out["step"]), covered)
     if pn.get("acceleration_psd") == AUTO:
         pn["acceleration_psd"] = _scalar_or_list(q_acc)
     if pn.get("velocity_psd") == AUTO:
@@ -199,43 +213,25 @@ def resolve_config(cls, cfg: dict, mech, sensors, context=None, where=("<estimat
     if family == "adekf":
         _adekf_inputs(out, sc, mech)
     if out.get("inputs") == AUTO:
-        jumps = bool(out["input_jump_nis"])
+        jumps = bool(out.get("input_jump_nis", 0))  # the particle filters: none (their jumps are redraws)
         out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]), model_error(out) if jumps else None)
-        measured = measured_coordinates(cls, mech, sensors)
-        if measured:
-            out["inputs"] = residual_inputs(out["inputs"], measured, model_error(out))
+        if cls.traits.known_inputs and measured.any():  # a measured torque leaves a residual force
+            names = [n for n, m in zip(mech.independent_names, measured) if m]
+            out["inputs"] = residual_inputs(out["inputs"], names, model_error(out))
     if widen:
         eps = model_error(out)
         all_inputs = family == "adekf" or (covered is not None and bool(covered.all()))
-        a_f = None if covered is None else np.where(covered, 0.0, sc.a_f)
+        a_f = sk.a_f if covered is None else np.where(covered, 0.0, sk.a_f)
         out["sensor_sigma"] = dict(out.get("sensor_sigma") or {})
         out["sensor_sigma"].update(widened_sigmas(mech, sensors, widen, sc, eps, gravity_only=all_inputs, a_f=a_f))
     return out
 
 
-def measured_coordinates(cls, mech, sensors) -> list:
-    """The independent coordinates (names) whose generalized force a known-input sensor of
-    the run measures (``sensors.inputs``: a motor's torque), for an estimator whose traits
-    take ``known_inputs``; [] otherwise."""
-    if not cls.traits.known_inputs:
-        return []
-    ind = [int(c) for c in np.asarray(mech.independent)]
-    names = list(mech.independent_names)
-    return [names[ind.index(int(s.coordinate))] for s in getattr(sensors, "inputs", ()) if int(s.coordinate) in ind]
-
-
-def measured_context(cls, context, mech, sensors):
-    """The scenario context of the particle family without the force limits of the measured
-    coordinates (:func:`measured_coordinates`): the scenario's motor is then the measured
-    torque, held by the stage with its own variance (:mod:`~mbde_core.estimators.stage.inputs`),
-    not an unknown force that widens the acceleration noise. The user's own
-    ``rule.force_limits`` stay (an unknown force beside the measured one)."""
-    measured = measured_coordinates(cls, mech, sensors)
-    if context is None or not measured or context.get("force_limits") is None:
-        return context
-    fl = np.array(context["force_limits"], float)
-    fl[[list(mech.independent_names).index(n) for n in measured]] = 0.0
-    return {**context, "force_limits": fl}
+def measured_coordinates(mech, sensors) -> np.ndarray:
+    """(g,) bool: the independent coordinates a known-input sensor (a measured torque,
+    :mod:`mbde_core.sensors.effort`) drives."""
+    cols = {int(s.coordinate) for s in getattr(sensors, "inputs", ())}
+    return np.array([int(c) in cols for c in np.asarray(mech.independent)], dtype=bool)
 
 
 def residual_inputs(items: list, measured: list, eps: float) -> list:
@@ -329,7 +325,10 @@ def _particle_motor(out: dict, sc) -> None:
     uniform start's velocity range covers 1.25 x the characteristic speed v (which
     includes the motor's target speed), and the acceleration noise covers the motor's
     torque, sigma_a = sqrt((0.5 a_g)^2 + max a_f^2) (a_g: the RMS acceleration of the known
-    forces, a_f: the torque limit over the reduced mass). Explicit options stay."""
+    forces, a_f: the torque limit over the reduced mass; 0 where the torque is measured),
+    also with input states: the adapted proposal draws that noise given the readings, the
+    blind random walk of the inputs alone lags the motor (:mod:`mbde_core.estimators.
+    particle.inputs`). Explicit options stay."""
     uni = out["uniform"]
     if not uni["zd"] and np.any(sc.v > 0):
         uni["zd"] = [[-float(w), float(w)] for w in VELOCITY_MARGIN * sc.v]

@@ -98,6 +98,7 @@ from mbde_core.estimators.particle import scales as pf_scale
 from mbde_core.estimators.particle.likelihood import lse, plain_log_likelihood, position_only, velocity_linear
 from mbde_core.estimators.particle.options import (LOG_UNDERFLOW, ParticleOptions, check_config, check_run,
                                                    particle_counts, ranges)
+from mbde_core.estimators.particle.inputs import ParticleInputs
 from mbde_core.estimators.particle.particles import ParticleSet
 from mbde_core.estimators.particle.prior import prior_box
 from mbde_core.estimators.particle.propagate import Propagator
@@ -121,7 +122,7 @@ class ParticleFilter(ParticleSet, Estimator):
 
     name = "pf"
     traits = Traits(cost=3.0, color=(0.12, 0.47, 0.71, 1.0), slot=1, tunable=("acceleration_sigma",),
-                    noise_rule="particle", drivers=True, local=False)  # drivers: every kinematic problem is
+                    input_states=True, known_inputs=True, noise_rule="particle", drivers=True, local=False)  # drivers: every kinematic problem is
     # solved at the filter's time; not local: it re-acquires globally by itself (uniform re-initialisation)
     Options = ParticleOptions
     particles_per_dof = pf_scale.PARTICLES_PER_DOF  # `particles: null` (pf_scale)
@@ -200,6 +201,7 @@ class ParticleFilter(ParticleSet, Estimator):
         self._acc_memo = None  # (arrays, qdd with noise) of _accelerations
         nt = opt.threads
         self.propagator = Propagator(self.integrator, mech, threads=None if nt is None else int(nt))
+        self.inputs = ParticleInputs(self)  # a measured torque, unknown torques as input states (:mod:`.inputs`)
         self.follower = GaussianFollower(self)
         self._alloc()
 
@@ -216,7 +218,7 @@ class ParticleFilter(ParticleSet, Estimator):
         """Lines 2-4: integrate every particle over dt (see the module docstring)."""
         if self.adapted and self._pending is not None and self.sigma_a > 0:  # no reading took the noise
             self._impulse(self.sigma_a * self.rng.standard_normal((self.N, self.g)), self._pending)
-        extra = None if self.adapted else self.v
+        extra = self.input_step(dt, None if self.adapted else self.v)  # + the inputs' B u (:mod:`.inputs`)
         st = self._propagate(dt, extra)
         if st is not self.propagator.last:  # a subclass's own proposal (vipf): its context, if any
             self.propagator.adopt(st.aux, self.N)
@@ -316,7 +318,7 @@ class ParticleFilter(ParticleSet, Estimator):
     # -- the estimate (paper 000 eqs. 19-20, :mod:`.outputs`) ----------------------------------
     def estimate(self) -> MechanismSnapshot:
         """The cloud's estimate, or the Gaussian follower's while it runs (:mod:`.refine`)."""
-        return self.follower.publish(self.cloud_estimate())
+        return outputs.with_inputs(self, self.follower.publish(self.cloud_estimate()))
 
     def cloud_estimate(self) -> MechanismSnapshot:
         """The cloud's own estimate (eqs. 19-20), whatever the follower does."""

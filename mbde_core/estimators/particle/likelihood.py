@@ -246,15 +246,18 @@ def robust_ll(pf, rd, ll):
 
 
 def accelerations(pf):
-    """qdd of every particle including its acceleration noise: R (f + v) + R'zd.
+    """qdd of every particle including its acceleration noise and its inputs'
+    accelerations (:mod:`.inputs`): R (f + v + B u) + R'zd.
 
     Memoised on the identity of the particle arrays and the time (the readings and the
     proposal of one update both need it; the arrays are replaced, never edited in place)."""
-    key = (pf.q, pf.qd, pf.qdd, pf.v, pf.t)
+    ins = getattr(pf, "inputs", None)
+    key = (pf.q, pf.qd, pf.qdd, pf.v, pf.t) + ((ins.U, ins.K) if ins else ())
     memo = pf._acc_memo
-    if memo is not None and all(a is b for a, b in zip(memo[0][:4], key[:4])) and memo[0][4] == key[4]:
+    if memo is not None and len(memo[0]) == len(key) and all(a is b for a, b in zip(memo[0][:4], key[:4])) \
+            and memo[0][4] == key[4] and all(a is b for a, b in zip(memo[0][5:], key[5:])):
         return memo[1]
-    zdd = pf.qdd[:, pf.iz] + pf.v
+    zdd = pf.qdd[:, pf.iz] + pf.accel_noise
     out = kinematics.acceleration(pf.mech, pf.q, pf.qd, zdd, t=pf.t)
     pf._acc_memo = (key, out)
     return out

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.options.common import FrozenMap, InitialSigma, Options, StageOptions
+from mbde_core.estimators.options.inputs import validate_inputs
+from mbde_core.estimators.options.common import FrozenMap, InitialSigma, Options, Rule, StageOptions, input_field
+from mbde_core.estimators.particle.inputs import INPUT_JUMP_RATE
 from mbde_core.estimators.particle.refine import REFINE_DEFAULTS, check_refine
 from mbde_core.estimators.particle import scales as pf_scale
 from mbde_core.estimators.particle.prior import prior_box
@@ -113,6 +115,9 @@ class ParticleOptions(StageOptions):
     branch_check: bool = True                 # relabel particles whose q left their branch (counted)
     threads: int | None = None                # propagation threads; None: MBDE_PF_THREADS or the CPU count
     refine: Refine = Refine()
+    inputs: tuple | str = input_field(())     # unknown torques as per-particle random walks; auto: the rule's (inputs.py)
+    input_jump_rate: float = INPUT_JUMP_RATE  # [1/s] redraws of a particle's unknown inputs within their limits
+    rule: Rule = Rule()                       # the rule's model_error and force_limits (the unknown motors' bounds)
 
 
 DEFAULTS = ParticleOptions.defaults()
@@ -204,6 +209,10 @@ def check_config(cfg: dict, file: str = "<config>", path: str = "pf", g: int | N
     if uni["anneal"] is not None and not uni["anneal"] >= 0:
         raise ConfigError(file, f"{path}.uniform.anneal", f"must be >= 0 [s], got {uni['anneal']}")
     check_refine(cfg, file, path)
+    validate_inputs({"inputs": cfg["inputs"], "input_jump_nis": 0.0}, file, path)
+    jr = cfg["input_jump_rate"]
+    if isinstance(jr, bool) or not isinstance(jr, (int, float)) or not jr >= 0:
+        raise ConfigError(file, f"{path}.input_jump_rate", f"must be >= 0 [1/s] (0: no jumps), got {jr!r}")
     br = uni["branches"]
     if not isinstance(br, (list, tuple)) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in br):
         raise ConfigError(file, f"{path}.uniform.branches", f"expected a list of branch labels (integers >= 0), got {br!r}")

@@ -163,7 +163,7 @@ def estimate(pf) -> MechanismSnapshot:
     w = pf.weights()
     if pf_numba.enabled(pf.N):  # the moments in two fused parallel passes (pf_numba)
         sc = _sincos_all(pf)
-        (zm, zdm, zddm), P = pf_numba.moments(w, pf.q, pf.qd, pf.qdd, pf.v, sc[0], sc[1], pf.iz,
+        (zm, zdm, zddm), P = pf_numba.moments(w, pf.q, pf.qd, pf.qdd, pf.accel_noise, sc[0], sc[1], pf.iz,
                                               pf.angular, pf.propagator.threads)
         P = P + kernel_covariance(pf)
     else:
@@ -214,6 +214,16 @@ def particles(pf) -> ParticleCloud:
                          ess=effective_sample_size(w), unique=unique(pf))
 
 
+def with_inputs(pf, snap):
+    """The snapshot with the cloud's inputs (names, weighted mean, covariance; :mod:`.inputs`),
+    as the Kalman observers report theirs, unless it carries its Gaussian follower's."""
+    ins = getattr(pf, "inputs", None)
+    if ins and not snap.input_names:
+        snap.input_names = ins.names()
+        snap.inputs, snap.input_cov = ins.estimate(pf.weights())
+    return snap
+
+
 def diagnostics(pf) -> dict:
     w = pf.weights()
     upd = max(pf.counts["updates"], 1)
@@ -228,4 +238,5 @@ def diagnostics(pf) -> dict:
         "branch_probabilities": branch_probabilities(pf, w).tolist(),
         **pf.counts,
         "recovery_reasons": dict(pf.recovery_reasons),
+        **({"input_jumps": pf.inputs.jumps} if getattr(pf, "inputs", None) and pf.inputs.ku else {}),
     }

@@ -19,7 +19,11 @@ on their identity stay valid. :class:`ParticleSet` is the base of
   configurations) is relabelled (``branch_check``, ``branch_jumps``,
   :meth:`ParticleSet._check_branches`);
 - the acceleration noise of a step is applied as the velocity impulse it causes
-  (:meth:`ParticleSet._impulse`, :mod:`.proposal`).
+  (:meth:`ParticleSet._impulse`, :mod:`.proposal`);
+- the generalized-force inputs (a measured torque, unknown torques as input states) add
+  the acceleration B(z) u of each particle's inputs (``inputs``, :mod:`.inputs`):
+  :meth:`ParticleSet.input_step` before a step, ``accel_noise`` (v plus it) wherever the
+  step's acceleration is read.
 """
 from __future__ import annotations
 
@@ -65,8 +69,37 @@ class ParticleSet:
 
     @property
     def zdd(self) -> np.ndarray:
-        """(N, g) drawn accelerations f(z, zd) + v."""
-        return self.qdd[:, self.iz] + self.v
+        """(N, g) drawn accelerations f(z, zd) + v (+ B u of the inputs)."""
+        return self.qdd[:, self.iz] + self.accel_noise
+
+    @property
+    def accel_noise(self) -> np.ndarray:
+        """(N, g) what the particles' accelerations add to the model's f(z, zd): the
+        acceleration noise v and the inputs' B(z) u (:mod:`.inputs`)."""
+        ins = getattr(self, "inputs", None)
+        return self.v + ins.accel(self.q) if ins else self.v
+
+    def input_step(self, dt: float, extra):
+        """Before a prediction over dt: the inputs' walk and draws (:meth:`.inputs.
+        ParticleInputs.step`); returns ``extra`` (the step's acceleration noise or None)
+        plus the inputs' B(z) u at the step's start (held over the step)."""
+        ins = getattr(self, "inputs", None)
+        if not ins:
+            return extra
+        ins.step(self.N, dt)
+        a = ins.accel(self.q)
+        return a if extra is None else extra + a
+
+    def set_known_inputs(self, values, variances) -> None:
+        """The stage's held known inputs (a measured torque) and their variances for the
+        next step (each particle draws its own, :mod:`.inputs`); the Gaussian follower
+        gets them too while it runs (seeded, it holds [z, zd, inputs])."""
+        ins = getattr(self, "inputs", None)
+        if ins and ins.km:
+            ins.set_known(values, variances)
+        fol = getattr(self, "follower", None)
+        if fol is not None and fol.following and fol.est.traits.known_inputs:
+            fol.est.set_known_inputs(values, variances)
 
     @property
     def _aux(self):
@@ -114,6 +147,8 @@ class ParticleSet:
         self.qdd = prop.model_accelerations(mech, self.t, q, self.qd)
         self.label = np.asarray(labels, dtype=np.int64)
         self.v = self._prior_noise(self.N)
+        if getattr(self, "inputs", None):
+            self.inputs.new_set(self.N)
         self.logw = np.full(self.N, -math.log(self.N))
         self._unique = self.N
         self._fresh, self._pending = True, None
@@ -210,6 +245,8 @@ class ParticleSet:
         self._aux = None  # q edited
         self.label = self.label.copy()
         self.label[bad] = self.label[donors]
+        if getattr(self, "inputs", None):
+            self.inputs.copy_rows(bad, donors)
         logw[bad] = logw[donors]
         self.logw = logw
 

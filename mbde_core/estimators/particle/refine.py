@@ -121,7 +121,7 @@ def follower_options(cfg: dict):
     if name == "none":
         return None
     opts = dict(ref["options"])
-    if traits(name).input_states:
+    if traits(name).input_states and not cfg.get("inputs"):  # with the cloud's input states: its own (auto)
         opts.setdefault("inputs", [])
     return name, opts, ("refine", "resolved")
 

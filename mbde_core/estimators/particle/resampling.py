@@ -320,6 +320,8 @@ def resample_set(pf, w, ess):
     else:
         pf.q, pf.qd, pf.qdd, pf.v = pf.q[idx], pf.qd[idx], pf.qdd[idx], pf.v[idx]
     pf.propagator.take(idx)
+    if getattr(pf, "inputs", None):  # each particle's torques (:mod:`.inputs`)
+        pf.inputs.take(idx)
     pf.label = pf.label[idx]
     pf._unique = pf._unique_resampled = int(np.count_nonzero(np.bincount(idx, minlength=pf.N)))
     pf.N = n

@@ -107,7 +107,7 @@ class VIParticleFilter(ParticleFilter):
 
     name = "vipf"
     Options = VIPFOptions
-    traits = Traits(noise_rule="particle", drivers=True, local=False)
+    traits = Traits(input_states=True, known_inputs=True, noise_rule="particle", drivers=True, local=False)
     particles_per_dof = pf_scale.VIPF_PARTICLES_PER_DOF
 
     @classmethod
