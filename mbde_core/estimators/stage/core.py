@@ -83,7 +83,6 @@ from mbde_core.types import Measurement
 STAGE_DEFAULTS = {"reorder_window": 0.02, "backward_jump": 1.0, "max_gap": 10.0}
 DUPLICATE_TOLERANCE = 1e-9  # s: equal stamps
 
-
 class EstimatorStage(StageRecovery):
     """Fixed-step driver of one estimator.
 
@@ -140,6 +139,7 @@ class EstimatorStage(StageRecovery):
         self._seq = itertools.count()
         self._period: dict[str, float] = {}  # sensor -> last interval between its readings [s]
         self.trust, self.held = TrustMonitor(), HeldInputs.of(estimator)  # verdict; held measured torques (or None)
+        getattr(estimator, "attach_trust", lambda m: None)(TrustMonitor)  # a PF's follower: judged by its own
         self.reset()
 
     @classmethod
