@@ -51,3 +51,11 @@ def test_acquisition_rows(chain):
     assert row["locked_offset"] is None and row["tracking_rmse_z"] < 0.05
     s = pa.summary(rows)
     assert s["acquired"] == "1/1"
+
+
+def test_bias_options_validated():
+    from mbde_core.errors import ConfigError
+    from mbde_core.estimators.configure import validate
+    for key, value in (("bias", -1.0), ("bias_time", -0.5)):
+        with pytest.raises(ConfigError, match=f"pf.recovery.{key}"):
+            validate("pf", {"recovery": {key: value}}, "c.yaml", "pf")
