@@ -46,8 +46,10 @@ running, and while it agrees with the follower the follower's estimate is publis
   found the state at once);
 - **trust**: with the stage's trust monitor (:mod:`mbde_core.estimators.stage.trust`, given by
   the stage through :meth:`ParticleFilter.attach_trust`), a fresh monitor judges the
-  follower's own updates from its seed on; a DEGRADED or LOST verdict drops it (``trust``)
-  and the cloud is published for the monitor's window (1 s) before a new seed;
+  follower's own updates from its seed on; a LOST verdict, or DEGRADED for the monitor's
+  window (1 s; a seed's first updates may be briefly DEGRADED while the follower settles:
+  dropped at once, pf_rig_branch0 acquired 0.16 s -> 1.2 s later), drops it (``trust``)
+  and the cloud is published for the monitor's window before a new seed;
 - **drop** also when the cloud starts over or changes its hypotheses (a uniform
   re-initialisation, a recovery, a lock injection, a restart hypothesis, a clock jump),
   when its most probable branch changes, and when the follower's numbers are not finite
@@ -210,8 +212,12 @@ class GaussianFollower:
             return
         if self.monitor is not None:
             v = self.monitor.step(pf.t, follower_result)
-            if v.level >= 1:  # DEGRADED or LOST by the follower's own readings: back to particles
-                self.drop("trust")
+            if v.level < 1:
+                self._degraded_from = None
+            elif self._degraded_from is None:
+                self._degraded_from = pf.t
+            if v.level >= 2 or (v.level == 1 and pf.t - self._degraded_from >= self.monitor.window):
+                self.drop("trust")  # LOST, or DEGRADED for the monitor's window: back to particles
                 self.last_trust = v.reason
                 self._hold_until = pf.t + self.monitor.window
                 return
@@ -289,6 +295,7 @@ class GaussianFollower:
         self._logdets = [0.0, 0.0]
         self.counts["seeds"] += 1
         self.monitor = None if self.trust_monitor is None else self.trust_monitor()
+        self._degraded_from = None
         if self.first_at is None:
             self.first_at = pf.t - (pf.t if self.t0 is None else self.t0)
 
