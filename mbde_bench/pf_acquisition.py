@@ -184,3 +184,28 @@ def summary(rows: list[dict]) -> dict:
             "tracking_rmse_median": med("tracking_rmse_z"), "ratio_median": med("ratio"),
             "ratio_max": med("ratio", np.max), "ratio_cloud_max": med("ratio_cloud", np.max),
             "locked": sum(r.get("locked_offset") is not None for r in rows), "cpu_s_median": med("cpu_s")}
+
+
+def main(argv=None) -> int:
+    """``python -m mbde_bench.pf_acquisition SCENARIO.yaml... [--seeds N] [--duration S]
+    [--options JSON]``: one line per seed and a summary per scenario."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(prog="python -m mbde_bench.pf_acquisition", description=__doc__.split("\n")[0])
+    p.add_argument("scenarios", nargs="+")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--duration", type=float, default=5.0)
+    p.add_argument("--options", default="", help="PF options over the defaults, as JSON")
+    a = p.parse_args(argv)
+    opts = json.loads(a.options) if a.options else None
+    for path in a.scenarios:
+        rows = acquisition_rate(path, range(1, a.seeds + 1), a.duration, options=opts)
+        for r in rows:
+            print(json.dumps(r, default=str), flush=True)
+        print("SUMMARY", rows[0]["scenario"], json.dumps(summary(rows)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
