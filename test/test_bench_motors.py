@@ -69,19 +69,19 @@ def test_rows_follow_the_traits(monkeypatch):
     declaring them gets real rows (nothing in the bench names it); the ADE-KF without an
     accelerometer says what it needs."""
     sensors = _scenario("moving").estimator_sensors()
-    assert motors_rows.not_applicable("pf", "measured", sensors).startswith("n/a: does not take a measured torque")
-    assert motors_rows.not_applicable("pf", "unknown", sensors).startswith("n/a: no input states")
-    assert motors_rows.not_applicable("pf", "released", sensors) is None
     assert motors_rows.not_applicable("ukf", "measured", sensors) is None
     assert "needs a sensor that reads accelerations" in motors_rows.not_applicable("adekf", "released", sensors)
     cls = registry.estimator_class("pf")
-    able = type("AblePF", (cls,), {"traits": dataclasses.replace(cls.traits, known_inputs=True, input_states=True)})
-    registry.register("able_pf", able)
+    unable = type("UnablePF", (cls,), {"traits": dataclasses.replace(cls.traits, known_inputs=False, input_states=False)})
+    registry.register("unable_pf", unable)
     try:
-        assert motors_rows.not_applicable("able_pf", "measured", sensors) is None
-        assert motors_rows.not_applicable("able_pf", "unknown", sensors) is None
+        assert motors_rows.not_applicable("unable_pf", "measured", sensors).startswith("n/a: does not take a measured torque")
+        assert motors_rows.not_applicable("unable_pf", "unknown", sensors).startswith("n/a: no input states")
+        assert motors_rows.not_applicable("unable_pf", "released", sensors) is None
     finally:
-        registry.unregister("able_pf")
+        registry.unregister("unable_pf")
+    assert motors_rows.not_applicable("pf", "measured", sensors) is None  # the PF declares both (particle/inputs.py)
+    assert motors_rows.not_applicable("pf", "unknown", sensors) is None
 
 
 def _row(scenario, variants, seed=1):

@@ -163,7 +163,7 @@ def summary_table(doc: dict, markdown: bool = False) -> str:
             w = trust["worst"]
             trusts.append(f"{name}: {w['level']} from {w['from']:.2f} s for {w['duration']:.2f} s: {w['reason']}")
         rows.append([
-            name,
+            ((m.get("diagnostics") or {}).get("refine") or {}).get("label") or name,
             (_fmt(conv.get("acquired_after"), ".3f") if conv.get("acquired_after") is not None else "never") if conv else "-",
             _fmt(conv.get("branch_identified_after"), ".3f") if "branch_identified_after" in conv else "-",
             _fmt_list(trm.get("z"), units.get("z"), unit.get("z")), _fmt_list(trm.get("zd"), units.get("zd"), unit.get("zd")),

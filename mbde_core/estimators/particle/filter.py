@@ -94,6 +94,7 @@ import scipy.linalg
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
 from mbde_core.estimators.particle import likelihood, outputs, recovery, resampling, weights
+from mbde_core.estimators.particle.bias import BiasDetector, shift_inject
 from mbde_core.estimators.particle import scales as pf_scale
 from mbde_core.estimators.particle.likelihood import lse, plain_log_likelihood, position_only, velocity_linear
 from mbde_core.estimators.particle.options import (LOG_UNDERFLOW, ParticleOptions, check_config, check_run,
@@ -181,7 +182,7 @@ class ParticleFilter(ParticleSet, Estimator):
         self.counts = {"resamples": 0, "updates": 0, "recoveries": 0, "propagation_failures": 0, "branch_jumps": 0,
                        "locks": 0, "regularised": 0}
         self.recovery_reasons = {"likelihood": 0, "ess": 0, "propagation": 0, "gate": 0, "lock": 0, "jump": 0,
-                                 "silence": 0}
+                                 "silence": 0, "bias": 0}
         self._ess_sum = 0.0
         self.ess_threshold = float(opt.resampling.ess_threshold)
         self.scheme = opt.resampling.scheme
@@ -191,6 +192,7 @@ class ParticleFilter(ParticleSet, Estimator):
         self.collapse_fraction = float(rec.ess_fraction)
         self.lost = LostDetector(rec.time)
         self.lock = LockDetector(rec.lock_nis if self.recovery else 0.0, rec.lock_time)
+        self.bias = BiasDetector(rec.bias if self.recovery else 0.0, rec.bias_time)
         self.inject = float(rec.inject)
         an = uni.anneal
         self.anneal = pf_scale.anneal_time(g) if an is None else float(an)
@@ -311,6 +313,11 @@ class ParticleFilter(ParticleSet, Estimator):
             recovery.inject(self, [x.m for x in rd], prior_logw)
             w = self.weights()
             ess = effective_sample_size(w)
+        else:
+            dz = self.bias(self)
+            if dz is not None and shift_inject(self, dz, [x.m for x in rd], prior_logw):
+                w = self.weights()
+                ess = effective_sample_size(w)
         if ess is not None and ess < self.ess_threshold * self.N and self._held is None:
             resampling.resample_set(self, w, ess)  # not while a reading is held: its likelihood is per particle
         return result
@@ -343,6 +350,7 @@ class ParticleFilter(ParticleSet, Estimator):
         self.follower.rebase(t)
         self.lost.shift(shift)
         self.lock.shift(shift)
+        self.bias.shift(shift)
         if self._uniform_from is not None:  # the gate's grace and the annealing keep their age
             self._uniform_from += shift
         if self._anneal_from is not None:
@@ -357,6 +365,11 @@ class ParticleFilter(ParticleSet, Estimator):
         the next update (:func:`.recovery.add_restart_hypotheses`); the follower is dropped."""
         self.follower.drop("restart")
         return recovery.add_restart_hypotheses(self, reason, ceiling)
+
+    def attach_trust(self, monitor) -> None:
+        """The stage's trust monitor class (a factory of fresh monitors): the follower is
+        judged by its own (:mod:`.refine`)."""
+        self.follower.trust_monitor = monitor
 
     def expect_steps(self, steps: int) -> None:
         """The caller will run about ``steps`` more steps (a replay knows its bag's length):

@@ -80,6 +80,8 @@ class Recovery(Options):
     lock_nis: float = 3.0
     lock_time: float = 0.5
     inject: float = 0.1
+    bias: float = 30.0
+    bias_time: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,9 @@ def check_config(cfg: dict, file: str = "<config>", path: str = "pf", g: int | N
     rec = cfg["recovery"]
     if not 0.0 <= rec["ess_fraction"] <= 1.0:
         raise ConfigError(file, f"{path}.recovery.ess_fraction", f"a fraction in [0, 1], got {rec['ess_fraction']}")
-    for key in ("time", "lock_time"):
+    if not rec["bias"] >= 0:
+        raise ConfigError(file, f"{path}.recovery.bias", f"must be >= 0 (0: off), got {rec['bias']}")
+    for key in ("time", "lock_time", "bias_time"):
         if not rec[key] >= 0:
             raise ConfigError(file, f"{path}.recovery.{key}", f"must be >= 0, got {rec[key]}")
     if not rec["log_likelihood_floor"] < 0:

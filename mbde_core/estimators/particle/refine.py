@@ -44,10 +44,19 @@ running, and while it agrees with the follower the follower's estimate is publis
   whose innovations passed the lock test instead was tried and lost fivebar_encoder seed 9
   (14 redraws onto a follower 0.1-0.3 rad off, 9 locks; with the injection the cloud
   found the state at once);
+- **trust**: with the stage's trust monitor (:mod:`mbde_core.estimators.stage.trust`, given by
+  the stage through :meth:`ParticleFilter.attach_trust`), a fresh monitor judges the
+  follower's own updates from its seed on; a LOST verdict, or DEGRADED for the monitor's
+  window (1 s; a seed's first updates may be briefly DEGRADED while the follower settles:
+  dropped at once, pf_rig_branch0 acquired 0.16 s -> 1.2 s later), drops it (``trust``)
+  and the cloud is published for the monitor's window before a new seed;
 - **drop** also when the cloud starts over or changes its hypotheses (a uniform
   re-initialisation, a recovery, a lock injection, a restart hypothesis, a clock jump),
   when its most probable branch changes, and when the follower's numbers are not finite
   or its covariance covers the circle (:func:`multistart.is_lost`);
+- **name**: ``diagnostics()['label']`` says which published the estimate, e.g. ``pf -> ukf at
+  0.31 s`` (first seeded 0.31 s after the start; ``followed_s``: the seconds the follower
+  published), in replay's table, report and metrics.json;
 - **publish** (``estimate()``): with a follower running, z, zd, zdd, q, qd, qdd and the
   covariance of [z, zd] are the follower's, the branch probabilities the cloud's;
   otherwise the cloud's (``cloud_estimate()``, always available: eq. 19-20 of paper 000).
@@ -139,7 +148,10 @@ class GaussianFollower:
         self.generation = 0          # of the cloud: a new particle set was installed (new_cloud)
         self.seeded_generation = None
         self.counts = {"seeds": 0, "drops": 0, "redraws": 0}
-        self.drop_reasons = {"disagree": 0, "restart": 0, "branch": 0, "lost": 0}
+        self.drop_reasons = {"disagree": 0, "restart": 0, "branch": 0, "lost": 0, "trust": 0}
+        self.trust_monitor = None  # a factory of the stage's trust monitor (attach_trust), if given
+        self.monitor, self._hold_until, self.last_trust = None, None, None
+        self.t0, self.first_at, self.followed = None, None, 0.0  # run start, first seed [s], time published
         name = ref.estimator
         self.no_follower = None
         if name != "none" and getattr(pf.mech, "drivers", None):
@@ -157,6 +169,8 @@ class GaussianFollower:
     # -- the cloud's life events -------------------------------------------------------------
     def new_cloud(self) -> None:
         """A new particle set was installed (uniform start, recovery, injection)."""
+        if self.t0 is None:
+            self.t0 = self.pf.t
         self.generation += 1
 
     def drop(self, reason: str) -> None:
@@ -173,6 +187,7 @@ class GaussianFollower:
     def predict(self, dt: float) -> None:
         if self._current():
             self.est.predict(dt)
+            self.followed += float(dt)
 
     def after_update(self, result, measurements, gates) -> None:
         """The cloud fused ``measurements`` (its UpdateResult ``result``): the follower does
@@ -195,6 +210,17 @@ class GaussianFollower:
         if c.branch != self._seeded_branch:
             self.drop("branch")
             return
+        if self.monitor is not None:
+            v = self.monitor.step(pf.t, follower_result)
+            if v.level < 1:
+                self._degraded_from = None
+            elif self._degraded_from is None:
+                self._degraded_from = pf.t
+            if v.level >= 2 or (v.level == 1 and pf.t - self._degraded_from >= self.monitor.window):
+                self.drop("trust")  # LOST, or DEGRADED for the monitor's window: back to particles
+                self.last_trust = v.reason
+                self._hold_until = pf.t + self.monitor.window
+                return
         dz = f.z - c.z
         dz = np.where(pf.angular, wrap_angle(dz), dz)
         d = np.concatenate([dz, f.zd - c.zd])
@@ -246,6 +272,8 @@ class GaussianFollower:
         pf = self.pf
         if pf._anneal_from is not None and pf.t - pf._anneal_from < pf.anneal:
             return
+        if self._hold_until is not None and pf.t < self._hold_until:  # its trust window after a trust drop
+            return
         lock = pf.lock
         if lock.limit > 0 and lock.last is not None and lock.last > lock.limit:
             return
@@ -266,6 +294,10 @@ class GaussianFollower:
         self._disagree_from = None
         self._logdets = [0.0, 0.0]
         self.counts["seeds"] += 1
+        self.monitor = None if self.trust_monitor is None else self.trust_monitor()
+        self._degraded_from = None
+        if self.first_at is None:
+            self.first_at = pf.t - (pf.t if self.t0 is None else self.t0)
 
     # -- publish -------------------------------------------------------------------------------
     def _current(self) -> bool:
@@ -292,5 +324,17 @@ class GaussianFollower:
         """The ``refine`` entry of the filter's diagnostics."""
         if self.est is None:
             return {"estimator": "none"} if self.no_follower is None else {"estimator": "none", "reason": self.no_follower}
-        return {"estimator": self.est.name, "following": bool(self.following), **self.counts,
-                "drop_reasons": dict(self.drop_reasons)}
+        out = {"estimator": self.est.name, "following": bool(self.following), **self.counts,
+               "drop_reasons": dict(self.drop_reasons), "label": self.label(), "first_at": self.first_at,
+               "followed_s": self.followed}
+        if self.last_trust is not None:
+            out["last_trust_drop"] = self.last_trust
+        return out
+
+    def label(self) -> str:
+        """How the estimate was made, for tables and reports: ``pf -> ukf at 0.31 s`` (the
+        follower first seeded 0.31 s into the run), ``pf`` (never seeded)."""
+        name = self.pf.name
+        if self.est is None or self.first_at is None:
+            return name
+        return f"{name} -> {self.est.name} at {self.first_at:.2f} s"

@@ -140,6 +140,7 @@ class EstimatorStage(StageSteps, StageRecovery):
         self._seq = itertools.count()
         self._period: dict[str, float] = {}  # sensor -> last interval between its readings [s]
         self.trust, self.held = TrustMonitor(), HeldInputs.of(estimator)  # verdict; held measured torques (or None)
+        getattr(estimator, "attach_trust", lambda m: None)(TrustMonitor)  # a PF's follower: judged by its own
         self.reset()
 
     @classmethod
