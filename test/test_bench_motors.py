@@ -108,14 +108,14 @@ def test_targets_pass_and_fail_as_issue_42_states():
 
 def test_bench_motors_page(tmp_path):
     """The smallest real run: the pulse pendulum, 0.6 s (the first pulse at 0.5 s), the UKF,
-    the PF (a released row only) and the smoother; the targets table and every variant."""
+    the PF and the smoother; the targets table and every variant."""
     proc = run_mbde("bench", "motors", "--scenarios", "pendulum", "--estimators", "ukf,pf,smoother", "--duration", "0.6",
                     "--seeds", "1", "--jobs", "1", "--out", tmp_path / "m")
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "m" / "motors.md").read_text()
-    assert "## Targets (issue 42)" in page and "| pendulum | 1 / 1 | 1 / 1 |" in page
+    assert "## Targets (issue 42)" in page and "| pendulum | 2 / 2 | 2 / 2 |" in page
     row = next(line for line in page.splitlines() if line.startswith("| ukf |"))
     rmse = [float(c) for c in row.split("|")[2:-1] if c.strip()[:1].isdigit() and "e-" in c]
     assert len(rmse) == 3 and max(rmse) < 2e-3  # measured, unknown, released: within a few encoder steps
-    assert "| pf | n/a: does not take a measured torque" in page and "| smoother |" in page
+    assert "| pf | n/a" not in page and "| pf |" in page and "| smoother |" in page  # the PF takes both (particle/inputs.py)
     assert not (tmp_path / "m" / "bags").exists() and np.isfinite(rmse).all()
