@@ -14,7 +14,7 @@ from mbde_core.cli.argtypes import int_range, nonnegative, seed_type
 from mbde_core.cli.outputs import Output
 
 HELP = ("benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001), "
-        "replay, vi (paper 002), smoother, faults, transfer, tune, safety, motors")
+        "replay, vi (paper 002), smoother, faults, transfer, tune, safety, motors, trust")
 DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and figures into --out.
 
   accuracy   paper 003 matrix: {fourbar, fivebar} x {encoders, gyroscopes} x sensor period
@@ -36,13 +36,17 @@ DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and fig
              the truth: held-out score, RMSE and NEES of both
   motors     motor-driven linkages: every Kalman observer with the motor torque measured (an
              effort sensor) vs unknown (input states) vs the linkage released, seeded runs
+  trust      can the user trust the estimates? filters', smoother's and identification's
+             uncertainty, the OK/DEGRADED/LOST verdict (nominal, far-off starts, faults) and
+             mbde tune's held-out decision against the truth, shipped scenarios and
+             config/bench/trust, with and without a 5 % mass error
   safety     data safety: --out vs inputs, --force, concurrent runs, Ctrl-C/SIGTERM, bags cut
              short, bad numbers, failed runs, unusable bags (each row run through the CLI)
 
 Run `mbde bench NAME --help` for the options of each."""
 
 BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay", "vi", "smoother", "faults", "transfer", "tune", "safety",
-           "motors")
+           "motors", "trust")
 SIGNED = {"initial_angle", "offset", "gravity_error"}  # numeric options that may be negative
 AT_LEAST_ONE = {"jobs", "runs", "repeat", "particles", "max_particles", "multidof_runs", "nees_runs"}
 

@@ -327,7 +327,8 @@ class TrustSummary:
         if self.ok_n or self.off_n or self.delays:
             out["vs_truth"] = {"ok_steps_within_3_sigma": self.ok_within / self.ok_n if self.ok_n else None,
                                "off_10_sigma_steps_lost": self.off_lost / self.off_n if self.off_n else None,
-                               "off_10_sigma_steps": self.off_n,
+                               "ok_steps": self.ok_n, "ok_within": self.ok_within,
+                               "off_10_sigma_steps": self.off_n, "off_lost": self.off_lost,
                                "lost_delay_max": max(self.delays) if self.delays else None}
         return out
 
