@@ -187,7 +187,7 @@ class RunOutput:
 
     def add(self, batch, arrays, truth, angular) -> None:
         if self.part is not None:
-            ns, states, joints = self.encoder.encode([r.estimate for r in batch])
+            ns, states, joints = self.encoder.encode([r.estimate for r in batch], [r.trust for r in batch])
             pt = self.topics.index(self.particle_topic) if self.clouds else None
             c = 0
             views = self.view.encode(batch) if self.view is not None else [()] * len(ns)
