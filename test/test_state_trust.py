@@ -59,3 +59,27 @@ def test_replay_estimates_bag_carries_the_verdict(tmp_path):
     frac = metrics["estimators"]["ukf"]["metrics"]["trust"]["fraction"]
     assert np.mean(np.array(levels) == 0) == frac["OK"]
     assert np.array_equal(estimate_tables(bag, ["ukf"])["ukf"]["trust"], np.array(levels, float))
+
+
+def test_a_state_recorded_before_the_trust_fields_reads_as_ok(tmp_path):
+    """Bytes of the older MechanismState (without the two trust fields) plus what
+    BagReader appends equal the current message with OK and no reason, whatever the
+    length of the message before them (every alignment)."""
+    from mbde_core.rosio.bag_reader import with_trust_fields
+    from mbde_core.rosio.typestore import build_typestore, find_msg_dir
+
+    for path in find_msg_dir().glob("*.msg"):
+        text = path.read_text()
+        if path.name == "MechanismState.msg":
+            text = "\n".join(line for line in text.splitlines() if "TRUST" not in line and "trust_" not in line)
+        (tmp_path / path.name).write_text(text)
+    old = RosbagsFactory(build_typestore(tmp_path))
+    rng = np.random.default_rng(1)
+    for n in range(1, 9):
+        snap = MechanismSnapshot(0.25 * n, rng.standard_normal(n), rng.standard_normal(n), rng.standard_normal(n),
+                                 np.zeros(0), np.zeros(0), np.zeros(0), branch=n % 3,
+                                 branch_probabilities=rng.random(n % 3) if n % 3 else None)
+        names = [f"c{'x' * k}" for k in range(n)]
+        before = old.typestore.serialize_cdr(cv.mechanism_state_msg(old, snap, names, [], "w" * n), cv.MECHANISM_STATE)
+        now = STORE.serialize_cdr(cv.mechanism_state_msg(F, snap, names, [], "w" * n), cv.MECHANISM_STATE)
+        assert len(before) < len(now) and with_trust_fields(before) == bytes(now)
