@@ -22,8 +22,13 @@ the gate accepted and rejected, and reads the estimate's branch probabilities:
   chi-square and nearly white: the test is the independent one), more than
   ``REJECT_DEGRADED`` of the readings rejected, the most probable assembly branch below
   ``BRANCH_P``, the track restarted within the window (the stage's re-acquisition or
-  multi-start, a divergence, a particle filter's re-initialisation after its lost or lock
-  detector fired), or no reading fused over the whole window (open-loop prediction);
+  multi-start, a divergence, a particle filter's re-initialisation after its effective
+  sample size collapsed or the fresh hypotheses its lock detector injected: the reason
+  names which), a particle filter's effective sample size (after an update, before
+  resampling) below ``ESS_DEGRADED`` of its particles at the median of the window's
+  updates (the weights sit on a few particles: 1 % of the updates of a tracking PF on the
+  shipped scenarios fall below 0.3), or no reading fused over the whole window
+  (open-loop prediction);
 - OK otherwise. A window of far too small NIS (the readings agree better than the
   estimator assumes: a conservative estimate, e.g. accelerometers widened by the default
   noise rule) stays OK; the reason says so.
@@ -55,18 +60,24 @@ BIAS_DEGRADED = 4.5
 BIAS_LOST = 8.0
 BIAS_MIN = 20  # innovations of a channel in the window before its bias is tested
 LOW_P = 1e-3  # a NIS sum below its quantile at LOW_P: conservative (said, still OK)
+ESS_DEGRADED = 0.1  # median effective sample size / particles over the window's updates
+RESTARTS = {  # what restarted the track (the stage's counters, a PF's recovery reasons)
+    "reacquisitions": "the stage re-acquired the track", "multistarts": "the stage's multi-start",
+    "diverged": "the estimate diverged", "pf:lock": "the particle filter's lock detector fired (its cloud disagreed "
+    "with the readings): fresh hypotheses injected", "pf:ess": "the particle filter's effective sample size collapsed: "
+    "re-initialised", "pf:likelihood": "no particle explained the readings: the particle filter re-initialised"}
 
 
 class Verdict:
     """A level (OK, DEGRADED, LOST) and the figures behind it; ``reason`` the sentence."""
 
-    __slots__ = ("level", "code", "ratio", "band", "rejected", "received", "branch_p", "window", "run", "bias")
+    __slots__ = ("level", "code", "ratio", "band", "rejected", "received", "branch_p", "window", "run", "bias", "detail")
 
     def __init__(self, level, code, ratio=None, band=None, rejected=0, received=0, branch_p=None, window=WINDOW,
-                 run=0, bias=None):
+                 run=0, bias=None, detail=None):
         self.level, self.code, self.ratio, self.band = level, code, ratio, band
         self.rejected, self.received, self.branch_p, self.window = rejected, received, branch_p, window
-        self.run, self.bias = run, bias
+        self.run, self.bias, self.detail = run, bias, detail
 
     @property
     def name(self) -> str:
@@ -88,7 +99,13 @@ class Verdict:
         if self.code == "branch":
             return f"assembly branch uncertain: P = {self.branch_p:.2f}"
         if self.code == "restart":
-            return f"the track restarted (re-acquisition, multi-start or re-initialisation) {w}"
+            what = RESTARTS.get(self.detail) or "re-acquisition, multi-start or re-initialisation"
+            return f"the track restarted {w}: {what}"
+        if self.code == "ess":
+            return (f"particle weights degenerate: median effective sample size {self.ratio:.2g} of the particles "
+                    f"{w} (below {ESS_DEGRADED:g})")
+        if self.code in ("fit", "unconverged"):
+            return self.detail
         if self.code == "silent":
             return f"no reading fused {w}: predicting open loop"
         if self.code == "conservative":
@@ -118,11 +135,14 @@ class TrustMonitor:
         self.sums: dict = {}  # (fused sensors, channel index) -> [sum of e, count] over the window
         self.events = None  # the stage's count of track restarts
         self.t_event = None  # time of the last restart
+        self.parts: dict = {}  # the restart counters by source (RESTARTS' keys)
+        self.what = None  # the source of the last restart
+        self.ess: collections.deque = collections.deque()  # (t, ESS / particles) of a PF's updates
 
     def reset(self) -> None:
-        events = self.events  # the stage's count runs on through its resets
+        events, parts = self.events, self.parts  # the stage's counts run on through its resets
         self.__init__(self.window)
-        self.events = events
+        self.events, self.parts = events, parts
 
     def observe(self, stage, estimate, update) -> Verdict:
         """:meth:`step` for an emitted step of an EstimatorStage: its restarts of the track
@@ -131,9 +151,19 @@ class TrustMonitor:
         bag loop) starts a new window."""
         if self.steps and estimate.stamp < self.steps[-1][0]:
             self.reset()
-        c = stage.counters
-        events = c.reacquisitions + c.multistarts + c.diverged + sum(getattr(stage.est, "recovery_reasons", {}).values())
-        return self.step(estimate.stamp, update, estimate.branch_probabilities, events)
+        c, est = stage.counters, stage.est
+        parts = {"reacquisitions": c.reacquisitions, "multistarts": c.multistarts, "diverged": c.diverged,
+                 **{f"pf:{k}": v for k, v in getattr(est, "recovery_reasons", {}).items()}}
+        grew = [k for k, v in parts.items() if v > self.parts.get(k, v)]
+        if grew:
+            self.what = grew[0]
+        self.parts = parts
+        n = getattr(est, "N", 0)
+        if update is not None and n and getattr(est, "ess_before", None) is not None:
+            self.ess.append((estimate.stamp, float(est.ess_before) / n))
+        while self.ess and self.ess[0][0] <= estimate.stamp - self.window:
+            self.ess.popleft()
+        return self.step(estimate.stamp, update, estimate.branch_probabilities, sum(parts.values()))
 
     def step(self, t: float, update, branch_probabilities=None, events: int | None = None) -> Verdict:
         """The verdict after grid step t with its update result (or None); events: the
@@ -204,7 +234,11 @@ class TrustMonitor:
         if received >= MIN_READINGS and self.rej > REJECT_DEGRADED * received:
             return Verdict(DEGRADED, "rejected", ratio, **kw)
         if self.t_event is not None and t - self.t_event < self.window:
-            return Verdict(DEGRADED, "restart", ratio, **kw)
+            return Verdict(DEGRADED, "restart", ratio, detail=self.what, **kw)
+        if len(self.ess) >= MIN_READINGS:
+            med = float(np.median([f for _, f in self.ess]))
+            if med < ESS_DEGRADED:
+                return Verdict(DEGRADED, "ess", med, **kw)
         if branch_probabilities is not None and len(branch_probabilities) > 1:
             p = float(np.max(branch_probabilities))
             if p < BRANCH_P:
@@ -230,6 +264,21 @@ class TrustMonitor:
             if best is None or abs(z[i]) > abs(best[1]):
                 best = ("+".join(key) + (f"[{i}]" if len(z) > 1 else ""), float(z[i]))
         return best
+
+
+def fit_verdict(info: dict) -> Verdict:
+    """The batch smoother's verdict from its goodness of fit (``info``: a solution's or a
+    window's solver info, :mod:`mbde_core.trajectory.calibration`): LOST when the solver
+    did not converge, DEGRADED for a poor fit (the normalised cost or a sensor's variance
+    factor outside its band: its first warning is the reason), else OK."""
+    status, warnings = info.get("status"), info.get("warnings") or []
+    cost = (info.get("fit") or {}).get("normalised_cost")
+    if status not in (None, "converged", "poor fit"):
+        return Verdict(LOST, "unconverged", cost, detail=f"the smoother's solution {status}")
+    if status == "poor fit" or warnings:
+        return Verdict(DEGRADED, "fit", cost, detail="poor fit: " + (warnings[0] if warnings else "see the warnings"))
+    fits = "the smoother's solution fits the readings" + ("" if cost is None else f" (normalised cost {cost:.3g})")
+    return Verdict(OK, "fit", cost, detail=fits)
 
 
 _BOUNDS: dict = {}
