@@ -9,7 +9,7 @@ import numpy as np
 
 from conftest import run_mbde
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.stage.trust import DEGRADED, ESS_DEGRADED, LOST, OK, WINDOW, TrustMonitor, fit_verdict
+from mbde_core.estimators.stage.trust import ACQUIRE, DEGRADED, ESS_DEGRADED, LOST, OK, WINDOW, TrustMonitor, fit_verdict
 
 DT = 0.005
 
@@ -40,7 +40,7 @@ def test_degenerate_weights_are_degraded_and_a_lock_names_itself():
         if k == 800:  # the lock detector fires at 4 s
             pf.recovery_reasons["lock"] += 1
         out.append((t, mon.observe(stage, _estimate(t), UpdateResult(["gyro"], [], float(rng.chisquare(1)), 1))))
-    ok = [v for t, v in out if t < 2.0 or 3.0 + WINDOW <= t < 4.0 or t >= 4.0 + WINDOW]
+    ok = [v for t, v in out if ACQUIRE <= t < 2.0 or 3.0 + WINDOW <= t < 4.0 or t >= 4.0 + WINDOW]
     assert np.mean([v.level == OK for v in ok]) >= 0.97
     degenerate = [v for t, v in out if 2.0 + 0.6 * WINDOW <= t < 3.0]
     assert all(v.level == DEGRADED and v.code == "ess" for v in degenerate)

@@ -18,7 +18,7 @@ import numpy as np
 
 from mbde_core.estimators.assess.acquisition import AcquisitionMetrics
 from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, reference_nees, sigma_z
-from mbde_core.estimators.stage.trust import TrustSummary, trust_checks
+from mbde_core.estimators.stage.trust_truth import TrustSummary, trust_checks
 from mbde_core.replay.encode import EstimateEncoder, ParticleSetEncoder, PartWriter
 from mbde_core.replay.runner import InputMetrics
 from mbde_core.replay.source import TruthWindow

@@ -33,8 +33,12 @@ the gate accepted and rejected, and reads the estimate's branch probabilities:
   estimator assumes: a conservative estimate, e.g. accelerometers widened by the default
   noise rule) stays OK; the reason says so.
 
-The verdict follows the window: a recovered estimate is OK again once its bad updates
-left the window (``WINDOW`` s later).
+The verdict follows the window, with hysteresis (:meth:`TrustMonitor.verdict`): LOST
+stays until a whole window of readings agrees with the estimate, then it is DEGRADED
+(recovering) until ``RECOVER`` s after the last LOST; the first ``ACQUIRE`` s of
+readings are DEGRADED (acquiring). Far-off gyroscope-only starts (the four-bar UKF
+0.6-1.3 rad off) otherwise returned to OK after one window while still locked 0.35 rad
+(30 sigma) off, with white innovations of the right size.
 """
 from __future__ import annotations
 
@@ -60,6 +64,8 @@ BIAS_DEGRADED = 4.5
 BIAS_LOST = 8.0
 BIAS_MIN = 20  # innovations of a channel in the window before its bias is tested
 LOW_P = 1e-3  # a NIS sum below its quantile at LOW_P: conservative (said, still OK)
+ACQUIRE = 0.5  # s of readings before the first OK (evidence of less is no evidence)
+RECOVER = 1.0  # s after the last LOST before OK again
 ESS_DEGRADED = 0.1  # median effective sample size / particles over the window's updates
 RESTARTS = {  # what restarted the track (the stage's counters, a PF's recovery reasons)
     "reacquisitions": "the stage re-acquired the track", "multistarts": "the stage's multi-start",
@@ -113,6 +119,13 @@ class Verdict:
                     "(a conservative estimate)")
         if self.code == "start":
             return "no readings yet"
+        if self.code == "acquiring":
+            return f"acquiring: {self.window:g} s of readings so far (OK after {ACQUIRE:g} s of consistent readings)"
+        if self.code == "still_lost":
+            return f"still lost: no window of consistent readings since the estimate was LOST ({self.detail})"
+        if self.code == "recovering":
+            return (f"recovering: LOST {self.ratio:.2g} s ago, readings consistent since "
+                    f"(OK {RECOVER:g} s after the last LOST)")
         nis = "" if self.ratio is None or not math.isfinite(self.ratio) else f" (mean NIS {self.ratio:.3g} x its dof)"
         return f"readings consistent with the estimate {w}{nis}"
 
@@ -138,6 +151,8 @@ class TrustMonitor:
         self.parts: dict = {}  # the restart counters by source (RESTARTS' keys)
         self.what = None  # the source of the last restart
         self.ess: collections.deque = collections.deque()  # (t, ESS / particles) of a PF's updates
+        self.t_lost = None  # time of the last LOST verdict
+        self.lost_reason = None  # the reason of the LOST that started the current loss (None: not lost)
 
     def reset(self) -> None:
         events, parts = self.events, self.parts  # the stage's counts run on through its resets
@@ -212,6 +227,28 @@ class TrustMonitor:
         return self.verdict(t, branch_probabilities)
 
     def verdict(self, t: float, branch_probabilities=None) -> Verdict:
+        """The window's verdict (:meth:`_window`) with hysteresis: once LOST, the estimate
+        stays LOST until a window of readings agrees with it (a merely DEGRADED window is
+        not enough: a filter pulled off the motion keeps being off while its innovations
+        shrink), then DEGRADED (recovering) until ``RECOVER`` s after the last LOST; and an
+        estimate with less than ``ACQUIRE`` s of readings is DEGRADED (acquiring), not OK."""
+        v = self._window(t, branch_probabilities)
+        if v.level == LOST:
+            self.t_lost = t
+            self.lost_reason = self.lost_reason or v.reason
+            return v
+        if self.lost_reason is not None:
+            if v.level == DEGRADED and v.code not in ("restart", "silent"):
+                self.t_lost = t
+                return Verdict(LOST, "still_lost", v.ratio, window=v.window, detail=self.lost_reason)
+            self.lost_reason = None
+        if v.level == OK and self.t_lost is not None and t - self.t_lost < RECOVER:
+            return Verdict(DEGRADED, "recovering", t - self.t_lost, window=v.window)
+        if v.level == OK and v.code != "start" and v.window < ACQUIRE:
+            return Verdict(DEGRADED, "acquiring", window=v.window)
+        return v
+
+    def _window(self, t: float, branch_probabilities=None) -> Verdict:
         received = self.acc + self.rej
         span = min(self.window, t - self.t_first) if self.t_first is not None else 0.0
         kw = {"rejected": self.rej, "received": received, "window": round(max(span, 0.0), 3)}
@@ -292,101 +329,3 @@ def _bounds(dof: int) -> tuple:
             _BOUNDS.clear()
         b = _BOUNDS[dof] = tuple(float(v) / dof for v in chi2_ppf([1 - P_LOST, 1 - P_DEGRADED, LOW_P], dof))
     return b
-
-
-class TrustSummary:
-    """A run's verdicts, fed in time order (:meth:`add`: records, and with ground truth the
-    checks of the verdict against it): the share of time at each level, the first LOST,
-    the last verdict, the longest non-OK stretch's reason.
-
-    Against truth (``within3``: every coordinate of z within 3 sigma of the estimate's own
-    covariance; ``off10``: the error of [z, zd] beyond 10 sigma, sqrt(NEES) > 10): the
-    fraction of OK steps within 3 sigma, and of the steps off by more than 10 sigma for at
-    least ``WINDOW`` s the fraction the verdict calls LOST (and the delay to the first LOST
-    of each such stretch)."""
-
-    def __init__(self):
-        self.counts = [0, 0, 0]
-        self.t0 = None
-        self.first_lost = None
-        self.last = None
-        self.run = None  # (level, start t, verdict) of the current stretch at one level
-        self.worst = None  # (level, duration, start, reason) of the longest non-OK stretch, LOST first
-        self.ok_n = self.ok_within = 0
-        self.off_n = self.off_lost = 0
-        self.off_start = None
-        self.off_found = None  # a LOST seen in the current off stretch
-        self.delays: list[float] = []
-
-    def add(self, stamps, verdicts, within3=None, off10=None) -> None:
-        for k, (t, v) in enumerate(zip(stamps, verdicts)):
-            if v is None:
-                continue
-            t = float(t)
-            if self.t0 is None:
-                self.t0 = t
-            lv = v.level
-            self.counts[lv] += 1
-            if lv == LOST and self.first_lost is None:
-                self.first_lost = t - self.t0
-            if self.run is None or self.run[0] != lv:
-                self._close(t)
-                self.run = (lv, t, v)
-            else:  # the stretch's reason: its last verdict (the most evidence)
-                self.run = (lv, self.run[1], v)
-            self.last = (t, v)
-            if within3 is not None and lv == OK:
-                self.ok_n += 1
-                self.ok_within += bool(within3[k])
-            if off10 is not None:
-                self._off(t, lv, bool(off10[k]))
-
-    def _off(self, t, lv, off) -> None:
-        if not off:
-            self.off_start = None
-            return
-        if self.off_start is None:
-            self.off_start, self.off_found = t, False
-        if lv == LOST and not self.off_found:
-            self.off_found = True
-            self.delays.append(t - self.off_start)
-        if t - self.off_start >= WINDOW:
-            self.off_n += 1
-            self.off_lost += lv == LOST
-
-    def _close(self, t) -> None:
-        if self.run is None or self.run[0] == OK:
-            return
-        lv, start, v = self.run
-        cand = (lv, t - start, start - self.t0, v.reason)
-        if self.worst is None or (cand[0], cand[1]) > (self.worst[0], self.worst[1]):
-            self.worst = cand
-
-    def result(self) -> dict:
-        if self.last is None:
-            return {}
-        self._close(self.last[0])
-        self.run = None
-        n = max(sum(self.counts), 1)
-        out = {"fraction": {name: c / n for name, c in zip(LEVELS, self.counts)},
-               "final": self.last[1].as_dict(), "first_lost_after": self.first_lost}
-        if self.worst is not None:
-            lv, dur, start, reason = self.worst
-            out["worst"] = {"level": LEVELS[lv], "from": start, "duration": dur, "reason": reason}
-        if self.ok_n or self.off_n or self.delays:
-            out["vs_truth"] = {"ok_steps_within_3_sigma": self.ok_within / self.ok_n if self.ok_n else None,
-                               "off_10_sigma_steps_lost": self.off_lost / self.off_n if self.off_n else None,
-                               "ok_steps": self.ok_n, "ok_within": self.ok_within,
-                               "off_10_sigma_steps": self.off_n, "off_lost": self.off_lost,
-                               "lost_delay_max": max(self.delays) if self.delays else None}
-        return out
-
-
-def trust_checks(ez, sig, nees):
-    """(within3, off10) for :meth:`TrustSummary.add` from the errors of z (K, g), the
-    estimate's sigmas of z (K, g) and the NEES of [z, zd] (K,): every coordinate of z within
-    3 sigma; sqrt(NEES) above 10. (None, None) without a covariance."""
-    if sig is None or nees is None:
-        return None, None
-    with np.errstate(invalid="ignore"):
-        return np.all(np.abs(ez) <= 3.0 * sig, axis=1), np.asarray(nees) > 100.0
