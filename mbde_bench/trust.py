@@ -165,24 +165,24 @@ def run(args) -> int:
     if "1" in tables:
         out["calibration"] = trust_tables.calibration(rows)
         md = trust_tables.table1(out["calibration"])
-        pages.append(f"## 1. Filters' uncertainty ({args.seeds} runs x {args.duration:g} s per case and model)\n\n"
+        pages.append(f"# 1. Filters' uncertainty ({args.seeds} runs x {args.duration:g} s per case and model)\n\n"
                      + trust_tables.__doc__.split("\n\n")[1] + "\n\n" + md)
         print(pages[-1])
         if (args.seeds if args.smoother_runs is None else args.smoother_runs) > 0:
             out["smoother"], md = _smoother(args, cases)
-            pages.append("## 1b. The batch smoother's uncertainty (`mbde smooth`)\n\n" + md)
+            pages.append("# 1b. The batch smoother's uncertainty (`mbde smooth`)\n\n" + md)
             print(pages[-1])
         if id_cases:
             out["identify"], md = _identify(args, id_cases)
-            pages.append("## 1c. Identification's intervals (`mbde identify`)\n\n" + md)
+            pages.append("# 1c. Identification's intervals (`mbde identify`)\n\n" + md)
             print(pages[-1])
     if "2" in tables:
         out["verdict"] = trust_tables.verdict(rows)
-        pages.append(f"## 2. The trust verdict against truth (runs of: {', '.join(kinds)})\n\n"
+        pages.append(f"# 2. The trust verdict against truth (runs of: {', '.join(kinds)})\n\n"
                      + trust_tables.__doc__.split("\n\n")[2] + "\n\n" + trust_tables.table2(out["verdict"]))
         print(pages[-1])
     if "3" in tables:
-        pages.append("## 3. `mbde tune`'s held-out decision against truth\n\n" + _tune(args))
+        pages.append("# 3. `mbde tune`'s held-out decision against truth\n\n" + _tune(args))
         print(pages[-1])
     with open(os.path.join(args.out, "trust.md"), "w", encoding="utf-8") as fh:
         fh.write("\n\n".join(pages) + "\n")

@@ -33,7 +33,7 @@ def test_tables_structure(bench):
     assert kinds == [("nominal", "errorekf"), ("far", "errorekf"), ("bias_step", "errorekf")]
     for s in data["verdict"]:
         assert s["runs"] == 2 and sum(s["fraction"].values()) == pytest.approx(1.0)
-    assert "## 1. Filters' uncertainty" in printed and "## 2. The trust verdict against truth" in printed
+    assert "# 1. Filters' uncertainty" in printed and "# 2. The trust verdict against truth" in printed
     page = (out.parent / "page" / "trust.md").read_text()
     assert page.startswith("# `mbde bench trust`") and "| trust/steel_fourbar_encoder | exact | errorekf | 1 |" in page
     assert not os.listdir(out / "bags")  # each run removes its own bag
