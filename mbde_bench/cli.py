@@ -14,7 +14,7 @@ from mbde_core.cli.argtypes import int_range, nonnegative, seed_type
 from mbde_core.cli.outputs import Output
 
 HELP = ("benchmarks: accuracy (paper 003 matrix), speed, pf (paper 000), adekf (paper 004), identify (paper 001), "
-        "replay, vi (paper 002), smoother, faults, transfer, tune, safety, motors, realtime")
+        "replay, vi (paper 002), smoother, faults, transfer, tune, safety, motors, realtime, trust")
 DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and figures into --out.
 
   accuracy   paper 003 matrix: {fourbar, fivebar} x {encoders, gyroscopes} x sensor period
@@ -38,13 +38,17 @@ DESCRIPTION = """Run a benchmark; each prints tables and writes CSV/JSON and fig
              effort sensor) vs unknown (input states) vs the linkage released, seeded runs
   realtime   every estimator's CPU per step and ratio to real time (one core, pass <= 25 %) on
              every shipped scenario; the PF's thread scaling and acquisition rate over seeds
+  trust      can the user trust the estimates? filters', smoother's and identification's
+             uncertainty, the OK/DEGRADED/LOST verdict (nominal, far-off starts, faults) and
+             mbde tune's held-out decision against the truth, shipped scenarios and
+             config/bench/trust, with and without a 5 % mass error
   safety     data safety: --out vs inputs, --force, concurrent runs, Ctrl-C/SIGTERM, bags cut
              short, bad numbers, failed runs, unusable bags (each row run through the CLI)
 
 Run `mbde bench NAME --help` for the options of each."""
 
 BENCHES = ("accuracy", "speed", "pf", "adekf", "identify", "replay", "vi", "smoother", "faults", "transfer", "tune", "safety",
-           "motors", "realtime")
+           "motors", "realtime", "trust")
 SIGNED = {"initial_angle", "offset", "gravity_error"}  # numeric options that may be negative
 AT_LEAST_ONE = {"jobs", "runs", "repeat", "particles", "max_particles", "multidof_runs", "nees_runs"}
 

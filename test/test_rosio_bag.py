@@ -68,7 +68,8 @@ def write_bag(path, storage, version=8, messages=None):
 def plain(x):
     """Library-neutral value of a message: dicts, lists, float bits (NaN-safe), ints, str."""
     if hasattr(x, "__dataclass_fields__"):
-        return {k: plain(getattr(x, k)) for k in x.__dataclass_fields__ if not k.startswith("__")}
+        # not a type's constants (rosbags keeps e.g. MechanismState.TRUST_OK as a field, mcap_ros2 does not)
+        return {k: plain(getattr(x, k)) for k in x.__dataclass_fields__ if not k.startswith("__") and not k.isupper()}
     if hasattr(type(x), "__slots__") and not isinstance(x, (str, bytes, np.generic)):
         return {k: plain(getattr(x, k)) for k in type(x).__slots__}
     if isinstance(x, str):

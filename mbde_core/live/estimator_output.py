@@ -61,7 +61,7 @@ class EstimatorOutput:
             return
         t = snap.stamp
         if self._due("state", t, self.opt.publish_rate):
-            state, joints = estimate_messages(self.factory, snap, self.mech, self.frame_id)
+            state, joints = estimate_messages(self.factory, snap, self.mech, self.frame_id, rec.trust)
             self._emit("state", state)
             self._emit("joint_states", joints)
             if self.opt.publish_tf:

@@ -60,9 +60,11 @@ class EstimateEncoder:
                                  effort_map)
         return self.layouts[key]
 
-    def encode(self, snaps) -> tuple[list[int], list[bytes], list[bytes]]:
-        """(stamps [ns], MechanismState bytes, JointState bytes) of the estimates, in order."""
+    def encode(self, snaps, trusts=None) -> tuple[list[int], list[bytes], list[bytes]]:
+        """(stamps [ns], MechanismState bytes, JointState bytes) of the estimates, in order;
+        trusts: their verdicts (None: OK without a reason), see :meth:`_trust`."""
         ns = [sec_to_ns(s.stamp) for s in snaps]
+        trusts = [None] * len(snaps) if trusts is None else list(trusts)
         states: list[bytes] = []
         joints: list[bytes] = []
         start = 0
@@ -71,13 +73,13 @@ class EstimateEncoder:
             stop = start + 1
             while stop < len(snaps) and self._key(snaps[stop]) == key:
                 stop += 1
-            a, b = self._batch(snaps[start:stop], ns[start:stop], key)
+            a, b = self._batch(snaps[start:stop], ns[start:stop], key, trusts[start:stop])
             states += a
             joints += b
             start = stop
         return ns, states, joints
 
-    def _batch(self, snaps, ns, key):
+    def _batch(self, snaps, ns, key, trusts):
         ls, lj, effort_map = self._layouts(key, snaps[0])
         n = len(snaps)
         sec = np.array([t // NS_PER_S for t in ns], dtype=np.int64)
@@ -92,6 +94,8 @@ class EstimateEncoder:
             if field in ls.slots:
                 vals[field] = np.array([np.ravel(getattr(s, f)) for s in snaps], dtype=float)
         vals["branch"] = np.array([int(s.branch) for s in snaps])
+        if "trust_level" in ls.slots:
+            vals["trust_level"] = np.array([0 if v is None else int(v.level) for v in trusts])
         state_rows = ls.encode(vals, n)
         jv = dict(stamp)
         if "position" in lj.slots:
@@ -104,7 +108,21 @@ class EstimateEncoder:
                 effort[:, c] += vals["input_forces"][:, i]
             jv["effort"] = effort
         joint_rows = lj.encode(jv, n)
-        return [r.tobytes() for r in state_rows], [r.tobytes() for r in joint_rows]
+        states = [r.tobytes() for r in state_rows]
+        if "trust_level" in ls.slots:
+            states = [self._trust(b, v) for b, v in zip(states, trusts)]
+        return states, [r.tobytes() for r in joint_rows]
+
+    @staticmethod
+    def _trust(data: bytes, verdict) -> bytes:
+        """The message's bytes with its ``trust_reason``: the layout's sample has the empty
+        string, MechanismState's last field, so its bytes end with the string's uint32
+        length 1 and the NUL; a reason replaces those 5 bytes (CDR: length + 1, the UTF-8
+        bytes, NUL; no padding after the last field)."""
+        if verdict is None:
+            return data
+        text = str(verdict.reason).encode()
+        return data[:-5] + struct.pack("<I", len(text) + 1) + text + b"\0"
 
 
 class ParticleSetEncoder:
@@ -228,7 +246,8 @@ def write_records_part(path: str, name: str, records, particles, mech, batch: in
         part.declare(k, topic, typename)
     c = 0
     for start in range(0, len(records), batch):
-        t_ns, states, joints = enc.encode([r.estimate for r in records[start: start + batch]])
+        chunk = records[start: start + batch]
+        t_ns, states, joints = enc.encode([r.estimate for r in chunk], [getattr(r, "trust", None) for r in chunk])
         for t, a, b in zip(t_ns, states, joints):
             part.write(t, 0, 0, a)
             part.write(t, 0, 1, b)

@@ -18,7 +18,7 @@ import numpy as np
 
 from mbde_core.estimators.assess.acquisition import AcquisitionMetrics
 from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, reference_nees, sigma_z
-from mbde_core.estimators.stage.trust import TrustSummary, trust_checks
+from mbde_core.estimators.stage.trust_truth import TrustSummary, trust_checks
 from mbde_core.replay.encode import EstimateEncoder, ParticleSetEncoder, PartWriter
 from mbde_core.replay.runner import InputMetrics
 from mbde_core.replay.source import TruthWindow
@@ -187,7 +187,7 @@ class RunOutput:
 
     def add(self, batch, arrays, truth, angular) -> None:
         if self.part is not None:
-            ns, states, joints = self.encoder.encode([r.estimate for r in batch])
+            ns, states, joints = self.encoder.encode([r.estimate for r in batch], [r.trust for r in batch])
             pt = self.topics.index(self.particle_topic) if self.clouds else None
             c = 0
             views = self.view.encode(batch) if self.view is not None else [()] * len(ns)

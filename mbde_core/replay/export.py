@@ -14,6 +14,8 @@ mapping of column name -> (K,) array:
   covariance of [z, zd];
 - ``q_<k>``, ``qd_<k>``: every natural coordinate (points' x, y; angles);
 - ``branch`` and ``p_branch<b>``: the most probable assembly branch and the probabilities;
+- ``trust``: the trust verdict, 0 OK, 1 DEGRADED, 2 LOST (the message's ``trust_level``;
+  its ``trust_reason`` sentence stays in the bag);
 - ``input_<i>``, ``sd_input_<i>``: estimated unknown inputs (N m or N) and their sd;
 - ``ess``, ``unique_particles``: the particle filter's diagnostics from ``.../particles``
   (the value of the latest particle set at or before each state's stamp).
@@ -110,6 +112,8 @@ def _columns(msgs, particles, t0: int) -> dict[str, np.ndarray]:
         arr = stack(field, len(qn))
         cols.update({prefix + c: arr[:, i] for i, c in enumerate(qn)})
     cols["branch"] = np.array([m.branch for m in msgs], dtype=float)
+    if hasattr(first, "trust_level"):
+        cols["trust"] = np.array([m.trust_level for m in msgs], dtype=float)
     nb = max(len(m.branch_probabilities) for m in msgs)
     if nb:
         bp = stack("branch_probabilities", nb)

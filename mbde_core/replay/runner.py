@@ -24,7 +24,7 @@ from mbde_core.estimators.options.rule import force_limits, resolve_config, scen
 from mbde_core.estimators.options.widening import widening
 from mbde_core.estimators.registry import estimator_class, traits
 from mbde_core.estimators.stage.core import STAGE_DEFAULTS, EstimatorStage
-from mbde_core.estimators.stage.trust import TrustSummary, trust_checks
+from mbde_core.estimators.stage.trust_truth import TrustSummary, trust_checks
 
 
 @dataclass

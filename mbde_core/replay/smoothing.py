@@ -25,6 +25,7 @@ import numpy as np
 
 from mbde_core.estimators.options.rule import scenario_context
 from mbde_core.estimators.stage.core import StepRecord
+from mbde_core.estimators.stage.trust import fit_verdict
 from mbde_core.replay.evaluation import RunOutput, StreamEvaluator
 from mbde_core.replay.outputs import summary_table, write_estimates_bag, write_metrics, write_report
 from mbde_core.replay.plots import plot_run, plot_summary
@@ -104,7 +105,9 @@ def resolved(source, cfg: dict) -> dict:
 
 
 def _records(part, cost: float):
-    return (StepRecord(part.snapshot(i), None, cost) for i in range(len(part)))
+    """The steps of a solved part (the whole run or a window) with the verdict of its goodness of fit."""
+    verdict = fit_verdict(part.info)
+    return (StepRecord(part.snapshot(i), None, cost, verdict) for i in range(len(part)))
 
 
 def smooth_bag(source, cfg: dict, guess_cfg: dict, out_dir: str, storage: str = "mcap", plots: bool = True,

@@ -5,7 +5,9 @@ Messages decode with :func:`mbde_core.rosio.typestore.get_typestore` (this check
 bag's own definitions. rclpy/Fast DDS can append up to a few alignment bytes more than
 ``rosbags`` accepts ("CDR message size mismatch", e.g. JointState with an empty
 ``effort``): :func:`deserialize` accepts up to :data:`MAX_TRAILING_PADDING` surplus
-bytes after the message.
+bytes after the message. A ``mbde_msgs/MechanismState`` recorded before it had
+``trust_level`` and ``trust_reason`` (the bag's own definition lacks them) is read with
+those two fields appended at their defaults (OK, no reason): :func:`with_trust_fields`.
 """
 from __future__ import annotations
 
@@ -18,6 +20,24 @@ from mbde_core.rosio.stamps import ns_to_sec
 from mbde_core.rosio.typestore import build_typestore, get_typestore
 
 MAX_TRAILING_PADDING = 256  # surplus bytes accepted after a CDR message's last field
+MECHANISM_STATE = "mbde_msgs/msg/MechanismState"
+
+
+def with_trust_fields(data) -> bytes:
+    """CDR bytes of a MechanismState without the trailing ``uint8 trust_level`` and
+    ``string trust_reason`` (an older definition) with both appended: 0, then the
+    string's uint32 length 1 (aligned to 4 from the byte after the 4-byte encapsulation
+    header) and its NUL."""
+    body = len(data) - 4 + 1
+    return bytes(data) + b"\x00" + b"\x00" * (-body % 4) + b"\x01\x00\x00\x00\x00"
+
+
+def _without_trust(conn) -> bool:
+    """A MechanismState connection whose definition in the bag predates the trust fields."""
+    if conn.msgtype != MECHANISM_STATE:
+        return False
+    text = getattr(conn.msgdef, "data", conn.msgdef) or ""
+    return bool(text) and "trust_level" not in text
 
 # rosbags parses metadata.yaml and every topic's QoS profiles (YAML texts in it) with
 # ruamel.yaml's pure-Python loader on every open (~0.1-0.3 s for a bag of 8 topics): a
@@ -192,10 +212,11 @@ class BagReader:
         for c in conns:
             listed[(c.topic, c.msgtype)] = listed.get((c.topic, c.msgtype), 0) + c.msgcount
         seen = dict.fromkeys(listed, 0)
+        old = {c.id for c in conns if _without_trust(c)}
         try:
             for conn, t_ns, data in self._reader.messages(connections=conns):
                 seen[(conn.topic, conn.msgtype)] += 1
-                yield conn.topic, t_ns, conn.msgtype, data
+                yield conn.topic, t_ns, conn.msgtype, with_trust_fields(data) if conn.id in old else data
         except DataError:
             raise
         except Exception as exc:

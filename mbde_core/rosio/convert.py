@@ -176,12 +176,15 @@ def joint_state_values(msg, names, field: str = "position") -> list[float | None
 
 # ---------------------------------------------------------------- mbde_msgs/MechanismState
 def mechanism_state_msg(factory, snap: MechanismSnapshot, coordinate_names, independent_names,
-                        frame_id: str = ""):
+                        frame_id: str = "", trust=None):
     """mbde_msgs/MechanismState of a snapshot.
 
     coordinate_names (n,), independent_names (g,); snap.q/qd/qdd (n,) or empty,
     snap.z/zd/zdd (g,) or empty, cov (2g, 2g) or None, branch_probabilities (K,) or None,
-    inputs (k,) with k = len(input_names) or None, input_cov (k, k) or None.
+    inputs (k,) with k = len(input_names) or None, input_cov (k, k) or None; trust: the
+    estimate's verdict (:class:`~mbde_core.estimators.stage.trust.Verdict`: ``level``
+    0/1/2 = OK/DEGRADED/LOST and ``reason``) or None (OK, no reason: ground truth). A
+    message type built from an mbde_msgs without the trust fields gets none.
     """
     cnames, inames = [str(n) for n in coordinate_names], [str(n) for n in independent_names]
     n, g = len(cnames), len(inames)
@@ -202,6 +205,8 @@ def mechanism_state_msg(factory, snap: MechanismSnapshot, coordinate_names, inde
         setattr(msg, field, factory.array(arr, "float64"))
     msg.branch = int(snap.branch)
     msg.input_names = [str(s) for s in snap.input_names]
+    if trust is not None and hasattr(msg, "trust_level"):
+        msg.trust_level, msg.trust_reason = int(trust.level), str(trust.reason)
     return msg
 
 

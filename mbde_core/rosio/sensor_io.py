@@ -42,14 +42,15 @@ def sensor_reading(sensor, msg) -> Measurement:
     return Measurement(t, sensor.name, value)
 
 
-def estimate_messages(factory, snap: MechanismSnapshot, mech, frame_id: str = "world"):
-    """(mbde_msgs/MechanismState, sensor_msgs/JointState) of an estimate.
+def estimate_messages(factory, snap: MechanismSnapshot, mech, frame_id: str = "world", trust=None):
+    """(mbde_msgs/MechanismState, sensor_msgs/JointState) of an estimate (trust: its
+    verdict, :func:`~mbde_core.rosio.convert.mechanism_state_msg`).
 
     The JointState has one joint per natural coordinate (names = coordinate names,
     position = q, velocity = qd) and effort = the estimated generalized input on that
     coordinate (0 where none is estimated), the convention of the ground truth topic.
     """
-    state = mechanism_state_msg(factory, snap, mech.coordinate_names, mech.independent_names, frame_id)
+    state = mechanism_state_msg(factory, snap, mech.coordinate_names, mech.independent_names, frame_id, trust)
     effort = np.zeros(mech.n)
     if snap.inputs is not None:
         for name, u in zip(snap.input_names, snap.inputs):

@@ -22,14 +22,23 @@ the gate accepted and rejected, and reads the estimate's branch probabilities:
   chi-square and nearly white: the test is the independent one), more than
   ``REJECT_DEGRADED`` of the readings rejected, the most probable assembly branch below
   ``BRANCH_P``, the track restarted within the window (the stage's re-acquisition or
-  multi-start, a divergence, a particle filter's re-initialisation after its lost or lock
-  detector fired), or no reading fused over the whole window (open-loop prediction);
+  multi-start, a divergence, a particle filter's re-initialisation after its effective
+  sample size collapsed or the fresh hypotheses its lock detector injected: the reason
+  names which), a particle filter's effective sample size (after an update, before
+  resampling) below ``ESS_DEGRADED`` of its particles at the median of the window's
+  updates (the weights sit on a few particles: 1 % of the updates of a tracking PF on the
+  shipped scenarios fall below 0.3), or no reading fused over the whole window
+  (open-loop prediction);
 - OK otherwise. A window of far too small NIS (the readings agree better than the
   estimator assumes: a conservative estimate, e.g. accelerometers widened by the default
   noise rule) stays OK; the reason says so.
 
-The verdict follows the window: a recovered estimate is OK again once its bad updates
-left the window (``WINDOW`` s later).
+The verdict follows the window, with hysteresis (:meth:`TrustMonitor.verdict`): LOST
+stays until a whole window of readings agrees with the estimate, then it is DEGRADED
+(recovering) until ``RECOVER`` s after the last LOST; the first ``ACQUIRE`` s of
+readings are DEGRADED (acquiring). Far-off gyroscope-only starts (the four-bar UKF
+0.6-1.3 rad off) otherwise returned to OK after one window while still locked 0.35 rad
+(30 sigma) off, with white innovations of the right size.
 """
 from __future__ import annotations
 
@@ -55,18 +64,26 @@ BIAS_DEGRADED = 4.5
 BIAS_LOST = 8.0
 BIAS_MIN = 20  # innovations of a channel in the window before its bias is tested
 LOW_P = 1e-3  # a NIS sum below its quantile at LOW_P: conservative (said, still OK)
+ACQUIRE = 0.5  # s of readings before the first OK (evidence of less is no evidence)
+RECOVER = 1.0  # s after the last LOST before OK again
+ESS_DEGRADED = 0.1  # median effective sample size / particles over the window's updates
+RESTARTS = {  # what restarted the track (the stage's counters, a PF's recovery reasons)
+    "reacquisitions": "the stage re-acquired the track", "multistarts": "the stage's multi-start",
+    "diverged": "the estimate diverged", "pf:lock": "the particle filter's lock detector fired (its cloud disagreed "
+    "with the readings): fresh hypotheses injected", "pf:ess": "the particle filter's effective sample size collapsed: "
+    "re-initialised", "pf:likelihood": "no particle explained the readings: the particle filter re-initialised"}
 
 
 class Verdict:
     """A level (OK, DEGRADED, LOST) and the figures behind it; ``reason`` the sentence."""
 
-    __slots__ = ("level", "code", "ratio", "band", "rejected", "received", "branch_p", "window", "run", "bias")
+    __slots__ = ("level", "code", "ratio", "band", "rejected", "received", "branch_p", "window", "run", "bias", "detail")
 
     def __init__(self, level, code, ratio=None, band=None, rejected=0, received=0, branch_p=None, window=WINDOW,
-                 run=0, bias=None):
+                 run=0, bias=None, detail=None):
         self.level, self.code, self.ratio, self.band = level, code, ratio, band
         self.rejected, self.received, self.branch_p, self.window = rejected, received, branch_p, window
-        self.run, self.bias = run, bias
+        self.run, self.bias, self.detail = run, bias, detail
 
     @property
     def name(self) -> str:
@@ -88,7 +105,13 @@ class Verdict:
         if self.code == "branch":
             return f"assembly branch uncertain: P = {self.branch_p:.2f}"
         if self.code == "restart":
-            return f"the track restarted (re-acquisition, multi-start or re-initialisation) {w}"
+            what = RESTARTS.get(self.detail) or "re-acquisition, multi-start or re-initialisation"
+            return f"the track restarted {w}: {what}"
+        if self.code == "ess":
+            return (f"particle weights degenerate: median effective sample size {self.ratio:.2g} of the particles "
+                    f"{w} (below {ESS_DEGRADED:g})")
+        if self.code in ("fit", "unconverged"):
+            return self.detail
         if self.code == "silent":
             return f"no reading fused {w}: predicting open loop"
         if self.code == "conservative":
@@ -96,6 +119,13 @@ class Verdict:
                     "(a conservative estimate)")
         if self.code == "start":
             return "no readings yet"
+        if self.code == "acquiring":
+            return f"acquiring: {self.window:g} s of readings so far (OK after {ACQUIRE:g} s of consistent readings)"
+        if self.code == "still_lost":
+            return f"still lost: no window of consistent readings since the estimate was LOST ({self.detail})"
+        if self.code == "recovering":
+            return (f"recovering: LOST {self.ratio:.2g} s ago, readings consistent since "
+                    f"(OK {RECOVER:g} s after the last LOST)")
         nis = "" if self.ratio is None or not math.isfinite(self.ratio) else f" (mean NIS {self.ratio:.3g} x its dof)"
         return f"readings consistent with the estimate {w}{nis}"
 
@@ -118,11 +148,16 @@ class TrustMonitor:
         self.sums: dict = {}  # (fused sensors, channel index) -> [sum of e, count] over the window
         self.events = None  # the stage's count of track restarts
         self.t_event = None  # time of the last restart
+        self.parts: dict = {}  # the restart counters by source (RESTARTS' keys)
+        self.what = None  # the source of the last restart
+        self.ess: collections.deque = collections.deque()  # (t, ESS / particles) of a PF's updates
+        self.t_lost = None  # time of the last LOST verdict
+        self.lost_reason = None  # the reason of the LOST that started the current loss (None: not lost)
 
     def reset(self) -> None:
-        events = self.events  # the stage's count runs on through its resets
+        events, parts = self.events, self.parts  # the stage's counts run on through its resets
         self.__init__(self.window)
-        self.events = events
+        self.events, self.parts = events, parts
 
     def observe(self, stage, estimate, update) -> Verdict:
         """:meth:`step` for an emitted step of an EstimatorStage: its restarts of the track
@@ -131,9 +166,19 @@ class TrustMonitor:
         bag loop) starts a new window."""
         if self.steps and estimate.stamp < self.steps[-1][0]:
             self.reset()
-        c = stage.counters
-        events = c.reacquisitions + c.multistarts + c.diverged + sum(getattr(stage.est, "recovery_reasons", {}).values())
-        return self.step(estimate.stamp, update, estimate.branch_probabilities, events)
+        c, est = stage.counters, stage.est
+        parts = {"reacquisitions": c.reacquisitions, "multistarts": c.multistarts, "diverged": c.diverged,
+                 **{f"pf:{k}": v for k, v in getattr(est, "recovery_reasons", {}).items()}}
+        grew = [k for k, v in parts.items() if v > self.parts.get(k, v)]
+        if grew:
+            self.what = grew[0]
+        self.parts = parts
+        n = getattr(est, "N", 0)
+        if update is not None and n and getattr(est, "ess_before", None) is not None:
+            self.ess.append((estimate.stamp, float(est.ess_before) / n))
+        while self.ess and self.ess[0][0] <= estimate.stamp - self.window:
+            self.ess.popleft()
+        return self.step(estimate.stamp, update, estimate.branch_probabilities, sum(parts.values()))
 
     def step(self, t: float, update, branch_probabilities=None, events: int | None = None) -> Verdict:
         """The verdict after grid step t with its update result (or None); events: the
@@ -182,6 +227,28 @@ class TrustMonitor:
         return self.verdict(t, branch_probabilities)
 
     def verdict(self, t: float, branch_probabilities=None) -> Verdict:
+        """The window's verdict (:meth:`_window`) with hysteresis: once LOST, the estimate
+        stays LOST until a window of readings agrees with it (a merely DEGRADED window is
+        not enough: a filter pulled off the motion keeps being off while its innovations
+        shrink), then DEGRADED (recovering) until ``RECOVER`` s after the last LOST; and an
+        estimate with less than ``ACQUIRE`` s of readings is DEGRADED (acquiring), not OK."""
+        v = self._window(t, branch_probabilities)
+        if v.level == LOST:
+            self.t_lost = t
+            self.lost_reason = self.lost_reason or v.reason
+            return v
+        if self.lost_reason is not None:
+            if v.level == DEGRADED and v.code not in ("restart", "silent"):
+                self.t_lost = t
+                return Verdict(LOST, "still_lost", v.ratio, window=v.window, detail=self.lost_reason)
+            self.lost_reason = None
+        if v.level == OK and self.t_lost is not None and t - self.t_lost < RECOVER:
+            return Verdict(DEGRADED, "recovering", t - self.t_lost, window=v.window)
+        if v.level == OK and v.code != "start" and v.window < ACQUIRE:
+            return Verdict(DEGRADED, "acquiring", window=v.window)
+        return v
+
+    def _window(self, t: float, branch_probabilities=None) -> Verdict:
         received = self.acc + self.rej
         span = min(self.window, t - self.t_first) if self.t_first is not None else 0.0
         kw = {"rejected": self.rej, "received": received, "window": round(max(span, 0.0), 3)}
@@ -204,7 +271,11 @@ class TrustMonitor:
         if received >= MIN_READINGS and self.rej > REJECT_DEGRADED * received:
             return Verdict(DEGRADED, "rejected", ratio, **kw)
         if self.t_event is not None and t - self.t_event < self.window:
-            return Verdict(DEGRADED, "restart", ratio, **kw)
+            return Verdict(DEGRADED, "restart", ratio, detail=self.what, **kw)
+        if len(self.ess) >= MIN_READINGS:
+            med = float(np.median([f for _, f in self.ess]))
+            if med < ESS_DEGRADED:
+                return Verdict(DEGRADED, "ess", med, **kw)
         if branch_probabilities is not None and len(branch_probabilities) > 1:
             p = float(np.max(branch_probabilities))
             if p < BRANCH_P:
@@ -232,6 +303,21 @@ class TrustMonitor:
         return best
 
 
+def fit_verdict(info: dict) -> Verdict:
+    """The batch smoother's verdict from its goodness of fit (``info``: a solution's or a
+    window's solver info, :mod:`mbde_core.trajectory.calibration`): LOST when the solver
+    did not converge, DEGRADED for a poor fit (the normalised cost or a sensor's variance
+    factor outside its band: its first warning is the reason), else OK."""
+    status, warnings = info.get("status"), info.get("warnings") or []
+    cost = (info.get("fit") or {}).get("normalised_cost")
+    if status not in (None, "converged", "poor fit"):
+        return Verdict(LOST, "unconverged", cost, detail=f"the smoother's solution {status}")
+    if status == "poor fit" or warnings:
+        return Verdict(DEGRADED, "fit", cost, detail="poor fit: " + (warnings[0] if warnings else "see the warnings"))
+    fits = "the smoother's solution fits the readings" + ("" if cost is None else f" (normalised cost {cost:.3g})")
+    return Verdict(OK, "fit", cost, detail=fits)
+
+
 _BOUNDS: dict = {}
 
 
@@ -243,100 +329,3 @@ def _bounds(dof: int) -> tuple:
             _BOUNDS.clear()
         b = _BOUNDS[dof] = tuple(float(v) / dof for v in chi2_ppf([1 - P_LOST, 1 - P_DEGRADED, LOW_P], dof))
     return b
-
-
-class TrustSummary:
-    """A run's verdicts, fed in time order (:meth:`add`: records, and with ground truth the
-    checks of the verdict against it): the share of time at each level, the first LOST,
-    the last verdict, the longest non-OK stretch's reason.
-
-    Against truth (``within3``: every coordinate of z within 3 sigma of the estimate's own
-    covariance; ``off10``: the error of [z, zd] beyond 10 sigma, sqrt(NEES) > 10): the
-    fraction of OK steps within 3 sigma, and of the steps off by more than 10 sigma for at
-    least ``WINDOW`` s the fraction the verdict calls LOST (and the delay to the first LOST
-    of each such stretch)."""
-
-    def __init__(self):
-        self.counts = [0, 0, 0]
-        self.t0 = None
-        self.first_lost = None
-        self.last = None
-        self.run = None  # (level, start t, verdict) of the current stretch at one level
-        self.worst = None  # (level, duration, start, reason) of the longest non-OK stretch, LOST first
-        self.ok_n = self.ok_within = 0
-        self.off_n = self.off_lost = 0
-        self.off_start = None
-        self.off_found = None  # a LOST seen in the current off stretch
-        self.delays: list[float] = []
-
-    def add(self, stamps, verdicts, within3=None, off10=None) -> None:
-        for k, (t, v) in enumerate(zip(stamps, verdicts)):
-            if v is None:
-                continue
-            t = float(t)
-            if self.t0 is None:
-                self.t0 = t
-            lv = v.level
-            self.counts[lv] += 1
-            if lv == LOST and self.first_lost is None:
-                self.first_lost = t - self.t0
-            if self.run is None or self.run[0] != lv:
-                self._close(t)
-                self.run = (lv, t, v)
-            else:  # the stretch's reason: its last verdict (the most evidence)
-                self.run = (lv, self.run[1], v)
-            self.last = (t, v)
-            if within3 is not None and lv == OK:
-                self.ok_n += 1
-                self.ok_within += bool(within3[k])
-            if off10 is not None:
-                self._off(t, lv, bool(off10[k]))
-
-    def _off(self, t, lv, off) -> None:
-        if not off:
-            self.off_start = None
-            return
-        if self.off_start is None:
-            self.off_start, self.off_found = t, False
-        if lv == LOST and not self.off_found:
-            self.off_found = True
-            self.delays.append(t - self.off_start)
-        if t - self.off_start >= WINDOW:
-            self.off_n += 1
-            self.off_lost += lv == LOST
-
-    def _close(self, t) -> None:
-        if self.run is None or self.run[0] == OK:
-            return
-        lv, start, v = self.run
-        cand = (lv, t - start, start - self.t0, v.reason)
-        if self.worst is None or (cand[0], cand[1]) > (self.worst[0], self.worst[1]):
-            self.worst = cand
-
-    def result(self) -> dict:
-        if self.last is None:
-            return {}
-        self._close(self.last[0])
-        self.run = None
-        n = max(sum(self.counts), 1)
-        out = {"fraction": {name: c / n for name, c in zip(LEVELS, self.counts)},
-               "final": self.last[1].as_dict(), "first_lost_after": self.first_lost}
-        if self.worst is not None:
-            lv, dur, start, reason = self.worst
-            out["worst"] = {"level": LEVELS[lv], "from": start, "duration": dur, "reason": reason}
-        if self.ok_n or self.off_n or self.delays:
-            out["vs_truth"] = {"ok_steps_within_3_sigma": self.ok_within / self.ok_n if self.ok_n else None,
-                               "off_10_sigma_steps_lost": self.off_lost / self.off_n if self.off_n else None,
-                               "off_10_sigma_steps": self.off_n,
-                               "lost_delay_max": max(self.delays) if self.delays else None}
-        return out
-
-
-def trust_checks(ez, sig, nees):
-    """(within3, off10) for :meth:`TrustSummary.add` from the errors of z (K, g), the
-    estimate's sigmas of z (K, g) and the NEES of [z, zd] (K,): every coordinate of z within
-    3 sigma; sqrt(NEES) above 10. (None, None) without a covariance."""
-    if sig is None or nees is None:
-        return None, None
-    with np.errstate(invalid="ignore"):
-        return np.all(np.abs(ez) <= 3.0 * sig, axis=1), np.asarray(nees) > 100.0
