@@ -18,7 +18,7 @@ one and with two propagation threads (``MBDE_PF_THREADS``): wall and process CPU
 each, the speed-up wall(1) / wall(2), with the load average beside it (another process on
 the second core takes the speed-up away). The PF's **acquisition rate** over
 ``--acquisition-seeds`` seeds per scenario: :func:`mbde_bench.pf_acquisition.acquisition_rate`
-(acquired within 1 s, no lock left), when that module is installed.
+(acquired within 1 s, no lock left).
 
 At the top: the CPU model (/proc/cpuinfo), the cores, the BLAS threads and the load average
 (the results page header repeats them with the date and commit). Speeds are reported,
@@ -33,6 +33,7 @@ import shutil
 import tempfile
 import time
 
+from mbde_bench import pf_acquisition
 from mbde_bench.results import cpu_model, load_average
 from mbde_core.config.paths import config_path
 from mbde_core.errors import MbdeError
@@ -164,18 +165,13 @@ def thread_scaling(scenario: str, source, readings, spec, seed: int, warmup: flo
 
 
 def acquisition(paths, seeds: int, duration: float, log=print) -> dict | None:
-    """{scenario: {acquired: 'k/n', ...}} of the PF over ``seeds`` seeds per scenario, or
-    None where mbde_bench.pf_acquisition is not installed."""
-    try:
-        from mbde_bench import pf_acquisition  # lazy: the acquisition-rate module comes with the PF robustness change
-    except ImportError:
-        return None
+    """{scenario: {acquired: 'k/n', ...}} of the PF over ``seeds`` seeds per scenario
+    (:func:`mbde_bench.pf_acquisition.acquisition_rate`)."""
     out = {}
     for path in paths:
         rows = pf_acquisition.acquisition_rate(path, range(1, seeds + 1), duration, "pf", reference=None)
         name = os.path.splitext(os.path.basename(path))[0]
-        out[name] = pf_acquisition.summary(rows) if hasattr(pf_acquisition, "summary") else {
-            "acquired": f"{sum(bool(r.get('acquired')) for r in rows)}/{len(rows)}"}
+        out[name] = pf_acquisition.summary(rows)
         log(f"  acquisition {name}: {out[name]['acquired']}")
     return out
 
@@ -210,10 +206,7 @@ def tables(doc: dict) -> str:
             lines.append(f"| {nt} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['load_average']} |")
         lines += ["", f"speed-up wall(1) / wall(2): {ts['speedup']:.2f}x (target >= 1.7x on an idle 2-core machine)"]
     acq = doc.get("acquisition")
-    if acq is None and doc.get("acquisition_seeds"):
-        lines += ["", "PF acquisition rate: TODO for the lead -- mbde_bench.pf_acquisition (acquisition_rate) is not "
-                  "installed in this tree; the section runs once it is merged"]
-    elif acq:
+    if acq:
         lines += ["", f"PF acquisition over {doc['acquisition_seeds']} seeds ({doc['acquisition_duration_s']:g} s each; "
                   "acquired: state and branch within 1 s, no lock left)", "",
                   "| scenario | acquired | median time [s] | max time [s] |", "|---|---|---|---|"]

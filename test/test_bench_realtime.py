@@ -39,7 +39,7 @@ def test_bench_realtime_pf_threads_and_unknown_scenario(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
-def test_bench_realtime_tables_name_the_missing_acquisition_module_and_the_failures():
+def test_bench_realtime_tables_name_the_failures_and_the_acquisition_rate():
     from mbde_bench.realtime import tables
 
     doc = {"machine": {"cpu": "X", "cores": 2, "blas_threads": "1", "load_start": "1", "load_end": "2"},
@@ -48,6 +48,6 @@ def test_bench_realtime_tables_name_the_missing_acquisition_module_and_the_failu
                      "ratio": 0.5, "pass": False}]}
     text = tables(doc)
     assert "| s | ukf | 1 | 1 | 500 | 0.500 | FAIL |" in text and "over it s/ukf 0.50" in text
-    assert "TODO for the lead" in text and "pf_acquisition" in text
+    assert "PF acquisition" not in text  # no acquisition runs: no section
     doc["acquisition"] = {"s": {"acquired": "19/20", "t_acq_median": 0.3, "t_acq_max": 1.4}}
     assert "| s | 19/20 | 0.30 | 1.40 |" in tables(doc)
