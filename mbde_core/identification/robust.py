@@ -16,11 +16,32 @@ states absorb each step's misfit: the per-step scores of a white-noise fit have 
 the variance T^T T predicts, and their lagged products put it back only partially), so
 Omega is estimated by batch means (the long-run variance over contiguous blocks;
 Conway & Schmeiser; the fixed-b view of Kiefer & Vogelsang 2005): every recording is cut
-into BLOCKS blocks, S_b the sum of the scores of block b, Omega = K / (K - 1) sum_b
-S_b S_b^T over all K blocks, times (t_{0.975, K-1} / 1.96)^2 so that +-1.96 std is a 95 %
-interval with an Omega estimated from K blocks. With independent residuals Omega ~ T^T T;
-the reported covariance is the larger of the two (per parameter), so correlated
-residuals can only widen the intervals.
+into BLOCKS blocks, S_b the sum of the scores of block b, c_b = B S_b its share of the
+estimate's error, and Cov(p) ~ sum_b c_b c_b^T over all K blocks. With independent residuals
+Omega ~ T^T T; the reported covariance is the larger of the two (per parameter), so
+correlated residuals can only widen the intervals.
+
+Few blocks, and parameters informed in only some of them (a motor gain seen in two short
+torque pulses), make that sum small and noisy; two small-sample corrections, per parameter
+j, treat the blocks as clusters (CR2 and the degrees of freedom of Bell & McCaffrey 2002;
+Imbens & Kolesar 2016). Under the working model Var(S_b) = sigma^2 I_b (I_b = sum over the
+block's steps of T_i^T T_i, blocks independent; sum_b I_b = T^T T = B^-1), the residual
+scores are those of the fit, S^_b = S_b - I_b B sum_c S_c, so with u = B e_j and
+m_b = I_b u the estimated shares c^_bj = e_j^T B S^_b have covariance sigma^2 G,
+
+    G_bb' = delta_bb' u^T I_b u - 2 m_b^T B m_b' + m_b^T B (T^T T) B m_b',
+
+while Var(p_j) = sigma^2 u^T (T^T T) u. Hence
+
+    Var^(p_j) = f_j sum_b c^_bj^2,    f_j = u^T (T^T T) u / tr G       (unbiased; CR2-like),
+    nu_j = (tr G)^2 / tr(G^2)                                        (Satterthwaite),
+
+and the std is widened by t_{0.975, nu_j} / 1.96 so that +-1.96 std is a 95 % interval.
+Equal blocks and a parameter informed evenly give f = K / (K - 1), nu = K - 1 (the textbook
+batch means); a parameter informed in two of ten blocks has nu ~ 1-3, so its interval is
+wider by a Student-t quantile, where the textbook 9 degrees of freedom were too optimistic.
+A parameter informed in a single block (tr G ~ 0) has no block-to-block spread to estimate
+from: it keeps the model's covariance.
 
 Warnings (:func:`warnings_of`): residuals that are not white (a lag-1 autocorrelation
 above WHITE_LAG1, or more than WHITE_SHARE of the lags outside the 95 % band), a
@@ -51,27 +72,66 @@ def scores(proj, rows, N: int, P: int) -> np.ndarray:
     return S
 
 
+def step_information(proj, rows, N: int, P: int) -> np.ndarray:
+    """(N, P, P) I_i = sum over the rows of step i of T_row^T T_row (the information of step i)."""
+    I = np.zeros((N, P, P))
+    for rb, T in zip(rows, proj.T_blocks):
+        if rb.r.size == 0 or T.size == 0:
+            continue
+        np.add.at(I, np.asarray(rb.idx), np.einsum("kdp,kdq->kpq", T, T))
+    return I
+
+
+def small_sample(bread: np.ndarray, infos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bias factor f (P,), degrees of freedom nu (P,)) of the batch-means variance of each
+    parameter from the blocks' information I_b (K, P, P) (module docstring: CR2 / Bell and
+    McCaffrey)."""
+    B = bread
+    I = infos.sum(axis=0)
+    P = B.shape[0]
+    f, nu = np.ones(P), np.full(P, np.inf)
+    BIB = B @ I @ B
+    for j in range(P):
+        u = B[:, j]
+        if not np.any(u):
+            continue
+        m = infos @ u  # (K, P) m_b = I_b u
+        w = m @ u  # (K,) u^T I_b u
+        M = m @ B @ m.T
+        G = np.diag(w) - 2.0 * M + m @ BIB @ m.T
+        tr, tr2 = float(np.trace(G)), float(np.sum(G * G))
+        if tr <= 1e-12 * max(float(u @ I @ u), 1e-300) or tr2 <= 0:
+            f[j], nu[j] = np.inf, 1.0
+            continue
+        f[j] = float(u @ I @ u) / tr
+        nu[j] = tr * tr / tr2
+    return f, nu
+
+
 def hac_covariance(proj, rows, offsets, bread: np.ndarray) -> tuple[np.ndarray, list]:
-    """(B Omega B (P, P), block length in steps per recording) for the recordings at
-    ``offsets`` (R+1,) (module docstring)."""
+    """(B Omega B (P, P) scaled per parameter by the small-sample factors, block length in
+    steps per recording) for the recordings at ``offsets`` (R+1,) (module docstring)."""
     import scipy.stats
 
     P = bread.shape[0]
-    S = scores(proj, rows, int(offsets[-1]), P)
-    sums, lengths = [], []
+    N = int(offsets[-1])
+    S = scores(proj, rows, N, P)
+    Ii = step_information(proj, rows, N, P)
+    sums, infos, lengths = [], [], []
     for a, b in zip(offsets[:-1], offsets[1:]):
         n = max(min(BLOCKS, (b - a) // 2), 1)
         edges = np.linspace(a, b, n + 1).astype(int)
         sums += [S[lo:hi].sum(axis=0) for lo, hi in zip(edges[:-1], edges[1:])]
+        infos += [Ii[lo:hi].sum(axis=0) for lo, hi in zip(edges[:-1], edges[1:])]
         lengths.append(int((b - a) // n))
     K = len(sums)
     if K < 2:
         return np.full((P, P), 0.0), lengths
-    Sb = np.array(sums)
-    Sb = Sb - Sb.mean(axis=0)
-    t = float(scipy.stats.t.ppf(0.975, K - 1)) / 1.959963984540054
-    omega = Sb.T @ Sb * (K / (K - 1.0)) * t * t
-    C = bread @ omega @ bread
+    C = bread @ (np.array(sums).T @ np.array(sums)) @ bread  # sum_b c_b c_b^T, c_b = B S_b
+    f, nu = small_sample(bread, np.array(infos))
+    t = scipy.stats.t.ppf(0.975, np.clip(nu, 1.0, None)) / 1.959963984540054
+    d = np.sqrt(np.where(np.isfinite(f), f, 0.0)) * t  # informed in one block only: the model's
+    C = C * np.outer(d, d)
     return 0.5 * (C + C.T), lengths
 
 
