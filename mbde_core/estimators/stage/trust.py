@@ -39,6 +39,15 @@ stays until a whole window of readings agrees with the estimate, then it is DEGR
 readings are DEGRADED (acquiring). Far-off gyroscope-only starts (the four-bar UKF
 0.6-1.3 rad off) otherwise returned to OK after one window while still locked 0.35 rad
 (30 sigma) off, with white innovations of the right size.
+
+While recovering, the evidence must be fresh: a DEGRADED window returns the estimate to
+LOST, and so does a channel whose innovations since the last LOST window (at most
+``SINCE_WINDOW`` s of them, ``BIAS_MIN`` at least) are biased beyond ``BIAS_RECOVER``
+(|sum e| / sqrt(n), N(0, 1) for a consistent estimator, so a false hold has odds of
+about 5e-4 per channel and test). The four-bar UKF locked 10-30 sigma off with only a
+gyroscope keeps innovations of NIS near 1 but a steady bias of 3.5-6 sigma per window
+for 1-2 s between its LOST windows: the sliding window alone called it recovering (and
+then OK) there. A nominal run is never LOST, so these tests never act on it.
 """
 from __future__ import annotations
 
@@ -63,6 +72,8 @@ BRANCH_P = 0.9
 BIAS_DEGRADED = 4.5
 BIAS_LOST = 8.0
 BIAS_MIN = 20  # innovations of a channel in the window before its bias is tested
+BIAS_RECOVER = 3.5  # the bias of the innovations since the last LOST window that holds LOST
+SINCE_WINDOW = 3.0  # s: at most this many seconds of them
 LOW_P = 1e-3  # a NIS sum below its quantile at LOW_P: conservative (said, still OK)
 ACQUIRE = 0.5  # s of readings before the first OK (evidence of less is no evidence)
 RECOVER = 1.0  # s after the last LOST before OK again
@@ -122,7 +133,7 @@ class Verdict:
         if self.code == "acquiring":
             return f"acquiring: {self.window:g} s of readings so far (OK after {ACQUIRE:g} s of consistent readings)"
         if self.code == "still_lost":
-            return f"still lost: no window of consistent readings since the estimate was LOST ({self.detail})"
+            return f"still lost: the readings since the estimate was LOST do not yet agree with it ({self.detail})"
         if self.code == "recovering":
             return (f"recovering: LOST {self.ratio:.2g} s ago, readings consistent since "
                     f"(OK {RECOVER:g} s after the last LOST)")
@@ -153,6 +164,8 @@ class TrustMonitor:
         self.ess: collections.deque = collections.deque()  # (t, ESS / particles) of a PF's updates
         self.t_lost = None  # time of the last LOST verdict
         self.lost_reason = None  # the reason of the LOST that started the current loss (None: not lost)
+        self.since: collections.deque = collections.deque()  # (t, key, e) since the last LOST window
+        self.since_sums: dict = {}  # key -> [sum of e, count] over self.since
 
     def reset(self) -> None:
         events, parts = self.events, self.parts  # the stage's counts run on through its resets
@@ -200,14 +213,16 @@ class TrustMonitor:
             e = np.asarray(update.normalized_innovation, float)
             key = tuple(update.accepted)
             if np.all(np.isfinite(e)):
-                st = self.sums.get(key)
-                if st is None or len(st[0]) != len(e):
-                    st = self.sums[key] = [np.zeros(len(e)), 0]
-                st[0] += e
-                st[1] += 1
+                _add(self.sums, key, e)
             else:
                 key = None
         self.steps.append((t, nis, dof, acc, rej, key, e))
+        if key is not None:
+            _add(self.since_sums, key, e)
+            self.since.append((t, key, e))
+        while self.since and self.since[0][0] <= t - SINCE_WINDOW:
+            _, k, x = self.since.popleft()
+            _remove(self.since_sums, k, x)
         self.nis += nis
         self.dof += dof
         self.acc += acc
@@ -219,11 +234,7 @@ class TrustMonitor:
             self.acc -= c
             self.rej -= d
             if k is not None:
-                st = self.sums[k]
-                st[0] -= x
-                st[1] -= 1
-                if not st[1]:
-                    del self.sums[k]
+                _remove(self.sums, k, x)
         return self.verdict(t, branch_probabilities)
 
     def verdict(self, t: float, branch_probabilities=None) -> Verdict:
@@ -236,12 +247,19 @@ class TrustMonitor:
         if v.level == LOST:
             self.t_lost = t
             self.lost_reason = self.lost_reason or v.reason
+            self.since.clear()
+            self.since_sums.clear()
             return v
         if self.lost_reason is not None:
-            if v.level == DEGRADED and v.code not in ("restart", "silent"):
+            held = v.level == DEGRADED and v.code not in ("restart", "silent")
+            if held or v.level == OK:
+                bias = _most_biased(self.since_sums)
+                held = held or (bias is not None and abs(bias[1]) > BIAS_RECOVER)
+            if held:
                 self.t_lost = t
                 return Verdict(LOST, "still_lost", v.ratio, window=v.window, detail=self.lost_reason)
-            self.lost_reason = None
+            if t - self.t_lost >= RECOVER:
+                self.lost_reason = None
         if v.level == OK and self.t_lost is not None and t - self.t_lost < RECOVER:
             return Verdict(DEGRADED, "recovering", t - self.t_lost, window=v.window)
         if v.level == OK and v.code != "start" and v.window < ACQUIRE:
@@ -290,17 +308,39 @@ class TrustMonitor:
         return Verdict(OK, "consistent", ratio, **kw)
 
     def _bias(self):
-        """(channel name, |sum e| / sqrt(n) with its sign) of the most biased channel, None
-        if no channel has BIAS_MIN innovations in the window."""
-        best = None
-        for key, (total, n) in self.sums.items():
-            if n < BIAS_MIN:
-                continue
-            z = total / math.sqrt(n)
-            i = int(np.argmax(np.abs(z)))
-            if best is None or abs(z[i]) > abs(best[1]):
-                best = ("+".join(key) + (f"[{i}]" if len(z) > 1 else ""), float(z[i]))
-        return best
+        """(channel name, |sum e| / sqrt(n) with its sign) of the window's most biased
+        channel, None if no channel has BIAS_MIN innovations in the window."""
+        return _most_biased(self.sums)
+
+
+def _add(sums: dict, key, e) -> None:
+    st = sums.get(key)
+    if st is None or len(st[0]) != len(e):
+        st = sums[key] = [np.zeros(len(e)), 0]
+    st[0] += e
+    st[1] += 1
+
+
+def _remove(sums: dict, key, e) -> None:
+    st = sums[key]
+    st[0] -= e
+    st[1] -= 1
+    if not st[1]:
+        del sums[key]
+
+
+def _most_biased(sums: dict):
+    """(channel name, |sum e| / sqrt(n) with its sign) of the most biased channel of
+    ``sums`` (key -> [sum of e, n]), None if no channel has BIAS_MIN innovations."""
+    best = None
+    for key, (total, n) in sums.items():
+        if n < BIAS_MIN:
+            continue
+        z = total / math.sqrt(n)
+        i = int(np.argmax(np.abs(z)))
+        if best is None or abs(z[i]) > abs(best[1]):
+            best = ("+".join(key) + (f"[{i}]" if len(z) > 1 else ""), float(z[i]))
+    return best
 
 
 def fit_verdict(info: dict) -> Verdict:
