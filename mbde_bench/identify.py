@@ -229,7 +229,7 @@ def run(args) -> int:
     print(format_coverage(summary))
     print(markdown_coverage(summary, args.runs))
     with open(os.path.join(args.out, "identify.md"), "w", encoding="utf-8") as fh:  # the --results page's tables
-        fh.write("## Identification: coverage of the parameter intervals\n\n" + markdown_coverage(summary, args.runs))
+        fh.write("# Identification: coverage of the parameter intervals\n\n" + markdown_coverage(summary, args.runs))
     print(f"(identification only, simulation excluded; wall times with {jobs} parallel job(s) at load average "
           f"{load:.1f}, cpu = process time, the wall time of an idle core; paper 001: 4-6 iterations; "
           f"target four-bar 10 s at 200 Hz, 4 parameters: <= 10 s)")

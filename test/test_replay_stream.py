@@ -77,7 +77,7 @@ def test_streamed_run_equals_in_memory_run(bag, configs, tmp_path, name, monkeyp
     states = [p for p in parts if p[1] == 0 and p[2] == 0]
     assert len(states) == len(ref.records)
     for rec, (t_ns, _, _, data) in zip(ref.records, states):
-        msg, _ = estimate_messages(f, rec.estimate, inputs.mechanism)
+        msg, _ = estimate_messages(f, rec.estimate, inputs.mechanism, trust=rec.trust)  # the verdict travels with it
         assert data == bytes(store.serialize_cdr(msg, cv.MECHANISM_STATE))
     clouds = [p for p in parts if p[1] == 1]
     assert len(clouds) == len(ref.particles)
