@@ -23,7 +23,7 @@ from mbde_msgs.msg import MechanismState
 def mechanism_state(i: int) -> MechanismState:
     """Deterministic content of message ``i``, so the receiver can check it: every field
     set for even ``i``; for odd ``i`` the covariance and the trailing input arrays are
-    empty (an estimator without them), the case where ``rclpy.serialization`` output and
+    empty (an estimator without them) and the verdict OK without a reason, the case where ``rclpy.serialization`` output and
     rosbags disagree (see test_ros_env.py)."""
     m = MechanismState()
     m.header.stamp.sec = 1000 + i
@@ -43,11 +43,15 @@ def mechanism_state(i: int) -> MechanismState:
     m.input_names = ["motor"]
     m.input_forces = [float(i) * 1.5]
     m.input_covariance = [0.04]
+    m.trust_level = MechanismState.TRUST_DEGRADED
+    m.trust_reason = f"reason {i}"
     if i % 2:
         m.covariance = []
         m.input_names = []
         m.input_forces = []
         m.input_covariance = []
+        m.trust_level = MechanismState.TRUST_OK
+        m.trust_reason = ""
     return m
 
 
