@@ -108,6 +108,39 @@ def cov_total(cacc, cov_out):
 # -- the update and the resampling on ranges of particles (nogil: the caller's thread pool) --
 
 @njit(cache=True, nogil=True, fastmath=False)
+def _posterior(s2, yw, Gw, eps, L, u, v, lsum):
+    """One particle's Gaussian posterior of the adapted proposal: Lam = I / s2 + Gw^T Gw =
+    L L^T (Cholesky, row by row, into L), u = L^-1 Gw^T yw (into u), v = L^-T (u + eps)
+    (into v); returns (u.u, log det Lam + lsum). yw (D,), Gw (D, g), eps and v (g,)."""
+    D, g = Gw.shape[0], Gw.shape[1]
+    for r in range(g):
+        for c in range(r + 1):
+            a = 1.0 / s2 if r == c else 0.0
+            for d in range(D):
+                a += Gw[d, r] * Gw[d, c]
+            for k in range(c):
+                a -= L[r, k] * L[c, k]
+            L[r, c] = math.sqrt(a) if r == c else a / L[c, c]
+    uu = 0.0
+    logdet = lsum
+    for r in range(g):
+        a = 0.0
+        for d in range(D):
+            a += Gw[d, r] * yw[d]
+        for k in range(r):
+            a -= L[r, k] * u[k]
+        u[r] = a / L[r, r]
+        uu += u[r] * u[r]
+        logdet += 2.0 * math.log(L[r, r])
+    for r in range(g - 1, -1, -1):  # L^T v = u + eps
+        a = u[r] + eps[r]
+        for k in range(r + 1, g):
+            a -= L[k, r] * v[k]
+        v[r] = a / L[r, r]
+    return uu, logdet
+
+
+@njit(cache=True, nogil=True, fastmath=False)
 def adapted_range(s2, yw, Gw, eps, v_out, ll_out, start, stop):
     """:func:`mbde_core.estimators.particle.proposal.adapted_noise` for the particles start ..
     stop - 1: Lam = I / s2 + Gw^T Gw, b = Gw^T yw, L L^T = Lam, u = L^-1 b,
@@ -131,30 +164,7 @@ def adapted_range(s2, yw, Gw, eps, v_out, ll_out, start, stop):
             v_out[i, 0] = b / lam + eps[i, 0] / math.sqrt(lam)
             ll_out[i] = -0.5 * (yy - b * b / lam) - 0.5 * math.log(s2 * lam)
             continue
-        for r in range(g):  # Cholesky of Lam, row by row
-            for c in range(r + 1):
-                a = 1.0 / s2 if r == c else 0.0
-                for d in range(D):
-                    a += Gw[i, d, r] * Gw[i, d, c]
-                for k in range(c):
-                    a -= L[r, k] * L[c, k]
-                L[r, c] = math.sqrt(a) if r == c else a / L[c, c]
-        uu = 0.0
-        logdet = lsum
-        for r in range(g):
-            a = 0.0
-            for d in range(D):
-                a += Gw[i, d, r] * yw[i, d]
-            for k in range(r):
-                a -= L[r, k] * u[k]
-            u[r] = a / L[r, r]
-            uu += u[r] * u[r]
-            logdet += 2.0 * math.log(L[r, r])
-        for r in range(g - 1, -1, -1):  # L^T v = u + eps
-            a = u[r] + eps[i, r]
-            for k in range(r + 1, g):
-                a -= L[k, r] * v_out[i, k]
-            v_out[i, r] = a / L[r, r]
+        uu, logdet = _posterior(s2, yw[i], Gw[i], eps[i], L, u, v_out[i], lsum)
         ll_out[i] = -0.5 * (yy - uu) - 0.5 * logdet
 
 
@@ -298,31 +308,9 @@ def adapted_one(s2, r, W, G, w, eps, lim, v_out, ll_out, bad_out, wild_out, xacc
             yy = 0.0
             for d in range(D):
                 yy += yw[d] * yw[d]
-            for rr in range(g):
-                for c in range(rr + 1):
-                    a = 1.0 / s2 if rr == c else 0.0
-                    for d in range(D):
-                        a += Gw[d, rr] * Gw[d, c]
-                    for k in range(c):
-                        a -= L[rr, k] * L[c, k]
-                    L[rr, c] = math.sqrt(a) if rr == c else a / L[c, c]
-            uu = 0.0
-            logdet = lsum
-            for rr in range(g):
-                a = 0.0
-                for d in range(D):
-                    a += Gw[d, rr] * yw[d]
-                for k in range(rr):
-                    a -= L[rr, k] * u[k]
-                u[rr] = a / L[rr, rr]
-                uu += u[rr] * u[rr]
-                logdet += 2.0 * math.log(L[rr, rr])
+            uu, logdet = _posterior(s2, yw, Gw, eps[i], L, u, v_out[i], lsum)
             vmax = 0.0
             for rr in range(g - 1, -1, -1):
-                a = u[rr] + eps[i, rr]
-                for k in range(rr + 1, g):
-                    a -= L[k, rr] * v_out[i, k]
-                v_out[i, rr] = a / L[rr, rr]
                 vmax = max(vmax, abs(v_out[i, rr]))
             ll_out[i] = -0.5 * (yy - uu) - 0.5 * logdet if fin else -np.inf
             bad_out[i] = not fin
