@@ -58,10 +58,10 @@ import math
 
 import numpy as np
 
-from mbde_core.engine import kinematics
 from mbde_core.estimators.chi2 import chi2_ppf
-from mbde_core.estimators.particle import proposal as prop
 from mbde_core.estimators.particle import scales as pf_scale
+from mbde_core.estimators.particle.prediction import (accelerations, h_memo, noise_jacobian,  # noqa: F401 (the update's names)
+                                                     predict_at_state, r_columns, will_propose)
 from mbde_core.estimators.particle.outputs import wsum
 
 # [s] no gating after a uniform (re)initialisation: the cloud is still converging (issue
@@ -245,32 +245,6 @@ def robust_ll(pf, rd, ll):
     return fixed + robust(rest, k), ~(rest >= np.max(rest) - k)
 
 
-def accelerations(pf):
-    """qdd of every particle including its acceleration noise and its inputs'
-    accelerations (:mod:`.inputs`): R (f + v + B u) + R'zd.
-
-    Memoised on the identity of the particle arrays and the time (the readings and the
-    proposal of one update both need it; the arrays are replaced, never edited in place)."""
-    ins = getattr(pf, "inputs", None)
-    key = (pf.q, pf.qd, pf.qdd, pf.v, pf.t) + ((ins.U, ins.K) if ins else ())
-    memo = pf._acc_memo
-    if memo is not None and len(memo[0]) == len(key) and all(a is b for a, b in zip(memo[0][:4], key[:4])) \
-            and memo[0][4] == key[4] and all(a is b for a, b in zip(memo[0][5:], key[5:])):
-        return memo[1]
-    zdd = pf.qdd[:, pf.iz] + pf.accel_noise
-    out = kinematics.acceleration(pf.mech, pf.q, pf.qd, zdd, t=pf.t)
-    pf._acc_memo = (key, out)
-    return out
-
-
-def h_memo(pf) -> dict:
-    """The sensors' ``h_many`` memo at the current q (emptied when q is replaced)."""
-    memo = pf.__dict__.get("_h_memo_q")
-    if memo is None or memo[0] is not pf.q:
-        memo = pf._h_memo_q = (pf.q, {})
-    return memo[1]
-
-
 def noise(pf, name: str):
     """(Sigma_s (d, d), W (d, d)) with W^T W = Sigma_s^-1 (whitening) for one sensor."""
     if name not in pf._sensor_noise:
@@ -314,8 +288,10 @@ def readings(pf, measurements, gates, suspects=None):
         if not at_state:  # a reading of the slot, not of its time
             q = pf.q + lag * pf.qd + (0.5 * lag * lag) * qdd
             pred = s.h(q, pf.qd + lag * qdd, qdd)
-        else:
-            pred = s.h_many(pf.q, [(pf.qd, qdd)], h_memo(pf))[0]  # (N, d)
+        limit = gates.get(m.sensor)
+        G = None
+        if at_state:  # the prediction, and dh/dv of the step's noise where it is drawn now
+            pred, G = predict_at_state(pf, s, qdd, (limit is not None and limit > 0) or will_propose(pf))
         R, W = noise(pf, m.sensor)
         value = np.asarray(m.value, dtype=float)
         mean = wsum(w, pred)
@@ -324,15 +300,14 @@ def readings(pf, measurements, gates, suspects=None):
         dev = s.residual(pred, mean[None, :])
         C = np.einsum("n,ni,nj->ij", w, dev, dev)
         r = s.residual(value[None, :], pred)
-        limit = gates.get(m.sensor)
-        G = None
         if limit is not None and limit > 0:
             # the step's acceleration noise widens each particle's prediction too: with the
             # adapted proposal p(o | x_i) = N(h_i, R + sigma_a^2 G_i G_i^T) (:mod:`.proposal`),
             # its weighted mean in the kernel (without it pf_rig_branch1 rejected 6 correct
             # gyroscope readings in a row at 20 rad/s, near a dead point where G changes
             # 300-fold in 10 ms, and drifted off)
-            G = noise_jacobian(pf, s, qdd_full if s.uses_qdd else pf.qdd, pred if at_state else None)
+            if G is None:
+                G = noise_jacobian(pf, s, qdd, pred if at_state else None)
             Rn = R if G is None else R + pf.sigma_a ** 2 * np.einsum("n,ndg,nkg->dk", w, G, G)
             Wg = kernel_whitening(Rn, C, n_eff)
             eg = np.einsum("nd,kd->nk", r, Wg)
@@ -356,21 +331,3 @@ def log_likelihood(pf, measurements, gates=None):
     rd, rejected = readings(pf, measurements, gates)
     ll = plain_log_likelihood(rd, pf.N)
     return ll, [x.m.sensor for x in rd], rejected, [x.y for x in rd], [x.C + x.R for x in rd]
-
-
-def noise_jacobian(pf, s, qdd, h0):
-    """G (N, d, g) of sensor s for the step's pending noise (proposal.noise_jacobian),
-    or None when the proposal draws no noise now. The columns R of the current particle
-    arrays are memoised with them."""
-    dt = pf._pending or 0.0
-    if not (pf.adapted and pf.sigma_a > 0):
-        return None
-    return prop.noise_jacobian(s, pf.q, pf.qd, qdd, r_columns(pf), dt, h0, h_memo(pf))
-
-
-def r_columns(pf):
-    """prop.r_columns at the current particles (memoised on the identity of q)."""
-    memo = pf.__dict__.get("_rc_memo")
-    if memo is None or memo[0] is not pf.q:
-        memo = pf._rc_memo = (pf.q, prop.r_columns(pf.mech, pf.q, pf._aux))
-    return memo[1]

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from mbde_core.engine import kinematics
+from mbde_core.engine import kinematics, thread_pools
 from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.particle import proposal as prop
 from mbde_core.estimators.particle.prior import sample_uniform
@@ -218,8 +218,9 @@ class ParticleSet:
     def _impulse(self, v, dt, Rc=None):
         """Apply the acceleration noise v (N, g) of the last step as its velocity impulse
         (Rc: the columns of R at q, if known)."""
-        Rc = prop.r_columns(self.mech, self.q, self._aux) if Rc is None else Rc
-        self.qd = self.qd + prop.velocity_impulse(Rc, dt * v)
+        nt = self.propagator.threads
+        Rc = prop.r_columns(self.mech, self.q, self._aux, threads=nt) if Rc is None else Rc
+        self.qd = prop.impulse_velocities(self.qd, Rc, dt * v, nt)
         self.v = v
         self._fresh, self._pending = False, None
 
@@ -252,7 +253,12 @@ class ParticleSet:
 
 
     def _check_branches(self):
-        codes = self.atlas.codes_of(self.q)
+        codes = np.empty(self.N, dtype=np.int64)
+
+        def run(lo, hi):
+            codes[lo:hi] = self.atlas.codes_of(self.q[lo:hi])
+
+        thread_pools.rows(run, self.N, self.propagator.threads)
         moved = (codes != self._label_codes[self.label]) & (codes >= 0)
         if moved.any():
             new = self._labels_of_codes(codes[moved])

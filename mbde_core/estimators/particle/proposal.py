@@ -46,20 +46,24 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from mbde_core.engine import dynamics, kinematics
+from mbde_core.engine import dynamics, kinematics, thread_pools
 
 IEKF_ITERATIONS = 3
 
 
-def r_columns(mech, q, aux=None) -> np.ndarray:
+def r_columns(mech, q, aux=None, threads: int = 1) -> np.ndarray:
     """The columns of R at q (N, n) as (g, N, n): R e_k for each independent coordinate k
-    (from the integrator's kernel context when given, else the engine)."""
+    (from the integrator's kernel context when given, copied on ``threads`` ranges of
+    particles, else the engine)."""
     N, n, g = q.shape[0], mech.n, mech.dof
     out = np.empty((g, N, n))
     if aux is not None and getattr(aux, "N", -1) == N:
-        for i, row in enumerate(aux.R):
-            for k, v in enumerate(row):
-                out[k, :, i] = v
+        def run(lo, hi):
+            for i, row in enumerate(aux.R):
+                for k, v in enumerate(row):
+                    out[k, lo:hi, i] = v[lo:hi] if isinstance(v, np.ndarray) else v
+
+        thread_pools.rows(run, N, threads)
         return out
     return np.ascontiguousarray(np.moveaxis(kinematics.r_matrix(mech, q), 2, 0))
 
@@ -69,6 +73,17 @@ def velocity_impulse(Rc, dzd):
     out = Rc[0] * dzd[:, :1]
     for k in range(1, Rc.shape[0]):
         out += Rc[k] * dzd[:, k:k + 1]
+    return out
+
+
+def impulse_velocities(qd, Rc, dzd, threads: int = 1):
+    """qd + R dzd (N, n) (:func:`velocity_impulse`) on ``threads`` ranges of particles."""
+    out = np.empty_like(qd)  # qd's layout (batch-last after a compiled step: the next one's input)
+
+    def run(lo, hi):
+        np.add(qd[lo:hi], velocity_impulse(Rc[:, lo:hi], dzd[lo:hi]), out=out[lo:hi])
+
+    thread_pools.rows(run, qd.shape[0], threads)
     return out
 
 

@@ -64,7 +64,7 @@ import math
 
 import numpy as np
 
-from mbde_core.engine import kinematics
+from mbde_core.engine import kinematics, thread_pools
 from mbde_core.estimators.particle import compiled as pf_compiled
 from mbde_core.estimators.noise import kinematic_plant_noise
 
@@ -203,51 +203,67 @@ def regularise(pf, move: np.ndarray, C: np.ndarray, h: float, readings) -> int:
     lab = pf.label[idx]
     P = (h * h) * C[lab]                                           # (n, 2g, 2g)
     L = np.linalg.cholesky(C + 1e-300 * np.eye(2 * g))            # (K, 2g, 2g)
-    delta = h * np.einsum("nij,nj->ni", L[lab], pf.rng.standard_normal((idx.size, 2 * g)))
-    q0, qd0 = pf.q[idx], pf.qd[idx]
-    R0 = kinematics.r_matrix(mech, q0)
+    delta_all = h * np.einsum("nij,nj->ni", L[lab], pf.rng.standard_normal((idx.size, 2 * g)))
+    q_all, qd_all = pf.q, pf.qd  # edited in place at the rows idx (the resampled copies)
+    q_new, qd_new = q_all, qd_all
+    fine_all = np.zeros(idx.size, dtype=bool)
     sensors = [pf.sensors[m.sensor] for m in readings]
     pos = [s for s in sensors if not getattr(s, "uses_qd", False) and not s.uses_qdd]
     vel = [s for s in sensors if getattr(s, "uses_qd", False) and not s.uses_qdd]
-    if pos:  # keep the position readings: delta | H delta = 0 (+ their noise), H = [dh/dq R, 0]
-        Hs = [np.einsum("ij,njk->nik", pf._noise(s.name)[1], np.einsum("ndi,nig->ndg", s.jacobians(q0)[0], R0))
-              for s in pos]
-        H = np.concatenate(Hs, axis=1)                                # (n, D, g), whitened
-        PHt = P[:, :, :g] @ np.swapaxes(H, 1, 2)                      # (n, 2g, D)
-        S = H @ PHt[:, :g] + np.eye(H.shape[1])[None]
-        corr = np.einsum("nkd,nd->nk", PHt, np.linalg.solve(S, np.einsum("ndg,ng->nd", H, delta[:, :g])[..., None])[..., 0])
-        good = np.isfinite(corr).all(axis=1)
-        delta = np.where(good[:, None], delta - corr, 0.0)
-    w_old = [s.h(q0, qd0) for s in vel]
-    dz = delta[:, :g]
-    q1, ok = kinematics.solve_position(mech, q0[:, iz] + dz, q0 + np.einsum("nig,ng->ni", R0, dz), t=pf.t)
-    ok &= np.isfinite(q1).all(axis=1)
-    ok &= pf.atlas.codes_of(np.where(ok[:, None], q1, q0)) == pf._label_codes[lab]
-    q1 = np.where(ok[:, None], q1, q0)
-    zd1 = qd0[:, iz] + delta[:, g:]
-    if vel:  # keep the velocity readings: a Kalman correction of zd at the moved q
-        Rc1 = np.moveaxis(kinematics.r_matrix(mech, q1), 2, 0)      # (g, n_move, n)
+    for s in sensors:
+        pf._noise(s.name)  # cached before the threads read it
+
+    def run(lo, hi):  # the moved particles lo .. hi - 1: each from its own draw and state alone
+        sel = idx[lo:hi]
+        P_ = P[lo:hi]
+        delta = delta_all[lo:hi]
+        q0, qd0 = q_all[sel], qd_all[sel]
+        R0 = kinematics.r_matrix(mech, q0)
+        if pos:  # keep the position readings: delta | H delta = 0 (+ their noise), H = [dh/dq R, 0]
+            Hs = [np.einsum("ij,njk->nik", pf._noise(s.name)[1], np.einsum("ndi,nig->ndg", s.jacobians(q0)[0], R0))
+                  for s in pos]
+            H = np.concatenate(Hs, axis=1)                                # (n, D, g), whitened
+            PHt = P_[:, :, :g] @ np.swapaxes(H, 1, 2)                      # (n, 2g, D)
+            S = H @ PHt[:, :g] + np.eye(H.shape[1])[None]
+            corr = np.einsum("nkd,nd->nk", PHt, np.linalg.solve(S, np.einsum("ndg,ng->nd", H, delta[:, :g])[..., None])[..., 0])
+            good = np.isfinite(corr).all(axis=1)
+            delta = np.where(good[:, None], delta - corr, 0.0)
+        w_old = [s.h(q0, qd0) for s in vel]
+        dz = delta[:, :g]
+        q1, ok = kinematics.solve_position(mech, q0[:, iz] + dz, q0 + np.einsum("nig,ng->ni", R0, dz), t=pf.t)
+        ok &= np.isfinite(q1).all(axis=1)
+        ok &= pf.atlas.codes_of(np.where(ok[:, None], q1, q0)) == pf._label_codes[lab[lo:hi]]
+        q1 = np.where(ok[:, None], q1, q0)
+        zd1 = qd0[:, iz] + delta[:, g:]
+        if vel:  # keep the velocity readings: a Kalman correction of zd at the moved q
+            Rc1 = np.moveaxis(kinematics.r_matrix(mech, q1), 2, 0)      # (g, n_move, n)
+            qd1 = kinematics.velocity(mech, q1, zd1, t=pf.t)
+            ys, Hs = [], []
+            for s, wo in zip(vel, w_old):
+                _, W = pf._noise(s.name)
+                h1 = s.h(q1, qd1)
+                ys.append(np.einsum("nd,kd->nk", s.residual(wo, h1), W))
+                # dh/dzd e_k by exact differences (the readings are linear in qd)
+                HR = np.stack([s.h(q1, qd1 + Rc1[k]) - h1 for k in range(g)], axis=2)
+                Hs.append(np.einsum("ij,njk->nik", W, HR))
+            y, H = np.concatenate(ys, axis=1), np.concatenate(Hs, axis=1)
+            Pv = P_[:, g:, g:]
+            PHt = Pv @ np.swapaxes(H, 1, 2)
+            S = H @ PHt + np.eye(H.shape[1])[None]
+            corr = np.einsum("ngd,nd->ng", PHt, np.linalg.solve(S, y[..., None])[..., 0])
+            good = np.isfinite(corr).all(axis=1)
+            zd1 = np.where(good[:, None], zd1 + corr, qd0[:, iz])
         qd1 = kinematics.velocity(mech, q1, zd1, t=pf.t)
-        ys, Hs = [], []
-        for s, wo in zip(vel, w_old):
-            _, W = pf._noise(s.name)
-            h1 = s.h(q1, qd1)
-            ys.append(np.einsum("nd,kd->nk", s.residual(wo, h1), W))
-            # dh/dzd e_k by exact differences (the readings are linear in qd)
-            HR = np.stack([s.h(q1, qd1 + Rc1[k]) - h1 for k in range(g)], axis=2)
-            Hs.append(np.einsum("ij,njk->nik", W, HR))
-        y, H = np.concatenate(ys, axis=1), np.concatenate(Hs, axis=1)
-        Pv = P[:, g:, g:]
-        PHt = Pv @ np.swapaxes(H, 1, 2)
-        S = H @ PHt + np.eye(H.shape[1])[None]
-        corr = np.einsum("ngd,nd->ng", PHt, np.linalg.solve(S, y[..., None])[..., 0])
-        good = np.isfinite(corr).all(axis=1)
-        zd1 = np.where(good[:, None], zd1 + corr, qd0[:, iz])
-    qd1 = kinematics.velocity(mech, q1, zd1, t=pf.t)
-    fine = np.isfinite(qd1).all(axis=1)
-    pf.q[idx] = np.where(fine[:, None], q1, q0)
-    pf.qd[idx] = np.where(fine[:, None], qd1, qd0)
-    return int(np.count_nonzero(fine))
+        fine = np.isfinite(qd1).all(axis=1)
+        q_new[sel] = np.where(fine[:, None], q1, q0)
+        qd_new[sel] = np.where(fine[:, None], qd1, qd0)
+        fine_all[lo:hi] = fine
+
+    # the ranges on the propagation's threads: every moved particle from its own draw and
+    # state alone (the Newton iterations of the position problem stop per particle), so the
+    # result does not depend on the thread count
+    thread_pools.rows(run, idx.size, pf.propagator.threads)
+    return int(np.count_nonzero(fine_all))
 
 
 def kernel_floor(g: int, dt: float, sigma_a: float, bin_z, bin_zd) -> np.ndarray:
