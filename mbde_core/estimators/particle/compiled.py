@@ -215,7 +215,8 @@ def adapted_reading(sigma_a: float, r, W, G, w, rng, lim: float, threads: int = 
     xacc = np.empty((B, D, D))
     s2 = float(sigma_a) ** 2
     f = np.ascontiguousarray
-    _run(Kc.adapted_one, B, threads, (s2, f(r, dtype=float), f(W, dtype=float), f(G, dtype=float), f(w, dtype=float),
+    fn = Kc.adapted_one_scalar if D == 1 and g == 1 else Kc.adapted_one
+    _run(fn, B, threads, (s2, f(r, dtype=float), f(W, dtype=float), f(G, dtype=float), f(w, dtype=float),
                                       eps, float(lim), v, ll, bad, wild, xacc), N)
     extra = np.empty((1, D * D))
     Kc.block_total(xacc.reshape(B, 1, D * D), extra)
