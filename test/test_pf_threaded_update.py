@@ -16,7 +16,7 @@ from mbde_core.engine import thread_pools
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.configure import defaults
-from mbde_core.estimators.particle import likelihood, proposal
+from mbde_core.estimators.particle import likelihood, normals, proposal
 from mbde_core.scenario import load_scenario
 
 CASES = [  # (scenario, DOF)
@@ -104,3 +104,23 @@ def test_one_and_two_threads_give_bit_identical_runs(path, g):
         out.append((est.q.copy(), est.qd.copy(), est.logw.copy(), e.z, e.zd))
     for a, b in zip(*out):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("g", [1, 2, 3])
+def test_prefetched_normals_are_the_streams_own(g):
+    """normals.prefetch / take: the numbers and the generator's state afterwards equal a
+    plain draw's, taken right away, after a second prefetch, or after another draw from
+    the generator in between (then drawn afresh)."""
+    N = 5000
+    ref = np.random.default_rng(9)
+    a = ref.standard_normal(N)[:, None] if g == 1 else ref.standard_normal((N, g))
+    b = ref.random(7)
+    c = ref.standard_normal((N, g))
+    rng = np.random.default_rng(9)
+    normals.prefetch(rng, N * g)
+    normals.prefetch(rng, N * g)  # again before a take: the same numbers
+    assert np.array_equal(normals.take(rng, N, g), a)
+    normals.prefetch(rng, N * g)
+    assert np.array_equal(rng.random(7), b)  # a draw in between: the prefetch is not used
+    assert np.array_equal(normals.take(rng, N, g), c)
+    assert rng.bit_generator.state == ref.bit_generator.state

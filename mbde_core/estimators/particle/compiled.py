@@ -39,6 +39,7 @@ import numpy as np
 
 from mbde_core.engine import numba_kernels, thread_pools
 from mbde_core.engine.numba_cache import SERIAL_MAX
+from mbde_core.estimators.particle import normals
 
 _K = None  # the compiled kernels (namespace), False when numba is missing
 MOMENTS_MIN = 4096  # particles from which the moments run on numba with ``auto`` (see above)
@@ -133,7 +134,7 @@ def adapted_noise(sigma_a: float, yw, Gw, rng, threads: int = 1):
     (the same random numbers: eps drawn here as there; equal to rounding)."""
     K = kernels()
     N, _, g = Gw.shape
-    eps = rng.standard_normal(N)[:, None] if g == 1 else rng.standard_normal((N, g))
+    eps = normals.take(rng, N, g)  # as rng.standard_normal, maybe drawn ahead (:mod:`.normals`)
     v, ll = np.empty((N, g)), np.empty(N)
     _run(K.adapted_range, N, threads, (float(sigma_a) ** 2, np.ascontiguousarray(yw, dtype=float),
                                        np.ascontiguousarray(Gw, dtype=float), eps, v, ll))
@@ -208,7 +209,7 @@ def adapted_reading(sigma_a: float, r, W, G, w, rng, lim: float, threads: int = 
     the same random draws as the numpy code, equal to it to rounding."""
     Kc = kernels()
     N, D, g = G.shape
-    eps = rng.standard_normal(N)[:, None] if g == 1 else rng.standard_normal((N, g))
+    eps = normals.take(rng, N, g)  # as rng.standard_normal, maybe drawn ahead (:mod:`.normals`)
     B = max(1, min(Kc.BLOCKS, N))
     v, ll = np.empty((N, g)), np.empty(N)
     bad, wild = np.empty(N, dtype=np.bool_), np.empty(N, dtype=np.bool_)

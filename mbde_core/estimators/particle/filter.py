@@ -221,6 +221,7 @@ class ParticleFilter(ParticleSet, Estimator):
         if self.adapted and self._pending is not None and self.sigma_a > 0:  # no reading took the noise
             self._impulse(self.sigma_a * self.rng.standard_normal((self.N, self.g)), self._pending)
         extra = self.input_step(dt, None if self.adapted else self.v)  # + the inputs' B u (:mod:`.inputs`)
+        self.prefetch_noise()
         st = self._propagate(dt, extra)
         if st is not self.propagator.last:  # a subclass's own proposal (vipf): its context, if any
             self.propagator.adopt(st.aux, self.N)

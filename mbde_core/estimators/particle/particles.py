@@ -33,6 +33,8 @@ import numpy as np
 
 from mbde_core.engine import kinematics, thread_pools
 from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.particle import compiled as pf_compiled
+from mbde_core.estimators.particle import normals
 from mbde_core.estimators.particle import proposal as prop
 from mbde_core.estimators.particle.prior import sample_uniform
 
@@ -89,6 +91,13 @@ class ParticleSet:
         ins.step(self.N, dt)
         a = ins.accel(self.q)
         return a if extra is None else extra + a
+
+    def prefetch_noise(self) -> None:
+        """Before a propagation: the next update's proposal noise drawn ahead on a pool
+        thread when the compiled update on several threads will take it (:mod:`.normals`:
+        the same numbers, the same stream)."""
+        if self.adapted and self.sigma_a > 0 and self.propagator.threads > 1 and pf_compiled.update_enabled(self.N):
+            normals.prefetch(self.rng, self.N * self.g)
 
     def set_known_inputs(self, values, variances) -> None:
         """The stage's held known inputs (a measured torque) and their variances for the
