@@ -151,3 +151,19 @@ def test_adapted_reading_matches_the_numpy_update(g, D, threads):
     extra = s2 * np.einsum("n,ndg,nkg->dk", w, G, G)
     e2 = compiled.adapted_reading(0.7, r, W, G, w, np.random.default_rng(5), lim, threads)[4]
     np.testing.assert_allclose(e2, extra, rtol=1e-12, atol=1e-18)
+
+
+@pytest.mark.parametrize("g", [1, 2, 3])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_impulse_matches_numpy(g, threads):
+    rng = np.random.default_rng(40 + g)
+    N, n = 7000, 6
+    qd = np.asfortranarray(rng.standard_normal((N, n)))  # batch-last, as the propagation leaves it
+    Rc = rng.standard_normal((g, N, n))
+    dzd = 0.005 * rng.standard_normal((N, g))
+    ref = qd + proposal.velocity_impulse(Rc, dzd)
+    got = compiled.impulse(qd, Rc, dzd, threads)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-15)  # rad/s (m/s): the same sums
+    assert got.flags.f_contiguous
+    c = np.ascontiguousarray(qd)
+    np.testing.assert_allclose(compiled.impulse(c, Rc, dzd, threads), ref, rtol=0, atol=1e-15)

@@ -222,3 +222,12 @@ def adapted_reading(sigma_a: float, r, W, G, w, rng, lim: float, threads: int = 
     extra = np.empty((1, D * D))
     Kc.block_total(xacc.reshape(B, 1, D * D), extra)
     return v, ll, bad, wild, s2 * extra.reshape(D, D)
+
+
+def impulse(qd, Rc, dzd, threads: int = 1):
+    """qd + R dzd (N, n) (:func:`mbde_core.estimators.particle.proposal.impulse_velocities`)
+    in one compiled pass on ``threads`` ranges, in qd's layout (the same sums in the same
+    order: equal to the numpy code)."""
+    out = np.empty_like(qd)
+    _run(kernels().impulse_range, qd.shape[0], threads, (qd, Rc, np.ascontiguousarray(dzd, dtype=float), out))
+    return out

@@ -348,3 +348,16 @@ def adapted_one_scalar(s2, r, W, G, w, eps, lim, v_out, ll_out, bad_out, wild_ou
             bad_out[i] = not fin
             wild_out[i] = (not fin) or not (abs(vv) <= lim)
         xacc[b, 0, 0] = acc
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def impulse_range(qd, Rc, dzd, out, lo, hi):
+    """out[i] = qd[i] + sum_k Rc[k, i] dzd[i, k] for the particles lo .. hi - 1 (the velocity
+    impulse R dzd of proposal.velocity_impulse, its sums in the same order)."""
+    n, g = qd.shape[1], Rc.shape[0]
+    for j in range(n):
+        for i in range(lo, hi):
+            s = Rc[0, i, j] * dzd[i, 0]
+            for k in range(1, g):
+                s += Rc[k, i, j] * dzd[i, k]
+            out[i, j] = qd[i, j] + s
