@@ -174,9 +174,9 @@ def bound_lines(rows) -> list:
                 out.append(f"  from CPU times (a busy machine changes it far less): one thread's process CPU per step "
                            f"over the calling thread's own CPU per step with {t} threads (the critical path on idle "
                            f"cores, the workers' ranges running beside it): {by[1]['ms_per_step']:.2f} / "
-                           f"{by[t]['main_ms_per_step']:.2f} = {sc:.2f}x (target >= {SCALING}x: "
-                           f"{'met' if sc >= SCALING else 'not met'}; an upper bound of the wall scaling: waits "
-                           f"for the workers are not counted)")
+                           f"{by[t]['main_ms_per_step']:.2f} = {sc:.2f}x, an upper bound of the wall scaling (waits "
+                           f"for the workers and the threads' contention for memory and caches are not counted): "
+                           f"{'the idle wall figure decides' if sc >= SCALING else 'target >= ' + str(SCALING) + 'x not met'}")
     return out
 
 
