@@ -167,3 +167,30 @@ def test_impulse_matches_numpy(g, threads):
     assert got.flags.f_contiguous
     c = np.ascontiguousarray(qd)
     np.testing.assert_allclose(compiled.impulse(c, Rc, dzd, threads), ref, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gyroscope_matches_numpy(threads):
+    """compiled.gyroscope against Gyroscope.h and proposal.noise_jacobian on every body of the
+    four-bar (bodies with a fixed and with two moving basis points), g = 1 and 3 columns."""
+    import os
+
+    from conftest import REPO
+    from mbde_core.scenario import load_scenario
+    from mbde_core.sensors.gyroscope import Gyroscope
+
+    mech = load_scenario(os.path.join(REPO, "config", "scenarios", "pf_sim.yaml")).estimator_mechanism()
+    rng = np.random.default_rng(50)
+    N = 6000
+    q = np.asfortranarray(rng.standard_normal((N, mech.n)))
+    qd = np.asfortranarray(rng.standard_normal((N, mech.n)))
+    for g in (1, 3):
+        Rc = rng.standard_normal((g, N, mech.n))
+        for body in range(len(mech.body_basis)):
+            s = Gyroscope(mech, f"g{body}", body=body, rate=200.0, noise=None, frame_id="f", topic="t")
+            h0 = s.h(q, qd)
+            G0 = proposal.noise_jacobian(s, q, qd, None, Rc, 0.005, h0)
+            h1, G1 = compiled.gyroscope(s, q, qd, Rc, 0.005, threads)
+            np.testing.assert_allclose(h1, h0, rtol=1e-12, atol=1e-12)  # rad/s
+            np.testing.assert_allclose(G1, G0, rtol=1e-9, atol=1e-12)  # rad/s per rad/s^2
+            assert compiled.gyroscope(s, q, qd, None, 0.005, threads)[1] is None

@@ -231,3 +231,21 @@ def impulse(qd, Rc, dzd, threads: int = 1):
     out = np.empty_like(qd)
     _run(kernels().impulse_range, qd.shape[0], threads, (qd, Rc, np.ascontiguousarray(dzd, dtype=float), out))
     return out
+
+
+def gyroscope(sensor, q, qd, Rc, dt: float, threads: int = 1):
+    """(h (N, 1), G (N, 1, g) or None when Rc is None) of a gyroscope in one compiled pass on
+    ``threads`` ranges: its prediction and noise Jacobian (:mod:`.prediction`), the formulas
+    of the numpy code (equal to it to rounding)."""
+    (a, ca, b, cb, c_, cc, d, cd), (e, ce, f, cf, g_, cg, k, ck), _ = sensor._float_layout()
+    lq = np.array([a, b, c_, d], dtype=np.int64)
+    cq = np.array([ca, cb, cc, cd], dtype=float)
+    lv = np.array([e, f, g_, k], dtype=np.int64)
+    cv = np.array([ce, cf, cg, ck], dtype=float)
+    N = q.shape[0]
+    pred = np.empty((N, 1))
+    with_G = Rc is not None
+    G = np.empty((N, 1, Rc.shape[0])) if with_G else np.empty((N, 1, 1))
+    Rk = Rc if with_G else np.empty((1, 1, 1))
+    _run(kernels().gyro_range, N, threads, (q, qd, Rk, float(dt), lq, cq, lv, cv, with_G, pred, G))
+    return pred, (G if with_G else None)

@@ -361,3 +361,33 @@ def impulse_range(qd, Rc, dzd, out, lo, hi):
             for k in range(1, g):
                 s += Rc[k, i, j] * dzd[i, k]
             out[i, j] = qd[i, j] + s
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _val(x, i, col, const):
+    return x[i, col] if col >= 0 else const
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def gyro_range(q, qd, Rc, dt, lq, cq, lv, cv, with_G, pred, G, lo, hi):
+    """A gyroscope's reading w = (d_x d'_y - d_y d'_x) / |d|^2 (sensors/gyroscope.py; d = P_j -
+    P_i of its body: q column lq[m] or the constant cq[m] for x_j, x_i, y_j, y_i, d' likewise
+    from qd with lv, cv) for the particles lo .. hi - 1 into pred (N, 1), and, if with_G, its
+    noise Jacobian G[:, 0, k] = w(qd + dt R e_k) - w(qd) (proposal.noise_jacobian's exact
+    difference) into G (N, 1, g), Rc (g, N, n) the columns of R."""
+    g = Rc.shape[0]
+    for i in range(lo, hi):
+        dx = _val(q, i, lq[0], cq[0]) - _val(q, i, lq[1], cq[1])
+        dy = _val(q, i, lq[2], cq[2]) - _val(q, i, lq[3], cq[3])
+        vx = _val(qd, i, lv[0], cv[0]) - _val(qd, i, lv[1], cv[1])
+        vy = _val(qd, i, lv[2], cv[2]) - _val(qd, i, lv[3], cv[3])
+        s = dx * dx + dy * dy
+        w0 = (dx * vy - dy * vx) / s
+        pred[i, 0] = w0
+        if with_G:
+            for k in range(g):
+                ex = (qd[i, lv[0]] + dt * Rc[k, i, lv[0]] if lv[0] >= 0 else cv[0]) - \
+                     (qd[i, lv[1]] + dt * Rc[k, i, lv[1]] if lv[1] >= 0 else cv[1])
+                ey = (qd[i, lv[2]] + dt * Rc[k, i, lv[2]] if lv[2] >= 0 else cv[2]) - \
+                     (qd[i, lv[3]] + dt * Rc[k, i, lv[3]] if lv[3] >= 0 else cv[3])
+                G[i, 0, k] = (dx * ey - dy * ex) / s - w0
