@@ -21,7 +21,8 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   observers but the ADE-KF: ``combines_readings``, :mod:`~mbde_core.estimators.stage.
   multirate`: the least-squares intercept at the grid time, its variance R/n), the largest
   odd multiple n T <= h_max when n >= 3 (a 1 kHz encoder on the released pendulum: 5 ms;
-  RMSE 0.20 -> 0.17 mrad, NEES/dim 0.47 -> 0.52, a fifth of the steps);
+  RMSE 0.21 -> 0.17 mrad, NEES/dim 0.49 -> 0.54 over three release angles, a fifth of
+  the steps);
 - ``plant_noise.acceleration_psd`` q = q_model + q_force + q_disc [unit^2/s^3]:
   q_model = (eps a_g)^2 / w_g -- a model error of eps times the known accelerations,
   correlated over the pendulum time 1/w_g, as white noise of the same low-frequency
