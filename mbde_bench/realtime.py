@@ -9,7 +9,10 @@ live node feeds them. Before the measured run the estimator runs once on the fir
 measured with the process CPU time (``time.process_time``: what this process used, all its
 threads, whatever else runs on the machine). Reported per (scenario, estimator):
 
-- CPU per filter step [us], the filter step and the shortest sensor period [ms];
+- CPU per filter step [us], the filter step and the shortest sensor period [ms] (a step
+  that is a multiple of the period: the Kalman observers' multi-rate step, the sensor's
+  readings of a step fused as one, :mod:`mbde_core.estimators.stage.multirate`; a step
+  that divides it: the dynamics need the shorter step);
 - **ratio to real time** = CPU / simulated duration of the bag (1.0: just real time);
   pass when <= 25 % (issue 43: room for the rest of a live system on one core).
 

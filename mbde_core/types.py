@@ -16,11 +16,14 @@ class Measurement:
 
     stamp: time of the reading [s]. sensor: sensor name from the sensor config.
     value: (d,) reading in SI units (rad, rad/s, m/s^2, m), d = sensor dimension.
+    variance_factor: the reading's noise covariance is this times the sensor's (1: one
+    reading; < 1: several readings combined into one, :mod:`mbde_core.estimators.stage.multirate`).
     """
 
     stamp: float
     sensor: str
     value: np.ndarray
+    variance_factor: float = 1.0
 
 
 @dataclass

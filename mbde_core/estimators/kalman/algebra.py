@@ -151,6 +151,17 @@ def ekf_update(x, P, names, dims, y, H, R, gates):
     return dx, P, res
 
 
+def reading_noise(R, measurements, dims):
+    """R with each reading's block scaled by its ``variance_factor`` (several readings
+    combined into one, :mod:`mbde_core.estimators.stage.multirate`); R itself (the same
+    read-only array) when every factor is 1."""
+    f = [m.variance_factor for m in measurements]
+    if all(v == 1.0 for v in f):
+        return R
+    s = np.repeat(np.sqrt(np.asarray(f, float)), dims)
+    return R * np.outer(s, s)
+
+
 def cholesky(P: np.ndarray) -> np.ndarray:
     """Lower Cholesky factor of a symmetric matrix (its lower triangle is read), as
     numpy.linalg.cholesky (LinAlgError unless positive definite); small ones on floats."""

@@ -23,6 +23,8 @@ from mbde_core.types import MechanismSnapshot
 class ReducedKalman(CovarianceInflation, Estimator):
     """Base of the [z, zd] observers."""
 
+    combines_readings = True  # a sensor faster than the step: one reading per slot (stage.multirate)
+
     def __init__(self, mech, sensors, options, rng=None):
         super().__init__(mech, sensors, options, rng)
         self.model = ReducedModel(mech, sensors)

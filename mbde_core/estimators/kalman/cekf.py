@@ -78,7 +78,7 @@ import numpy as np
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.kalman.input_states import InputStates, jump_directions, jump_variance, project_inputs
 from mbde_core.estimators.kalman.algebra import (STEP_HALVINGS, ekf_update, gate_rows, move_within_bound,
-                                         update_result)
+                                         reading_noise, update_result)
 from mbde_core.estimators.kalman.base import ReducedKalman
 from mbde_core.estimators.noise import van_loan
 from mbde_core.errors import ConfigError
@@ -325,7 +325,7 @@ class CEKF(InputStates, ReducedKalman):
         names = [m.sensor for m in measurements]
         dims = [self.sensors[n].dim for n in names]
         o = np.concatenate([np.asarray(m.value, float) for m in measurements])
-        R = self.measurement_covariance(names)
+        R = reading_noise(self.measurement_covariance(names), measurements, dims)
         pred, H = self._linearize(names, self._full())
         pred2, R = self.second_order(names, pred, R)
         o = o - (pred2 - pred)  # the second-order mean offset, carried by the reading into the correction
@@ -350,7 +350,7 @@ class CEKF(InputStates, ReducedKalman):
         predicted = (self.x.copy(), self.P, self.q, self.qd, self.full, self.t)
         saved, self._saved = self._saved, None
         x_pred = self._x_pred if both_ends else predicted[0]
-        angular = np.concatenate([np.isin(self.mech.independent, self.mech.rel_columns), np.zeros(self.g + self.k, bool)])
+        angular = self.model.angular_x(self.k)
         for k in range(STEP_HALVINGS + 1):
             if both_ends:
                 x0, P0, q0, qd0, st0, t0, dt = saved

@@ -38,7 +38,7 @@ import numpy as np
 
 from mbde_core.estimators.kalman.input_states import InputStates, input_jump, jump_directions, project_inputs
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
-from mbde_core.estimators.kalman.algebra import ekf_update
+from mbde_core.estimators.kalman.algebra import ekf_update, reading_noise
 from mbde_core.estimators.kalman.base import ReducedKalman
 from mbde_core.estimators.kalman.transition import ExplicitTransition, heun_step, position_step
 from mbde_core.estimators.options.common import KalmanOptions, input_field
@@ -140,7 +140,7 @@ class DEKF(JumpHypothesis, ExplicitTransition, InputStates, ReducedKalman):
             pred, H = self._linearize_inputs(names, st)
         else:
             pred, H, _ = self.model.linearize(names, self.t, st)
-        R = self.measurement_covariance(names)
+        R = reading_noise(self.measurement_covariance(names), measurements, dims)
         pred, R = self.second_order(names, pred, R)
         return names, dims, self.model.residual(names, o, pred), H, R, st
 

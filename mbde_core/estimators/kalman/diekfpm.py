@@ -84,7 +84,7 @@ import numpy as np
 from mbde_core.engine import dynamics, kinematics
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult, sensor_variances
 from mbde_core.estimators.kalman.diekfpm_inputs import DependentInputs
-from mbde_core.estimators.kalman.algebra import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, update_result
+from mbde_core.estimators.kalman.algebra import STEP_HALVINGS, cholesky, gate_rows, move_within_bound, reading_noise, update_result
 from mbde_core.estimators.kalman.perfect_measurements import normal_noise, project
 from mbde_core.estimators.kalman.reduced import ReducedModel
 from mbde_core.estimators.kalman.transition import ExplicitTransition, euler_covariance, heun_step, position_step
@@ -113,6 +113,7 @@ class DIEKFpmOptions(KalmanOptions):
 class DIEKFpm(ExplicitTransition, DependentInputs, Estimator):
     name = "diekfpm"
     Options = DIEKFpmOptions
+    combines_readings = True  # a sensor faster than the step: one reading per slot (stage.multirate)
     traits = Traits(cost=3.0, color=(0.89, 0.47, 0.76, 1.0), slot=7, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
 
@@ -344,7 +345,7 @@ class DIEKFpm(ExplicitTransition, DependentInputs, Estimator):
         K, H, R = first
         n, iz, k = self.n, self.mech.independent, self.k
         idx = np.concatenate([iz, n + iz, 2 * n + np.arange(k)])
-        angular = np.concatenate([np.isin(iz, self.mech.rel_columns), np.zeros(len(iz) + k, bool)])
+        angular = self.model.angular_x(k)
         step = X - X_prior
         for k in range(STEP_HALVINGS + 1):
             a = 0.5**k
@@ -369,7 +370,8 @@ class DIEKFpm(ExplicitTransition, DependentInputs, Estimator):
         """(names, o, R) of the readings."""
         names = [mm.sensor for mm in measurements]
         o = np.concatenate([np.asarray(mm.value, float) for mm in measurements])
-        return names, o, self.model.noise_covariance(names, self._sigma)  # cached per names, read-only
+        R = self.model.noise_covariance(names, self._sigma)  # cached per names, read-only
+        return names, o, reading_noise(R, measurements, [self.sensors[n].dim for n in names])
 
     def update(self, measurements, gates=None):
         self._decide(measurements)

@@ -62,7 +62,7 @@ from mbde_core.estimators.kalman.input_states import (init_input_attributes, inp
                                                      validate_inputs)
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
-from mbde_core.estimators.kalman.algebra import ekf_update
+from mbde_core.estimators.kalman.algebra import ekf_update, reading_noise
 from mbde_core.estimators.kalman.second_order import second_order_terms
 from mbde_core.estimators.kalman.reduced import FullState, ReducedModel
 from mbde_core.types import MechanismSnapshot
@@ -86,6 +86,7 @@ class ErrorEKFOptions(KalmanOptions):
 class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
     name = "errorekf"
     Options = ErrorEKFOptions
+    combines_readings = True  # a sensor faster than the step: one reading per slot (stage.multirate)
     traits = Traits(cost=2.5, color=(0.17, 0.63, 0.17, 1.0), slot=3, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
     ACCELERATION_SIGMA0 = 1.0  # [unit/s^2] initial standard deviation of the acceleration offset
@@ -323,7 +324,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         qdd = self._accelerations()[1] if uses_qdd else None
         st = self._full()
         pred, Hx, Hqdd = self.model.linearize(names, self.t, st, qdd=qdd, extra_Q=self._extra_Q())
-        Rm = self.model.noise_covariance(names, self._sigma)
+        Rm = reading_noise(self.model.noise_covariance(names, self._sigma), measurements, dims)
         if second:  # the Gaussian second-order terms at the nominal state (second_order.py)
             iz = self.mech.independent
             x = np.concatenate([q[iz], self.state.qd[iz]])

@@ -178,7 +178,7 @@ def row(mod, st: FullState, qd: list, hq, hqd) -> list:
                          tuple(hq), tuple(hqd)))
 
 
-def update(est, mod, st: FullState, name, value, gates):
+def update(est, mod, st: FullState, name, value, gates, variance_factor: float = 1.0):
     """errorekf_scalar.update on update_one (the sensor's h, h_q, h_qd and the residual
     in Python): (UpdateResult, dx), dx the correction the Python path must make (numbers
     not finite on the compiled one), else None."""
@@ -187,7 +187,7 @@ def update(est, mod, st: FullState, name, value, gates):
     qd = st.qd.tolist()
     h, hq, hqd = sensor.linearize_floats(xs, qd)
     y = sensor.residual(np.asarray(value, float), np.array([h]))  # ReducedModel.residual of one sensor
-    r = float(est.model.noise_covariance([name], est._sigma)[0, 0])
+    r = float(est.model.noise_covariance([name], est._sigma)[0, 0]) * variance_factor
     yv = float(y[0])
     gate = gates.get(name) if gates else None
     K = est._kernels

@@ -84,7 +84,7 @@ def update(est, measurements, gates):
     if st.ctx is None:
         return None
     if est._nb is not None and getattr(sensor, "linearize_floats", None) is not None:
-        res, dx = errorekf_numba.update(est, est._nb, st, name, m.value, gates)
+        res, dx = errorekf_numba.update(est, est._nb, st, name, m.value, gates, m.variance_factor)
         if dx is not None:  # non-finite on the compiled path: the Python correction decides
             try:
                 correct(est, st, dx, compiled=False)
@@ -93,7 +93,7 @@ def update(est, measurements, gates):
         return res
     h, H = measurement_row(est, st, sensor)
     y = est.model.residual([name], np.asarray(m.value, float), h)
-    r = float(est.model.noise_covariance([name], est._sigma)[0, 0])
+    r = float(est.model.noise_covariance([name], est._sigma)[0, 0]) * m.variance_factor
     yv = float(y[0])
     P = est.P.tolist()
     n = len(H)

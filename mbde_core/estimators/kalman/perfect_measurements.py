@@ -20,12 +20,18 @@ def constraints(model, X, jacobian: bool):
     h = np.concatenate([phi, J @ qd])
     if not jacobian:
         return h, None
+    return h, _jacobian(model, q, qd, J, ctx)
+
+
+def _jacobian(model, q, qd, J, ctx):
+    """[[Phi_q, 0], [d(Phi_q qd)/dq, Phi_q]] from Phi_q = J and its kernel context at q."""
+    n = model.mech.n
     m = J.shape[0]
     H = np.zeros((2 * m, 2 * n))
     H[:m, :n] = J
     H[m:, :n] = model.constraint_hessian_qd(q, qd, ctx)
     H[m:, n:] = J
-    return h, H
+    return H
 
 
 def project(model, iso, X):
@@ -39,10 +45,12 @@ def project(model, iso, X):
     W = np.where(W > 0, W, 1.0)
     tol = 1e-14 * max(1.0, model.mech.length_scale**2)
     for _ in range(20):
-        h, _ = constraints(model, X, jacobian=False)
+        q, qd = X[:n], X[n:]
+        phi, J, ctx = model.constraint_values(q)  # once per iteration: h, and H from the same J
+        h = np.concatenate([phi, J @ qd])
         if np.max(np.abs(h)) <= tol:
             break
-        _, H = constraints(model, X, jacobian=True)
+        H = _jacobian(model, q, qd, J, ctx)
         HW = H * W
         X = X - HW.T @ np.linalg.solve(HW @ H.T, h)
     return X

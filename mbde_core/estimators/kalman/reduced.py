@@ -241,6 +241,16 @@ class ReducedModel(Linearization):
                 blocks.append(self.sensors[n].covariance())
         return scipy.linalg.block_diag(*blocks) if len(blocks) > 1 else np.array(blocks[0], dtype=float)
 
+    def angular_x(self, k: int = 0) -> np.ndarray:
+        """(2g + k,) bool: the angle entries of x = [z, zd, u] (u: k inputs); read-only, cached."""
+        out = self._cov_cache.get(("angular", k))
+        if out is None:
+            g = len(self.mech.independent)
+            out = np.concatenate([np.isin(self.mech.independent, self.mech.rel_columns), np.zeros(g + k, bool)])
+            out.setflags(write=False)
+            self._cov_cache[("angular", k)] = out
+        return out
+
     def noise_covariance(self, names, variances: dict) -> np.ndarray:
         """covariance(names) with the per-sensor variances ``variances`` (name -> float)
         for every channel of the named sensors that have one; cached per list of names

@@ -37,13 +37,16 @@ def second_order_terms(model, names, t, x, q_guess, P, eps: float = EPS):
     g = g2 // 2
     steps = [eps * max(1.0, abs(float(x[k]))) for k in range(g2)]
     batched = not model.sensors.uses_qdd(names)
+    # readings of positions alone (encoders): H = [h_q R, 0] does not depend on zd, so the
+    # zd columns of every T_i are exactly zero and their 2g linearisations are skipped
+    kmax = g if batched and not any(model.sensors[n].uses_qd for n in names) else g2
     centre = None
     if batched:  # a step in zd leaves q (and R) as at x: qd = R (zd +- step e_k), no position problem
         centre, ok = model.solve_full(t, x[:g], x[g:], q_guess)
         if not ok or centre.R is None:
             return None
     states = []  # x + step e_k, x - step e_k for k = 0 .. 2g-1
-    for k in range(g2):
+    for k in range(kmax):
         for sgn in (1.0, -1.0):
             xx = x.astype(float).copy()
             xx[k] += sgn * steps[k]
@@ -57,7 +60,9 @@ def second_order_terms(model, names, t, x, q_guess, P, eps: float = EPS):
     Hs = jacobians_at(model, names, states) if batched else None
     if Hs is None:
         Hs = np.array([model.linearize(names, t, st)[1] for st in states])
-    T = np.stack([(Hs[2 * k] - Hs[2 * k + 1]) / (2.0 * steps[k]) for k in range(g2)], axis=2)  # T[i, j, k] = d H_ij / d x_k
+    zero = np.zeros(Hs.shape[1:])
+    T = np.stack([(Hs[2 * k] - Hs[2 * k + 1]) / (2.0 * steps[k]) if k < kmax else zero
+                  for k in range(g2)], axis=2)  # T[i, j, k] = d H_ij / d x_k
     T = 0.5 * (T + T.transpose(0, 2, 1))           # symmetric Hessians
     bias = 0.5 * np.einsum("ijk,jk->i", T, P)
     try:
@@ -85,5 +90,7 @@ def jacobians_at(model, names, states):
     Hq = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts], axis=1)
     Hqd = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts], axis=1)
     R = np.array([st.R for st in states])
+    if not any(model.sensors[n].uses_qd for n in names):  # h_qd = 0: d(R zd)/dz is not needed
+        return np.concatenate([Hq @ R, Hqd @ R], axis=2)
     D = np.array([model.dqd_dz_at(st) for st in states])
     return np.concatenate([Hq @ R + Hqd @ D, Hqd @ R], axis=2)

@@ -42,7 +42,7 @@ from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.kalman.input_states import InputStates, jump_directions, jump_variance, project_inputs
 from mbde_core.engine.linalg import solve_one
-from mbde_core.estimators.kalman.algebra import cholesky_floats, cholesky, gate, update_result
+from mbde_core.estimators.kalman.algebra import cholesky_floats, cholesky, gate, reading_noise, update_result
 from mbde_core.estimators.kalman.base import ReducedKalman
 from mbde_core.estimators.kalman.transition import ExplicitTransition, heun_step, position_step
 from mbde_core.estimators.kalman.ukf_readings import SigmaReadings
@@ -190,7 +190,7 @@ class UKF(ExplicitTransition, InputStates, ReducedKalman):
             dY = Y - y_mean
             dY[:, ang] = wrap_angle(dY[:, ang])
         dX = X - self.x
-        R = self.measurement_covariance(names)
+        R = reading_noise(self.measurement_covariance(names), measurements, dims)
         dYw = dY.T * self.Wc
         S = dYw @ dY + R
         Pxy = (dX.T * self.Wc) @ dY

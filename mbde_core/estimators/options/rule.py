@@ -16,7 +16,13 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
 - ``step``: h_max = min(5 ms, 0.05 / max w) (the motion turns by ~0.05 rad per step at
   its frequency), then the fastest sensor period T divided into whole steps,
   step = T / ceil(T / h_max): readings land on the grid (a 1 kHz encoder fused on a 5 ms
-  grid is fused up to 2.5 ms off its stamp: mean NEES 170-4e5 on ``pendulum_release``);
+  grid is fused up to 2.5 ms off its stamp: mean NEES 170-4e5 on ``pendulum_release``) or,
+  for an observer that combines a sensor's readings of a step into one (the Kalman
+  observers but the ADE-KF: ``combines_readings``, :mod:`~mbde_core.estimators.stage.
+  multirate`: the least-squares intercept at the grid time, its variance R/n), the largest
+  odd multiple n T <= h_max when n >= 3 (a 1 kHz encoder on the released pendulum: 5 ms;
+  RMSE 0.21 -> 0.17 mrad, NEES/dim 0.49 -> 0.54 over three release angles, a fifth of
+  the steps);
 - ``plant_noise.acceleration_psd`` q = q_model + q_force + q_disc [unit^2/s^3]:
   q_model = (eps a_g)^2 / w_g -- a model error of eps times the known accelerations,
   correlated over the pendulum time 1/w_g, as white noise of the same low-frequency
@@ -146,12 +152,19 @@ def rule_scales(mech, cfg: dict, context=None, where=("<estimator config>", ""))
     return mechanism_scales(mech, force_limits(mech, cfg, context, where), speed)
 
 
-def auto_step(sc, sensors) -> float:
+def auto_step(sc, sensors, combines=False) -> float:
+    """The rule's step (module doc); combines: the estimator fuses several readings of a
+    sensor in one step (:mod:`~mbde_core.estimators.stage.multirate`), then a sensor whose
+    period T fits at least 3 times into h_max sets step = n T, n the largest odd whole
+    number <= h_max / T (odd: the slot centred on t_k holds readings at symmetric offsets)."""
     h_max = min(STEP_MAX, STEP_TURN / float(np.max(sc.w)))
     periods = [1.0 / s.rate for s in sensors if getattr(s, "rate", 0) and s.rate > 0]
     if not periods:
         return h_max
     T = min(periods)
+    n = int(math.floor(h_max / T + 1e-9))
+    if combines and n >= 3:
+        return T * (n if n % 2 else n - 1)
     return T / math.ceil(T / h_max - 1e-9)
 
 
@@ -198,7 +211,7 @@ def resolve_config(cls, cfg: dict, mech, sensors, context=None, where=("<estimat
     if motor:  # the acceleration noise keeps covering the unknown motor with input states too (particle/inputs.py)
         _particle_motor(out, sk)
     if out["step"] == AUTO:
-        out["step"] = auto_step(sc, sensors)
+        out["step"] = auto_step(sc, sensors, combines=getattr(cls, "combines_readings", False))
     pn = out.get("plant_noise") or {}
     q_acc, q_vel = auto_psd(cls, out, sk, float(out["step"]), covered)
     if pn.get("acceleration_psd") == AUTO:

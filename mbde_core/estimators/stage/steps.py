@@ -1,5 +1,6 @@
 """The filter steps of the estimator stage (:class:`mbde_core.estimators.stage.core.EstimatorStage`):
-closing a slot (one update with its readings, counted), predicting slot by slot, the held
+closing a slot (one update with its readings, counted; several readings of one sensor
+combined into one where the estimator takes such, :mod:`.multirate`), predicting slot by slot, the held
 known inputs of each step, and emitting each grid step's record with its trust verdict.
 
 A mixin: the methods use the stage's state (``est``, ``t0``, ``k``, ``dt``, ``pending``,
@@ -12,6 +13,7 @@ from __future__ import annotations
 import time
 
 from mbde_core.estimators.stage.guards import finite_snapshot
+from mbde_core.estimators.stage.multirate import combine
 from mbde_core.estimators.stage.records import StepRecord
 
 
@@ -25,14 +27,17 @@ class StageSteps:
         result = None
         if readings:
             self._hold(0.0)  # the current torque: an accelerometer reads it now
+            counts = {}
+            if len(readings) > 1 and getattr(self.est, "combines_readings", False):  # a sensor faster than the step
+                readings, counts = combine(readings, self.est.sensors, self.t0 + self.k * self.dt)
             result = self._active.update(readings, self._current_gates())
             c = self.counters
-            c.fused += len(result.accepted)  # one name per fused reading (a sensor may have several)
-            c.rejected_gate += len(result.rejected)
+            c.fused += sum(counts.get(n, 1) for n in result.accepted)  # readings (a sensor may have several)
+            c.rejected_gate += sum(counts.get(n, 1) for n in result.rejected)
             for n in result.accepted:
-                c.per_sensor_fused[n] = c.per_sensor_fused.get(n, 0) + 1
+                c.per_sensor_fused[n] = c.per_sensor_fused.get(n, 0) + counts.get(n, 1)
             for n in result.rejected:
-                c.per_sensor_rejected[n] = c.per_sensor_rejected.get(n, 0) + 1
+                c.per_sensor_rejected[n] = c.per_sensor_rejected.get(n, 0) + counts.get(n, 1)
             self._watch(result)
         cost = time.perf_counter() - t_start + getattr(self, "_predict_cost", 0.0)
         self._predict_cost = 0.0
