@@ -17,6 +17,13 @@ for >= 1 s). A seed is **acquired** when both times are at most ``within`` (1 s)
 lock remains. ``ratio``: the estimator's RMSE of z after ``within`` over the reference
 UKF's on the same steps; with a particle filter that publishes a Gaussian follower also
 ``ratio_cloud``, the cloud's own estimate (``cloud_estimate()``) on the same steps.
+
+Motor-driven scenarios (``mbde bench motors``' files): effort sensors read the truth's input
+forces (the measured torque reaches the filter through the stage as in replay); ``variant``
+``unknown`` drops them, ``released`` drops the motors too (:func:`variant_scenario`). Where
+the readings cannot tell the motion from a mirror image and the unknown forces explain it
+(:mod:`mbde_bench.pf_mirror`), a seed not acquired on the truth is scored on the mirrored
+motion too (``on_mirror``; the summary's ``acquired`` says "+k on the unobservable mirror").
 """
 from __future__ import annotations
 
