@@ -60,6 +60,7 @@ class TruthRecord:
         self.scenario = sc
         self.t, self.q, self.qd, self.qdd = res.t, res.q, res.qd, res.qdd
         self.z, self.zd, self.zdd = res.z, res.zd, res.zdd
+        self.effort = res.effort  # (K, n) the true generalized input forces (a motor's torque)
         self.wall_time = res.wall_time
 
     def index_at(self, times: np.ndarray) -> np.ndarray:

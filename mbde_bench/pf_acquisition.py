@@ -17,16 +17,27 @@ for >= 1 s). A seed is **acquired** when both times are at most ``within`` (1 s)
 lock remains. ``ratio``: the estimator's RMSE of z after ``within`` over the reference
 UKF's on the same steps; with a particle filter that publishes a Gaussian follower also
 ``ratio_cloud``, the cloud's own estimate (``cloud_estimate()``) on the same steps.
+
+Motor-driven scenarios (``mbde bench motors``' files): effort sensors read the truth's input
+forces (the measured torque reaches the filter through the stage as in replay); ``variant``
+``unknown`` drops them, ``released`` drops the motors too (:func:`variant_scenario`). Where
+the readings cannot tell the motion from a mirror image and the unknown forces explain it
+(:mod:`mbde_bench.pf_mirror`), a seed not acquired on the truth is scored on the mirrored
+motion too (``on_mirror``; the summary's ``acquired`` says "+k on the unobservable mirror").
 """
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
+import zlib
 
 import numpy as np
 
 from mbde_bench.common import TruthRecord
+from mbde_bench.motors import released_document
+from mbde_bench.pf_mirror import mirrored_truth, scenario_mirror
 from mbde_core.estimators import make_estimator
 from mbde_core.estimators.assess.acquisition import AcquisitionMetrics
 from mbde_core.estimators.assess.metrics import RunMetrics, coordinate_errors, record_arrays, sigma_z, truth_at
@@ -36,16 +47,38 @@ from mbde_core.estimators.options.rule import scenario_context
 from mbde_core.estimators.registry import estimator_rng
 from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.scenario import load_scenario
+from mbde_core.scenario.scenario import Scenario
+from mbde_core.types import Measurement
 
 WITHIN = 1.0  # [s] acquired (state and branch) within this time of the first reading
+VARIANTS = ("measured", "unknown", "released")  # of a motor-driven scenario (variant_scenario)
 
 
 def readings(truth: TruthRecord, seed: int) -> list:
-    """Every sensor's readings at its own period with its own seeded noise, in time order."""
+    """Every sensor's readings at its own period with its own seeded noise, in time order;
+    the measured input forces (effort sensors: a motor's torque) from the truth's inputs."""
     out = []
     for s in truth.scenario.sensors:
         out += truth.measurements([s], s.period, seed=seed)
+    for s in getattr(truth.scenario.estimator_sensors(), "inputs", ()):
+        out += effort_readings(truth, s, seed)
     out.sort(key=lambda m: m.stamp)
+    return out
+
+
+def effort_readings(truth: TruthRecord, s, seed: int) -> list:
+    """The readings of the effort sensor ``s`` every period with seeded noise (its own stream,
+    as :meth:`TruthRecord.measurements`'): the truth's input force on its coordinate."""
+    n = int(np.floor(truth.t[-1] / s.period + 1e-9)) + 1
+    times = s.period * np.arange(n)
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(zlib.crc32(s.name.encode()),)))
+    sampler = s.noise.sampler(rng)
+    vals = s.reading(truth.effort[truth.index_at(times)])
+    out = []
+    for t, v in zip(times, vals):
+        noisy = sampler.apply(float(t), v)
+        if noisy is not None:
+            out.append(Measurement(float(t), s.name, noisy))
     return out
 
 
@@ -101,13 +134,14 @@ def run_filter(truth: TruthRecord, name: str, seed: int, options=None, at_truth:
 
 
 def score(truth: TruthRecord, run: dict) -> dict:
-    """The acquisition metrics of one run (:class:`AcquisitionMetrics`, as replay's)."""
+    """The acquisition metrics of one run (:class:`AcquisitionMetrics`, as replay's) against
+    ``truth`` (or its mirror, :func:`mbde_bench.pf_mirror.mirrored_truth`)."""
     t, a, ang, est = run["t"], run["arrays"], run["angular"], run["estimator"]
     tz = truth_at(t, truth.t, truth.z, ang)
     tzd = truth_at(t, truth.t, truth.zd)
     tzdd = truth_at(t, truth.t, truth.zdd)
     nees = RunMetrics(ang, truth.t[-1]).add(a, tz, tzd, tzdd)
-    errs = {"z": run["err"], "zd": a["zd"] - tzd, "zdd": a["zdd"] - tzdd}
+    errs = {"z": coordinate_errors(a["z"], tz, ang), "zd": a["zd"] - tzd, "zdd": a["zdd"] - tzdd}
     probs = [r.estimate.branch_probabilities for r in run["records"]]
     bp = None
     if probs and all(p is not None and len(p) for p in probs) and len({len(p) for p in probs}) == 1:
@@ -122,23 +156,36 @@ def _late_rmse(t, err, after: float) -> float:
     return float(np.sqrt(np.mean(err[late] ** 2))) if late.any() else float("nan")
 
 
+def _acquired(res: dict, within: float) -> bool:
+    t_acq, t_br, lock = res["acquired_after"], res.get("branch_identified_after", 0.0), res["locked_offset"]
+    return bool(t_acq is not None and t_acq <= within and t_br is not None and t_br <= within
+                and (lock is None or lock["from"] + lock["duration"] < within))
+
+
 def seed_row(truth: TruthRecord, seed: int, name: str = "pf", options=None, within: float = WITHIN,
-             reference: str | None = "ukf") -> dict:
-    """One seed's row (see the module docstring)."""
+             reference: str | None = "ukf", mirror=None) -> dict:
+    """One seed's row (see the module docstring); ``mirror``: the mirrored truth of a
+    scenario whose readings cannot tell it from the truth (:mod:`mbde_bench.pf_mirror`): a
+    seed not acquired on the truth is scored on it too (``on_mirror``)."""
     run = run_filter(truth, name, seed, options)
     res = score(truth, run)
     est = run["estimator"]
     t_acq, t_br = res["acquired_after"], res.get("branch_identified_after", 0.0)
     lock = res["locked_offset"]
-    row = {"seed": seed, "acquired_after": t_acq, "branch_after": t_br,
-           "acquired": bool(t_acq is not None and t_acq <= within and t_br is not None and t_br <= within
-                            and (lock is None or lock["from"] + lock["duration"] < within)),
+    row = {"seed": seed, "acquired_after": t_acq, "branch_after": t_br, "acquired": _acquired(res, within),
            "tracking_rmse_z": None if "tracking" not in res else float(np.sqrt(np.mean(np.square(res["tracking"]["rmse"]["z"])))),
            "tracking_nees": None if "tracking" not in res or "nees" not in res["tracking"] else res["tracking"]["nees"]["mean"],
            "locked_offset": lock, "rmse_late": _late_rmse(run["t"], run["err"], within), "cpu_s": run["cpu"],
            "duration": float(truth.t[-1])}
     if run["cloud_err"] is not None:
         row["rmse_late_cloud"] = _late_rmse(run["t"], run["cloud_err"], within)
+    if mirror is not None and not row["acquired"]:
+        mres = score(mirror, run)
+        row["on_mirror"] = _acquired(mres, within)
+        if row["on_mirror"]:
+            row["acquired_after_mirror"] = mres["acquired_after"]
+            tz = truth_at(run["t"], mirror.t, mirror.z, run["angular"])
+            row["rmse_late_mirror"] = _late_rmse(run["t"], coordinate_errors(run["arrays"]["z"], tz, run["angular"]), within)
     d = est.diagnostics() if hasattr(est, "diagnostics") else {}
     for k in ("recoveries", "locks"):
         if k in d:
@@ -154,18 +201,40 @@ def seed_row(truth: TruthRecord, seed: int, name: str = "pf", options=None, with
     return row
 
 
-def acquisition_rate(scenario_yaml: str, seeds, duration: float, name: str = "pf", options=None,
-                     within: float = WITHIN, reference: str | None = "ukf", threads: int = 1) -> list[dict]:
-    """Rows (one per seed, :func:`seed_row`) of estimator ``name`` on the scenario at
-    ``scenario_yaml`` simulated for at most ``duration`` s; ``options`` over the defaults.
-    The PF propagates in ``threads`` threads (results do not depend on it)."""
-    os.environ["MBDE_PF_THREADS"] = str(int(threads))
+def variant_scenario(scenario_yaml: str, variant: str | None = None) -> Scenario:
+    """The scenario at ``scenario_yaml``, or one of ``mbde bench motors``' variants of it:
+    ``unknown`` (its effort sensors dropped: the motor acts, its torque is not read) or
+    ``released`` (:func:`mbde_bench.motors.released_document`: no motor, no effort sensor)."""
     sc = load_scenario(scenario_yaml)
+    if not variant or variant == "measured":
+        return sc
+    if variant not in VARIANTS:
+        raise ValueError(f"variant {variant!r}: expected one of {', '.join(VARIANTS)}")
+    doc = copy.deepcopy(sc.raw)
+    if variant == "released":
+        doc = released_document(doc)
+    else:
+        doc["sensors"] = [s for s in doc.get("sensors") or [] if s.get("type") != "effort"]
+    doc["name"] = f"{sc.name}:{variant}"
+    return Scenario(doc, file=sc.file, base_dir=sc.base_dir)
+
+
+def acquisition_rate(scenario_yaml: str, seeds, duration: float, name: str = "pf", options=None,
+                     within: float = WITHIN, reference: str | None = "ukf", threads: int = 1,
+                     variant: str | None = None) -> list[dict]:
+    """Rows (one per seed, :func:`seed_row`) of estimator ``name`` on the scenario at
+    ``scenario_yaml`` (its ``variant``: :func:`variant_scenario`) simulated for at most
+    ``duration`` s; ``options`` over the defaults. The PF propagates in ``threads`` threads
+    (results do not depend on it)."""
+    os.environ["MBDE_PF_THREADS"] = str(int(threads))
+    sc = variant_scenario(scenario_yaml, variant)
     truth = TruthRecord(sc, min(float(duration), sc.duration) if duration else sc.duration)
+    km = scenario_mirror(sc)
+    mirror = None if km is None else mirrored_truth(truth, km)
     rows = []
     for seed in seeds:
         try:
-            row = seed_row(truth, int(seed), name, options, within, reference)
+            row = seed_row(truth, int(seed), name, options, within, reference, mirror)
         except Exception as exc:  # a failing run is a row, not the end of the table
             row = {"seed": int(seed), "acquired": False, "error": f"{type(exc).__name__}: {exc}"[:200]}
         row["scenario"] = sc.name
@@ -179,7 +248,9 @@ def summary(rows: list[dict]) -> dict:
     def med(key, f=np.median):
         v = [r[key] for r in rows if r.get(key) is not None and np.isfinite(r[key])]
         return float(f(v)) if v else None
-    return {"acquired": f"{sum(r['acquired'] for r in rows)}/{len(rows)}",
+    k = sum(bool(r.get("on_mirror")) for r in rows)
+    mirror = f" (+{k} on the unobservable mirror)" if any("on_mirror" in r for r in rows) else ""
+    return {"acquired": f"{sum(r['acquired'] for r in rows)}/{len(rows)}{mirror}", "on_mirror": k,
             "t_acq_median": med("acquired_after"), "t_acq_max": med("acquired_after", np.max),
             "tracking_rmse_median": med("tracking_rmse_z"), "ratio_median": med("ratio"),
             "ratio_max": med("ratio", np.max), "ratio_cloud_max": med("ratio_cloud", np.max),
@@ -197,10 +268,14 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--duration", type=float, default=5.0)
     p.add_argument("--options", default="", help="PF options over the defaults, as JSON")
+    p.add_argument("--variant", default="", choices=("",) + VARIANTS,
+                   help="of a motor-driven scenario: its torque measured (as the file), unknown, or released")
+    p.add_argument("--first-seed", type=int, default=1)
     a = p.parse_args(argv)
     opts = json.loads(a.options) if a.options else None
     for path in a.scenarios:
-        rows = acquisition_rate(path, range(1, a.seeds + 1), a.duration, options=opts)
+        rows = acquisition_rate(path, range(a.first_seed, a.first_seed + a.seeds), a.duration, options=opts,
+                                variant=a.variant or None)
         for r in rows:
             print(json.dumps(r, default=str), flush=True)
         print("SUMMARY", rows[0]["scenario"], json.dumps(summary(rows)), flush=True)

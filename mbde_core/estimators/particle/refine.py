@@ -173,6 +173,13 @@ class GaussianFollower:
             self.t0 = self.pf.t
         self.generation += 1
 
+    def keep(self) -> None:
+        """The new particle set keeps the hypotheses of the one the follower was seeded from
+        (the offset copies of :func:`.bias.shift_inject` join it with a minority share): a
+        running follower goes on; the disagreement test and its trust monitor judge it."""
+        if self.following and self.seeded_generation == self.generation - 1:
+            self.seeded_generation = self.generation
+
     def drop(self, reason: str) -> None:
         if self.following:
             self.following = False
