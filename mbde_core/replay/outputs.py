@@ -137,16 +137,20 @@ def summary_table(doc: dict, markdown: bool = False) -> str:
     """The metrics table printed by ``mbde replay`` and ``make demo``: units in every
     column; the headline is tracking (from the acquisition to the end: RMSE, NEES with
     ``(!)`` above its 95 % band, ``(u)`` below, 95 % coverage), then the whole run's RMSE of z and NIS;
-    a line under the table for each locked offset."""
+    a line under the table for each locked offset; in markdown (report.md) one for each
+    estimator the suitability verdict called weak before the run (e.g. a motion its
+    readings cannot tell from its mirror, which the declared motor limit explains)."""
     units = doc.get("units") or {}
     unit = {k: _common(v) for k, v in units.items()}
     cols = ["acquired [s]", "branch [s]", f"RMSE z{_u(unit.get('z'))}", f"RMSE zd{_u(unit.get('zd'))}",
             f"RMSE zdd{_u(unit.get('zdd'))}", "NEES [band]", "cover95", "NIS [band]",
             f"whole-run RMSE z{_u(unit.get('z'))}", "trust [% OK/DEG/LOST]", "step [us]", "RTF", "fused", "rejected"]
     cols = ["estimator"] + cols
-    rows, locks, trusts = [], [], []
+    rows, locks, trusts, weak = [], [], [], []
     for name, entry in doc["estimators"].items():
         m = entry["metrics"] or {}
+        if (m.get("suitability") or {}).get("level") not in (None, "ok"):
+            weak.append(m["suitability"]["message"])
         rm = m.get("rmse", {})
         conv = m.get("convergence", {})
         track = conv.get("tracking") or {}
@@ -182,7 +186,8 @@ def summary_table(doc: dict, markdown: bool = False) -> str:
              + (["(u) below its 95 % consistency band: underconfident (its bands wider than needed)"] if under else [])
              + [f"(lock) {x}" for x in locks]
              + [f"(trust) {x}" for x in trusts])
-    if markdown:
+    if markdown:  # the verdict before the run (printed then by mbde replay) is in the report too
+        notes += [f"(suitability) {x}" for x in weak]
         out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         out += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(out + ([""] + notes if notes else []))

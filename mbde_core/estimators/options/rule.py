@@ -85,7 +85,8 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   the moving speed-step slider-crank (seed 1, after 1 s): the PF's UKF follower with the
   motor's a_f in its q_force 0.060 rad, without 0.0022.
   A Kalman observer's coordinate whose force a known-input sensor measures keeps an input
-  state for the residual only, eps of the motor's (:func:`residual_inputs`).
+  state for the residual only, a force of eps of the motor's limit changing at w'
+  (:func:`residual_inputs`).
 
 The transitions' orders (z update, zd update) are the estimator class's ``transition_orders``;
 which parts of the rule apply, its traits' ``noise_rule`` family (:mod:`~mbde_core.estimators.traits`).
@@ -230,7 +231,7 @@ def resolve_config(cls, cfg: dict, mech, sensors, context=None, where=("<estimat
         out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]), model_error(out) if jumps else None)
         if cls.traits.known_inputs and measured.any():  # a measured torque leaves a residual force
             names = [n for n, m in zip(mech.independent_names, measured) if m]
-            out["inputs"] = residual_inputs(out["inputs"], names, model_error(out))
+            out["inputs"] = residual_inputs(out["inputs"], names, model_error(out), input_rate(sc), float(out["step"]))
     if widen:
         eps = model_error(out)
         all_inputs = family == "adekf" or (covered is not None and bool(covered.all()))
@@ -247,24 +248,34 @@ def measured_coordinates(mech, sensors) -> np.ndarray:
     return np.array([int(c) in cols for c in np.asarray(mech.independent)], dtype=bool)
 
 
-def residual_inputs(items: list, measured: list, eps: float) -> list:
+def residual_inputs(items: list, measured: list, eps: float, rate: float, step: float) -> list:
     """``inputs: auto`` with the input state of each measured coordinate scaled to the
     *residual* force: what the measured torque leaves unexplained -- the model's error on
-    that coordinate and the unmodelled loads (friction) -- sized eps of the motor's (sigma0
-    eps F, psd eps^2 of the motor's random walk, no limit). The measured torque enters as a
-    known input (zero-order hold, its reading's variance); the state keeps the coordinate
+    that coordinate and the unmodelled loads (friction) -- a force of size eps F (eps of the
+    motor's limit F) that depends on z and so changes at the motion's rate w' (``rate``,
+    :func:`input_rate`): sigma0 = eps F and psd = (eps F w')^2 step, the ADE-KF's rule for
+    r_a (module doc) for a force of that size; no limit, no holding-torque ripple (a speed
+    controller's ripple is the motor's, which the reading gives). The measured torque enters
+    as a known input (zero-order hold, its reading's variance); the state keeps the coordinate
     ``covered`` (no q_force, accelerometers widened for gravity only) as the ADE-KF's inputs
     absorb the force errors. Dropping the state instead (plant noise q_model + q_disc only)
     loses paper 004's slider-crank on its mirror: the slider accelerometer, widened for the
     whole model error (0.05 -> 71 m/s^2), no longer tells the direction of rotation. Keeping
     the motor-sized state (sigma0 = limit, its random walk and jumps) next to the held reading
-    counted the motor twice: NEES/dim 0.6-0.7 (gyroscope) and 0.02-0.07 (accelerometer), and
-    1.1-1.4x the RMSE of the torque unknown on issue 42's slider-crank."""
+    counted the motor twice: NEES/dim 0.6-0.7 (gyroscope) and 0.02-0.07 (accelerometer).
+    eps^2 of the motor's random walk with jumps (eps of the holding torque's ripple rate, a
+    property of the speed controller, not of the residual: psd 0.29 against 0.9 (N m)^2/s
+    here) left paper 004's slider-crank overconfident: seeds 100-103 (DEKF 101-103) x 3 s,
+    UKF / errorEKF / DEKF 0.0071-0.0091 / 0.012-0.014 / 0.013-0.015 rad, NEES/dim 2.2-5.9;
+    with this rate 0.0019-0.0029 / 0.0022-0.0036 / 0.0026-0.0032 rad, NEES/dim 0.08-0.14
+    (cautious). The true slider friction (-0.05 +- 0.04 N m on the crank, changing at 3 N m/s
+    RMS) is within reach of both: what the larger walk takes is more than the friction (1.5x
+    the rate: 0.0020 rad, NEES/dim 0.04; not identified)."""
     out = []
     for item in items:
         if item["coordinate"] in measured:
-            item = {"coordinate": item["coordinate"], "psd": eps * eps * float(item["psd"]),
-                    "sigma0": eps * float(item["sigma0"])}
+            force = eps * float(item["sigma0"])
+            item = {"coordinate": item["coordinate"], "psd": (force * rate) ** 2 * step, "sigma0": force}
         out.append(item)
     return out
 
