@@ -156,7 +156,8 @@ def test_a_stuck_channel_is_held_after_it_moves_again():
 def test_a_published_follower_is_judged_by_its_own_monitor():
     """A particle filter whose follower publishes and whose follower's monitor said
     DEGRADED: the stage's verdict is DEGRADED with the follower named, though the cloud's
-    innovations are consistent; without a follower the cloud's verdict stands."""
+    innovations are consistent; while the cloud publishes, DEGRADED; without a follower
+    the cloud's verdict stands."""
     fmon = TrustMonitor()
     fmon.step(0.0, _res(0.1))  # acquiring: DEGRADED
     follower = SimpleNamespace(monitor=fmon, following=True, est=SimpleNamespace(name="ukf"))
@@ -167,7 +168,10 @@ def test_a_published_follower_is_judged_by_its_own_monitor():
         est = SimpleNamespace(stamp=k * DT, q=np.zeros(1), qd=np.zeros(1), qdd=np.zeros(1), branch_probabilities=None)
         v = mon.observe(stage, est, _res(float(rng.normal())))
     assert v.level == DEGRADED and v.code == "follower" and "ukf" in v.reason and "acquiring" in v.reason
-    follower.following = False
-    v = mon.observe(stage, SimpleNamespace(stamp=300 * DT, q=np.zeros(1), qd=np.zeros(1), qdd=np.zeros(1),
-                                           branch_probabilities=None), _res(0.2))
-    assert v.level == OK
+    follower.following = False  # the cloud publishes: DEGRADED (acquiring or dropped)
+    snap = SimpleNamespace(stamp=300 * DT, q=np.zeros(1), qd=np.zeros(1), qdd=np.zeros(1), branch_probabilities=None)
+    v = mon.observe(stage, snap, _res(0.2))
+    assert v.level == DEGRADED and "particle cloud publishes" in v.reason
+    del stage.est.follower  # no follower configured: the cloud's verdict stands
+    snap.stamp = 301 * DT
+    assert mon.observe(stage, snap, _res(0.2)).level == OK

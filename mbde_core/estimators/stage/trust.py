@@ -263,9 +263,8 @@ class TrustMonitor:
         if jump is not None and jump[0] >= v.level:
             v = Verdict(jump[0], "step", v.ratio, window=v.window, detail=jump[1])
         f = self.published
-        if f is not None and f[1].level > v.level:
-            v = Verdict(f[1].level, "follower", f[1].ratio, window=v.window,
-                        detail=f"the published {f[0]} following the particles: {f[1].reason}")
+        if f is not None and f[0] > v.level:
+            v = Verdict(f[0], "follower", v.ratio, window=v.window, detail=f[1])
         v = self._hysteresis(t, v)
         self.from_trust = v.level != OK and (self.trusted or self.from_trust)
         self.trusted, self.last = v.level == OK, v

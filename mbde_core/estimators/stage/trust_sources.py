@@ -48,14 +48,22 @@ def angular_coordinates(mech):
 
 
 def follower_verdict(est):
-    """(name, last verdict) of a particle filter's Gaussian follower that publishes the
-    estimate now (:mod:`mbde_core.estimators.particle.refine`), else None. The stage's
-    window judges the cloud's innovations (its spread widens them: the cloud on
-    adekf_slider_crank read a mean NIS of 0.05 x its dof while the published follower was
-    20-900 NEES off); the follower's own monitor judges the estimate published, from its
-    seed on (acquiring for its first 0.5 s: a fresh seed is not yet trusted)."""
+    """(level, sentence) of a particle filter with a Gaussian follower
+    (:mod:`mbde_core.estimators.particle.refine`), else None. The stage's window judges the
+    cloud's innovations, which its spread widens (the cloud on adekf_slider_crank read a
+    mean NIS of 0.05 x its dof, OK as conservative, while the published estimate was 20-900
+    NEES off). While the follower publishes, its own monitor judges the estimate published,
+    from its seed on (acquiring for its first 0.5 s: a fresh seed is not yet trusted); while
+    the cloud publishes (before the first seed, after a drop) the particles have not
+    settled on one mode with a small spread: DEGRADED (level 1)."""
     f = getattr(est, "follower", None)
-    mon = getattr(f, "monitor", None)
-    if mon is None or not getattr(f, "following", False) or mon.last is None:
+    if f is None or getattr(f, "est", None) is None:
         return None
-    return getattr(getattr(f, "est", None), "name", "follower"), mon.last
+    name = getattr(f.est, "name", "follower")
+    mon = getattr(f, "monitor", None)
+    if not getattr(f, "following", False):
+        return 1, (f"the particle cloud publishes: no {name} follower on one mode of it "
+                   "(acquiring, or the follower was dropped)")
+    if mon is None or mon.last is None:
+        return None
+    return mon.last.level, f"the published {name} following the particles: {mon.last.reason}"
