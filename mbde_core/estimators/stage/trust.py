@@ -172,6 +172,7 @@ class TrustMonitor:
         self.stuck, self.jumps = StuckReadings(), StepDetector()  # sensor faults (:mod:`.trust_faults`)
         self.trusted = False  # the last verdict was OK (a step in the innovations may start)
         self.from_trust = False  # the verdicts since the last OK one followed a trusted estimate
+        self.source = None  # which part of a particle filter publishes (follower or cloud, seed count)
         self.last = None  # the last verdict (a particle filter's follower's monitor is read by the stage's)
         self.published = None  # the verdict of a particle filter's follower that publishes the estimate
 
@@ -203,7 +204,10 @@ class TrustMonitor:
         if readings:
             self.stuck.observe(estimate.stamp, readings, getattr(est, "sensors", None), estimate)
         self.published = follower_verdict(est)
-        armed = self.trusted or self.from_trust
+        f = getattr(est, "follower", None)  # a particle filter switching between cloud and follower jumps: no evidence
+        source = (bool(getattr(f, "following", False)), (getattr(f, "counts", None) or {}).get("seeds"))
+        armed = (self.trusted or self.from_trust) and source == self.source
+        self.source = source
         self.jumps.moved(estimate.stamp, estimate, angular_coordinates(getattr(est, "mech", None)), armed)
         return self.step(estimate.stamp, update, estimate.branch_probabilities, sum(parts.values()))
 
