@@ -78,17 +78,19 @@ def _snap(t, z, zd, sd=0.01):
                            qd=np.zeros(1), qdd=np.zeros(1), cov=np.diag([sd * sd, sd * sd]), branch_probabilities=None)
 
 
-def test_a_jump_of_a_trusted_estimate_is_lost():
-    """A trusted estimate moving at 1 rad/s (sigma 0.01 rad) that jumps by 0.2 rad over 4
-    steps (20 sigma: following a shifted sensor) is LOST from the jump on; the same motion
-    without the jump stays OK."""
+def test_a_jump_after_rejections_from_trust_is_lost():
+    """A trusted estimate moving at 1 rad/s (sigma 0.01 rad) whose readings are then
+    rejected for 6 steps (a 10-sigma step) and which then jumps by 0.2 rad over 4 steps
+    (20 sigma: it follows the shifted sensor) is LOST from the jump on, and still LOST
+    after the window agrees again; the same motion without the jump ends OK."""
     for jump, expect in ((0.2, LOST), (0.0, OK)):
         mon, stage, rng = TrustMonitor(), _Stage(_Sensor()), np.random.default_rng(2)
-        for k in range(500):
+        for k in range(700):
             t = k * DT
-            z = t + (jump * min(max(k - 400, 0), 4) / 4)
-            v = mon.observe(stage, _snap(t, z, 1.0), _res(float(rng.normal())))
-        assert v.level == expect
+            z = t + (jump * min(max(k - 406, 0), 4) / 4)
+            res = UpdateResult([], ["enc"]) if 400 <= k < 406 else _res(float(rng.normal()))
+            v = mon.observe(stage, _snap(t, z, 1.0), res)
+        assert v.level == expect, v.reason
         if expect == LOST:
             assert v.code == "step" and "jumped" in v.reason
 

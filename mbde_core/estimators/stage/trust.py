@@ -206,7 +206,7 @@ class TrustMonitor:
         self.published = follower_verdict(est)
         f = getattr(est, "follower", None)  # a particle filter switching between cloud and follower jumps: no evidence
         source = (bool(getattr(f, "following", False)), (getattr(f, "counts", None) or {}).get("seeds"))
-        armed = (self.trusted or self.from_trust) and source == self.source
+        armed = self.from_trust and source == self.source
         self.source = source
         self.jumps.moved(estimate.stamp, estimate, angular_coordinates(getattr(est, "mech", None)), armed)
         return self.step(estimate.stamp, update, estimate.branch_probabilities, sum(parts.values()))
