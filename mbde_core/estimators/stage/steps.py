@@ -41,7 +41,9 @@ class StageSteps:
             self._watch(result)
         cost = time.perf_counter() - t_start + getattr(self, "_predict_cost", 0.0)
         self._predict_cost = 0.0
+        self._fused = readings  # the verdict's stuck-channel test reads them (stage.trust_faults)
         self._emit(result, cost)
+        self._fused = None
 
     def _current_gates(self) -> dict[str, float]:
         """The gate thresholds for the next update (stage_guards.AdaptiveGate)."""
@@ -80,7 +82,7 @@ class StageSteps:
         est.stamp = self.t0 + self.k * self.dt  # exact grid time (no accumulated rounding)
         if result is not None and result.accepted:
             self._seen_zd = est.zd
-        rec = StepRecord(est, result, cost, self.trust.observe(self, est, result))
+        rec = StepRecord(est, result, cost, self.trust.observe(self, est, result, getattr(self, "_fused", None)))
         if self.keep:
             self.records.append(rec)
         if self.on_step is not None:

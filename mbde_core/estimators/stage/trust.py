@@ -57,6 +57,9 @@ import math
 import numpy as np
 
 from mbde_core.estimators.chi2 import chi2_ppf
+from mbde_core.estimators.stage.trust_faults import StepDetector, StuckReadings, stuck_reason
+from mbde_core.estimators.stage.trust_sources import (add_sum, angular_coordinates, follower_verdict, most_biased,
+                                                      remove_sum)
 
 OK, DEGRADED, LOST = 0, 1, 2
 LEVELS = ("OK", "DEGRADED", "LOST")
@@ -121,7 +124,7 @@ class Verdict:
         if self.code == "ess":
             return (f"particle weights degenerate: median effective sample size {self.ratio:.2g} of the particles "
                     f"{w} (below {ESS_DEGRADED:g})")
-        if self.code in ("fit", "unconverged"):
+        if self.code in ("fit", "unconverged", "stuck", "step", "follower"):
             return self.detail
         if self.code == "silent":
             return f"no reading fused {w}: predicting open loop"
@@ -166,17 +169,24 @@ class TrustMonitor:
         self.lost_reason = None  # the reason of the LOST that started the current loss (None: not lost)
         self.since: collections.deque = collections.deque()  # (t, key, e) since the last LOST window
         self.since_sums: dict = {}  # key -> [sum of e, count] over self.since
+        self.stuck, self.jumps = StuckReadings(), StepDetector()  # sensor faults (:mod:`.trust_faults`)
+        self.trusted = False  # the last verdict was OK (a step in the innovations may start)
+        self.from_trust = False  # the verdicts since the last OK one followed a trusted estimate
+        self.source = None  # which part of a particle filter publishes (follower or cloud, seed count)
+        self.last = None  # the last verdict (a particle filter's follower's monitor is read by the stage's)
+        self.published = None  # the verdict of a particle filter's follower that publishes the estimate
 
     def reset(self) -> None:
         events, parts = self.events, self.parts  # the stage's counts run on through its resets
         self.__init__(self.window)
         self.events, self.parts = events, parts
 
-    def observe(self, stage, estimate, update) -> Verdict:
+    def observe(self, stage, estimate, update, readings=None) -> Verdict:
         """:meth:`step` for an emitted step of an EstimatorStage: its restarts of the track
         are its re-acquisitions, multi-starts and divergences and a particle filter's
         re-initialisations; a stage that restarted at an earlier time (a backward jump, a
-        bag loop) starts a new window."""
+        bag loop) starts a new window. readings: the Measurements fused at this step (the
+        stuck-channel test, :mod:`.trust_faults`)."""
         if self.steps and estimate.stamp < self.steps[-1][0]:
             self.reset()
         c, est = stage.counters, stage.est
@@ -191,6 +201,14 @@ class TrustMonitor:
             self.ess.append((estimate.stamp, float(est.ess_before) / n))
         while self.ess and self.ess[0][0] <= estimate.stamp - self.window:
             self.ess.popleft()
+        if readings:
+            self.stuck.observe(estimate.stamp, readings, getattr(est, "sensors", None), estimate)
+        self.published = follower_verdict(est)
+        f = getattr(est, "follower", None)  # a particle filter switching between cloud and follower jumps: no evidence
+        source = (bool(getattr(f, "following", False)), (getattr(f, "counts", None) or {}).get("seeds"))
+        armed = self.from_trust and source == self.source
+        self.source = source
+        self.jumps.moved(estimate.stamp, estimate, angular_coordinates(getattr(est, "mech", None)), armed)
         return self.step(estimate.stamp, update, estimate.branch_probabilities, sum(parts.values()))
 
     def step(self, t: float, update, branch_probabilities=None, events: int | None = None) -> Verdict:
@@ -213,16 +231,17 @@ class TrustMonitor:
             e = np.asarray(update.normalized_innovation, float)
             key = tuple(update.accepted)
             if np.all(np.isfinite(e)):
-                _add(self.sums, key, e)
+                add_sum(self.sums, key, e)
+                self.jumps.observe(t, key, e, self.trusted or self.from_trust)
             else:
                 key = None
         self.steps.append((t, nis, dof, acc, rej, key, e))
         if key is not None:
-            _add(self.since_sums, key, e)
+            add_sum(self.since_sums, key, e)
             self.since.append((t, key, e))
         while self.since and self.since[0][0] <= t - SINCE_WINDOW:
             _, k, x = self.since.popleft()
-            _remove(self.since_sums, k, x)
+            remove_sum(self.since_sums, k, x)
         self.nis += nis
         self.dof += dof
         self.acc += acc
@@ -234,7 +253,7 @@ class TrustMonitor:
             self.acc -= c
             self.rej -= d
             if k is not None:
-                _remove(self.sums, k, x)
+                remove_sum(self.sums, k, x)
         return self.verdict(t, branch_probabilities)
 
     def verdict(self, t: float, branch_probabilities=None) -> Verdict:
@@ -244,6 +263,18 @@ class TrustMonitor:
         shrink), then DEGRADED (recovering) until ``RECOVER`` s after the last LOST; and an
         estimate with less than ``ACQUIRE`` s of readings is DEGRADED (acquiring), not OK."""
         v = self._window(t, branch_probabilities)
+        jump = self.jumps.verdict(t)
+        if jump is not None and jump[0] >= v.level:
+            v = Verdict(jump[0], "step", v.ratio, window=v.window, detail=jump[1])
+        f = self.published
+        if f is not None and f[0] > v.level:
+            v = Verdict(f[0], "follower", v.ratio, window=v.window, detail=f[1])
+        v = self._hysteresis(t, v)
+        self.from_trust = v.level != OK and (self.trusted or self.from_trust)
+        self.trusted, self.last = v.level == OK, v
+        return v
+
+    def _hysteresis(self, t: float, v: Verdict) -> Verdict:
         if v.level == LOST:
             self.t_lost = t
             self.lost_reason = self.lost_reason or v.reason
@@ -251,9 +282,9 @@ class TrustMonitor:
             self.since_sums.clear()
             return v
         if self.lost_reason is not None:
-            held = v.level == DEGRADED and v.code not in ("restart", "silent")
+            held = v.level == DEGRADED and v.code not in ("restart", "silent", "step")
             if held or v.level == OK:
-                bias = _most_biased(self.since_sums)
+                bias = most_biased(self.since_sums, BIAS_MIN)
                 held = held or (bias is not None and abs(bias[1]) > BIAS_RECOVER)
             if held:
                 self.t_lost = t
@@ -278,6 +309,9 @@ class TrustMonitor:
         bias = self._bias()
         if bias is not None and abs(bias[1]) > BIAS_LOST:
             return Verdict(LOST, "bias", ratio, bias=bias, **kw)
+        stuck = self.stuck.verdict(t)
+        if stuck is not None:
+            return Verdict(DEGRADED, "stuck", ratio, detail=stuck_reason(stuck), **kw)
         if self.dof:
             hi_lost, hi, lo = _bounds(self.dof)
             if ratio > hi_lost and ratio > LOST_RATIO:
@@ -310,37 +344,7 @@ class TrustMonitor:
     def _bias(self):
         """(channel name, |sum e| / sqrt(n) with its sign) of the window's most biased
         channel, None if no channel has BIAS_MIN innovations in the window."""
-        return _most_biased(self.sums)
-
-
-def _add(sums: dict, key, e) -> None:
-    st = sums.get(key)
-    if st is None or len(st[0]) != len(e):
-        st = sums[key] = [np.zeros(len(e)), 0]
-    st[0] += e
-    st[1] += 1
-
-
-def _remove(sums: dict, key, e) -> None:
-    st = sums[key]
-    st[0] -= e
-    st[1] -= 1
-    if not st[1]:
-        del sums[key]
-
-
-def _most_biased(sums: dict):
-    """(channel name, |sum e| / sqrt(n) with its sign) of the most biased channel of
-    ``sums`` (key -> [sum of e, n]), None if no channel has BIAS_MIN innovations."""
-    best = None
-    for key, (total, n) in sums.items():
-        if n < BIAS_MIN:
-            continue
-        z = total / math.sqrt(n)
-        i = int(np.argmax(np.abs(z)))
-        if best is None or abs(z[i]) > abs(best[1]):
-            best = ("+".join(key) + (f"[{i}]" if len(z) > 1 else ""), float(z[i]))
-    return best
+        return most_biased(self.sums, BIAS_MIN)
 
 
 def fit_verdict(info: dict) -> Verdict:

@@ -1,0 +1,218 @@
+"""Sensor faults the trust verdict (:mod:`.trust`) reads from the readings: a stuck channel
+and a step in a channel's innovations.
+
+**Stuck** (:class:`StuckReadings`). A sensor's reading is its model h(q, qd, qdd) plus noise
+of variance sigma^2 + step^2 / 12 (a quantisation ``step``): while the mechanism moves, two
+consecutive readings of a channel are equal only if the change of h between them is
+hidden by the quantisation. A channel whose last ``STUCK_N`` readings (at least) are
+bit-identical while the estimate's own prediction of that reading moved by more than
+``STUCK_MOVE`` sigma plus one quantisation step is stuck: the readings cannot be the
+mechanism's. An encoder at rest repeats its count and predicts no change (no flag); a
+slowly turning one changes its count before its prediction moves by two steps. The stuck
+channel is named; the verdict holds it for ``STUCK_HOLD`` s after its readings change
+again (the estimate it pulled is still off then: the Watt six-bar's gyroscope stuck for
+1 s, the errorEKF 60 sigma off when it resumed).
+
+**Step** (:class:`StepDetector`). A sensor whose readings jump (a bias step, a slip of an
+encoder, a stuck channel's return) pulls the estimate with it; the estimate absorbs the
+shift within a few readings, after which the innovations are white again and the sliding
+window (:mod:`.trust`) sees nothing while the estimate follows the shifted sensor (an
+encoder-only pendulum after a 10-sigma bias step reads consistent and is 20-30 sigma of its
+own covariance off for the rest of the run). Two tests, both only while the estimate is
+trusted (its previous verdict OK) or in an episode of distrust that started from a trusted
+estimate (a far-off start's settling never was trusted), as said:
+
+- the estimate jumped, in an episode of distrust that started from a trusted estimate (the
+  gate's rejections of the first readings of a step end the trust): a mechanism's
+  position does not jump, so the corrections of z over ``JUMP_TIME`` s, each step's change
+  beyond its own constant-acceleration extrapolation, summed and measured in the
+  covariance of z at the start of that span, stay within a few sigma; beyond
+  ``JUMP_SIGMA`` the estimate before or after the jump is off by about that much (the
+  pendulum's 1 kHz encoder: 6 readings rejected by the gate, the re-acquisition widens the
+  covariance and the estimate moves 25 sigma in 4 readings). Not while the estimate is
+  plainly trusted: at the fast crank of pf_sim (zd 15 -> 20 rad/s in 20 ms) the
+  extrapolation of zd alone missed by 11 sigma of a consistent estimate;
+- a step in a channel's innovations: Page's two-sided CUSUM (E. S. Page 1954, "Continuous
+  inspection schemes", Biometrika 41) on its normalised innovations e,
+  g+_k = max(0, g+_{k-1} + e_k - kappa), g-_k = max(0, g-_{k-1} - e_k - kappa), with
+  kappa = ``STEP_DRIFT``, alarm at g > ``STEP_ALARM``: a shift the gate lets through (a
+  10-sigma step absorbed 30 % per reading: the second reading); for N(0, 1) innovations the
+  in-control average run length is about e^(2 kappa h) / 2 = 3e21 readings (Siegmund's
+  approximation), and a smaller lasting shift (a mean of 1.5 sigma: each term -1 on
+  average) is left to the window's bias test, which ends with the shift.
+
+The verdict is LOST for ``STEP_LOST`` s after the last alarm, then DEGRADED for
+``STEP_DEGRADED`` s (the readings cannot tell whether the estimate follows a shifted
+sensor or was off before the jump: the shift of an encoder-only estimate never shows
+again); a reset of the track clears it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mbde_core.sensors.base import wrap_angle
+
+STUCK_N = 5  # identical readings in a row at least
+STUCK_MOVE = 3.0  # sigma (plus one quantisation step) the estimate's prediction must have moved
+STUCK_HOLD = 1.0  # s: the verdict holds a stuck channel after its readings change again
+STEP_DRIFT = 2.5  # the CUSUM's allowance kappa per innovation [sigma]
+STEP_ALARM = 10.0  # its alarm threshold h [sigma]
+JUMP_TIME = 0.05  # s: the span of a jump of the estimate
+JUMP_SIGMA = 10.0  # sigma of the estimate's own covariance: a jump
+STEP_LOST = 3.0  # s: LOST after a step or jump
+STEP_DEGRADED = 10.0  # s: then DEGRADED
+
+
+class StuckReadings:
+    """Runs of bit-identical readings per sensor channel (module doc)."""
+
+    def __init__(self):
+        self.runs: dict = {}  # sensor -> [value, t first, n, h first (d,), moved (d,) [sigma]]
+        self.found = None  # (sensor[channel], n, span [s], moved [sigma], t last identical)
+
+    def observe(self, t: float, readings, sensors, estimate) -> None:
+        """The readings fused at grid step t (Measurement list), the estimator's sensor
+        models (a SensorSet or None) and its estimate after the step."""
+        for m in readings or ():
+            s = _sensor(sensors, m.sensor)
+            v = np.asarray(m.value, float)
+            run = self.runs.get(m.sensor)
+            if run is None or run[0].shape != v.shape or not np.array_equal(run[0], v):
+                self.runs[m.sensor] = [v, t, 1, None, None]
+                continue
+            run[2] += 1
+            if s is None or run[2] < 2:
+                continue
+            h = _predicted(s, estimate)
+            if h is None:
+                continue
+            if run[3] is None:
+                run[3], run[4] = h, np.zeros_like(h)
+                continue
+            d = h - run[3]
+            d = np.where(s.angular, wrap_angle(d), d)
+            var = s.noise.variance()
+            step = s.noise.quantization
+            with np.errstate(divide="ignore", invalid="ignore"):
+                moved = np.where(var > 0, np.maximum(np.abs(d) - step, 0.0) / np.sqrt(var), 0.0)
+            run[4] = np.maximum(run[4], moved)
+            i = int(np.argmax(run[4]))
+            if run[2] >= STUCK_N and run[4][i] > STUCK_MOVE:
+                name = m.sensor + (f"[{i}]" if len(v) > 1 else "")
+                self.found = (name, run[2], t - run[1], float(run[4][i]), t)
+
+    def verdict(self, t: float):
+        """(channel, n readings, span [s], predicted move [sigma], ended [s] or 0) of a stuck
+        channel now or within ``STUCK_HOLD`` s, else None."""
+        if self.found is None:
+            return None
+        name, n, span, moved, last = self.found
+        if t - last > STUCK_HOLD:
+            self.found = None
+            return None
+        return name, n, span, moved, t - last
+
+
+class StepDetector:
+    """Jumps of a trusted estimate and steps in its channels' innovations (module doc)."""
+
+    def __init__(self):
+        self.g: dict = {}  # (key, channel) -> [g+, g-, n+, n-, sum+, sum-]
+        self.last = None  # (t, sentence) of the last alarm
+        self.prev = None  # (t, z, zd, zdd) of the last estimate
+        self.span: list = []  # (t, change of z beyond the extrapolation, its covariance before)
+
+    def observe(self, t: float, key, e, armed: bool) -> None:
+        """Normalised innovations e of the readings ``key`` (accepted sensors) at t."""
+        if key is None:
+            return
+        for i, x in enumerate(np.asarray(e, float)):
+            ch = (key, i)
+            if not armed:
+                self.g.pop(ch, None)
+                continue
+            st = self.g.setdefault(ch, [0.0, 0.0, 0, 0, 0.0, 0.0])
+            st[0], st[2], st[4] = _page(st[0], st[2], st[4], x)
+            st[1], st[3], st[5] = _page(st[1], st[3], st[5], -x)
+            for sign, (g, n, total) in ((1, st[0:5:2]), (-1, st[1:6:2])):
+                if g > STEP_ALARM:
+                    size = sign * total / max(n, 1)
+                    self.last = (t, f"readings of {'+'.join(key)}[{i}] stepped by {size:+.3g} sigma at {t:.3f} s")
+                    self.g[ch] = [0.0, 0.0, 0, 0, 0.0, 0.0]
+                    break
+
+    def moved(self, t: float, estimate, angular, armed: bool) -> None:
+        """The estimate after grid step t: the jump test (module doc); armed: in an episode
+        of distrust that started from a trusted estimate."""
+        z, zd, zdd, cov = (getattr(estimate, k, None) for k in ("z", "zd", "zdd", "cov"))
+        prev, self.prev = self.prev, None
+        if z is None or zd is None or cov is None or not np.all(np.isfinite(cov)):
+            self.span = []
+            return
+        z, zd = np.asarray(z, float), np.asarray(zd, float)
+        zdd = np.zeros_like(zd) if zdd is None else np.asarray(zdd, float)
+        self.prev = (t, z, zd, zdd, np.asarray(cov, float))
+        if prev is None or not armed or len(prev[1]) != len(z) or not t > prev[0]:
+            self.span = []
+            return
+        dt = t - prev[0]
+        dz = z - (prev[1] + prev[2] * dt + 0.5 * prev[3] * dt * dt)
+        if angular is not None and len(angular) == len(dz):
+            dz = np.where(angular, wrap_angle(dz), dz)
+        g = len(z)
+        self.span.append((t, dz, prev[4][:g, :g]))
+        while self.span and self.span[0][0] <= t - JUMP_TIME:
+            self.span.pop(0)
+        d = np.sum([x for _, x, _ in self.span], axis=0)
+        try:
+            m = float(d @ np.linalg.solve(self.span[0][2], d))
+        except (np.linalg.LinAlgError, ValueError):
+            return
+        if m > JUMP_SIGMA ** 2:
+            self.last = (t, f"the estimate jumped {math.sqrt(m):.3g} sigma of its own covariance at {t:.3f} s")
+            self.span = []
+
+    def verdict(self, t: float):
+        """(level 2 LOST or 1 DEGRADED, sentence) after an alarm, else None."""
+        if self.last is None:
+            return None
+        age = t - self.last[0]
+        if age < STEP_LOST:
+            return 2, f"{self.last[1]} (a sensor bias or jump, or the estimate was off before it)"
+        if age < STEP_LOST + STEP_DEGRADED:
+            return 1, f"{self.last[1]}, {age:.2g} s ago: the estimate may still follow a shifted sensor"
+        self.last = None
+        return None
+
+
+def _page(g: float, n: int, total: float, x: float) -> tuple:
+    """One step of a one-sided CUSUM: (g, terms since it left zero, their sum)."""
+    g = g + x - STEP_DRIFT
+    if g <= 0.0:
+        return 0.0, 0, 0.0
+    return g, n + 1, total + x
+
+
+def _sensor(sensors, name):
+    try:
+        return sensors[name] if sensors is not None and name in sensors else None
+    except (KeyError, TypeError):
+        return None
+
+
+def _predicted(sensor, estimate):
+    """The estimate's prediction h(q, qd, qdd) of a sensor's reading, None if unavailable."""
+    try:
+        h = np.asarray(sensor.h(estimate.q, estimate.qd, estimate.qdd), float)
+    except (ValueError, ArithmeticError, AttributeError, TypeError, IndexError):
+        return None
+    return h if np.all(np.isfinite(h)) else None
+
+
+def stuck_reason(found) -> str:
+    name, n, span, moved, ended = found
+    now = "" if ended <= 0 else f", {ended:.2g} s ago"
+    return (f"sensor {name} stuck: {n} identical readings over {span:.2g} s while the estimate predicts a change "
+            f"of {moved:.3g} sigma{now}")
