@@ -24,7 +24,7 @@ the covariance of adjacent blocks, for an AR(1)-like series with integrated
 autocorrelation time tau (steps) a share ~ tau / (2 L) of the variance with blocks of L
 steps. A recording is therefore cut into blocks of at least BLOCK_TAU tau steps (a bias
 below 1 / (2 BLOCK_TAU)), tau the largest integrated autocorrelation time of its eom
-residuals (:func:`~mbde_core.trajectory.noise.correlation_time`: where an unmodelled force
+residuals (:func:`~mbde_core.trajectory.noise.integrated_time`: where an unmodelled force
 shows), at least two blocks. Fewer blocks mean fewer degrees of freedom, which the
 Student-t quantile below pays for. Measured on `mbde bench identify`'s disturbed motor
 pendulum (an Ornstein-Uhlenbeck acceleration of 0.2 s correlation time, 5 s at 1 kHz:
@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbde_core.trajectory.noise import correlation_time
+from mbde_core.trajectory.noise import integrated_time
 
 BLOCKS = 10  # contiguous blocks per recording of the batch-means Omega, at most
 BLOCK_TAU = 6.0  # blocks at least this many integrated autocorrelation times of the eom residuals
@@ -142,7 +142,7 @@ def block_count(n_steps: int, eom) -> int:
     most = max(min(BLOCKS, n_steps // 2), 1)
     if eom is None or eom.shape[0] < 8:
         return most
-    tau = float(np.max(correlation_time(eom)))
+    tau = float(np.max(integrated_time(eom)))
     return int(min(most, max(n_steps // max(BLOCK_TAU * tau, 1.0), 2)))
 
 
