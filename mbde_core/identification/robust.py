@@ -30,8 +30,9 @@ Student-t quantile below pays for. Measured on `mbde bench identify`'s disturbed
 pendulum (an Ornstein-Uhlenbeck acceleration of 0.2 s correlation time, 5 s at 1 kHz:
 tau 20-490 steps, ten blocks were 2.5 correlation times long): gravity tilt covered by
 85 -> 92.5 % of 40 runs, damping 87.5 -> 90 %, the case 91.2 -> 94.4 %; the exact cases
-keep 100 %. With independent residuals
-Omega ~ T^T T; the reported covariance is the larger of the two (per parameter), so
+keep 100 %.
+
+With independent residuals Omega ~ T^T T; the reported covariance is the larger of the two (per parameter), so
 correlated residuals can only widen the intervals.
 
 Few blocks, and parameters informed in only some of them (a motor gain seen in two short
