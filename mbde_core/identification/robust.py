@@ -16,9 +16,23 @@ states absorb each step's misfit: the per-step scores of a white-noise fit have 
 the variance T^T T predicts, and their lagged products put it back only partially), so
 Omega is estimated by batch means (the long-run variance over contiguous blocks;
 Conway & Schmeiser; the fixed-b view of Kiefer & Vogelsang 2005): every recording is cut
-into BLOCKS blocks, S_b the sum of the scores of block b, c_b = B S_b its share of the
-estimate's error, and Cov(p) ~ sum_b c_b c_b^T over all K blocks. With independent residuals
-Omega ~ T^T T; the reported covariance is the larger of the two (per parameter), so
+into at most BLOCKS blocks, S_b the sum of the scores of block b, c_b = B S_b its share of
+the estimate's error, and Cov(p) ~ sum_b c_b c_b^T over all K blocks.
+
+Block length (the bandwidth) from the residuals' autocorrelation: batch means leave out
+the covariance of adjacent blocks, for an AR(1)-like series with integrated
+autocorrelation time tau (steps) a share ~ tau / (2 L) of the variance with blocks of L
+steps. A recording is therefore cut into blocks of at least BLOCK_TAU tau steps (a bias
+below 1 / (2 BLOCK_TAU)), tau the largest integrated autocorrelation time of its eom
+residuals (:func:`~mbde_core.trajectory.noise.integrated_time`: where an unmodelled force
+shows), at least two blocks. Fewer blocks mean fewer degrees of freedom, which the
+Student-t quantile below pays for. Measured on `mbde bench identify`'s disturbed motor
+pendulum (an Ornstein-Uhlenbeck acceleration of 0.2 s correlation time, 5 s at 1 kHz:
+tau 20-490 steps, ten blocks were 2.5 correlation times long): gravity tilt covered by
+85 -> 92.5 % of 40 runs, damping 87.5 -> 90 %, the case 91.2 -> 94.4 %; the exact cases
+keep 100 %.
+
+With independent residuals Omega ~ T^T T; the reported covariance is the larger of the two (per parameter), so
 correlated residuals can only widen the intervals.
 
 Few blocks, and parameters informed in only some of them (a motor gain seen in two short
@@ -53,7 +67,10 @@ from __future__ import annotations
 
 import numpy as np
 
-BLOCKS = 10  # contiguous blocks per recording of the batch-means Omega
+from mbde_core.trajectory.noise import integrated_time
+
+BLOCKS = 10  # contiguous blocks per recording of the batch-means Omega, at most
+BLOCK_TAU = 6.0  # blocks at least this many integrated autocorrelation times of the eom residuals
 WHITE_LAG1 = 0.2
 WHITE_SHARE = 0.3
 WEAK_RELATIVE = 0.1
@@ -108,6 +125,28 @@ def small_sample(bread: np.ndarray, infos: np.ndarray) -> tuple[np.ndarray, np.n
     return f, nu
 
 
+def eom_residuals(rows, N: int) -> np.ndarray | None:
+    """(N, g) whitened eom residuals by step (None without eom rows)."""
+    eom = [rb for rb in rows if rb.name == "eom" and rb.r.size]
+    if not eom:
+        return None
+    r = np.zeros((N, eom[0].r.shape[1]))
+    for rb in eom:
+        r[np.asarray(rb.idx)] = rb.r
+    return r
+
+
+def block_count(n_steps: int, eom) -> int:
+    """Blocks of a recording of n_steps steps with eom residuals eom (n_steps, g) or None:
+    at most BLOCKS, each at least BLOCK_TAU integrated autocorrelation times long, at least
+    two (module docstring)."""
+    most = max(min(BLOCKS, n_steps // 2), 1)
+    if eom is None or eom.shape[0] < 8:
+        return most
+    tau = float(np.max(integrated_time(eom)))
+    return int(min(most, max(n_steps // max(BLOCK_TAU * tau, 1.0), 2)))
+
+
 def hac_covariance(proj, rows, offsets, bread: np.ndarray) -> tuple[np.ndarray, list]:
     """(B Omega B (P, P) scaled per parameter by the small-sample factors, block length in
     steps per recording) for the recordings at ``offsets`` (R+1,) (module docstring)."""
@@ -117,9 +156,10 @@ def hac_covariance(proj, rows, offsets, bread: np.ndarray) -> tuple[np.ndarray, 
     N = int(offsets[-1])
     S = scores(proj, rows, N, P)
     Ii = step_information(proj, rows, N, P)
+    eom = eom_residuals(rows, N)
     sums, infos, lengths = [], [], []
     for a, b in zip(offsets[:-1], offsets[1:]):
-        n = max(min(BLOCKS, (b - a) // 2), 1)
+        n = block_count(int(b - a), None if eom is None else eom[a:b])
         edges = np.linspace(a, b, n + 1).astype(int)
         sums += [S[lo:hi].sum(axis=0) for lo, hi in zip(edges[:-1], edges[1:])]
         infos += [Ii[lo:hi].sum(axis=0) for lo, hi in zip(edges[:-1], edges[1:])]
