@@ -176,8 +176,10 @@ class GaussianFollower:
     def keep(self) -> None:
         """The new particle set keeps the hypotheses of the one the follower was seeded from
         (the offset copies of :func:`.bias.shift_inject` join it with a minority share): a
-        running follower goes on; the disagreement test and its trust monitor judge it."""
-        if self.following and self.seeded_generation == self.generation - 1:
+        running follower goes on; the disagreement test and its trust monitor judge it. Only a
+        follower its monitor calls OK is kept: one already DEGRADED is dropped as before (paper
+        004's slider-crank with the torque unknown and input states: kept, it drifted to 0.24 rad)."""
+        if self.following and self.seeded_generation == self.generation - 1 and getattr(self, "_degraded_from", None) is None:
             self.seeded_generation = self.generation
 
     def drop(self, reason: str) -> None:
