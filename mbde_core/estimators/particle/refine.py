@@ -151,6 +151,7 @@ class GaussianFollower:
         self.drop_reasons = {"disagree": 0, "restart": 0, "branch": 0, "lost": 0, "trust": 0}
         self.trust_monitor = None  # a factory of the stage's trust monitor (attach_trust), if given
         self.monitor, self._hold_until, self.last_trust = None, None, None
+        self._degraded_from = None  # since when the follower's monitor says DEGRADED (None: OK)
         self.t0, self.first_at, self.followed = None, None, 0.0  # run start, first seed [s], time published
         name = ref.estimator
         self.no_follower = None
@@ -179,7 +180,7 @@ class GaussianFollower:
         running follower goes on; the disagreement test and its trust monitor judge it. Only a
         follower its monitor calls OK is kept: one already DEGRADED is dropped as before (paper
         004's slider-crank with the torque unknown and input states: kept, it drifted to 0.24 rad)."""
-        if self.following and self.seeded_generation == self.generation - 1 and getattr(self, "_degraded_from", None) is None:
+        if self.following and self.seeded_generation == self.generation - 1 and self._degraded_from is None:
             self.seeded_generation = self.generation
 
     def drop(self, reason: str) -> None:
