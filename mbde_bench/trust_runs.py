@@ -97,6 +97,7 @@ def run_case(task) -> list:
 def score(metrics: dict) -> dict:
     """The figures of replay's metrics the tables use (None where missing)."""
     nees = metrics.get("nees") or {}
+    nis = metrics.get("nis") or {}
     trust = metrics.get("trust") or {}
     vs = trust.get("vs_truth") or {}
     lo, hi = (nees.get("band_95") or [None, None])[:2]
@@ -104,7 +105,7 @@ def score(metrics: dict) -> dict:
     flag = None
     if mean is not None and lo is not None and hi is not None:
         flag = "!" if mean > hi else "u" if mean < lo else ""
-    return {"nees": mean, "dof": nees.get("dof"), "band": [lo, hi], "flag": flag, "coverage": nees.get("coverage_95"),
+    return {"nees": mean, "dof": nees.get("dof"), "nis": nis.get("mean"), "nis_dof": nis.get("mean_dof"), "band": [lo, hi], "flag": flag, "coverage": nees.get("coverage_95"),
             "fraction": trust.get("fraction"), "ok_steps": vs.get("ok_steps", 0), "ok_within": vs.get("ok_within", 0),
             "off_steps": vs.get("off_10_sigma_steps", 0), "off_lost": vs.get("off_lost", 0),
             "lost_delay_max": vs.get("lost_delay_max")}
