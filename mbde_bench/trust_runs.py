@@ -105,7 +105,8 @@ def score(metrics: dict) -> dict:
     flag = None
     if mean is not None and lo is not None and hi is not None:
         flag = "!" if mean > hi else "u" if mean < lo else ""
-    return {"nees": mean, "dof": nees.get("dof"), "nis": nis.get("mean"), "nis_dof": nis.get("mean_dof"), "band": [lo, hi], "flag": flag, "coverage": nees.get("coverage_95"),
+    return {"nees": mean, "dof": nees.get("dof"), "nis": nis.get("mean"), "nis_dof": nis.get("mean_dof"),
+            "band": [lo, hi], "flag": flag, "coverage": nees.get("coverage_95"),
             "fraction": trust.get("fraction"), "ok_steps": vs.get("ok_steps", 0), "ok_within": vs.get("ok_within", 0),
             "off_steps": vs.get("off_10_sigma_steps", 0), "off_lost": vs.get("off_lost", 0),
             "lost_delay_max": vs.get("lost_delay_max")}

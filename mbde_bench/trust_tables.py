@@ -3,10 +3,10 @@
 Table 1 (calibration of the filters' uncertainty, the nominal runs): per case x model x
 estimator the runs, the median over the runs of the mean NEES / dof (target [0.5, 2]),
 the median of the mean NIS / dof (the readings' own test, no truth needed: far below 1,
-the estimator predicts its readings worse than it does -- its noise is wider than the
-data need), the mean coverage of the 95 % intervals (target 90-98 %) and the fraction of runs whose
-mean NEES lies above ``(!)`` or below ``(u)`` its 95 % band (a consistent estimator: about
-5 % together).
+the readings agree with the predictions better than the estimator says -- its noise is
+wider than the data need), the mean coverage of the 95 % intervals (target 90-98 %) and
+the fraction of runs whose mean NEES lies above ``(!)`` or below ``(u)`` its 95 % band
+(a consistent estimator: about 5 % together).
 
 Table 2 (the trust verdict against truth): per kind of run (nominal, far-off start, each
 injected fault) x estimator, over every case and model: the steps the verdict called OK
