@@ -43,18 +43,19 @@ class ReducedKalman(CovarianceInflation, Estimator):
         """Measurement covariance of the named readings (cached per list of names, read-only)."""
         return self.model.noise_covariance(names, self._sigma)
 
-    def second_order(self, names, pred, R):
+    def second_order(self, names, pred, R, H=None):
         """(pred, R) with the Gaussian second-order filter's terms of the readings at the
         prediction (``measurement_order: 2``, :mod:`second_order`): the predicted readings
         + 1/2 tr(T_i P), the measurement covariance + 1/2 tr(T_i P T_l P) (over [z, zd]);
         unchanged for ``measurement_order: 1`` (paper 003's EKF), with input states (terms
         over [z, zd] alone miss the inputs' mixed derivatives: the DEKF with ``inputs: auto``
         on adekf_slider_crank went from RMSE 0.033 to 0.31 rad with them, README) or where
-        the position problem of a difference step fails."""
+        the position problem of a difference step fails. H: the readings' Jacobian at the
+        prediction, if the caller has it (the base point of the differences)."""
         if int(self.options.measurement_order) != 2 or self.k:
             return pred, R
         g2 = 2 * self.g
-        terms = second_order_terms(self.model, names, self.t, self.x[:g2], self.q, self.P[:g2, :g2])
+        terms = second_order_terms(self.model, names, self.t, self.x[:g2], self.q, self.P[:g2, :g2], H0=H)
         if terms is None:
             return pred, R
         return pred + terms[0], R + terms[1]
@@ -83,12 +84,15 @@ class ReducedKalman(CovarianceInflation, Estimator):
             self.full = self.model.full_state_at(self.t, self.q, self.qd)
         return self.full
 
-    def _assemble_into(self, x, guess=None) -> bool:
+    def _assemble_into(self, x, guess=None, st=None) -> bool:
         """Move the full state to x at the current time (position problem from ``guess``,
-        default the current q); on failure keep the previous one (counted)."""
+        default the current q; st: x's FullState at the current time if the caller has
+        evaluated it); on failure keep the previous one (counted)."""
         x = np.asarray(x, dtype=float)
         g = self.g
-        st, ok = self.model.solve_full(self.t, x[:g], x[g : 2 * g], self.q if guess is None else guess)
+        ok = st is not None
+        if not ok:
+            st, ok = self.model.solve_full(self.t, x[:g], x[g : 2 * g], self.q if guess is None else guess)
         if ok and np.isfinite(st.q).all() and np.isfinite(st.qd).all():
             self.x = x
             self.q, self.qd, self.full = st.q, st.qd, st

@@ -141,7 +141,7 @@ class DEKF(JumpHypothesis, ExplicitTransition, InputStates, ReducedKalman):
         else:
             pred, H, _ = self.model.linearize(names, self.t, st)
         R = reading_noise(self.measurement_covariance(names), measurements, dims)
-        pred, R = self.second_order(names, pred, R)
+        pred, R = self.second_order(names, pred, R, H)
         return names, dims, self.model.residual(names, o, pred), H, R, st
 
     def _innovation_cov(self, measurements):

@@ -11,8 +11,10 @@ step, so the rule adds no q_disc: :mod:`~mbde_core.estimators.options.rule`);
 ``constant_acceleration``'s first-order velocity update the rule covers with q_disc
 (pf_sim: q 15.6 instead of 8.2).
 
-Update: the readings are fused by an iterated EKF in q-space (``iterations`` passes,
-X_{i+1} = X^- + K_i (o - h(X_i) - H_i (X^- - X_i))), then the constraints are imposed as
+Update: the readings are fused by an iterated EKF in q-space (at most ``iterations``
+passes, X_{i+1} = X^- + K_i (o - h(X_i) - H_i (X^- - X_i)); a pass that moved the iterate
+by less than 1e-3 of the prior's standard deviation in every coordinate ends them: the
+next would move it by less again, the iteration contracting), then the constraints are imposed as
 perfect measurements (eqs. 16-17: h'(X) = [Phi(q); Phi_q qd] = 0 with zero noise),
 iterated to convergence -- a Gauss-Newton projection X <- X - W H^T (H W H^T)^-1 h'(X).
 The constraint-only projection is also applied after every prediction, keeping the
@@ -94,6 +96,7 @@ from mbde_core.estimators.options.common import KalmanOptions, input_field
 from mbde_core.estimators.traits import KALMAN_TUNABLE, Traits
 
 NORMAL_NOISE_RATIO = 1e-6  # W relative to the plant noise (module doc, "Normal freedom")
+ITERATION_TOL = 1e-3  # of the prior sigma: the iterated update has converged (module doc, "Update")
 
 
 @dataclass(frozen=True)
@@ -232,25 +235,27 @@ class DIEKFpm(ExplicitTransition, DependentInputs, Estimator):
         n = self.n
         q, qd, u = X[:n], X[n:2 * n], (X[2 * n:] if self.k else None)
         uses_qdd = self.sensors.uses_qdd(names)
-        qdd = self._qdd(q, qd, u) if uses_qdd else None
+        qdd = dqdd = None
+        if uses_qdd:
+            qdd, dqdd = self._qdd_dX(X)
         hs, Hq, Hqd, Hqdd = self.model.sensor_terms(names, q, qd, qdd)
         H = np.concatenate([Hq, Hqd, np.zeros((Hq.shape[0], self.k))], axis=1)
         if uses_qdd:
-            H = H + Hqdd @ self._dqdd_dX(X)
+            H = H + Hqdd @ dqdd
         return hs, H
 
-    def _dqdd_dX(self, X):
-        """dqdd/d[X, u] (n, 2n + k) by central differences of the dynamics, the 2(2n + k)
-        evaluations as one batch (:func:`dynamics.forward`)."""
+    def _qdd_dX(self, X):
+        """(qdd (n,) at [X, u], dqdd/d[X, u] (n, 2n + k) by central differences of the
+        dynamics): X and the 2(2n + k) difference states as one batch (:func:`dynamics.forward`)."""
         n, L = self.n, len(X)
         e = 1e-6 * np.maximum(1.0, np.abs(X))
-        Xs = np.concatenate([X + np.diag(e), X - np.diag(e)])  # rows X +- e_k
+        Xs = np.concatenate([X + np.diag(e), X - np.diag(e), X[None]])  # rows X +- e_k, then X
         forces = None
         if self.k:
-            forces = np.zeros((2 * L, n))
+            forces = np.zeros((2 * L + 1, n))
             np.add.at(forces.T, self.input_cols, Xs[:, 2 * n:].T)  # input_forces of each row
         qdd = dynamics.forward(self.mech, self.t, Xs[:, :n], Xs[:, n:2 * n], extra_Q=forces)[1]
-        return (qdd[:L] - qdd[L:]).T / (2 * e)
+        return qdd[2 * L].copy(), (qdd[:L] - qdd[L : 2 * L]).T / (2 * e)
 
     def _iterated_update(self, names, o, Rs, gates):
         """Iterated sensor update + perfect-measurement constraint projection (docstring)."""
@@ -286,7 +291,10 @@ class DIEKFpm(ExplicitTransition, DependentInputs, Estimator):
                 K = np.linalg.solve(Sr, Hr @ P).T
                 if it == 0:
                     first = (K, Hr, Rs[np.ix_(srows, srows)])
-                X = X_prior + K @ (yr - Hr @ (X_prior - X))
+                    tol = ITERATION_TOL * np.sqrt(np.clip(np.diag(P), 0.0, None))
+                X, moved = X_prior + K @ (yr - Hr @ (X_prior - X)), X
+                if it and np.all(np.abs(X - moved) <= tol):
+                    break
         self._span = 0.0 if ds else self._span  # the perfect measurements' own projections do not count
         if first is not None and self.k:  # the inputs within their limits
             X = self._bound_inputs(X, P)

@@ -123,14 +123,15 @@ class Linearization:
         q, qd, ok = self.assemble(x, q_guess)
         return self.accelerations(t, q, qd, extra_Q)[1]
 
-    def _dqdd_dx(self, t, q, qd, extra_Q, eps):
-        """dqdd/dx (n, 2g) by central differences of the dynamics (sensors reading qdd)."""
+    def _dqdd_dx(self, t, q, qd, extra_Q, eps, st=None):
+        """dqdd/dx (n, 2g) by central differences of the dynamics (sensors reading qdd); st:
+        the FullState of (q, qd), if any (its R and kernel context start the position problems)."""
         mech, g = self.mech, self.g
         x = np.concatenate([q[self.iz], qd[self.iz]])
         K = fastpath.kernels(mech) if extra_Q is None else None
         if K is not None:
             try:
-                out = self._dqdd_dx_scalar(K, t, x.tolist(), q.tolist(), eps)
+                out = self._dqdd_dx_scalar(K, t, x.tolist(), q.tolist(), eps, st)
                 if out is not None:
                     return out
             except fastpath.SCALAR_ERRORS:
@@ -144,18 +145,25 @@ class Linearization:
         qdd = self.accelerations(t, qb, qdb, eq)[1]
         return (qdd[: 2 * g] - qdd[2 * g:]).T / (2 * steps)
 
-    def _dqdd_dx_scalar(self, K, t, x, q, eps):
+    def _dqdd_dx_scalar(self, K, t, x, q, eps, st=None):
         """:meth:`_dqdd_dx` on the scalar kernels (the same operations as its loop through
         :meth:`qdd_of_x` and :meth:`solve_full`, without their arrays): the position
         problem of a velocity perturbation is the unperturbed one (z unchanged, same
-        guess), solved once for all of them. None for a non-finite x or q (the generic
-        loop handles them)."""
+        guess), solved once for all of them -- not at all when ``st`` (the FullState at x,
+        with a kernel context) gives it; with ``st`` the position problems of z +- step e_k
+        start from q +- step R e_k (one Newton iteration fewer; the same solution to the
+        engine's tolerance). None for a non-finite x or q (the generic loop handles them)."""
         if not (_all_finite(x) and _all_finite(q)):
             return None
         mech, g, S = self.mech, self.g, K.scalar
         tv = K.time_values(t)
         z, zd = x[:g], x[g:]
         base = None
+        Rk = None
+        if st is not None and st.ctx is not None and st.R is not None:
+            xs0, tr0, J0 = st.ctx
+            base = (xs0, True, tr0, J0)
+            Rk = st.R.T.tolist()  # columns of R
         cols = []
         for k in range(2 * g):
             step = eps * max(1.0, abs(x[k]))
@@ -165,7 +173,8 @@ class Linearization:
                 if k < g:
                     zk = list(z)
                     zk[k] = xk
-                    xs, _, tr, J = fastpath.s_position(mech, K, zk, q, 30)
+                    guess = q if Rk is None else [a + (sgn * step) * r for a, r in zip(q, Rk[k])]
+                    xs, _, tr, J = fastpath.s_position(mech, K, zk, guess, 30)
                     zdk = zd
                 else:
                     if base is None:
@@ -229,20 +238,31 @@ class Linearization:
         Hzd = Hqd @ R
         H = np.concatenate([Hq @ R + Hqd @ self.dqd_dz_at(st), Hzd], axis=1)
         if uses_qdd:
-            H = H + Hqdd @ self._dqdd_dx(t, st.q, st.qd, extra_Q, eps)
+            H = H + Hqdd @ self._dqdd_dx(t, st.q, st.qd, extra_Q, eps, st)
             return h, H, Hqdd
         return h, H, None
 
     # -- transition ------------------------------------------------------------------------------
     def transition_jacobian(self, t, x, q, mode: str = "simple", extra_Q=None, eps: float = 1e-6):
         """Continuous-time A = d[zd, f]/d[z, zd] (2g, 2g); ``full``: df/dx by central
-        differences, the 4g states x +- step e_k assembled and evaluated as one batch."""
+        differences at the 4g states x +- step e_k, on the scalar kernels
+        (:meth:`_dqdd_dx_scalar`, f = qdd[z]) or, without them or with extra forces, assembled
+        and evaluated as one batch."""
         g = self.g
         A = np.zeros((2 * g, 2 * g))
         A[:g, g:] = np.eye(g)
         if mode == "simple":
             return A
         x = np.asarray(x, dtype=float)
+        K = fastpath.kernels(self.mech) if extra_Q is None else None
+        if K is not None:  # the same differences on the scalar kernels (zdd = qdd[z]): no batch set-up
+            try:
+                out = self._dqdd_dx_scalar(K, t, x.tolist(), np.asarray(q, dtype=float).tolist(), eps)
+                if out is not None:
+                    A[g:, :] = out[self.iz]
+                    return A
+            except fastpath.SCALAR_ERRORS:
+                pass
         steps = eps * np.maximum(1.0, np.abs(x))
         X = np.concatenate([x + np.diag(steps), x - np.diag(steps)])  # rows x + step e_k, then x - step e_k
         N = X.shape[0]
