@@ -66,7 +66,7 @@ def add_arguments(p):
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated subset of {', '.join(SCENARIOS)}")
     p.add_argument("--estimators", default="all",
                    help="comma-separated estimators (default all: every registered one, "
-                        + ", ".join(f"{n} ({e} with {o})" for n, (e, o) in OPTION_ROWS.items()) + ", and the smoother)")
+                        + ", ".join(f"{n} ({e} with {o}, torque {v})" for n, (e, o, v) in OPTION_ROWS.items()) + ", and the smoother)")
     p.add_argument("--quick", action="store_true", help="one seed of 0.5 s per scenario (a smoke run)")
     runs.add_arguments(p, "runs")
 
@@ -156,7 +156,7 @@ def run(args) -> int:
     if bad:
         raise DataError(f"--scenarios: unknown {', '.join(bad)} (choose from {', '.join(SCENARIOS)})")
     known = list(estimator_names())
-    known += [n for n, (e, _) in OPTION_ROWS.items() if e in known]
+    known += [n for n, (e, *_) in OPTION_ROWS.items() if e in known]
     ests = list(known) if args.estimators == "all" else [e.strip() for e in args.estimators.split(",") if e.strip()]
     smoother = args.estimators == "all" or SMOOTHER in ests
     ests = [e for e in ests if e != SMOOTHER]

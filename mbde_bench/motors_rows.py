@@ -31,14 +31,14 @@ from mbde_core.replay.runner import initial_state, run_estimator
 from mbde_core.trajectory.smoother import BatchSmoother
 
 SMOOTHER = "smoother"
-OPTION_ROWS = {  # bench rows of a registered estimator with options over its defaults: name -> (estimator, options)
-    "pf_inputs": ("pf", {"inputs": "auto"}),  # per-particle random-walk torques within the motor's limit (particle/inputs.py)
+OPTION_ROWS = {  # bench rows of a registered estimator with options over its defaults, run on one variant:
+    "pf_noinputs": ("pf", {"inputs": []}, "unknown"),  # the PF without input states: the motor as acceleration noise
 }
 
 
 def estimator_of(name: str) -> tuple[str, dict]:
     """(registered estimator, options over its defaults) of a bench row name."""
-    return OPTION_ROWS.get(name, (name, {}))
+    return OPTION_ROWS.get(name, (name, {}))[:2]
 
 
 class Row(NamedTuple):
@@ -87,6 +87,8 @@ def score(inputs, t, z, zd, cov, cpu: float) -> Row:
 def not_applicable(name: str, variant: str, sensors) -> str | None:
     """``"n/a: <why>"`` if estimator ``name`` cannot take the variant ("measured": a read
     torque, "unknown": none, "released": no motor) with these sensors, else None."""
+    if name in OPTION_ROWS and variant != OPTION_ROWS[name][2]:
+        return f"n/a: the {OPTION_ROWS[name][0]} row with the torque {variant}"
     name = estimator_of(name)[0]
     tr = traits(name)
     if variant == "measured" and not tr.known_inputs:

@@ -51,17 +51,19 @@ def test_tables_show_the_acquisition_time_and_fail_a_lost_estimator():
     kalman = Row(0.002, 0.9, 0.1, None, 0.0, 0.002, 0.9)
     never = Row(1.2, 1e5, 2.0, None, None, None, None)
     rows = [{"scenario": "s", "seed": k, "smoother": {},
-             "variants": {"unknown": {"ukf": kalman, "pf": found, "pf_inputs": never}}} for k in (1, 2)]
+             "variants": {"unknown": {"ukf": kalman, "pf": found, "pf_noinputs": never}}} for k in (1, 2)]
     tg = motors_tables.targets(motors_tables.stats(rows, "s"), None)["unknown"]
     assert tg["ukf"] == (pytest.approx(1.0), True) and tg["pf"] == (pytest.approx(1.5), True)
-    assert tg["pf_inputs"] == (np.inf, False)
+    assert tg["pf_noinputs"] == (np.inf, False)
     scen = {"s": ("s", (), 1.0, None)}
     md = motors_tables.summary_tables(rows, ["s"], scen)
     assert "on track after [s]" in md
-    assert "| pf | 3.00e-03 | 0.40 | 0 / 2 | 0.8 |" in md and "| pf_inputs | lost | never | 2 / 2 |" in md
-    assert "| s | - | 2 / 3 (not: pf_inputs) |" in motors_tables.targets_table(rows, ["s"], scen)
+    assert "| pf | 3.00e-03 | 0.40 | 0 / 2 | 0.8 |" in md and "| pf_noinputs | lost | never | 2 / 2 |" in md
+    assert "| s | - | 2 / 3 (not: pf_noinputs) |" in motors_tables.targets_table(rows, ["s"], scen)
 
 
 def test_option_rows_run_a_registered_estimator_with_options():
-    assert motors_rows.estimator_of("pf_inputs") == ("pf", {"inputs": "auto"})
+    assert motors_rows.estimator_of("pf_noinputs") == ("pf", {"inputs": []})
     assert motors_rows.estimator_of("ukf") == ("ukf", {})
+    sensors = SimpleNamespace()
+    assert motors_rows.not_applicable("pf_noinputs", "measured", sensors) == "n/a: the pf row with the torque measured"
