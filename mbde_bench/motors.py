@@ -27,6 +27,7 @@ tables and their pass/fail targets: :mod:`mbde_bench.motors_tables`.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import sys
@@ -180,11 +181,14 @@ def run(args) -> int:
           "acquisition): *on track after* = the time from which every coordinate stays within 5 sigma of the "
           "estimate's own covariance (0.5 deg floor, 10 deg cap) to the end (median over the seeds; never: not on "
           f"track at the end); *tracking RMSE z* and NEES/dim (mean NEES of [z, zd] over 2g, 1 = consistent) over "
-          f"the steps from then on, median over the runs not lost; lost: not on track within {ACQUIRE_WITHIN:g} s, "
+          "the steps from then on, median over the runs that got on track (at any time); lost: not on track "
+          f"within {ACQUIRE_WITHIN:g} s, "
           f"or tracking RMSE z > {LOST} rad. The targets compare tracking RMSEs. CPU: process time of the replay "
           "(other processes were running).\n\n" + targets_table(rows, names, SCENARIOS) + "\n" + summary_tables(rows, names, SCENARIOS))
     print(md)
     with open(os.path.join(args.out, "motors.md"), "w", encoding="utf-8") as fh:
         fh.write(md)
+    with open(os.path.join(args.out, "rows.json"), "w", encoding="utf-8") as fh:  # the rows (motors_rows.Row as lists)
+        json.dump(rows, fh, default=float)
     print(f"{len(tasks)} runs in {time.perf_counter() - t0:.0f} s")
     return 0 if rows else 1

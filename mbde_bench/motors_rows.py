@@ -88,7 +88,7 @@ def not_applicable(name: str, variant: str, sensors) -> str | None:
     """``"n/a: <why>"`` if estimator ``name`` cannot take the variant ("measured": a read
     torque, "unknown": none, "released": no motor) with these sensors, else None."""
     if name in OPTION_ROWS and variant != OPTION_ROWS[name][2]:
-        return f"n/a: the {OPTION_ROWS[name][0]} row with the torque {variant}"
+        return f"n/a: only with the torque {OPTION_ROWS[name][2]} (the {OPTION_ROWS[name][0]} row here)"
     name = estimator_of(name)[0]
     tr = traits(name)
     if variant == "measured" and not tr.known_inputs:

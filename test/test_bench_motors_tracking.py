@@ -66,4 +66,4 @@ def test_option_rows_run_a_registered_estimator_with_options():
     assert motors_rows.estimator_of("pf_noinputs") == ("pf", {"inputs": []})
     assert motors_rows.estimator_of("ukf") == ("ukf", {})
     sensors = SimpleNamespace()
-    assert motors_rows.not_applicable("pf_noinputs", "measured", sensors) == "n/a: the pf row with the torque measured"
+    assert motors_rows.not_applicable("pf_noinputs", "measured", sensors) == "n/a: only with the torque unknown (the pf row here)"
