@@ -97,9 +97,9 @@ def targets(st: dict, released: dict | None) -> dict:
                 continue
             if not _ok(s):  # every run lost
                 res[e] = (float("inf"), False)
-            elif e == SMOOTHER:
+            elif e == SMOOTHER:  # no filter on track at all: the smoother is the best if it is
                 ratio = s["rmse"] / best if best > 0 else float("nan")
-                res[e] = (ratio, bool(ratio <= SMOOTHER_X))
+                res[e] = (ratio, bool(ratio <= SMOOTHER_X) if np.isfinite(ratio) else s["lost"] == 0)
             elif variant == "measured" and released and _ok(released.get(e)) and released[e]["rmse"] > 0:
                 ratio = s["rmse"] / released[e]["rmse"]
                 res[e] = (ratio, bool(ratio <= MEASURED_X and s["lost"] == 0))
@@ -131,7 +131,8 @@ def _cell(s, key: str, fmt: str) -> str:
 
 
 def _verdict(t) -> str:
-    return f"{'yes' if t[1] else 'NO'} ({'lost' if np.isinf(t[0]) else format(t[0], '.2g') + 'x'})"
+    how = "lost" if np.isinf(t[0]) else "no filter on track" if np.isnan(t[0]) else format(t[0], ".2g") + "x"
+    return f"{'yes' if t[1] else 'NO'} ({how})"
 
 
 def summary_tables(rows, names, scenarios) -> str:

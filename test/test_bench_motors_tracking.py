@@ -67,3 +67,14 @@ def test_option_rows_run_a_registered_estimator_with_options():
     assert motors_rows.estimator_of("ukf") == ("ukf", {})
     sensors = SimpleNamespace()
     assert motors_rows.not_applicable("pf_noinputs", "measured", sensors) == "n/a: only with the torque unknown (the pf row here)"
+
+
+def test_the_smoother_is_the_best_when_no_filter_is_on_track():
+    """Every filter on the mirror (never on track), the smoother tracking: it is the best."""
+    never = Row(1.2, 1e5, 2.0, None, None, None, None)
+    smooth = Row(0.0007, 0.8, 1.0, None, 0.0, 0.0007, 0.8)
+    rows = [{"scenario": "s", "seed": 1, "smoother": {}, "variants": {"unknown": {"ukf": never, "smoother": smooth}}}]
+    tg = motors_tables.targets(motors_tables.stats(rows, "s"), None)["unknown"]
+    assert tg["ukf"] == (np.inf, False) and np.isnan(tg["smoother"][0]) and tg["smoother"][1] is True
+    md = motors_tables.targets_table(rows, ["s"], {"s": ("s", (), 1.0, None)})
+    assert "| s | - | 0 / 1 (not: ukf) | - / yes (no filter on track) |" in md
