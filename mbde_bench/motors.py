@@ -183,7 +183,9 @@ def run(args) -> int:
           f"track at the end); *tracking RMSE z* and NEES/dim (mean NEES of [z, zd] over 2g, 1 = consistent) over "
           "the steps from then on, median over the runs that got on track (at any time); lost: not on track "
           f"within {ACQUIRE_WITHIN:g} s, "
-          f"or tracking RMSE z > {LOST} rad. The targets compare tracking RMSEs. CPU: process time of the replay "
+          f"or tracking RMSE z > {LOST} rad (an overconfident estimate, off by more than 5 sigma of its own "
+          "covariance at the end, is never on track either: its whole-run RMSE is shown). The targets compare "
+          "tracking RMSEs. CPU: process time of the replay "
           "(other processes were running).\n\n" + targets_table(rows, names, SCENARIOS) + "\n" + summary_tables(rows, names, SCENARIOS))
     print(md)
     with open(os.path.join(args.out, "motors.md"), "w", encoding="utf-8") as fh:

@@ -57,7 +57,7 @@ def _stats(rs, variant: str, est: str):
     vals = [v if isinstance(v, Row) else Row(*v) for v in vals]
     tracked = [v for v in vals if v.track < LOST]
     return {"rmse": _median(v.track for v in tracked), "acq": _median(v.acquired_after for v in vals),
-            "lost": sum(lost(v) for v in vals), "n": len(vals),
+            "lost": sum(lost(v) for v in vals), "n": len(vals), "rmse_run": _median(v.rmse for v in vals),
             "nees": _median(v.nees if v.tracking_nees is None else v.tracking_nees for v in tracked),
             "cpu": _median(v.cpu for v in vals), "failed": sum(bool(v.error) for v in vals),
             "errors": sorted({v.error for v in vals if v.error})}
@@ -124,7 +124,7 @@ def _cell(s, key: str, fmt: str) -> str:
         return f"{s['lost']} / {s['n']}"
     v = s[key]
     if key == "rmse" and not np.isfinite(v):
-        return "failed" if s["failed"] == s["n"] else "lost"
+        return "failed" if s["failed"] == s["n"] else f"lost (whole run {s['rmse_run']:{fmt}})"
     if not np.isfinite(v):
         return "never" if key == "acq" else "-"
     return format(v, fmt)

@@ -58,7 +58,7 @@ def test_tables_show_the_acquisition_time_and_fail_a_lost_estimator():
     scen = {"s": ("s", (), 1.0, None)}
     md = motors_tables.summary_tables(rows, ["s"], scen)
     assert "on track after [s]" in md
-    assert "| pf | 3.00e-03 | 0.40 | 0 / 2 | 0.8 |" in md and "| pf_noinputs | lost | never | 2 / 2 |" in md
+    assert "| pf | 3.00e-03 | 0.40 | 0 / 2 | 0.8 |" in md and "| pf_noinputs | lost (whole run 1.20e+00) | never | 2 / 2 |" in md
     assert "| s | - | 2 / 3 (not: pf_noinputs) |" in motors_tables.targets_table(rows, ["s"], scen)
 
 
