@@ -157,15 +157,19 @@ def test_follower_options_are_validated_by_its_schema():
 def test_follower_options_follow_the_rule_with_the_scenario_context():
     """A motor the model does not know (adekf_slider_crank's speed controller) raises the
     follower's plant noise exactly as it raises that of a stand-alone UKF without input
-    states (the follower shares the cloud's model: the motor is acceleration noise, no
-    input state, unless its options give ``inputs``)."""
+    states when the cloud has none (``inputs: []``: the follower shares the cloud's model,
+    the motor is acceleration noise, no input state, unless its options give ``inputs``);
+    with the cloud's default input states (``inputs: auto``) the follower has its own."""
     sc = load_scenario(os.path.join(SCEN, "adekf_slider_crank.yaml"))
     mech, sensors, ctx = sc.estimator_mechanism(), sc.estimator_sensors(), scenario_context(sc)
-    pf_cfg = configure("pf", defaults("pf"), mech, sensors, ctx).as_dict()
+    auto = configure("pf", defaults("pf"), mech, sensors, ctx).as_dict()
+    assert [i["coordinate"] for i in auto["inputs"]] == ["theta"] and auto["inputs"][0]["limit"] == 5.0
+    assert [i["coordinate"] for i in auto["refine"]["resolved"]["inputs"]] == ["theta"]
+    pf_cfg = configure("pf", {**defaults("pf"), "inputs": []}, mech, sensors, ctx).as_dict()
     ukf_cfg = configure("ukf", {"inputs": []}, mech, sensors, ctx).as_dict()
     assert pf_cfg["refine"]["resolved"]["inputs"] == []
     assert pf_cfg["refine"]["resolved"]["plant_noise"] == ukf_cfg["plant_noise"]
-    with_input = configure("pf", {"refine": {"options": {"inputs": "auto"}}}, mech, sensors, ctx).as_dict()
+    with_input = configure("pf", {"inputs": [], "refine": {"options": {"inputs": "auto"}}}, mech, sensors, ctx).as_dict()
     assert [i["coordinate"] for i in with_input["refine"]["resolved"]["inputs"]] == ["theta"]  # given: kept
     no_ctx = configure("ukf", defaults("ukf"), mech, sensors, None).as_dict()
     assert ukf_cfg["plant_noise"]["acceleration_psd"] > no_ctx["plant_noise"]["acceleration_psd"]

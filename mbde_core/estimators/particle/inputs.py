@@ -22,7 +22,7 @@ and the published zdd. Holding B over the step makes the error of zd O(dt^2 |dB/
   step: the torque's uncertainty enters as process noise per particle (the particle form of
   the Kalman observers' G var G^T, G = dt B). A stale reading comes with the variance of the
   largest torque seen, so the particles spread as if the torque were unknown.
-- **Input states** (option ``inputs``: ``auto`` -- the rule's one per force-limited
+- **Input states** (option ``inputs``: ``auto``, the default -- the rule's one per force-limited
   independent coordinate, :func:`~mbde_core.estimators.options.rule.auto_inputs` -- or a
   list of {coordinate, psd, sigma0, initial, limit} as the Kalman observers'): a random
   walk per particle, u_i <- u_i + sqrt(psd dt) eps_i, reflected into [-limit, limit] (a

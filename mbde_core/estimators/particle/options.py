@@ -117,7 +117,7 @@ class ParticleOptions(StageOptions):
     branch_check: bool = True                 # relabel particles whose q left their branch (counted)
     threads: int | None = None                # propagation threads; None: MBDE_PF_THREADS or the CPU count
     refine: Refine = Refine()
-    inputs: tuple | str = input_field(())     # unknown torques as per-particle random walks; auto: the rule's (inputs.py)
+    inputs: tuple | str = input_field()       # auto: unknown torques as per-particle random walks within the motor limits (inputs.py)
     input_jump_rate: float = INPUT_JUMP_RATE  # [1/s] redraws of a particle's unknown inputs within their limits
     rule: Rule = Rule()                       # the rule's model_error and force_limits (the unknown motors' bounds)
 
