@@ -225,7 +225,7 @@ class ParticleFilter(ParticleSet, Estimator):
         st = self._propagate(dt, extra)
         if st is not self.propagator.last:  # a subclass's own proposal (vipf): its context, if any
             self.propagator.adopt(st.aux, self.N)
-        self.t += dt
+        self.advance_clock(dt)  # no accumulated rounding: readings are predicted at their stamp - t
         self._last_dt = float(dt)
         q, qd, qdd = st.q, st.qd, st.qdd
         ok = np.asarray(st.ok, dtype=bool)

@@ -276,6 +276,7 @@ def readings(pf, measurements, gates, suspects=None):
         gates = {k: v * GRACE_WIDEN for k, v in gates.items()}
     w = pf.weights()
     n_eff = 1.0 / float(np.einsum("n,n->", w, w))
+    lag_floor = max(1e-9, 4.0 * math.ulp(pf.t))
     qdd_full = None
     out, rejected = [], []
     for m in measurements:
@@ -283,8 +284,8 @@ def readings(pf, measurements, gates, suspects=None):
         if s.uses_qdd and qdd_full is None:
             qdd_full = accelerations(pf)
         qdd = qdd_full if s.uses_qdd else pf.qdd
-        lag = float(m.stamp) - pf.t
-        at_state = not (abs(lag) > 1e-9 and not s.uses_qdd)
+        lag = float(m.stamp) - pf.t  # 0 to a few ulps of t at Unix time (2.4e-7 s): at the state
+        at_state = not (abs(lag) > lag_floor and not s.uses_qdd)
         if not at_state:  # a reading of the slot, not of its time
             q = pf.q + lag * pf.qd + (0.5 * lag * lag) * qdd
             pred = s.h(q, pf.qd + lag * qdd, qdd)
