@@ -206,9 +206,12 @@ class TrustMonitor:
         self.published = follower_verdict(est)
         f = getattr(est, "follower", None)  # a particle filter switching between cloud and follower jumps: no evidence
         source = (bool(getattr(f, "following", False)), (getattr(f, "counts", None) or {}).get("seeds"))
-        armed = self.from_trust and source == self.source
-        self.source = source
-        self.jumps.moved(estimate.stamp, estimate, angular_coordinates(getattr(est, "mech", None)), armed)
+        same, self.source = source == self.source, source
+        if not same:
+            self.jumps.episode = None
+        rejected = update is not None and bool(update.rejected)  # a particle filter's mean moves with its weights:
+        self.jumps.moved(estimate.stamp, estimate, angular_coordinates(getattr(est, "mech", None)),  # no anchored test
+                         self.from_trust and same, rejected, self.trusted and same and not n)
         return self.step(estimate.stamp, update, estimate.branch_probabilities, sum(parts.values()))
 
     def step(self, t: float, update, branch_probabilities=None, events: int | None = None) -> Verdict:
