@@ -221,7 +221,7 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
     otr, oj, orr = np.empty((mod.NT, N)), np.empty((mod.NJ, N)), np.empty((n * g, N))
     args = (Q, QD, QDD, qdd is not None, V, extra is not None, tv[0], tv[1], tv[2], float(h),
             oq, oqd, oqdd, ok, bad, otr, oj, orr)
-    parts = 1 if N < SERIAL_MAX else max(1, min(int(threads), N))
+    parts = thread_pools.parts(N, threads, 500.0, SERIAL_MAX)  # ~500 ns a particle (module docstring)
     bounds = [N * i // parts for i in range(parts + 1)]
     pending = [thread_pools.pool("rk4", parts - 1).submit(mod.rk4_range, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
     mod.rk4_range(*args, bounds[0], bounds[1])
