@@ -72,8 +72,9 @@ Selection (:func:`backend`): ``MBDE_PF_BACKEND`` = ``numpy`` | ``numba`` | ``aut
 
 Otherwise (a short run of a small set on a mechanism never compiled here, e.g. the
 tests of many mechanisms) numpy runs and nothing is compiled. ``numba`` forces it
-whenever possible. Sets below ``SERIAL_MAX`` particles run in the calling thread alone
-(a hand-over costs more than it saves there and the replay's worker processes already
+whenever possible. Sets below ``SERIAL_MAX`` particles, or whose step costs less than two
+hand-offs to a pool thread (:func:`mbde_core.engine.thread_pools.parts`), run in the calling
+thread alone (a hand-over costs more than it saves there and the replay's worker processes already
 fill the cores): ``rk4_range`` over the whole set, so a step hands nothing over to
 another thread (on a busy machine that thread waited for a time slice at every step:
 replay's pf worker 13.7 s wall for 5.4 s of CPU, measured with numba's prange).
@@ -235,3 +236,22 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
         oq[:, idx], oqd[:, idx], oqdd[:, idx], ok[idx] = st.q.T, st.qd.T, st.qdd.T, st.ok
         ctx = None
     return oq.T, oqd.T, oqdd.T, ok, ctx
+
+
+def place(mech, z, zd, guess):
+    """M particles placed at z (M, g) from the guesses (M, n) by the compiled kernel of
+    :mod:`mbde_core.engine.place_source` in the calling thread (the GIL released):
+    (q (M, n), qd = R zd (M, n), the columns of R (g, M, n), ok (M,): converged and finite),
+    equal to kinematics.solve_position, r_matrix and velocity to rounding; None when the
+    kernel is not available (numba missing, no kernels, drivers)."""
+    if getattr(mech, "drivers", None):
+        return None
+    mod = load(mech)
+    if mod is None or not hasattr(mod, "place_range"):
+        return None
+    M, n, g = z.shape[0], mech.n, mech.dof
+    f = np.ascontiguousarray
+    oq, oqd, orr = np.empty((n, M)), np.empty((n, M)), np.empty((n * g, M))
+    ok, bad = np.empty(M, dtype=bool), np.empty(M, dtype=bool)
+    mod.place_range(f(z.T, dtype=float), f(zd.T, dtype=float), f(guess.T, dtype=float), oq, oqd, orr, ok, bad, 0, M)
+    return oq.T, oqd.T, orr.reshape(n, g, M).transpose(1, 2, 0), ok & ~bad
