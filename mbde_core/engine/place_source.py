@@ -6,7 +6,6 @@ position problem Phi(q) = 0 at z from a guess (Newton: the module's ``position``
 ``place_range`` releases the GIL: the caller's threads each take a contiguous range."""
 
 
-
 def place_text(n: int, g: int) -> str:
     """The kernel's text for n coordinates and g independent ones (stores written out, as
     the module's ``store``)."""
