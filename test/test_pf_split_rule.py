@@ -82,3 +82,17 @@ def test_a_1e4_step_hands_only_the_propagation_to_the_pool(monkeypatch):
     one, e1 = _run(1, 10000, steps, [])
     for a, b in ((two.q, one.q), (two.qd, one.qd), (two.logw, one.logw), (e2.z, e1.z), (e2.zd, e1.zd)):
         assert np.array_equal(a, b)
+
+
+def test_normals_ahead_copies_without_its_pending_draw():
+    import copy
+    import pickle
+
+    from mbde_core.estimators.particle import normals
+
+    rng, ahead = np.random.default_rng(1), normals.Ahead()
+    ahead.prefetch(rng, normals.MIN_NORMALS)
+    twin = copy.deepcopy(ahead)
+    assert twin._fut is None and pickle.loads(pickle.dumps(ahead))._fut is None
+    ref = np.random.default_rng(1).standard_normal((normals.MIN_NORMALS, 1))
+    assert np.array_equal(ahead.take(rng, normals.MIN_NORMALS, 1), ref)  # drawn afresh after the copy waited

@@ -50,6 +50,14 @@ class Ahead:
         self._fut = None    # the pending draw: (normals, the copy's state after them)
         self._pid = None
 
+    def __getstate__(self):
+        """A copy (pickle, deepcopy) starts without a pending draw (a future does not copy)."""
+        self._settle()
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
     def _settle(self):
         """Wait for a pending draw (the copy is then free again) and forget it."""
         fut, self._fut = self._fut, None
