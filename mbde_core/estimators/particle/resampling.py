@@ -213,7 +213,8 @@ def regularise(pf, move: np.ndarray, C: np.ndarray, h: float, readings) -> int:
     for s in sensors:
         pf._noise(s.name)  # cached before the threads read it
     ctx = pf._aux  # the propagation's context at q (gathered with the particles), if known
-    compiled = pf_compiled.update_enabled(pf.N)  # the moves placed by a compiled kernel (numba_kernels.place)
+    # the moves placed by a compiled kernel (numba_kernels.place), its module loaded here, before the threads
+    compiled = pf_compiled.update_enabled(pf.N) and numba_kernels.load(mech) is not None
 
     def run(lo, hi):  # the moved particles lo .. hi - 1: each from its own draw and state alone
         sel = idx[lo:hi]
