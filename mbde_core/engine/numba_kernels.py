@@ -234,6 +234,7 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
         st = get_integrator("rk4").step(mech, t, MBState(Q[:, idx].T, QD[:, idx].T, None if qdd is None else QDD[:, idx].T),
                                         h, extra_zdd=None if extra is None else V[:, idx].T)
         oq[:, idx], oqd[:, idx], oqdd[:, idx], ok[idx] = st.q.T, st.qd.T, st.qdd.T, st.ok
+        fastpath.finite_ok(ok, idx, oq, oqd, oqdd)
         ctx = None
     return oq.T, oqd.T, oqdd.T, ok, ctx
 

@@ -140,6 +140,7 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1, u=None, cols=
     flagged = F & (BAD | REDO)
     if flagged.any():
         ctx = _fallback(mech, K, t, Q, QD, QDD, V, U, cols, h, flagged, oq, oqd, oqdd, ok, ctx)
+        fastpath.finite_ok(ok, np.nonzero(flagged)[0], oq, oqd, oqdd)
     return oq.T, oqd.T, oqdd.T, ok, ctx
 
 
