@@ -100,3 +100,56 @@ def test_lock_detector_decides_as_the_plain_mean_and_median():
             assert det.last == pytest.approx(np.mean(slow), rel=1e-12)
         if k == 3500:
             det = copy.deepcopy(det)
+
+
+def _snap_equal(a, b):
+    for f in ("q", "qd", "qdd", "z", "zd", "zdd", "cov", "branch_probabilities"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert a.stamp == b.stamp and a.branch == b.branch
+
+
+def test_cloud_estimate_is_computed_once_per_state_and_callers_get_their_own_copy():
+    import copy as _copy
+    import os
+
+    from conftest import REPO
+    from mbde_core.estimators import make_estimator
+    from mbde_core.estimators.base import InitialState
+    from mbde_core.estimators.configure import defaults
+    from mbde_core.estimators.particle import outputs
+    from mbde_core.scenario import load_scenario
+    from mbde_core.simulator import run as simulate_run
+    from mbde_core.types import Measurement
+
+    sc = load_scenario(os.path.join(REPO, "config", "scenarios", "pf_sim.yaml")).with_overrides(duration=0.2)
+    ts, vs = simulate_run(sc).measurements["gyro_rocker"]
+    meas = [Measurement(float(t), "gyro_rocker", v) for t, v in zip(ts, vs)]
+    cfg = _copy.deepcopy(defaults("pf"))
+    cfg["init"], cfg["particles"] = "gaussian", 200
+    est = make_estimator("pf", sc.estimator_mechanism(), sc.estimator_sensors(), cfg, rng=np.random.default_rng(0))
+    init = sc.estimator_initial_state()
+    est.reset(meas[0].stamp, InitialState(init.z, init.zd, np.full(1, 0.05), np.full(1, 0.5), init.q, init.branch))
+    est.update([meas[0]])
+    calls = [0]
+    inner = outputs._estimate
+
+    def counted(pf):
+        calls[0] += 1
+        return inner(pf)
+
+    outputs._estimate = counted
+    try:
+        for k in range(1, 12):
+            est.predict(0.005)
+            est.update([meas[k]])
+            a = est.cloud_estimate()
+            a.z[:] = 99.0  # a caller editing its copy
+            b = est.cloud_estimate()
+            assert calls[0] == k  # once per state
+            _snap_equal(b, inner(est))  # what a fresh computation gives
+            est.logw = est.logw.copy()  # a new weight array: computed again
+            est.cloud_estimate()
+            assert calls[0] == k + 1
+            calls[0] -= 1
+    finally:
+        outputs._estimate = inner

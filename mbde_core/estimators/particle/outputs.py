@@ -13,6 +13,8 @@ branch (or, when the mean does not assemble there, takes the heaviest particle's
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from mbde_core.engine import fastpath, kinematics
@@ -158,7 +160,35 @@ def unique(pf) -> int:
     return int(pf._unique)
 
 
+def _cloud_key(pf):
+    """What the cloud's estimate is a function of: the clock, the step's kernel, and the
+    particle arrays by identity (held by the cache, so no id is reused; the filter assigns
+    new arrays when it changes a set, in place only in a prediction, which moves the clock)."""
+    ins = getattr(pf, "inputs", None)
+    arrays = (pf.q, pf.qd, pf.qdd, pf.v, pf.label, pf.logw) + ((ins.U, ins.K) if ins else ())
+    return (pf.t, pf.N, pf._last_dt, pf.sigma_a), arrays
+
+
 def estimate(pf) -> MechanismSnapshot:
+    """The cloud's estimate (module docstring); computed once per state of the cloud (the
+    follower's test and the published estimate ask for it at the same instant): a copy
+    of the cached one when the cloud has not changed since."""
+    key, arrays = _cloud_key(pf)
+    c = pf._estimate_cache
+    if c is not None and c[0] == key and len(c[1]) == len(arrays) and all(a is b for a, b in zip(c[1], arrays)):
+        return _copy(c[2])
+    snap = _estimate(pf)
+    pf._estimate_cache = (key, arrays, _copy(snap))
+    return snap
+
+
+def _copy(snap: MechanismSnapshot) -> MechanismSnapshot:
+    """The snapshot with its own arrays and list (a caller may fill in or edit its copy)."""
+    own = {k: v.copy() for k, v in vars(snap).items() if isinstance(v, (np.ndarray, list))}
+    return dataclasses.replace(snap, **own)
+
+
+def _estimate(pf) -> MechanismSnapshot:
     mech = pf.mech
     w = pf.weights()
     if pf_numba.enabled(pf.N):  # the moments in two fused parallel passes (pf_numba)
