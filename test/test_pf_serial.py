@@ -153,3 +153,21 @@ def test_cloud_estimate_is_computed_once_per_state_and_callers_get_their_own_cop
             calls[0] -= 1
     finally:
         outputs._estimate = inner
+
+
+def test_estimate_cache_holds_no_particle_array_and_copies_start_empty():
+    import copy as _copy
+    import gc
+    import pickle as _pickle
+    import weakref
+
+    from mbde_core.estimators.particle import outputs
+    arr = np.zeros(3)
+    c = outputs._Cache((0.0,), (arr,), "snap")
+    assert c.hit((0.0,), (arr,)) and not c.hit((0.0,), (np.zeros(3),)) and not c.hit((1.0,), (arr,))
+    ref = weakref.ref(arr)
+    del arr
+    gc.collect()
+    assert ref() is None  # the cache did not keep it alive
+    for copied in (_copy.deepcopy(c), _pickle.loads(_pickle.dumps(c))):
+        assert copied.snap is None

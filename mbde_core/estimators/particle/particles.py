@@ -145,7 +145,7 @@ class ParticleSet:
         self._pending = None    # dt of the last prediction whose noise is not drawn yet (adapted)
         self._fresh = True      # qdd is the model's at (q, qd)
         self._vel_readings = []  # velocity-linear readings of the last update (regularisation)
-        self._estimate_cache = None  # (key, arrays, snapshot) of the last cloud estimate (outputs.estimate)
+        self._estimate_cache = None  # the last cloud estimate and its key (outputs.estimate)
         self.propagator.drop()
 
 
