@@ -19,6 +19,14 @@ from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.particle import likelihood, normals, proposal
 from mbde_core.scenario import load_scenario
 
+
+@pytest.fixture(autouse=True)
+def _split_at_any_size(monkeypatch):
+    """The thread ranges split at any size (what the thread-count tests here check), not only
+    above the break-even of a hand-off (:func:`mbde_core.engine.thread_pools.parts`)."""
+    monkeypatch.setattr(thread_pools, "SPLIT_MIN_NS", 0)
+
+
 CASES = [  # (scenario, DOF)
     (os.path.join(REPO, "config", "scenarios", "pf_sim.yaml"), 1),
     (os.path.join(REPO, "config", "bench", "pf_acquisition", "double_pendulum_imu.yaml"), 2),
@@ -108,19 +116,24 @@ def test_one_and_two_threads_give_bit_identical_runs(path, g):
 
 @pytest.mark.parametrize("g", [1, 2, 3])
 def test_prefetched_normals_are_the_streams_own(g):
-    """normals.prefetch / take: the numbers and the generator's state afterwards equal a
-    plain draw's, taken right away, after a second prefetch, or after another draw from
-    the generator in between (then drawn afresh)."""
-    N = 5000
+    """normals.Ahead prefetch / take: the numbers and the generator's state afterwards equal
+    a plain draw's, taken right away, after a second prefetch, or after another draw from
+    the generator in between (then drawn afresh); a draw below MIN_NORMALS is not prefetched."""
+    N = normals.MIN_NORMALS
     ref = np.random.default_rng(9)
     a = ref.standard_normal(N)[:, None] if g == 1 else ref.standard_normal((N, g))
     b = ref.random(7)
     c = ref.standard_normal((N, g))
-    rng = np.random.default_rng(9)
-    normals.prefetch(rng, N * g)
-    normals.prefetch(rng, N * g)  # again before a take: the same numbers
-    assert np.array_equal(normals.take(rng, N, g), a)
-    normals.prefetch(rng, N * g)
+    d = ref.standard_normal((100, g))
+    rng, ahead = np.random.default_rng(9), normals.Ahead()
+    ahead.prefetch(rng, N * g)
+    ahead.prefetch(rng, N * g)  # again before a take: the same numbers
+    assert ahead._fut is not None
+    assert np.array_equal(ahead.take(rng, N, g), a)
+    ahead.prefetch(rng, N * g)
     assert np.array_equal(rng.random(7), b)  # a draw in between: the prefetch is not used
-    assert np.array_equal(normals.take(rng, N, g), c)
+    assert np.array_equal(ahead.take(rng, N, g), c)
+    ahead.prefetch(rng, 100 * g)
+    assert ahead._fut is None  # below the break-even: drawn when taken
+    assert np.array_equal(normals.take(ahead, rng, 100, g), d)
     assert rng.bit_generator.state == ref.bit_generator.state

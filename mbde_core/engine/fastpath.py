@@ -277,3 +277,11 @@ def v_forces(mech, K, t, q, qd, extra_Q=None):
 def v_dynamics(mech, K, t, q, qd, tr, J, extra_Q=None, ez=None):
     """Generated R-matrix dynamics of N states (rows of q, qd (n, N))."""
     return K.vector.dynamics(J, tr, q, qd, v_forces(mech, K, t, q, qd, extra_Q), ez)
+
+
+def finite_ok(ok, idx, *rows) -> None:
+    """ok[idx] &= every value of the particles idx finite in each of ``rows`` ((k, N)
+    batch-last arrays): a recomputed particle keeps ``ok`` only with a finite result."""
+    if len(idx):
+        for r in rows:
+            ok[idx] &= np.isfinite(r[:, idx]).all(axis=0)

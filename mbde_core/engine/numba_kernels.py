@@ -72,8 +72,9 @@ Selection (:func:`backend`): ``MBDE_PF_BACKEND`` = ``numpy`` | ``numba`` | ``aut
 
 Otherwise (a short run of a small set on a mechanism never compiled here, e.g. the
 tests of many mechanisms) numpy runs and nothing is compiled. ``numba`` forces it
-whenever possible. Sets below ``SERIAL_MAX`` particles run in the calling thread alone
-(a hand-over costs more than it saves there and the replay's worker processes already
+whenever possible. Sets below ``SERIAL_MAX`` particles, or whose step costs less than two
+hand-offs to a pool thread (:func:`mbde_core.engine.thread_pools.parts`), run in the calling
+thread alone (a hand-over costs more than it saves there and the replay's worker processes already
 fill the cores): ``rk4_range`` over the whole set, so a step hands nothing over to
 another thread (on a busy machine that thread waited for a time slice at every step:
 replay's pf worker 13.7 s wall for 5.4 s of CPU, measured with numba's prange).
@@ -221,7 +222,7 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
     otr, oj, orr = np.empty((mod.NT, N)), np.empty((mod.NJ, N)), np.empty((n * g, N))
     args = (Q, QD, QDD, qdd is not None, V, extra is not None, tv[0], tv[1], tv[2], float(h),
             oq, oqd, oqdd, ok, bad, otr, oj, orr)
-    parts = 1 if N < SERIAL_MAX else max(1, min(int(threads), N))
+    parts = thread_pools.parts(N, threads, 500.0, SERIAL_MAX)  # ~500 ns a particle (module docstring)
     bounds = [N * i // parts for i in range(parts + 1)]
     pending = [thread_pools.pool("rk4", parts - 1).submit(mod.rk4_range, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
     mod.rk4_range(*args, bounds[0], bounds[1])
@@ -233,5 +234,25 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1):
         st = get_integrator("rk4").step(mech, t, MBState(Q[:, idx].T, QD[:, idx].T, None if qdd is None else QDD[:, idx].T),
                                         h, extra_zdd=None if extra is None else V[:, idx].T)
         oq[:, idx], oqd[:, idx], oqdd[:, idx], ok[idx] = st.q.T, st.qd.T, st.qdd.T, st.ok
+        fastpath.finite_ok(ok, idx, oq, oqd, oqdd)
         ctx = None
     return oq.T, oqd.T, oqdd.T, ok, ctx
+
+
+def place(mech, z, zd, guess):
+    """M particles placed at z (M, g) from the guesses (M, n) by the compiled kernel of
+    :mod:`mbde_core.engine.place_source` in the calling thread (the GIL released):
+    (q (M, n), qd = R zd (M, n), the columns of R (g, M, n), ok (M,): converged and finite),
+    equal to kinematics.solve_position, r_matrix and velocity to rounding; None when the
+    kernel is not available (numba missing, no kernels, drivers)."""
+    if getattr(mech, "drivers", None):
+        return None
+    mod = load(mech)
+    if mod is None or not hasattr(mod, "place_range"):
+        return None
+    M, n, g = z.shape[0], mech.n, mech.dof
+    f = np.ascontiguousarray
+    oq, oqd, orr = np.empty((n, M)), np.empty((n, M)), np.empty((n * g, M))
+    ok, bad = np.empty(M, dtype=bool), np.empty(M, dtype=bool)
+    mod.place_range(f(z.T, dtype=float), f(zd.T, dtype=float), f(guess.T, dtype=float), oq, oqd, orr, ok, bad, 0, M)
+    return oq.T, oqd.T, orr.reshape(n, g, M).transpose(1, 2, 0), ok & ~bad

@@ -37,6 +37,7 @@ import os
 import re
 
 from mbde_core.engine import fastpath
+from mbde_core.engine.place_source import place_text
 
 NEEDED = ("trig", "phijac", "jac", "newton_step", "rmatrix", "dynamics_t", "post")
 OPTIONAL = ("jdot", "dsolve")  # the errorEKF's measurement row (hrow), when generated
@@ -292,7 +293,7 @@ def module_source(mech, K) -> tuple[str, int, int]:
     body = "".join("\n\n@njit(**OPTS)\n" + funcs[f] for f in NEEDED + tuple(extra))
     if len(extra) == len(OPTIONAL):
         body += _hrow(K) + UPDATE
-    return head + "\n" + helpers + body + ALGORITHM, nt, nj
+    return head + "\n" + helpers + body + ALGORITHM + place_text(K.n, K.g), nt, nj
 
 
 UPDATE = '''

@@ -95,9 +95,13 @@ def _on_disk(mech, K, cols) -> bool:
     return src is not None and numba_cache.on_disk(numba_cache.module_key(src[0], ver, PREFIX), ("rk4_block", "rk4_block_fresh"))
 
 
+NS_PER_PARTICLE = 70.0  # CPU of the vectorised RK4 step per four-bar particle, one thread (module docstring)
+
+
 def _run(fn, N, threads, args):
-    """fn(*args, start, stop) over [0, N) in ``threads`` contiguous ranges."""
-    parts = 1 if N < SERIAL_MAX else max(1, min(int(threads), N))
+    """fn(*args, start, stop) over [0, N) in ``threads`` contiguous ranges (one below the
+    break-even of a hand-off, :func:`mbde_core.engine.thread_pools.parts`, at NS_PER_PARTICLE)."""
+    parts = thread_pools.parts(N, threads, NS_PER_PARTICLE, SERIAL_MAX)
     bounds = [N * i // parts for i in range(parts + 1)]
     pending = [thread_pools.pool("rk4", parts - 1).submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
     fn(*args, bounds[0], bounds[1])
@@ -136,6 +140,7 @@ def rk4_step(mech, t, q, qd, qdd, h, extra=None, threads: int = 1, u=None, cols=
     flagged = F & (BAD | REDO)
     if flagged.any():
         ctx = _fallback(mech, K, t, Q, QD, QDD, V, U, cols, h, flagged, oq, oqd, oqdd, ok, ctx)
+        fastpath.finite_ok(ok, np.nonzero(flagged)[0], oq, oqd, oqdd)
     return oq.T, oqd.T, oqdd.T, ok, ctx
 
 

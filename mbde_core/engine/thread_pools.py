@@ -40,24 +40,47 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-ROWS_MIN = 4096  # particle sets from which :func:`rows` splits the work (below: the calling thread)
+ROWS_MIN = 4096  # particle sets from which :func:`rows` may split the work (below: the calling thread)
+
+# Break-even of a split. A hand-off to a pool thread that sleeps (submit, wake-up, result)
+# costs ~120 us of wall on the 2-vCPU KVM machine (AMD EPYC Zen 4) when the worker slept for
+# 2 ms, ~30 us back to back (measured: ``ThreadPoolExecutor.submit(f).result()``, median of
+# 300); the PF's passes come a few hundred microseconds apart, so each hand-off pays the wake-up.
+# Splitting work of T seconds on one thread into two ranges saves T/2 and costs a hand-off:
+# a pass is split only when its work on one thread, rows x ns_per_row, is at least
+# SPLIT_MIN_NS. Callers state their measured cost per row (one thread, process CPU);
+# the cheap per-particle kernels (5-15 ns a particle) then stay on the calling thread below
+# ~2-6e4 particles, the RK4 step (~100 ns) from ~3000.
+HANDOFF_NS = 150_000
+SPLIT_MIN_NS = 2 * HANDOFF_NS
 
 
-def rows(fn, N: int, threads: int, name: str = "pfrows", min_rows: int = ROWS_MIN) -> None:
+def parts(N: int, threads: int, ns_per_row: float | None = None, min_rows: int = ROWS_MIN) -> int:
+    """How many contiguous ranges to cut N rows of work into on ``threads`` threads: one
+    below ``min_rows`` rows or, when the cost per row (ns, one thread) is given, below
+    the break-even SPLIT_MIN_NS of a hand-off; else min(threads, N)."""
+    N, threads = int(N), int(threads)
+    if threads < 2 or N < min_rows or (ns_per_row is not None and N * float(ns_per_row) < SPLIT_MIN_NS):
+        return 1
+    return max(1, min(threads, N))
+
+
+def rows(fn, N: int, threads: int, name: str = "pfrows", min_rows: int = ROWS_MIN, ns_per_row: float | None = None) -> None:
     """fn(lo, hi) over the rows [0, N) of a particle set in ``threads`` contiguous ranges
     (boundaries N i / threads), the calling thread running the first and the pool ``name``
-    the others; one range below ``min_rows`` rows. For numpy code per particle (numpy
-    releases the GIL in its loops on float arrays): each range must write only its own
-    rows of preallocated outputs and compute a row from that row's inputs alone, so the
-    results do not depend on the thread count. An exception of a range is raised here
-    after every range has finished."""
+    the others; one range below ``min_rows`` rows or below the break-even of a hand-off
+    (:func:`parts`, with the pass's cost per row ``ns_per_row``). For numpy code per
+    particle (numpy releases the GIL in its loops on float arrays): each range must write
+    only its own rows of preallocated outputs and compute a row from that row's inputs
+    alone, so the results do not depend on the thread count. An exception of a range is
+    raised here after every range has finished."""
     N = int(N)
-    parts = 1 if N < min_rows else max(1, min(int(threads), N))
-    if parts == 1:
+    n_parts = parts(N, threads, ns_per_row, min_rows)
+    if n_parts == 1:
         fn(0, N)
         return
-    bounds = [N * i // parts for i in range(parts + 1)]
-    pending = [pool(name, parts - 1).submit(fn, bounds[i], bounds[i + 1]) for i in range(1, parts)]
+    bounds = [N * i // n_parts for i in range(n_parts + 1)]
+    pending = [pool(name, n_parts - 1).submit(fn, bounds[i], bounds[i + 1]) for i in range(1, n_parts)]
     try:
         fn(bounds[0], bounds[1])
     finally:

@@ -91,7 +91,7 @@ class BiasDetector:
         if J is None:
             return None
         hist = self.hist
-        hist.append((t, J, w @ pf.v))
+        hist.append((t, J, np.einsum("n,ng->g", w, pf.v)))  # not w @ v: no multithreaded BLAS (outputs.wsum)
         while hist and hist[0][0] < t - self.T - 1e-12:
             hist.popleft()
         self.fired = [a for a in self.fired if a > t - BACKOFF_RESET]

@@ -115,13 +115,23 @@ def update_enabled(N: int) -> bool:
     return kernels() is not None
 
 
+# CPU per particle of each kernel on one thread (ns; four-bar, 1e4 and 1e5 particles, AMD EPYC
+# Zen 4): a kernel is split over the threads only when its work exceeds the break-even of a
+# hand-off (:func:`mbde_core.engine.thread_pools.parts`), else it runs on the calling thread.
+NS = {"adapted_range": 15.0, "adapted_one_scalar": 15.0, "adapted_one": 30.0, "impulse_range": 8.0,
+      "gyro_range": 8.0, "moment_sums": 3.0, "cov_sums": 8.0, "branch_sums": 8.0, "gather_range": 5.0,
+      "comb_range": 14.0}
+
+
 def _run(fn, N: int, threads: int, args, particles: int | None = None) -> None:
     """fn(*args, start, stop) over [0, N) (particles, or blocks of ``particles``) in ``threads``
     contiguous ranges (the calling thread runs the first, the pool ``pfupd`` the others; every
     particle's (block's) result is computed from its own inputs alone, so the ranges do not
-    change it)."""
+    change it); one range (the calling thread) below the break-even of a hand-off for the
+    kernel's cost per particle (:data:`NS`)."""
     work = N if particles is None else particles
-    parts = 1 if work < SERIAL_MAX else max(1, min(int(threads), N))
+    n = thread_pools.parts(work, threads, NS.get(getattr(fn, "__name__", ""), 10.0), SERIAL_MAX)
+    parts = 1 if n == 1 else max(1, min(n, N))
     bounds = [N * i // parts for i in range(parts + 1)]
     pending = [thread_pools.pool("pfupd", parts - 1).submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
     fn(*args, bounds[0], bounds[1])
@@ -129,12 +139,13 @@ def _run(fn, N: int, threads: int, args, particles: int | None = None) -> None:
         f.result()
 
 
-def adapted_noise(sigma_a: float, yw, Gw, rng, threads: int = 1):
+def adapted_noise(sigma_a: float, yw, Gw, rng, threads: int = 1, ahead=None):
     """:func:`mbde_core.estimators.particle.proposal.adapted_noise` in one pass per particle
-    (the same random numbers: eps drawn here as there; equal to rounding)."""
+    (the same random numbers: eps drawn here as there, maybe ahead by ``ahead``, a
+    :class:`.normals.Ahead`; equal to rounding)."""
     K = kernels()
     N, _, g = Gw.shape
-    eps = normals.take(rng, N, g)  # as rng.standard_normal, maybe drawn ahead (:mod:`.normals`)
+    eps = normals.take(ahead, rng, N, g)  # as rng.standard_normal (:mod:`.normals`)
     v, ll = np.empty((N, g)), np.empty(N)
     _run(K.adapted_range, N, threads, (float(sigma_a) ** 2, np.ascontiguousarray(yw, dtype=float),
                                        np.ascontiguousarray(Gw, dtype=float), eps, v, ll))
@@ -202,14 +213,15 @@ def branch_covariances(w, q, qd, iz, label, K: int, angular, floor, threads: int
     return res
 
 
-def adapted_reading(sigma_a: float, r, W, G, w, rng, lim: float, threads: int = 1):
+def adapted_reading(sigma_a: float, r, W, G, w, rng, lim: float, threads: int = 1, ahead=None):
     """One reading's adapted proposal in one compiled pass (weights.adapted with a single
     reading: the whitening, the bad and wild tests, proposal.adapted_noise and the noise
     term s2 sum_i w_i G_i G_i^T): (v (N, g), ll (N,), bad (N,), wild (N,), extra (D, D)),
-    the same random draws as the numpy code, equal to it to rounding."""
+    the same random draws as the numpy code (maybe drawn ahead by ``ahead``, a
+    :class:`.normals.Ahead`), equal to it to rounding."""
     Kc = kernels()
     N, D, g = G.shape
-    eps = normals.take(rng, N, g)  # as rng.standard_normal, maybe drawn ahead (:mod:`.normals`)
+    eps = normals.take(ahead, rng, N, g)  # as rng.standard_normal (:mod:`.normals`)
     B = max(1, min(Kc.BLOCKS, N))
     v, ll = np.empty((N, g)), np.empty(N)
     bad, wild = np.empty(N, dtype=np.bool_), np.empty(N, dtype=np.bool_)

@@ -228,8 +228,8 @@ class ParticleFilter(ParticleSet, Estimator):
         self.advance_clock(dt)  # no accumulated rounding: readings are predicted at their stamp - t
         self._last_dt = float(dt)
         q, qd, qdd = st.q, st.qd, st.qdd
-        ok = np.asarray(st.ok, dtype=bool)
-        if not ok.all() or not (np.isfinite(q).all() and np.isfinite(qd).all() and np.isfinite(qdd).all()):
+        ok = np.asarray(st.ok, dtype=bool)  # the propagator's: False where q, qd or qdd is not finite
+        if st is not self.propagator.last and not (np.isfinite(q).all() and np.isfinite(qd).all() and np.isfinite(qdd).all()):
             ok = ok & np.isfinite(q).all(axis=1) & np.isfinite(qd).all(axis=1) & np.isfinite(qdd).all(axis=1)
         self.q, self.qd, self.qdd = q, qd, qdd
         self._fresh = True

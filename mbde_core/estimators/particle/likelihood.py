@@ -169,12 +169,12 @@ def predictive_d2(ll: np.ndarray, logw: np.ndarray, pred: np.ndarray, residual, 
         refs[:k] = cand
         if pred.shape[1] == 1 and W.shape == (1, 1):  # scalar readings: the same products on (N,) rows
             p, w0 = pred[:, 0], W[0, 0]
-            dm = residual(p, w @ p) * w0
+            dm = residual(p, wsum(w, p)) * w0  # no BLAS (outputs.wsum)
             refs[k] = int(np.argmin(dm * dm))
             e = residual(p[refs][:, None], p[None, :]) * w0  # (K, N)
             a = logw[None, :] - 0.5 * (e * e)
         else:
-            dm = residual(pred, (w @ pred)[None, :]) @ W.T
+            dm = np.einsum("nd,kd->nk", residual(pred, wsum(w, pred)[None, :]), W)  # no BLAS (outputs.wsum)
             refs[k] = int(np.argmin(np.einsum("ij,ij->i", dm, dm)))
             a = logw[None, :] - 0.5 * _whitened_sq(residual, pred, refs, W)
         m = a.max(axis=1, keepdims=True)

@@ -47,6 +47,14 @@ def chunk_size(N: int) -> int:
     return int(min(CHUNK_MAX, max(CHUNK_MIN, -(-N // 2))))
 
 
+def _finite(st: MBState) -> np.ndarray:
+    """st.ok (N,) and every coordinate of q, qd, qdd finite."""
+    ok = np.asarray(st.ok, dtype=bool)
+    if ok.all() and np.isfinite(st.q).all() and np.isfinite(st.qd).all() and np.isfinite(st.qdd).all():
+        return ok
+    return ok & np.isfinite(st.q).all(axis=1) & np.isfinite(st.qd).all(axis=1) & np.isfinite(st.qdd).all(axis=1)
+
+
 def default_threads() -> int:
     env = os.environ.get("MBDE_PF_THREADS", "").strip()
     if env:
@@ -144,7 +152,9 @@ class Propagator:
         return [c.take(np.arange(a, min(a + self.chunk, N))) for a in bounds]
 
     def step(self, t, q, qd, qdd, dt, extra=None) -> MBState:
-        """All particles from t to t + dt; returns the MBState (its aux: the new context)."""
+        """All particles from t to t + dt; returns the MBState (its aux: the new context).
+        Its ``ok`` is False for every particle with a non-finite q, qd or qdd (the
+        compiled step flags those itself; the numpy path's are checked here)."""
         N = q.shape[0]
         left = self.steps_left
         self.steps_left = max(left - 1, 0)
@@ -157,6 +167,7 @@ class Propagator:
         self.chunk = self.chunk_fixed or chunk_size(N)
         if N <= self.chunk or fastpath.kernels(self.mech) is None:
             st = self.integrator.step(self.mech, t, MBState(q, qd, qdd, aux=self.context(N)), dt, extra_zdd=extra)
+            st.ok = _finite(st)
             self.adopt(st.aux, N)
             self.last = st
             return st
@@ -173,7 +184,7 @@ class Propagator:
             st = self.integrator.step(self.mech, t, MBState(q[s], qd[s], None if qdd is None else qdd[s], aux=ctxs[k]),
                                       dt, extra_zdd=None if extra is None else extra[s])
             out[0, :, s], out[1, :, s], out[2, :, s] = st.q.T, st.qd.T, st.qdd.T
-            ok[s] = st.ok
+            ok[s] = _finite(st)
             parts[k] = st.aux
 
         if self.threads > 1:

@@ -121,7 +121,9 @@ BRIDGE = 0.8
 
 
 class LostDetector:
-    """More than half of the updates of the last ``time`` s lost (see the module docstring)."""
+    """More than half of the updates of the last ``time`` s lost (see the module docstring).
+    ``hist``: (t, lost, running count of lost updates), the window's count the last item's
+    minus the first's plus its flag; saved and restored whole (an injection), items keep it."""
 
     def __init__(self, time: float):
         self.T = float(time)
@@ -134,38 +136,52 @@ class LostDetector:
 
     def shift(self, dt: float) -> None:
         self.since += dt
-        self.hist = collections.deque((a + dt, lost) for a, lost in self.hist)
+        self.hist = collections.deque((a + dt, *rest) for a, *rest in self.hist)
 
     def __call__(self, t: float, lost_now: bool) -> bool:
         T = self.T
         if T <= 0:
             return lost_now
         hist = self.hist
-        hist.append((t, lost_now))
+        flag = 1 if lost_now else 0
+        hist.append((t, flag, (hist[-1][2] if hist else 0) + flag))
         while hist and hist[0][0] < t - T - 1e-12:
             hist.popleft()
         if t - self.since < T - 1e-12:
             return False
-        return 2 * sum(flag for _, flag in hist) > len(hist)
+        return 2 * (hist[-1][2] - hist[0][2] + hist[0][1]) > len(hist)
 
 
 class _Window:
-    """NIS per degree of freedom of the updates of the last T seconds."""
+    """NIS per degree of freedom of the updates of the last T seconds; their running ``total``
+    (summed afresh every RESUM removals and while not finite) and count above ``above``."""
 
-    def __init__(self, T: float):
-        self.T = float(T)
+    RESUM = 1024
+
+    def __init__(self, T: float, above: float = math.inf):
+        self.T, self.above = float(T), float(above)
         self.hist = collections.deque()
+        self.total, self.over, self._pops = 0.0, 0, 0
 
     def clear(self):
         self.hist.clear()
+        self.total, self.over, self._pops = 0.0, 0, 0
 
     def shift(self, dt):
         self.hist = collections.deque((a + dt, r) for a, r in self.hist)
 
     def add(self, t, ratio) -> None:
-        self.hist.append((t, ratio))
-        while self.hist and self.hist[0][0] < t - self.T - 1e-12:
-            self.hist.popleft()
+        hist = self.hist
+        hist.append((t, ratio))
+        self.total += ratio
+        self.over += ratio > self.above
+        while hist and hist[0][0] < t - self.T - 1e-12:
+            r = hist.popleft()[1]
+            self.total -= r
+            self.over -= r > self.above
+            self._pops += 1
+        if self._pops >= self.RESUM or not math.isfinite(self.total):
+            self.total, self._pops = sum(r for _, r in hist), 0
 
     def values(self) -> np.ndarray:
         return np.fromiter((r for _, r in self.hist), dtype=float, count=len(self.hist))
@@ -184,7 +200,7 @@ class LockDetector:
 
     def __init__(self, limit: float, time: float):
         self.limit = float(limit)
-        self.slow, self.fast = _Window(time), _Window(self.FAST * float(time))
+        self.slow, self.fast = _Window(time), _Window(self.FAST * float(time), self.FAST_FACTOR * self.limit)
         self.since = 0.0
         self.last = None  # the last slow-window mean (diagnostics)
 
@@ -204,8 +220,7 @@ class LockDetector:
         r = float(nis) / dof
         self.slow.add(t, min(r, self.CAP))
         self.fast.add(t, r)
-        hist = self.slow.hist
-        self.last = sum(v for _, v in hist) / len(hist)  # to rounding (diagnostics)
+        self.last = self.slow.total / len(self.slow.hist)  # to rounding (diagnostics)
         age = t - self.since
         # the exact numpy statistics only when a cheap bound cannot decide (the same
         # decisions, without two numpy reductions per update): the mean is within
@@ -215,8 +230,7 @@ class LockDetector:
             return True
         if age >= self.fast.T - 1e-12:
             x = self.FAST_FACTOR * self.limit
-            fh = self.fast.hist
-            if 2 * sum(1 for _, v in fh if v > x) >= len(fh) - 1 and float(np.median(self.fast.values())) > x:
+            if 2 * self.fast.over >= len(self.fast.hist) - 1 and float(np.median(self.fast.values())) > x:
                 return True
         return False
 

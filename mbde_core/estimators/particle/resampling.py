@@ -64,7 +64,7 @@ import math
 
 import numpy as np
 
-from mbde_core.engine import kinematics, thread_pools
+from mbde_core.engine import kinematics, numba_kernels, thread_pools
 from mbde_core.estimators.particle import compiled as pf_compiled
 from mbde_core.estimators.noise import kinematic_plant_noise
 
@@ -212,32 +212,45 @@ def regularise(pf, move: np.ndarray, C: np.ndarray, h: float, readings) -> int:
     vel = [s for s in sensors if getattr(s, "uses_qd", False) and not s.uses_qdd]
     for s in sensors:
         pf._noise(s.name)  # cached before the threads read it
+    ctx = pf._aux  # the propagation's context at q (gathered with the particles), if known
+    # the moves placed by a compiled kernel (numba_kernels.place), its module loaded here, before the threads
+    compiled = pf_compiled.update_enabled(pf.N) and numba_kernels.load(mech) is not None
 
     def run(lo, hi):  # the moved particles lo .. hi - 1: each from its own draw and state alone
         sel = idx[lo:hi]
         P_ = P[lo:hi]
         delta = delta_all[lo:hi]
         q0, qd0 = q_all[sel], qd_all[sel]
-        R0 = kinematics.r_matrix(mech, q0)
+        R0 = kinematics.r_matrix(mech, q0) if ctx is None or ctx.R is None else _r_rows(ctx, sel, mech.n, g)
         if pos:  # keep the position readings: delta | H delta = 0 (+ their noise), H = [dh/dq R, 0]
             Hs = [np.einsum("ij,njk->nik", pf._noise(s.name)[1], np.einsum("ndi,nig->ndg", s.jacobians(q0)[0], R0))
                   for s in pos]
             H = np.concatenate(Hs, axis=1)                                # (n, D, g), whitened
             PHt = P_[:, :, :g] @ np.swapaxes(H, 1, 2)                      # (n, 2g, D)
             S = H @ PHt[:, :g] + np.eye(H.shape[1])[None]
-            corr = np.einsum("nkd,nd->nk", PHt, np.linalg.solve(S, np.einsum("ndg,ng->nd", H, delta[:, :g])[..., None])[..., 0])
+            corr = np.einsum("nkd,nd->nk", PHt, _solve(S, np.einsum("ndg,ng->nd", H, delta[:, :g])))
             good = np.isfinite(corr).all(axis=1)
             delta = np.where(good[:, None], delta - corr, 0.0)
         w_old = [s.h(q0, qd0) for s in vel]
         dz = delta[:, :g]
-        q1, ok = kinematics.solve_position(mech, q0[:, iz] + dz, q0 + np.einsum("nig,ng->ni", R0, dz), t=pf.t)
+        zd1 = qd0[:, iz] + delta[:, g:]
+        guess = q0 + np.einsum("nig,ng->ni", R0, dz)
+        placed = numba_kernels.place(mech, q0[:, iz] + dz, zd1, guess) if compiled else None
+        if placed is None:
+            q1, ok = kinematics.solve_position(mech, q0[:, iz] + dz, guess, t=pf.t)
+        else:  # compiled: q1, R and qd = R zd there in one pass per particle
+            q1, qd1, Rc1, ok = placed
         ok &= np.isfinite(q1).all(axis=1)
         ok &= pf.atlas.codes_of(np.where(ok[:, None], q1, q0)) == pf._label_codes[lab[lo:hi]]
         q1 = np.where(ok[:, None], q1, q0)
-        zd1 = qd0[:, iz] + delta[:, g:]
-        if vel:  # keep the velocity readings: a Kalman correction of zd at the moved q
+        if placed is not None:  # a move not made: R and qd at q0
+            Rc1 = np.where(ok[None, :, None], Rc1, np.moveaxis(R0, 2, 0))
+            qd1 = np.where(ok[:, None], qd1, np.einsum("nig,ng->ni", R0, zd1))
+        if vel and placed is None:
             Rc1 = np.moveaxis(kinematics.r_matrix(mech, q1), 2, 0)      # (g, n_move, n)
-            qd1 = kinematics.velocity(mech, q1, zd1, t=pf.t)
+            # qd = R zd without drivers (kinematics.velocity, equal to rounding)
+            qd1 = kinematics.velocity(mech, q1, zd1, t=pf.t) if getattr(mech, "drivers", None) else np.einsum("gni,ng->ni", Rc1, zd1)
+        if vel:  # keep the velocity readings: a Kalman correction of zd at the moved q
             ys, Hs = [], []
             for s, wo in zip(vel, w_old):
                 _, W = pf._noise(s.name)
@@ -250,10 +263,13 @@ def regularise(pf, move: np.ndarray, C: np.ndarray, h: float, readings) -> int:
             Pv = P_[:, g:, g:]
             PHt = Pv @ np.swapaxes(H, 1, 2)
             S = H @ PHt + np.eye(H.shape[1])[None]
-            corr = np.einsum("ngd,nd->ng", PHt, np.linalg.solve(S, y[..., None])[..., 0])
+            corr = np.einsum("ngd,nd->ng", PHt, _solve(S, y))
             good = np.isfinite(corr).all(axis=1)
-            zd1 = np.where(good[:, None], zd1 + corr, qd0[:, iz])
-        qd1 = kinematics.velocity(mech, q1, zd1, t=pf.t)
+            dzd = np.where(good[:, None], corr, qd0[:, iz] - zd1)
+            zd1 = zd1 + dzd
+            qd1 = qd1 + np.einsum("gni,ng->ni", Rc1, dzd)  # qd is affine in zd: + R dzd (one solve less)
+        elif placed is None:
+            qd1 = kinematics.velocity(mech, q1, zd1, t=pf.t)
         fine = np.isfinite(qd1).all(axis=1)
         q_new[sel] = np.where(fine[:, None], q1, q0)
         qd_new[sel] = np.where(fine[:, None], qd1, qd0)
@@ -262,8 +278,27 @@ def regularise(pf, move: np.ndarray, C: np.ndarray, h: float, readings) -> int:
     # the ranges on the propagation's threads: every moved particle from its own draw and
     # state alone (the Newton iterations of the position problem stop per particle), so the
     # result does not depend on the thread count
-    thread_pools.rows(run, idx.size, pf.propagator.threads)
+    thread_pools.rows(run, idx.size, pf.propagator.threads, ns_per_row=300.0)  # ~300 ns a moved four-bar particle
     return int(np.count_nonzero(fine_all))
+
+
+def _r_rows(ctx, rows, n: int, g: int) -> np.ndarray:
+    """R (len(rows), n, g) at the particles ``rows`` from a kernel context (its R entries:
+    (N,) arrays or constants), as kinematics.r_matrix at their q (equal to rounding)."""
+    out = np.empty((len(rows), n, g))
+    for i, row in enumerate(ctx.R):
+        for k, v in enumerate(row):
+            out[:, i, k] = v[rows] if isinstance(v, np.ndarray) else v
+    return out
+
+
+def _solve(S, b):
+    """x (N, D) of S x = b for S (N, D, D): a division when D = 1 (a gyroscope), else
+    numpy's batched solve (LAPACK per matrix: ~30 ns a 1 x 1 system as a division, ~1 us
+    through LAPACK)."""
+    if S.shape[1] == 1:
+        return b / S[:, :, 0]
+    return np.linalg.solve(S, b[..., None])[..., 0]
 
 
 def kernel_floor(g: int, dt: float, sigma_a: float, bin_z, bin_zd) -> np.ndarray:

@@ -131,7 +131,8 @@ def adapted(pf, rd):
             G = likelihood.noise_jacobian(pf, x.s, qdd_full if x.s.uses_qdd else pf.qdd, x.pred if x.at_state else None)
         if fused:
             v, ll, bad, wild, e = pf_compiled.adapted_reading(pf.sigma_a, x.r, x.W, G, w, pf.rng,
-                                                              WILD_SIGMAS * pf.sigma_a, pf.propagator.threads)
+                                                              WILD_SIGMAS * pf.sigma_a, pf.propagator.threads,
+                                                              pf.normals_ahead)
             return _adapted_end(pf, rd, v, ll, wild, dt, g), [e]
         yws.append(np.einsum("nd,kd->nk", x.r, x.W))
         Gws.append(np.einsum("ij,njg->nig", x.W, G))
@@ -141,7 +142,7 @@ def adapted(pf, rd):
     if bad.any():
         yw[bad], Gw[bad] = 0.0, 0.0
     if pf_compiled.update_enabled(N):  # the same draws in one compiled pass on the thread pool
-        v, ll = pf_compiled.adapted_noise(pf.sigma_a, yw, Gw, pf.rng, pf.propagator.threads)
+        v, ll = pf_compiled.adapted_noise(pf.sigma_a, yw, Gw, pf.rng, pf.propagator.threads, pf.normals_ahead)
     else:
         v, ll = prop.adapted_noise(pf.sigma_a, yw, Gw, pf.rng)
     ll[bad] = -np.inf
