@@ -104,5 +104,6 @@ def test_bench_motors_tiny(tmp_path):
                     "--seeds", "1", "--jobs", "1", "--out", tmp_path / "m", "--results", tmp_path / "docs")
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "docs" / "motors.md").read_text()
-    assert "### speedstep" in page  # the page demotes the bench's own headings and "| ukf |" in page and "measured: median RMSE z [rad]" in page
-    assert "unknown: RMSE z" in page and not (tmp_path / "m" / "bags").exists()
+    assert "### speedstep" in page  # the page demotes the bench's own headings
+    assert "| ukf |" in page and "measured: tracking RMSE z" in page and "on track after [s]" in page
+    assert "unknown: tracking RMSE z" in page and not (tmp_path / "m" / "bags").exists()
