@@ -13,23 +13,17 @@ from mbde_core.estimators.stage.trust import DEGRADED, LOST, OK, TrustMonitor
 from mbde_core.estimators.stage.trust_faults import JUMP_ANCHORED, P_REPEAT, STUCK_N, repeat_probability
 from mbde_core.sensors.base import NoiseModel
 from mbde_core.types import Measurement
+from scalar_sensor import ScalarSensor
 
 DT = 0.02  # s: a 50 Hz encoder, one reading per step
 SD = 0.001  # rad: the estimate's sigma of z while trusted
 
 
-class _Sensor:
-    def __init__(self, sigma=0.001, step=0.0):
-        self.angular = np.array([False])
-        self.noise = NoiseModel(np.array([sigma]), np.zeros(1), np.zeros(1), np.array([step]))
-
-    def h(self, q, qd=None, qdd=None):
-        return np.array([q[0]])
 
 
 def _stage(sensor=None):
     return SimpleNamespace(counters=SimpleNamespace(reacquisitions=0, multistarts=0, diverged=0),
-                           est=SimpleNamespace(sensors={"enc": sensor or _Sensor()}))
+                           est=SimpleNamespace(sensors={"enc": sensor or ScalarSensor(0.001)}))
 
 
 def _snap(t, z, sd=SD, zd=1.0):
@@ -99,7 +93,7 @@ def test_identical_readings_that_the_noise_makes_improbable_are_stuck():
     """A gyroscope-like channel (sigma 50 x its quantisation step): frozen from 1 s while
     the estimate follows it (its prediction does not move): DEGRADED 'stuck' from the
     STUCK_N-th identical reading on, the sensor named."""
-    s = _Sensor(0.005, 1e-4)
+    s = ScalarSensor(0.005, 1e-4)
     assert repeat_probability(s.noise) ** (STUCK_N - 1) < P_REPEAT
     out = _frozen(s)
     first = min(t for t, v in out if v.code == "stuck")
@@ -108,7 +102,7 @@ def test_identical_readings_that_the_noise_makes_improbable_are_stuck():
 
 
 def test_a_noiseless_quantised_encoder_repeating_its_count_is_not_stuck():
-    s = _Sensor(0.0, 0.0015)
+    s = ScalarSensor(0.0, 0.0015)
     assert repeat_probability(s.noise) == 1.0
     out = _frozen(s, follow=True)
     assert not any(v.code == "stuck" for t, v in out)

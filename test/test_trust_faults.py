@@ -11,8 +11,8 @@ import numpy as np
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.stage.trust import DEGRADED, LOST, OK, TrustMonitor
 from mbde_core.estimators.stage.trust_faults import STEP_DEGRADED, STEP_LOST, STUCK_HOLD, STUCK_N, StepDetector
-from mbde_core.sensors.base import NoiseModel
 from mbde_core.types import Measurement
+from scalar_sensor import ScalarSensor
 
 DT = 0.005  # s, a 200 Hz scalar sensor fused every step
 
@@ -84,7 +84,7 @@ def test_a_jump_after_rejections_from_trust_is_lost():
     (20 sigma: it follows the shifted sensor) is LOST from the jump on, and still LOST
     after the window agrees again; the same motion without the jump ends OK."""
     for jump, expect in ((0.2, LOST), (0.0, OK)):
-        mon, stage, rng = TrustMonitor(), _Stage(_Sensor()), np.random.default_rng(2)
+        mon, stage, rng = TrustMonitor(), _Stage(ScalarSensor()), np.random.default_rng(2)
         for k in range(700):
             t = k * DT
             z = t + (jump * min(max(k - 406, 0), 4) / 4)
@@ -95,15 +95,6 @@ def test_a_jump_after_rejections_from_trust_is_lost():
             assert v.code == "step" and "jumped" in v.reason
 
 
-class _Sensor:
-    """A scalar sensor reading the first coordinate, with its noise model."""
-
-    def __init__(self, sigma=0.01, step=0.0):
-        self.angular = np.array([False])
-        self.noise = NoiseModel(np.array([sigma]), np.zeros(1), np.zeros(1), np.array([step]))
-
-    def h(self, q, qd=None, qdd=None):
-        return np.array([q[0]])
 
 
 class _Stage:
@@ -131,7 +122,7 @@ def test_a_stuck_channel_is_degraded_and_named():
     """Readings frozen from 1 s while the estimate predicts 0.5 rad/s of motion (0.0025 rad
     per reading, 0.25 sigma): DEGRADED 'stuck' once the prediction moved 3 sigma (13
     readings), naming the sensor, until the end."""
-    out = _stuck_run(_Sensor(0.01), 0.5, value=lambda t: 0.3 + 0.5 * t)
+    out = _stuck_run(ScalarSensor(0.01), 0.5, value=lambda t: 0.3 + 0.5 * t)
     first = min(t for t, v in out if v.code == "stuck")
     assert 1.0 + (STUCK_N - 1) * DT - 1e-9 <= first < 1.0 + 20 * DT
     assert all(v.level == DEGRADED and v.code == "stuck" and "enc" in v.reason for t, v in out if t > first)
@@ -139,14 +130,14 @@ def test_a_stuck_channel_is_degraded_and_named():
 
 def test_an_encoder_at_rest_repeating_its_count_is_not_stuck():
     """A quantised encoder (step 0.0015 rad) at rest: identical counts, no predicted change: OK."""
-    out = _stuck_run(_Sensor(0.0, 0.0015), 0.0)
+    out = _stuck_run(ScalarSensor(0.0, 0.0015), 0.0)
     assert not any(v.code == "stuck" for t, v in out)
     assert out[-1][1].level == OK
 
 
 def test_a_stuck_channel_is_held_after_it_moves_again():
     from mbde_core.estimators.stage.trust_faults import StuckReadings
-    st, s = StuckReadings(), _Sensor(0.01)
+    st, s = StuckReadings(), ScalarSensor(0.01)
     for k in range(20):
         est = SimpleNamespace(q=np.array([0.01 * k]), qd=np.zeros(1), qdd=np.zeros(1))
         st.observe(k * DT, [Measurement(k * DT, "enc", np.array([0.5]))], {"enc": s}, est)
@@ -163,7 +154,7 @@ def test_a_published_follower_is_judged_by_its_own_monitor():
     fmon = TrustMonitor()
     fmon.step(0.0, _res(0.1))  # acquiring: DEGRADED
     follower = SimpleNamespace(monitor=fmon, following=True, est=SimpleNamespace(name="ukf"))
-    stage = _Stage(_Sensor())
+    stage = _Stage(ScalarSensor())
     stage.est.follower = follower
     mon, rng = TrustMonitor(), np.random.default_rng(1)
     for k in range(300):
