@@ -25,6 +25,15 @@ def run_mbde(*args, cwd=None, timeout=600):
     )
 
 
+@pytest.fixture
+def split_at_any_size(monkeypatch):
+    """The thread ranges split at any size (what the thread-count tests check), not only above
+    the break-even of a hand-off (:func:`mbde_core.engine.thread_pools.parts`)."""
+    from mbde_core.engine import thread_pools  # lazy: only the thread tests need it
+
+    monkeypatch.setattr(thread_pools, "SPLIT_MIN_NS", 0)
+
+
 @pytest.fixture(scope="session")
 def fourbar():
     from mbde_core.model.mechanism import load_mechanism

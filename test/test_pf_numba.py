@@ -24,14 +24,8 @@ from mbde_core.model.mechanism import Mechanism
 
 pytest.importorskip("numba")
 from mbde_core.engine import numba_cache, numba_kernels as nk  # noqa: E402
-from mbde_core.engine import thread_pools  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _split_at_any_size(monkeypatch):
-    """The thread ranges split at any size (what the thread-count tests here check), not only
-    above the break-even of a hand-off (:func:`mbde_core.engine.thread_pools.parts`)."""
-    monkeypatch.setattr(thread_pools, "SPLIT_MIN_NS", 0)
+pytestmark = pytest.mark.usefixtures("split_at_any_size")  # thread ranges split at any size (conftest)
 
 
 NAMES = ["fourbar", "fivebar", "slider_crank", "loaded", "triad"]

@@ -4,17 +4,10 @@ import numpy as np
 import pytest
 
 from mbde_core.estimators.particle import compiled as pf_numba
-from mbde_core.engine import thread_pools
 
 
-@pytest.fixture(autouse=True)
-def _split_at_any_size(monkeypatch):
-    """The thread ranges split at any size (what the thread-count tests here check), not only
-    above the break-even of a hand-off (:func:`mbde_core.engine.thread_pools.parts`)."""
-    monkeypatch.setattr(thread_pools, "SPLIT_MIN_NS", 0)
-
-
-pytestmark = pytest.mark.skipif(pf_numba.kernels() is None, reason="numba is not importable")
+pytestmark = [pytest.mark.skipif(pf_numba.kernels() is None, reason="numba is not importable"),
+              pytest.mark.usefixtures("split_at_any_size")]  # ranges split at any size (conftest)
 
 
 def _cloud(N, g, angular, seed=0):

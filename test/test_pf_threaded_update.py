@@ -19,12 +19,7 @@ from mbde_core.estimators.configure import defaults
 from mbde_core.estimators.particle import likelihood, normals, proposal
 from mbde_core.scenario import load_scenario
 
-
-@pytest.fixture(autouse=True)
-def _split_at_any_size(monkeypatch):
-    """The thread ranges split at any size (what the thread-count tests here check), not only
-    above the break-even of a hand-off (:func:`mbde_core.engine.thread_pools.parts`)."""
-    monkeypatch.setattr(thread_pools, "SPLIT_MIN_NS", 0)
+pytestmark = pytest.mark.usefixtures("split_at_any_size")  # thread ranges split at any size (conftest)
 
 
 CASES = [  # (scenario, DOF)

@@ -8,17 +8,10 @@ import pytest
 
 from mbde_core.engine import numba_kernels
 from mbde_core.estimators.particle import compiled, proposal, resampling
-from mbde_core.engine import thread_pools
 
 
-@pytest.fixture(autouse=True)
-def _split_at_any_size(monkeypatch):
-    """The thread ranges split at any size (what the thread-count tests here check), not only
-    above the break-even of a hand-off (:func:`mbde_core.engine.thread_pools.parts`)."""
-    monkeypatch.setattr(thread_pools, "SPLIT_MIN_NS", 0)
-
-
-pytestmark = pytest.mark.skipif(numba_kernels.numba() is None, reason="numba not importable")
+pytestmark = [pytest.mark.skipif(numba_kernels.numba() is None, reason="numba not importable"),
+              pytest.mark.usefixtures("split_at_any_size")]  # ranges split at any size (conftest)
 
 
 @pytest.mark.parametrize("g", [1, 2, 3])
