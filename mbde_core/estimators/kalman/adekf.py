@@ -306,7 +306,7 @@ class ADEKF(MeasuredInputs, InputJumps, CovarianceInflation, Estimator):
             x[2 * g : 2 * g + self.na] += dt * self.x[2 * g + self.na :]
         with np.errstate(all="ignore"):
             P = F @ self.P @ F.T + Qd
-        self.t += dt
+        self.advance_clock(dt)
         self._lin = None
         if np.isfinite(x).all() and np.isfinite(P).all():  # ndarray.all: no np.all wrapper
             self._keep(x, 0.5 * (P + P.T))

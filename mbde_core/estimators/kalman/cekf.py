@@ -298,7 +298,7 @@ class CEKF(InputStates, ReducedKalman):
         self._saved = (self.x.copy(), self.P.copy(), self.q, self.qd, st0, self.t, dt)
         x1, P1, guess = self._step(self.x, self.P, dt, st0)
         self._x_pred = x1  # the uncorrected step (self.x keeps the last state if its assembly fails)
-        self.t += dt
+        self.advance_clock(dt)
         self._span += dt  # s since the last update (the input jumps' directions)
         self.P = P1
         self._assemble_into(x1, guess)

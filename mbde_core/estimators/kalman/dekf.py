@@ -126,7 +126,7 @@ class DEKF(JumpHypothesis, ExplicitTransition, InputStates, ReducedKalman):
         self.P = F @ self.P @ F.T + Qd
         if self.k:
             self.P = 0.5 * (self.P + self.P.T)
-        self.t += dt
+        self.advance_clock(dt)
         self._assemble_into(x, self.q + dt * self.qd + (0.5 * dt * dt) * st.rd)
 
     def _innovation(self, measurements):

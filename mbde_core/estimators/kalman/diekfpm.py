@@ -206,7 +206,7 @@ class DIEKFpm(ExplicitTransition, DependentInputs, Estimator):
             self.X = heun_step(self.X[None], qdd[None], qdd1[None], dt, n)[0]
         else:
             self.X = np.concatenate([position_step(self.options.transition, q, qd, qdd, dt), qd + dt * qdd])
-        self.t += dt
+        self.advance_clock(dt)
         self._iterated_update([], np.zeros(0), None, None)
 
     def _transition_jacobian(self):

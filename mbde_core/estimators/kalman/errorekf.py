@@ -256,7 +256,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
             return
         qdd = self.state.qdd if self._carry_qdd else None
         new = self.integrator.step(self.mech, self.t, MBState(self.state.q, self.state.qd, qdd), dt, extra_zdd=extra)
-        self.t += dt
+        self.advance_clock(dt)
         self.full = None
         if (new.ok if isinstance(new.ok, bool) else new.ok.all()) and np.isfinite(new.q).all():
             self.state = MBState(new.q, new.qd, new.qdd if self._carry_qdd else None)

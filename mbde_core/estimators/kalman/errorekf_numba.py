@@ -149,7 +149,7 @@ def predict(est, mod, dt, extra) -> bool:
     q1, qd1, qdd1, ok, bad, tr1, J1, R1, zdd1, rd1 = mod.rk4_one(q, qd, qdd, has, v, tv0, tv1, tv2, float(dt))
     if bad:
         return False
-    est.t = t + dt
+    est.advance_clock(dt)
     if ok and math.isfinite(sum(q1)):
         qa = np.array(q1)
         est.state = type(state)(qa, np.array(qd1), np.array(qdd1))

@@ -218,7 +218,7 @@ def predict(est, dt, extra) -> bool:
             None if state.qdd is None else state.qdd.tolist(), dt, None if extra is None else extra.tolist(), ctx)
     except SCALAR_ERRORS:
         return False
-    est.t += dt
+    est.advance_clock(dt)
     if ok and math.isfinite(sum(q1)):
         q = np.array(q1)
         est.state = MBState(q, np.array(qd1), np.array(qdd1))

@@ -169,7 +169,7 @@ class UKF(ExplicitTransition, InputStates, ReducedKalman):
         P = (dX.T * self.Wc) @ dX + Qd
         self.P = 0.5 * (P + P.T)
         guess = self.model.guess(self._full(), x[:g] - x0[:g], second_order=True)
-        self.t += dt
+        self.advance_clock(dt)
         self._span += dt
         self._assemble_into(x, guess)
 

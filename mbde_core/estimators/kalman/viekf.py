@@ -123,7 +123,7 @@ class VIEKF(ErrorEKF):
         else:
             self.failures += 1
             self.state = MBState(q0, qd0)
-        self.t += dt
+        self.advance_clock(dt)
         self.full = None
         self.P = F @ self.P @ F.T + Qd
         self.P = 0.5 * (self.P + self.P.T)
