@@ -209,8 +209,10 @@ class TrustMonitor:
         same, self.source = source == self.source, source
         if not same:
             self.jumps.episode = None
-        rejected = update is not None and bool(update.rejected)  # a particle filter's mean moves with its weights:
-        self.jumps.moved(estimate.stamp, estimate, angular_coordinates(getattr(est, "mech", None)),  # no anchored test
+        # the jump test anchored at a gate rejection: not for a particle filter (n > 0), whose
+        # mean moves with its weights
+        rejected = update is not None and bool(update.rejected)
+        self.jumps.moved(estimate.stamp, estimate, angular_coordinates(getattr(est, "mech", None)),
                          self.from_trust and same, rejected, self.trusted and same and not n)
         return self.step(estimate.stamp, update, estimate.branch_probabilities, sum(parts.values()))
 
