@@ -165,6 +165,7 @@ class TrustMonitor:
         self.parts: dict = {}  # the restart counters by source (RESTARTS' keys)
         self.what = None  # the source of the last restart
         self.ess: collections.deque = collections.deque()  # (t, ESS / particles) of a PF's updates
+        self.ess_low = 0  # how many of self.ess are below ESS_DEGRADED (the median is read only when it may be)
         self.t_lost = None  # time of the last LOST verdict
         self.lost_reason = None  # the reason of the LOST that started the current loss (None: not lost)
         self.since: collections.deque = collections.deque()  # (t, key, e) since the last LOST window
@@ -198,9 +199,11 @@ class TrustMonitor:
         self.parts = parts
         n = getattr(est, "N", 0)
         if update is not None and n and getattr(est, "ess_before", None) is not None:
-            self.ess.append((estimate.stamp, float(est.ess_before) / n))
+            f = float(est.ess_before) / n
+            self.ess.append((estimate.stamp, f))
+            self.ess_low += f < ESS_DEGRADED
         while self.ess and self.ess[0][0] <= estimate.stamp - self.window:
-            self.ess.popleft()
+            self.ess_low -= self.ess.popleft()[1] < ESS_DEGRADED
         if readings:
             self.stuck.observe(estimate.stamp, readings, getattr(est, "sensors", None), estimate)
         self.published = follower_verdict(est)
@@ -329,7 +332,8 @@ class TrustMonitor:
             return Verdict(DEGRADED, "rejected", ratio, **kw)
         if self.t_event is not None and t - self.t_event < self.window:
             return Verdict(DEGRADED, "restart", ratio, detail=self.what, **kw)
-        if len(self.ess) >= MIN_READINGS:
+        # the median is below ESS_DEGRADED only if at least half the window is (an exact skip)
+        if len(self.ess) >= MIN_READINGS and 2 * self.ess_low >= len(self.ess) - 1:
             med = float(np.median([f for _, f in self.ess]))
             if med < ESS_DEGRADED:
                 return Verdict(DEGRADED, "ess", med, **kw)
