@@ -1,11 +1,14 @@
 """The particle filter's predictions of the readings, their likelihood and its gate.
 
-A reading of the slot [t - dt/2, t + dt/2) (the stage fuses a 1 kHz encoder's five
-readings in one 5 ms update) is predicted at its own stamp, from the state extrapolated to
+A reading of the slot [t - dt/2, t + dt/2) off the grid time t (a jittered stamp, a sensor
+whose period is not a multiple of the step; several readings of one sensor in a slot reach
+the filter combined into one at t, :mod:`~mbde_core.estimators.stage.multirate`) is
+predicted at its own stamp, from the state extrapolated to
 it, q + lag qd + lag^2/2 qdd, qd + lag qdd (second order), not from the state at t (on
 pendulum_release: 0.04 rad = 100 sigma of its encoder at 10 rad/s) (:func:`readings`); the
 sensor's noise Sigma_s is ``sensor_sigma`` by name, else ``sensor_sigma_by_type``, else
-its noise model (:func:`noise`). Each particle's log-likelihood is paper 000's eq. 10
+its noise model (:func:`noise`), times the reading's ``variance_factor`` (several readings of a
+slot combined into one, :mod:`~mbde_core.estimators.stage.multirate`). Each particle's log-likelihood is paper 000's eq. 10
 (:func:`plain_log_likelihood`).
 
 **The gate**: the Mahalanobis gate of the Kalman observers generalised to a particle
@@ -294,6 +297,9 @@ def readings(pf, measurements, gates, suspects=None):
         if at_state:  # the prediction, and dh/dv of the step's noise where it is drawn now
             pred, G = predict_at_state(pf, s, qdd, (limit is not None and limit > 0) or will_propose(pf))
         R, W = noise(pf, m.sensor)
+        f = float(getattr(m, "variance_factor", 1.0))
+        if f != 1.0:  # several readings of the slot combined into one (stage.multirate): c R
+            R, W = R * f, W / math.sqrt(f)
         value = np.asarray(m.value, dtype=float)
         mean = wsum(w, pred)
         if s.angular.any():
