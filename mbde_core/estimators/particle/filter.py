@@ -196,7 +196,7 @@ class ParticleFilter(ParticleSet, Estimator):
         self.bias = BiasDetector(rec.bias if self.recovery else 0.0, rec.bias_time)
         self.inject = float(rec.inject)
         an = uni.anneal
-        self.anneal = pf_scale.anneal_time(g) if an is None else float(an)
+        self.anneal = pf_scale.anneal_time(g, len(self.branches), all(position_only(s) for s in sensors)) if an is None else float(an)
         self.branch_check = bool(opt.branch_check)
         self.default_gate = float(opt.gate)  # when update() is given no gates
         self._last_dt = float(opt.step)

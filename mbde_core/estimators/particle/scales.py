@@ -57,7 +57,19 @@ assembled configurations (every branch; :mod:`.prior`):
   weights committed to a wrong one at 0.3-0.4 s in 8 of 20 runs (found again by the lock
   detector and a recovery at 0.8-1.3 s, then 5-100x the UKF's error after 1 s); with
   0.9 s the 10 hardest seeds of those 20 converged by 0.68-0.76 s, without a lock
-  (``mbde bench pf --only multidof``, README).
+  (``mbde bench pf --only multidof``, README). One coordinate on several assembly branches
+  read by position sensors only (an encoder on a four-bar's crank) has the same problem
+  with the branch as its second unknown: every particle reads the encoder exactly on
+  either branch, the branch shows only through the dynamics (the acceleration each
+  branch predicts for the motion read), and untempered weights committed to the wrong
+  one: fourbar_encoder seed 5, P(wrong branch) 0.997 at 0.1 s, two lock injections, the
+  branch found at 1.39 s; with ANNEAL_PER_PAIR (0.3 s) seeds 1-20 found it at
+  0.26-0.47 s (without: 0.21-0.36 s and seed 5 at 1.39 s), tracking RMSE unchanged
+  (steel_fourbar_encoder, slider_crank_offset_encoder seeds 1-5: every branch within
+  0.12 / 0.285 s, no lock; without: 0.5 s with two locks / 0.375 s with one). A
+  velocity or acceleration reading of the linkage (a rocker gyroscope) tells the
+  branches apart directly: there annealing only delayed fourbar_gyro (branch at
+  0.82-0.91 s instead of 0.54-0.80 s, seeds 1-3) and is not used.
 - ``uniform.particles`` (a uniform (re)initialisation) = K x C_z x C_zd, clipped to
   [``INIT_MIN``, ``INIT_MAX``]: K branches, C_z = ``CELLS``^g cells of z unless the
   position readings (encoders, slider positions: at least g channels) place every
@@ -154,9 +166,13 @@ def sensor_covariance(sensor, mech) -> np.ndarray:
     return R
 
 
-def anneal_time(g: int) -> float:
-    """Seconds of tempered likelihood after a uniform start: ANNEAL_PER_PAIR x g (g - 1) / 2."""
+def anneal_time(g: int, branches: int = 1, positions_only: bool = False) -> float:
+    """Seconds of tempered likelihood after a uniform start: ANNEAL_PER_PAIR x g (g - 1) / 2;
+    ANNEAL_PER_PAIR for one coordinate on several branches read by position sensors only
+    (the branch is a second unknown, see the module docstring)."""
     g = max(int(g), 1)
+    if g == 1 and int(branches) > 1 and positions_only:
+        return ANNEAL_PER_PAIR
     return ANNEAL_PER_PAIR * g * (g - 1) / 2
 
 
