@@ -123,3 +123,12 @@ def test_options_checked():
         validate("dekf", {"plant_noise": {"adaptive": True}})
     with pytest.raises(ConfigError, match=r"ukf\.plant_noise\.adaptive_window"):
         validate("ukf", {"plant_noise": {"adaptive": True, "adaptive_window": 0}})
+
+
+def test_trust_bench_runs_the_adaptive_variant(tmp_path):
+    from mbde_bench.trust_runs import run_case
+
+    path = os.path.join(REPO, "config", "scenarios", "fourbar_gyro.yaml")
+    rows = run_case(("fourbar_gyro", path, "exact", "nominal", 0, 1.5, ["ukf", "ukf+adaptive"], str(tmp_path)))
+    assert [r["estimator"] for r in rows] == ["ukf", "ukf+adaptive"]
+    assert all(r["status"] == "ok" and r["nees"] > 0 for r in rows), rows
