@@ -116,13 +116,14 @@ class AdaptivePlantNoise:
             self._logdet_r[key] = v
         return v
 
-    def learned(self, res, y=None, A=None, R=None, H=None, P=None):
-        """``res`` (an update's UpdateResult), after one learning step from it; y, A, R: the
-        fused readings' innovation, the predicted state's share of its covariance
-        H P^- H^T (or H and P^-) and the readings' (exact score and information per
-        channel), else from ``res`` alone (module doc). Updates with a rejected reading
-        are not learnt from."""
+    def learned(self, res, y=None, R=None, S=None, H=None, P=None):
+        """``res`` (an update's UpdateResult), after one learning step from it; y, R: the
+        fused readings' innovation and noise covariance, with S (the innovation
+        covariance) or H and P^- (then S = H P^- H^T + R): the exact score and information
+        per channel, else from ``res`` alone (module doc). Updates with a rejected reading
+        are not learnt from. Nothing is computed without ``plant_noise.adaptive``."""
         if self._adaptive and res is not None and res.accepted and not res.rejected:
+            A = S - R if S is not None and R is not None else None
             if A is None and H is not None and P is not None:
                 A = H @ P @ H.T
             self._learn(res, y, None if A is None or R is None else A + R, A)

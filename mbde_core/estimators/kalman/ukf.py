@@ -219,7 +219,7 @@ class UKF(AdaptivePlantNoise, ExplicitTransition, InputStates, ReducedKalman):
         self._assemble_into(self.x + dx, self.model.guess(self._full(), dx[:g]))
         res = update_result(accepted, rejected, y, S)
         res.distances = dist
-        return self.learned(res, y, S - R, R)
+        return self.learned(res, y, R, S)
 
     def _input_jump(self, y, S, Pxy):
         """(S, Pxy) after a jump of the unknown inputs the readings ask for
