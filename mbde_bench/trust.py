@@ -53,7 +53,8 @@ def add_arguments(p):
     p.add_argument("--scenarios", default="",
                    help="comma-separated scenario names (config/scenarios) or YAML paths (default: every shipped "
                         "scenario and config/bench/trust)")
-    p.add_argument("--estimators", default="ukf,errorekf,pf", help="filters of tables 1-2 (default %(default)s)")
+    p.add_argument("--estimators", default="ukf,errorekf,pf",
+                   help="filters of tables 1-2; NAME+adaptive: with plant_noise.adaptive (default %(default)s)")
     p.add_argument("--faults", default=FAULTS, help="injected faults of table 2 ('' for none; default %(default)s)")
     p.add_argument("--far", action=argparse.BooleanOptionalAction, default=True,
                    help="far-off starts in table 2 (default on)")

@@ -13,7 +13,8 @@ A task is (case, scenario path, model, kind, run, duration, estimators, out fold
 
 The run's seed is the scenario's seed + 1000 + run (new sensor noise, same motion). Each
 estimator replays the bag as ``mbde replay`` does (:func:`mbde_core.replay.runner.run_estimator`
-with its default options, estimator seed ``run``) and is scored by replay's own
+with its default options, estimator seed ``run``; ``ukf+adaptive``, ``errorekf+adaptive``: with
+``plant_noise.adaptive``) and is scored by replay's own
 evaluation (:func:`mbde_core.replay.runner.evaluate`): the mean NEES of [z, zd] with its
 95 % band from the series' effective sample size, the coverage of the 95 % intervals, the
 verdict's share of time per level and its check against truth (OK steps within 3 sigma,
@@ -78,14 +79,18 @@ def run_case(task) -> list:
     rows = []
     for name in names:
         row = {"case": case, "model": model, "kind": kind, "run": run, "estimator": name}
+        base, _, variant = name.partition("+")  # ukf+adaptive: plant_noise.adaptive on
+        options = defaults(base)
+        if variant == "adaptive":
+            options["plant_noise"]["adaptive"] = True
         try:
-            precheck(name, inputs.sensors)
+            precheck(base, inputs.sensors)
         except UnsuitableError as exc:
             rows.append({**row, "status": "n/a", "note": str(exc).split(":")[0]})
             continue
         c0 = time.process_time()
         try:
-            r = run_estimator(inputs, name, defaults(name), seed=run, particle_budget=0)
+            r = run_estimator(inputs, base, options, seed=run, particle_budget=0)
             row.update(score(evaluate(inputs, r)), status="ok")
         except Exception as exc:  # noqa: BLE001 - a failed run is counted, never stops the bench
             row.update(status="error", note=f"{type(exc).__name__}: {exc}"[:300])

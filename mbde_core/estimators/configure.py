@@ -78,6 +78,9 @@ def validate(name: str, options=None, file: str = "<options>", path: str | None 
     node = options if isinstance(options, Node) else Node(options or {}, file, where)
     cfg = merge_options(node, cls.Options.defaults())
     check_common(cfg, file, where)
+    if (cfg.get("plant_noise") or {}).get("adaptive") and not hasattr(cls, "learned"):
+        raise ConfigError(file, f"{where}.plant_noise.adaptive", f"the {name} estimator has no adaptive plant noise "
+                          "(ukf and errorekf have)")
     cls.validate_config(cfg, file, where)
     follower = cls.follower_options(cfg)
     if follower is not None:  # a nested estimator (the particle filters' refine): its own Spec

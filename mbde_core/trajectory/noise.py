@@ -20,12 +20,16 @@ and the plant noise estimated again.
 
 With unknown inputs as states, the inputs can explain the readings of every step;
 residuals still correlated after the fit (:func:`integrated_time`) are a misfit they
-cannot absorb, and the covariance does not cover the bias it leaves. Measured on paper 004's slider-crank, whose true torque is a
+cannot absorb, and the covariance of a white fit does not cover the bias it leaves. Measured on paper 004's slider-crank, whose true torque is a
 digital controller's, held for 1 ms and read at its jumps: the smoother's error is a
 constant 0.004 rad at NEES/dim 25 with accelerometer residuals correlated over 20
 readings, proportional to the hold (0.0005 rad, NEES/dim 0.7 and white residuals when the
-controller updates every 0.125 ms). A correlation time above INPUT_TAU readings is warned
-about (issue 42's speed-step bag, consistent at NEES/dim ~1, leaves 5.8; this one 20).
+controller updates every 0.125 ms). A correlation time tau above INPUT_TAU readings is warned
+about (issue 42's speed-step bag, consistent at NEES/dim ~1, leaves 5.8; this one 20-29) and
+the reported covariance is multiplied by tau: the misfit's share of every estimate is an
+average over the correlated residuals, whose variance is tau times the white one (the
+effective sample size, :func:`integrated_time`; a heteroskedasticity- and
+autocorrelation-consistent scale in one number).
 
 The other readings keep their declared sigmas: their variance factors and the normalised
 cost of the whole problem (before the correlation step) make the goodness of fit
@@ -250,11 +254,14 @@ def solve_with_noise(problem, X0, cfg: dict, sigma_rule, estimated=None) -> tupl
                             "forces explain")
     tau_g = {n: float(np.max(integrated_time(r))) for n, r in _sensor_residuals(res.rows).items()}
     worst = max(tau_g, key=tau_g.get) if tau_g else None
+    cov_scale = 1.0
     if worst and problem.m and unknown.any() and tau_g[worst] > INPUT_TAU:
+        cov_scale = tau_g[worst]
         warnings.append(f"readings of {worst} leave residuals correlated over {tau_g[worst]:.3g} readings although "
                         f"the unknown inputs ({', '.join(problem.inputs.names)}) can follow every step: a misfit they "
-                        "cannot absorb (an input held between updates?); the trajectory may be biased beyond its "
-                        "covariance")
+                        "cannot absorb (an input held between updates?); the covariance is widened by that factor")
+        if marg is not None:  # K correlated residuals inform as K / tau independent ones (module doc)
+            marg = marg * cov_scale
     ratio = problem.sigma_a / np.maximum(np.asarray(sigma_rule, float), 1e-300)
     if estimate and np.any(ratio > PLAUSIBLE):
         warnings.append(f"estimated acceleration noise {', '.join(f'{v:.3g}' for v in problem.sigma_a)} is "
@@ -266,7 +273,7 @@ def solve_with_noise(problem, X0, cfg: dict, sigma_rule, estimated=None) -> tupl
            "acceleration_sigma": [float(v) for v in problem.sigma_a],
            "input_walk_sigma": [float(v) for v in problem.sigma_w],
            "sensor_sigma_scale": {k: [float(x) for x in v] for k, v in problem.sensor_scale.items()},
-           "correlated_readings": correlated, "residual_correlation_time": tau_g,
+           "correlated_readings": correlated, "residual_correlation_time": tau_g, "covariance_scale": cov_scale,
            "factors": {k: [float(x) for x in np.atleast_1d(v[0])] for k, v in factors_v.items()}}
     return res, {"status": status, "warnings": warnings, "fit": fit, "iterations": run.iterations,
                  "history": run.history, "initial_cost": float(run.history[0]) if run.history else float("nan"),

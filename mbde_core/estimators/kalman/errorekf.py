@@ -61,6 +61,7 @@ from mbde_core.estimators.kalman.input_states import (init_input_attributes, inp
                                                      for_both, jump_directions, known_input_state, project_inputs,
                                                      validate_inputs)
 from mbde_core.estimators.base import CovarianceInflation, Estimator, InitialState, sensor_variances
+from mbde_core.estimators.kalman.adaptive_noise import AdaptivePlantNoise
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 from mbde_core.estimators.kalman.algebra import ekf_update, reading_noise
 from mbde_core.estimators.kalman.second_order import second_order_terms
@@ -83,7 +84,7 @@ class ErrorEKFOptions(KalmanOptions):
     measurement_order: int = 1           # 1: first order (paper 003; the scalar fast path) | 2: second order
 
 
-class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
+class ErrorEKF(AdaptivePlantNoise, JumpHypothesis, CovarianceInflation, Estimator):
     name = "errorekf"
     Options = ErrorEKFOptions
     combines_readings = True  # a sensor faster than the step: one reading per slot (stage.multirate)
@@ -116,8 +117,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         init_input_attributes(self)
         self.na = g if self.acc else 0
         self.dim = 2 * g + self.na + self.k
-        self.a = np.zeros(g)
-        self.u = np.zeros(self.k)
+        self.a, self.u = np.zeros(g), np.zeros(self.k)
         self.state = MBState(mech.q0.copy(), mech.qd0.copy())
         self.P = np.eye(self.dim)
         self._sigma = sensor_variances(options)
@@ -190,9 +190,8 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         if self.k:
             diag.append(self._u_sigma0)
         self.P = np.diag(np.concatenate(diag) ** 2)
-        self.failures = 0
-        self.full = None
-        self._span = 0.0
+        self.failures, self.full, self._span = 0, None, 0.0
+        self._reset_adaptive()
 
     def rebase(self, t: float) -> None:
         super().rebase(t)
@@ -200,7 +199,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
         self.full = None
 
     def _F_and_Q(self, dt, q):
-        constant = not self.k and self.options.transition_jacobian != "full"
+        constant = not self.k and self.options.transition_jacobian != "full" and self.noise_scale == 1.0
         if constant and dt in self._FQ_cache:
             return self._FQ_cache[dt]
         out = self._build_F_and_Q(dt, q)
@@ -282,7 +281,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
             except fastpath.SCALAR_ERRORS:
                 res = None  # nothing changed: the generic update decides
             if res is not None:
-                return res
+                return self.learned(res)
         g, na = self.g, self.na
         self._decide(measurements)
         names, dims, y, H, Rm = self._innovation(measurements)
@@ -296,7 +295,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
                 self.input_jumps += 1
                 before = self._state_tuple()
             self.P = P
-        self._span = 0.0
+        P0, self._span = self.P, 0.0
         dx, self.P, res = ekf_update(np.zeros(self.dim), self.P, names, dims, y, H, Rm, gates)
         if res.accepted and self.k:  # the inputs within their limits (input_states.project_inputs)
             dx = project_inputs(dx, self.P, np.arange(2 * g + na, self.dim), self.u, self._u_limit)
@@ -304,7 +303,7 @@ class ErrorEKF(JumpHypothesis, CovarianceInflation, Estimator):
             self._correct(dx)
             if before is not None:
                 self._keep_alternative(before)
-        return res
+        return self.learned(res, y, R=Rm, H=H, P=P0)
 
     def _innovation_cov(self, measurements):
         """(y, S) of the readings at the current state (jump_hypothesis)."""

@@ -42,6 +42,7 @@ from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.estimators.kalman.input_states import InputStates, jump_directions, jump_variance, project_inputs
 from mbde_core.engine.linalg import solve_one
+from mbde_core.estimators.kalman.adaptive_noise import AdaptivePlantNoise
 from mbde_core.estimators.kalman.algebra import cholesky_floats, cholesky, gate, reading_noise, update_result
 from mbde_core.estimators.kalman.base import ReducedKalman
 from mbde_core.estimators.kalman.transition import ExplicitTransition, heun_step, position_step
@@ -63,7 +64,7 @@ class UKFOptions(KalmanOptions):
     input_jump_nis: float = 16.0
 
 
-class UKF(ExplicitTransition, InputStates, ReducedKalman):
+class UKF(AdaptivePlantNoise, ExplicitTransition, InputStates, ReducedKalman):
     name = "ukf"
     traits = Traits(cost=1.5, color=(1.00, 0.50, 0.05, 1.0), slot=2, tunable=KALMAN_TUNABLE, input_states=True, known_inputs=True,
                     follower=True)
@@ -218,7 +219,7 @@ class UKF(ExplicitTransition, InputStates, ReducedKalman):
         self._assemble_into(self.x + dx, self.model.guess(self._full(), dx[:g]))
         res = update_result(accepted, rejected, y, S)
         res.distances = dist
-        return res
+        return self.learned(res, y, R, S)
 
     def _input_jump(self, y, S, Pxy):
         """(S, Pxy) after a jump of the unknown inputs the readings ask for
@@ -259,4 +260,4 @@ class UKF(ExplicitTransition, InputStates, ReducedKalman):
         out = {"assembly_failures": self.failures, "sigma_point_failures": self.sigma_failures}
         if self.k:
             out["input_jumps"] = self.input_jumps
-        return out
+        return {**out, **self.adaptive_diagnostics()}

@@ -28,10 +28,14 @@ class Reacquire(Options):
 
 @dataclass(frozen=True)
 class PlantNoise(Options):
-    """White noise densities on zdd [unit^2/s^3] and z' [unit^2/s]: a number or one per coordinate."""
+    """White noise densities on zdd [unit^2/s^3] and z' [unit^2/s]: a number or one per
+    coordinate; ``adaptive`` (UKF, errorEKF): their scale learnt from the innovations over
+    ``adaptive_window`` [s] (:mod:`~mbde_core.estimators.kalman.adaptive_noise`)."""
 
     acceleration_psd: float | tuple | str = AUTO
     velocity_psd: float | tuple | str = AUTO
+    adaptive: bool = False
+    adaptive_window: float = 1.0
 
 
 @dataclass(frozen=True)

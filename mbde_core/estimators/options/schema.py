@@ -11,6 +11,8 @@ Common options (all Kalman observers):
 - ``plant_noise``: ``acceleration_psd`` [(unit/s^2)^2 s] spectral density of the white
   acceleration noise on zdd (unmodelled forces/model errors; a number, or one per
   independent coordinate), ``velocity_psd`` [(unit/s)^2 s] on z'; discretised with Van Loan;
+  ``adaptive`` (UKF, errorEKF; false by default): their scale learnt online from the
+  innovations over ``adaptive_window`` [s] (:mod:`~mbde_core.estimators.kalman.adaptive_noise`);
 - ``initial_sigma``: ``z`` [unit], ``zd`` [unit/s]: initial standard deviations;
 - ``sensor_sigma``: sensor name -> standard deviation assumed by the filter, a number or
   one per channel (default: the sensor's noise model; acceleration-reading sensors
@@ -128,6 +130,8 @@ def check_common(cfg: dict, file: str, where: str) -> None:
         for key, value in (cfg.get(group) or {}).items():
             if not _nonnegative(value):
                 raise ConfigError(file, f"{where}.{group}.{key}", f"must be >= 0, got {value}")
+    if not (cfg.get("plant_noise") or {}).get("adaptive_window", 1.0) > 0:
+        raise ConfigError(file, f"{where}.plant_noise.adaptive_window", "must be > 0 [s]")
     rule = cfg.get("rule")
     if rule is not None and not 0 <= rule["model_error"] < 10:
         raise ConfigError(file, f"{where}.rule.model_error", f"a relative error in [0, 10), got {rule['model_error']}")
