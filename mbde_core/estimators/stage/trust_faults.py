@@ -191,9 +191,9 @@ class StepDetector:
                     break
             else:
                 if st[6] > BURST_ALARM:
-                    rms = math.sqrt((st[6] + BURST_DRIFT * st[7]) / max(st[7], 1))
-                    self.last = (t, f"readings of {name} jumped: {st[7]} innovation{'s' if st[7] > 1 else ''} of {rms:.3g} sigma (rms) "
-                                    f"at {t:.3f} s")
+                    rms = math.sqrt((st[6] + BURST_DRIFT * st[7]) / max(st[7], 1))  # c + kappa n: their sum
+                    what = f"{st[7]} innovation{'s' if st[7] > 1 else ''}"
+                    self.last = (t, f"readings of {name} jumped: {what} of {rms:.3g} sigma (rms) at {t:.3f} s")
                     self.g[ch] = [0.0, 0.0, 0, 0, 0.0, 0.0, 0.0, 0]
 
     def moved(self, t: float, estimate, angular, armed: bool, rejected: bool = False, trusted: bool = False) -> None:
