@@ -42,7 +42,8 @@ def test_consistent_innovations_never_step():
 def test_a_step_in_the_innovations_is_lost_then_degraded():
     """2 s consistent (OK), a +10 sigma step absorbed within a few readings, then
     consistent innovations (the sliding window alone is OK again within 1.5 s): LOST
-    within 2 readings of the step and for STEP_LOST s, naming the channel and the size,
+    within 2 readings of the step and for STEP_LOST s, naming the channel (the squared
+    innovations' CUSUM alarms at the first one, 8.7 sigma),
     then DEGRADED for STEP_DEGRADED s, then OK."""
     rng = np.random.default_rng(3)
     mon = TrustMonitor()
@@ -54,7 +55,7 @@ def test_a_step_in_the_innovations_is_lost_then_degraded():
     out = _feed(mon, es, t0=2.0)
     lost = [k for k, (t, v) in enumerate(out) if v.level == LOST]
     assert lost[0] <= 2
-    assert "enc[0] stepped by +" in out[lost[0]][1].reason
+    assert "readings of enc[0] jumped: 1 innovation of " in out[lost[0]][1].reason  # the squares' CUSUM first
     t_step = out[lost[0]][0]
     assert all(v.level == LOST for t, v in out if t_step <= t < t_step + STEP_LOST - DT)
     assert all(v.level == DEGRADED and v.code == "step" for t, v in out
