@@ -60,6 +60,8 @@ setup(
         # the particle filter's RK4 propagation on all cores (mbde_core/engine/numba_kernels.py);
         # without it the numpy path runs (same results)
         "numba>=0.60",
+        # one BLAS thread for the estimators' small matrices in library use (mbde_core/estimators/blas_threads.py)
+        "threadpoolctl>=3.1,<4",
     ],
     extras_require={
         # run replays and benchmarks on a Dask distributed cluster (--scheduler tcp://HOST:PORT)
