@@ -42,9 +42,8 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
   error in predicting them (:mod:`sensor_scales`),
   sigma^2 = sigma_noise^2 + (eps rms(h))^2 f / w_g + sum_k (rms(dh/dzdd_k) a_f,k)^2,
   f the sensor's rate: a model error shows in an accelerometer's reading directly
-  (gravity, and every unmodelled force through zdd), not only through the state, and it
-  persists over 1/w_g, i.e. over f / w_g readings (without the widening: mean NEES 6e3
-  on ``fourbar_imu``);
+  (gravity, and every unmodelled force through zdd), not only through the state, and it persists
+  over 1/w_g, i.e. over f / w_g readings (without the widening: mean NEES 6e3 on ``fourbar_imu``);
 - ADE-KF (``adekf``): its unknown inputs absorb the force errors, so no q_force and the
   accelerometers are widened for the gravity term only; q_model stays (an input random
   walk lags a force that depends on z), q_disc is the forward-Euler zd error in full,
@@ -58,7 +57,8 @@ also taken from a simulated scenario's speed controller ``torque_limit`` and tar
 - ``inputs: auto`` (the observers with input states, UKF, DEKF, errorEKF, VI-EKF, CEKF,
   :mod:`input_states`): one random-walk generalized force per force-limited independent
   coordinate k, sigma0 = F_k (its limit) and density psd = r_a / dt = (F_k w' dt)^2 / dt,
-  the ADE-KF's per-step increment as a density (:func:`auto_inputs`); with input jumps
+  the ADE-KF's per-step increment as a density (:func:`auto_inputs`; dt: the step, or the
+  readings' period if the step subdivides it, :func:`input_interval`, not for the PF); with input jumps
   (``input_jump_nis`` > 0: the steps of a saturating controller are the jumps' part) the
   random walk is left the smooth part, psd = (min(f_r,k, F_k w')^2 + (eps F_k w')^2) dt,
   the per-step increment of the holding force's ripple (f_r, :mod:`mechanism_scales`: the
@@ -103,6 +103,7 @@ import numpy as np
 
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.options.common import AUTO, MODEL_ERROR, Rule
+from mbde_core.estimators.options.inputs import input_interval
 from mbde_core.estimators.options.mechanism_scales import mechanism_scales
 from mbde_core.estimators.options.sensor_scales import widened_sigmas
 
@@ -228,7 +229,7 @@ def resolve_config(cls, cfg: dict, mech, sensors, context=None, where=("<estimat
         _adekf_inputs(out, sc, mech)
     if out.get("inputs") == AUTO:
         jumps = bool(out.get("input_jump_nis", 0))  # the particle filters: none (their jumps are redraws)
-        out["inputs"] = auto_inputs(mech, sc, limits, float(out["step"]), model_error(out) if jumps else None)
+        out["inputs"] = auto_inputs(mech, sc, limits, input_interval(float(out["step"]), sensors, family == "particle"), model_error(out) if jumps else None)
         if cls.traits.known_inputs and measured.any():  # a measured torque leaves a residual force
             names = [n for n, m in zip(mech.independent_names, measured) if m]
             out["inputs"] = residual_inputs(out["inputs"], names, model_error(out), input_rate(sc), float(out["step"]))
