@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import REPO
-from mbde_core.estimators.configure import configure, defaults
+from mbde_core.estimators.configure import configure, defaults, validate
+from mbde_core.estimators.options.frozen import AUTO
 from mbde_core.estimators.options.rule import scenario_context
 from mbde_core.estimators.options.step_rule import update_interval
 
@@ -40,3 +41,33 @@ def test_input_density_does_not_follow_a_shorter_step(slider40, name):
     [a], [b] = auto["inputs"], period["inputs"]
     assert a["psd"] == pytest.approx(b["psd"], rel=1e-12)  # (N m)^2/s: the same random walk at 0.5 and 1 ms
     assert 3.0 < a["psd"] < 4.0  # (N m)^2/s: the ripple's rate squared over 1 ms
+
+
+@pytest.mark.parametrize("name", ["ukf", "diekfpm"])
+def test_the_rules_input_density_does_not_depend_on_a_step_that_subdivides_the_readings(name):
+    from mbde_core.scenario.scenario import load_scenario
+
+    sc = load_scenario(SCENARIO)
+    mech, sensors, ctx = sc.estimator_mechanism(), sc.estimator_sensors(), scenario_context(sc)
+
+    def psd(step):
+        cfg = validate(name, {"inputs": AUTO, "input_jump_nis": 0.0, "step": step})
+        [inp] = configure(name, cfg, mech, sensors, ctx).as_dict()["inputs"]
+        return inp["psd"]  # (N m)^2/s
+
+    assert psd(0.0005) == pytest.approx(psd(0.001), rel=1e-12)  # 2 steps per 1 ms reading: the same density
+    assert psd(0.00025) == pytest.approx(psd(0.001), rel=1e-12)
+    assert psd(0.002) == pytest.approx(2.0 * psd(0.001), rel=1e-12)  # a step over 2 readings: (F w')^2 step
+
+
+def test_the_particle_filters_walk_keeps_the_steps_density():
+    from mbde_core.scenario.scenario import load_scenario
+
+    sc = load_scenario(SCENARIO)
+    mech, sensors, ctx = sc.estimator_mechanism(), sc.estimator_sensors(), scenario_context(sc)
+
+    def psd(step):
+        [inp] = configure("pf", validate("pf", {"step": step}), mech, sensors, ctx).as_dict()["inputs"]
+        return inp["psd"]  # (N m)^2/s
+
+    assert psd(0.0005) == pytest.approx(0.5 * psd(0.001), rel=1e-12)  # (F w')^2 step

@@ -30,7 +30,12 @@ def auto_step(sc, sensors, combines=False) -> float:
 def update_interval(step: float, sensors) -> float:
     """The time between two corrections: the step, or the fastest sensor's period when the
     step divides it (the dynamics need the shorter step, the readings come no faster). The
-    input states' density is that of their increment over this interval (the rule's module doc, ``inputs: auto``), so a
-    step shortened for the dynamics leaves the inputs' random walk as it is."""
+    input states' density is that of their increment over this interval (the rule's module
+    doc, ``inputs: auto``), so a step shortened for the dynamics leaves the inputs' random
+    walk as it is. On paper 004's slider-crank (1 kHz accelerometer, step 0.5 ms, torque
+    unknown) the density over the step made the UKF and DIEKFpm lag the servo's torque
+    ripple (mean NEES/dim 15 and 8.4, seed 100, 3 s); the readings' likelihood is largest
+    near the density over the period (psd x1 / x2 / x4 / x16 of the step's: -2 log L per
+    reading 0.84 / 0.57 / 0.78 / 1.81, UKF)."""
     periods = [1.0 / s.rate for s in sensors if getattr(s, "rate", 0) and s.rate > 0]
     return max(step, min(periods)) if periods else step
