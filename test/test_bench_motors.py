@@ -15,6 +15,7 @@ from mbde_core.config.paths import config_path
 from mbde_core.estimators import registry
 from mbde_core.estimators.configure import configure
 from mbde_core.estimators.options.rule import input_rate, rule_scales, scenario_context
+from mbde_core.estimators.options.step_rule import update_interval
 from mbde_core.scenario import load_scenario
 from mbde_core.scenario.scenario import Scenario
 from mbde_core.sensors.sensor_set import SensorSet
@@ -53,8 +54,8 @@ def test_the_context_limits_an_unmodelled_motor_by_its_peak_and_ignores_a_distur
 def test_a_measured_torque_leaves_a_residual_input_state():
     """The speed-step slider-crank (2 N m motor): unknown, the UKF's input state is the
     motor's (sigma0 = limit = 2 N m); measured, it is the model error eps = 0.1 of it (sigma0
-    0.2 N m changing at the motion's rate w', psd (0.2 w')^2 step, no limit) and the
-    coordinate stays covered (no q_force)."""
+    0.2 N m changing at the motion's rate w', psd (0.2 w')^2 dt over the interval between
+    corrections, no limit) and the coordinate stays covered (no q_force)."""
     sc = _scenario("moving", duration=1.0)
     mech, sensors, ctx = sc.estimator_mechanism(), sc.estimator_sensors(), scenario_context(sc)
     unknown = configure("ukf", {}, mech, SensorSet(list(sensors), ()), ctx).as_dict()
@@ -62,7 +63,8 @@ def test_a_measured_torque_leaves_a_residual_input_state():
     (u,), (m,) = unknown["inputs"], measured["inputs"]
     assert (u["sigma0"], u["limit"]) == (2.0, 2.0)
     w = input_rate(rule_scales(mech, measured, ctx))  # the residual force eps F changes at the motion's rate
-    assert m["sigma0"] == pytest.approx(0.2) and m["psd"] == pytest.approx((0.2 * w) ** 2 * measured["step"]) \
+    dt = update_interval(measured["step"], sensors)  # s: the step, or the readings' period when the step divides it
+    assert m["sigma0"] == pytest.approx(0.2) and m["psd"] == pytest.approx((0.2 * w) ** 2 * dt) \
         and "limit" not in m
     assert measured["plant_noise"] == unknown["plant_noise"]
 

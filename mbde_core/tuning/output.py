@@ -40,6 +40,9 @@ def section(result) -> dict:
         return {"step": _plain(cfg["step"]),
                 "acceleration_sigma": float(result.start_sigma_a if sa is None else sa)}
     out = {k: _plain(cfg[k]) for k in KEYS if k in cfg}
+    pn = out.get("plant_noise")
+    if isinstance(pn, dict) and not pn.get("adaptive", False):  # the fixed rule: no adaptive keys in the file
+        out["plant_noise"] = {k: v for k, v in pn.items() if k not in ("adaptive", "adaptive_window")}
     if cfg.get("sensor_sigma"):
         out["sensor_sigma"] = _plain(cfg["sensor_sigma"])
     if _traits(result.name).noise_rule == "adekf":
