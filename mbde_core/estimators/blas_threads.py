@@ -1,4 +1,4 @@
-"""One BLAS thread for the estimators' steps (:mod:`~mbde_core.estimators.stage.steps`).
+"""One BLAS thread for the estimators' steps (:mod:`~mbde_core.estimators.stage.core`).
 
 The filters' matrices are small (6x6 to 30x30): OpenBLAS's own threads only cost there.
 The ``mbde`` command and the nodes set one BLAS thread before numpy is imported
@@ -6,7 +6,7 @@ The ``mbde`` command and the nodes set one BLAS thread before numpy is imported
 library kept OpenBLAS's default, one thread per core, whose spinning threads count in its
 CPU: a CEKF with an input state on paper 004's slider-crank (1 kHz accelerometer, 1 ms
 step) took 8.4-8.5 ms of process CPU per step where it takes 1.5-1.7 ms with one thread
-(the 6x6 ``scipy.linalg.expm`` of its transition). At the first step of an estimator stage
+(the 6x6 ``scipy.linalg.expm`` of its transition). When an estimator stage is built
 :func:`single_blas` therefore sets every BLAS library of the process to one thread, as the
 command does, unless the user chose their number (``OPENBLAS_NUM_THREADS``,
 ``MKL_NUM_THREADS`` or ``OMP_NUM_THREADS`` set): once, not around every step -- switching

@@ -67,6 +67,7 @@ from typing import Callable
 
 import numpy as np
 
+from mbde_core.estimators.blas_threads import single_blas
 from mbde_core.estimators.base import InitialState
 from mbde_core.estimators.chi2 import chi2_ppf
 from mbde_core.estimators.options.common import Reacquire
@@ -113,6 +114,7 @@ class EstimatorStage(StageSteps, StageRecovery):
                  keep: bool = True):
         if not step > 0:
             raise ValueError("step must be > 0")
+        single_blas()  # BLAS on one thread (mbde_core.estimators.blas_threads), once per process
         self.est = estimator
         self.sensors = estimator.sensors
         self.dt = float(step)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 
-from mbde_core.estimators.blas_threads import single_blas
 from mbde_core.estimators.stage.guards import finite_snapshot
 from mbde_core.estimators.stage.multirate import combine
 from mbde_core.estimators.stage.records import StepRecord
@@ -23,7 +22,6 @@ class StageSteps:
 
     def _close_slot(self) -> None:
         """Fuse the pending readings at the current slot and emit its estimate."""
-        single_blas()  # BLAS on one thread (mbde_core.estimators.blas_threads)
         readings, self.pending = self.pending, []
         t_start = time.perf_counter()
         result = None
@@ -56,7 +54,6 @@ class StageSteps:
 
     def _step_to(self, k_target: int) -> None:
         """Predict slot by slot up to k_target (emitting the empty slots in between)."""
-        single_blas()
         while self.k < k_target:
             t_start = time.perf_counter()
             self._hold(self.dt)
