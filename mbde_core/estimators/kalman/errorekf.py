@@ -151,10 +151,11 @@ class ErrorEKF(AdaptivePlantNoise, JumpHypothesis, CovarianceInflation, Estimato
 
     # -- helpers ------------------------------------------------------------------------------
     def _extra_zdd(self, q):
-        extra = self.a.copy()
-        if self.k:
-            extra = extra + self.model.input_gain(q, self.input_cols) @ self.u
-        return extra
+        return self.a + self._gain(q) @ self.u if self.k else self.a.copy()
+
+    def _gain(self, q):  # the input gain at q, with the FullState's R when it is at q (no position-level R again)
+        st = self.full
+        return self.model.input_gain(q, self.input_cols, st.R if st is not None and st.q is q else None)
 
     def _extra_Q(self):
         return input_forces(self.mech.n, self.input_cols, self.u) if self.k else None
@@ -219,7 +220,7 @@ class ErrorEKF(AdaptivePlantNoise, JumpHypothesis, CovarianceInflation, Estimato
             F[:g, 2 * g : 2 * g + na] = 0.5 * dt * dt * np.eye(g)
             F[g : 2 * g, 2 * g : 2 * g + na] = dt * np.eye(g)
         if k:
-            B = self.model.input_gain(q, self.input_cols)
+            B = self._gain(q)
             F[:g, 2 * g + na :] = 0.5 * dt * dt * B
             F[g : 2 * g, 2 * g + na :] = dt * B
         Qd = np.zeros((self.dim, self.dim))
@@ -341,7 +342,7 @@ class ErrorEKF(AdaptivePlantNoise, JumpHypothesis, CovarianceInflation, Estimato
                 if na:
                     H[:, 2 * g : 2 * g + na] = Hqdd @ R
                 if self.k:
-                    H[:, 2 * g + na :] = Hqdd @ R @ self.model.input_gain(q, self.input_cols)
+                    H[:, 2 * g + na :] = Hqdd @ R @ self.model.input_gain(q, self.input_cols, R)
         return names, dims, y, H, Rm
 
     def _correct(self, dx):

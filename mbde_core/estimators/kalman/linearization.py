@@ -272,22 +272,23 @@ class Linearization:
         A[g:, :] = (f[: 2 * g] - f[2 * g:]).T / (2 * steps)
         return A
 
-    def input_gain(self, q, columns) -> np.ndarray:
+    def input_gain(self, q, columns, R=None) -> np.ndarray:
         """dzdd/du (g, k) for generalized forces u on coordinates ``columns``: Mbar^-1 R^T E
         (read-only; the last q's kept: an observer asks at one configuration several times
-        per step)."""
+        per step). R: R(q) if the caller has it (a FullState at q), else it is evaluated."""
         key = (np.asarray(q, dtype=float).tobytes(), tuple(int(c) for c in columns), self.mech.M.tobytes())
         last = getattr(self, "_input_gain_last", None)
         if last is not None and last[0] == key:
             return last[1]
-        out = self._input_gain(q, columns)
+        out = self._input_gain(q, columns, R)
         out.setflags(write=False)
         self._input_gain_last = (key, out)
         return out
 
-    def _input_gain(self, q, columns) -> np.ndarray:
+    def _input_gain(self, q, columns, R=None) -> np.ndarray:
         mech = self.mech
-        R = kinematics.r_matrix(mech, q)
+        if R is None:
+            R = kinematics.r_matrix(mech, q)
         Mbar = R.T @ mech.M @ R
         E = np.zeros((mech.n, len(columns)))
         E[list(columns), np.arange(len(columns))] = 1.0

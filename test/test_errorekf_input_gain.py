@@ -1,0 +1,60 @@
+"""The errorEKF's input gain B = (R^T M R)^-1 R^T E with R taken from the FullState at the
+simulation state (no second evaluation of the position-level R) against R evaluated at q
+(kinematics.r_matrix), on paper 004's slider-crank with the torque unknown: the gain
+itself, and the filter's state and covariance after steps and updates with both."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from mbde_core.estimators import make_estimator
+from mbde_core.estimators.base import InitialState
+from mbde_core.estimators.configure import configure, defaults
+from mbde_core.estimators.options.rule import scenario_context
+from mbde_core.types import Measurement
+
+SCENARIO = f"{REPO}/config/scenarios/adekf_slider_crank.yaml"
+
+
+@pytest.fixture(scope="module")
+def rig():
+    from mbde_core.scenario.scenario import load_scenario
+
+    sc = load_scenario(SCENARIO).with_overrides(duration=3.0)
+    mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
+    return mech, sensors, configure("errorekf", defaults("errorekf"), mech, sensors, scenario_context(sc))
+
+
+def _run(rig, evaluate_r: bool):
+    mech, sensors, options = rig
+    est = make_estimator("errorekf", mech, sensors, options, rng=np.random.default_rng(0))
+    assert est.k >= 1  # the torque as an input state
+    if evaluate_r:
+        est._gain = lambda q: est.model.input_gain(q, est.input_cols)
+    z0 = mech.q0[mech.independent]
+    est.reset(0.0, InitialState(z0, np.full(len(z0), 40.0), np.full(len(z0), 0.01), np.full(len(z0), 1.0), mech.q0, None))
+    rng = np.random.default_rng(1)
+    for k in range(20):
+        est.predict(0.0005)
+        if k % 2:
+            est.update([Measurement(est.t, "accel_slider", np.array([rng.normal(0.0, 5.0)]))], {})
+    return est
+
+
+def test_gain_with_the_fullstates_r_equals_the_evaluated_one(rig):
+    est = _run(rig, False)
+    st = est._full()
+    est.model._input_gain_last = None
+    a = np.array(est.model.input_gain(st.q, est.input_cols, st.R))
+    est.model._input_gain_last = None
+    b = np.array(est.model.input_gain(st.q, est.input_cols))
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)  # rad/s^2 per N m
+
+
+def test_filter_with_the_fullstates_r_follows_the_evaluated_one(rig):
+    a, b = _run(rig, False), _run(rig, True)
+    np.testing.assert_allclose(a.state.q, b.state.q, rtol=0, atol=1e-10)  # rad, m
+    np.testing.assert_allclose(a.state.qd, b.state.qd, rtol=0, atol=1e-8)  # rad/s, m/s
+    np.testing.assert_allclose(a.u, b.u, rtol=0, atol=1e-8)  # N m
+    np.testing.assert_allclose(a.P, b.P, rtol=1e-8, atol=1e-14)
