@@ -113,11 +113,12 @@ class InputStates:
         """The estimated generalized forces (n,) on the model (None without inputs)."""
         return input_forces(self.mech.n, self.input_cols, self.u) if self.k else None
 
-    def with_inputs(self, q, zdd, qdd, U):
+    def with_inputs(self, q, zdd, qdd, U, R=None):
         """(zdd, qdd) of a batch of states (N rows: q (N, n), zdd (N, g), qdd (N, n) or
-        None, inputs U (N, k)) with the inputs' accelerations B u added (qdd += R B u)."""
-
-        R = kinematics.r_matrix(self.mech, q)
+        None, inputs U (N, k)) with the inputs' accelerations B u added (qdd += R B u);
+        R (N, n, g) at q if the caller has it, else evaluated."""
+        if R is None:
+            R = kinematics.r_matrix(self.mech, q)
         dz = np.einsum("igk,ik->ig", self.input_gain(R), U)
         zdd = zdd + dz
         if qdd is not None:

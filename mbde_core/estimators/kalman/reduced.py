@@ -160,7 +160,7 @@ class ReducedModel(Linearization):
         st.C = C
         return C
 
-    def assemble_near(self, t, X, st: FullState, accelerations: bool = False, center: int | None = None):
+    def assemble_near(self, t, X, st: FullState, accelerations: bool = False, center: int | None = None, r_out=None):
         """Full states of N filter states X (N, 2g) near the FullState ``st`` (sigma points).
 
         Position problems start from the second-order predictors (:meth:`guess`) of
@@ -168,7 +168,9 @@ class ReducedModel(Linearization):
         ``accelerations``, the dynamics at time t. Row ``center`` (if given) is st's own x
         and takes st's values. A state whose position problem fails takes st's q, qd (and
         accelerations). Returns (q (N, n), qd (N, n), zdd (N, g), qdd (N, n), ok (N,)),
-        zdd and qdd None without ``accelerations``.
+        zdd and qdd None without ``accelerations``. r_out: a list that receives the N rows'
+        R (n, g) where the generated kernels gave them with the accelerations (left empty
+        otherwise: the caller evaluates R).
         """
         mech, g = self.mech, self.g
         N = X.shape[0]
@@ -181,26 +183,31 @@ class ReducedModel(Linearization):
             try:
                 S = K.scalar
                 tv = K.time_values(t)
-                qs, qds, zdds, qdds, oks = [], [], [], [], []
+                qs, qds, zdds, qdds, oks, rs = [], [], [], [], [], []
                 sq, sqd = st.q.tolist(), st.qd.tolist()
+                sR = None if st.R is None else st.R.tolist()
                 szdd = None if st.zdd is None else st.zdd.tolist()
                 sqdd = None if st.qdd is None else st.qdd.tolist()
                 for i, (xi, gi) in enumerate(zip(X.tolist(), G.tolist())):
                     if i == center:
                         qs.append(sq), qds.append(sqd), zdds.append(szdd), qdds.append(sqdd), oks.append(True)
+                        rs.append(sR)
                         continue
                     xs, ok, tr, J = fastpath.s_position(mech, K, xi[:g], gi, 30)
                     if not ok:
                         qs.append(sq), qds.append(sqd), zdds.append(szdd), qdds.append(sqdd), oks.append(False)
+                        rs.append(sR)
                         continue
                     if accelerations:
-                        qd, zdd, qdd, _, _ = S.post(J, tr, xs, xi[g:], tv, None, True)
-                        zdds.append(zdd), qdds.append(qdd)
+                        qd, zdd, qdd, Ri, _ = S.post(J, tr, xs, xi[g:], tv, None, True)
+                        zdds.append(zdd), qdds.append(qdd), rs.append(Ri)
                     else:
                         qd = S.velocity(J, tr, xi[g:])
                     qs.append(xs), qds.append(qd), oks.append(True)
                 ok = np.array(oks)
                 if accelerations:
+                    if r_out is not None and sR is not None:
+                        r_out.extend(rs)
                     return np.array(qs), np.array(qds), np.array(zdds).reshape(N, g), np.array(qdds), ok
                 return np.array(qs), np.array(qds), None, None, ok
             except fastpath.SCALAR_ERRORS:

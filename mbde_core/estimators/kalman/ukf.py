@@ -120,10 +120,11 @@ class UKF(AdaptivePlantNoise, ExplicitTransition, InputStates, ReducedKalman):
     def _assemble_batch(self, X, accelerations: bool):
         """(q, qd, zdd, qdd) of the sigma points X (row 0 = the mean); failures counted."""
         if self.k:
+            rs = []  # R of the rows where the kernels gave it (no second evaluation in with_inputs)
             q, qd, zdd, qdd, ok = self.model.assemble_near(self.t, X[:, : 2 * self.g], self._full(), accelerations,
-                                                           center=0)
+                                                           center=0, r_out=rs)
             if accelerations:
-                zdd, qdd = self.with_inputs(q, zdd, qdd, X[:, 2 * self.g:])
+                zdd, qdd = self.with_inputs(q, zdd, qdd, X[:, 2 * self.g:], np.array(rs) if rs else None)
         else:
             q, qd, zdd, qdd, ok = self.model.assemble_near(self.t, X, self._full(), accelerations, center=0)
         if not ok.all():
@@ -157,8 +158,9 @@ class UKF(AdaptivePlantNoise, ExplicitTransition, InputStates, ReducedKalman):
         zdd = self._assemble_batch(X, True)[2]
         Xp = np.hstack([position_step(self.options.transition, X[:, :g], X[:, g:g2], zdd, dt), X[:, g:g2] + dt * zdd])
         if self.options.transition == "heun":
-            q1, _, zdd1, _, _ = self.model.assemble_near(self.t + dt, Xp, self._full(), True)
-            zdd1 = self.with_inputs(q1, zdd1, None, X[:, g2:])[0]
+            rs = []
+            q1, _, zdd1, _, _ = self.model.assemble_near(self.t + dt, Xp, self._full(), True, r_out=rs)
+            zdd1 = self.with_inputs(q1, zdd1, None, X[:, g2:], np.array(rs) if rs else None)[0]
             Xp = heun_step(X[:, :g2], zdd, zdd1, dt, g)
         self._predicted(x0, np.hstack([Xp, X[:, g2:]]), self.augmented_noise(dt), dt)
 
