@@ -58,3 +58,14 @@ def test_filter_with_the_fullstates_r_follows_the_evaluated_one(rig):
     np.testing.assert_allclose(a.state.qd, b.state.qd, rtol=0, atol=1e-8)  # rad/s, m/s
     np.testing.assert_allclose(a.u, b.u, rtol=0, atol=1e-8)  # N m
     np.testing.assert_allclose(a.P, b.P, rtol=1e-8, atol=1e-14)
+
+
+def test_one_dof_gain_is_the_solve(rig):
+    from mbde_core.engine import kinematics
+
+    est = _run(rig, False)
+    q = est.state.q
+    R = kinematics.r_matrix(est.mech, q)
+    est.model._input_gain_last = None
+    np.testing.assert_allclose(est.model.input_gain(q, est.input_cols),
+                               np.linalg.solve(R.T @ est.mech.M @ R, R.T[:, est.input_cols]), rtol=1e-14, atol=0)

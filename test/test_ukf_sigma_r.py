@@ -62,3 +62,11 @@ def test_filter_with_the_kernels_r_follows_the_evaluated_one(rig):
     a, b = _run(rig, False), _run(rig, True)
     np.testing.assert_allclose(a.x, b.x, rtol=0, atol=1e-9)  # rad, rad/s, N m
     np.testing.assert_allclose(a.P, b.P, rtol=1e-8, atol=1e-14)
+
+
+def test_one_dof_input_gain_is_the_solve(rig):
+    est = _start(rig)
+    R = kinematics.r_matrix(est.mech, np.array([est.mech.q0, est.mech.q0 + 0.01]))
+    Rt = np.swapaxes(R, -1, -2)
+    np.testing.assert_allclose(est.input_gain(R), np.linalg.solve(Rt @ est.mech.M @ R, Rt @ est._E), rtol=1e-14, atol=0)
+    np.testing.assert_allclose(est.input_gain(R[0]), np.linalg.solve(Rt[0] @ est.mech.M @ R[0], Rt[0] @ est._E), rtol=1e-14, atol=0)

@@ -107,6 +107,8 @@ class InputStates:
         """B = dzdd/du = (R^T M R)^-1 R^T E: (g, k) for R (n, g), (N, g, k) for R (N, n, g)."""
         M = self.mech.M
         Rt = np.swapaxes(R, -1, -2)
+        if R.shape[-1] == 1:  # one DOF: a division (np.linalg.solve's fixed cost is most of a sigma set's)
+            return (Rt @ self._E) / (Rt @ M @ R)
         return np.linalg.solve(Rt @ M @ R, Rt @ self._E)
 
     def extra_forces(self):

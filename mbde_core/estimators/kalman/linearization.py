@@ -292,7 +292,7 @@ class Linearization:
         Mbar = R.T @ mech.M @ R
         E = np.zeros((mech.n, len(columns)))
         E[list(columns), np.arange(len(columns))] = 1.0
-        return np.linalg.solve(Mbar, R.T @ E)
+        return (R.T @ E) / Mbar if Mbar.shape == (1, 1) else np.linalg.solve(Mbar, R.T @ E)  # one DOF: a division
 
 
 def _all_finite(values) -> bool:
