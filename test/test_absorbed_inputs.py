@@ -105,3 +105,13 @@ def test_the_diekfpms_jacobian_keeps_no_df_dx_with_an_input_on_its_coordinate(sl
     np.testing.assert_allclose(Aa[1], 0.0, atol=1e-9)
     off = _filter("diekfpm", slider, absorb_inputs=False)
     np.testing.assert_array_equal(off._absorbed_jacobian(A, q), A)
+
+
+def test_a_measured_torques_residual_input_does_not_absorb():
+    from mbde_core.estimators.kalman.input_states import absorbing
+
+    class Est:  # an unknown input on coordinate 4 (theta) and one on 2; a measured torque on 4
+        input_cols, k_unknown = [4, 2, 4], 2
+    assert absorbing(Est) == [1]
+    Est.input_cols, Est.k_unknown = [4], 1  # the torque unknown
+    assert absorbing(Est) == [0]

@@ -32,7 +32,7 @@ import numpy as np
 from mbde_core.engine import kinematics
 from mbde_core.estimators.kalman.input_states import (init_input_attributes, input_forces, input_names, jump_variance,
                                                      for_both, jump_directions, known_input_state,
-                                                     project_inputs, unabsorbed, validate_inputs)
+                                                     absorbing, project_inputs, unabsorbed, validate_inputs)
 from mbde_core.estimators.kalman.jump_hypothesis import JumpHypothesis
 
 
@@ -88,13 +88,14 @@ class DependentInputs(JumpHypothesis):
         """A (2g, 2g) with df/dx's part in the unknown inputs' directions dropped
         (:func:`input_states.unabsorbed`; ``absorb_inputs``, on by default): the unknown
         inputs take the known forces' state dependence, as in the UKF's sigma points."""
-        ku, g = self.k_unknown, self.mech.dof
-        if not ku or not self.options.absorb_inputs:
+        cols = absorbing(self) if self.options.absorb_inputs else []
+        g = self.mech.dof
+        if not cols:
             return A
         R = kinematics.r_matrix(self.mech, q)
         Mbar = R.T @ self.mech.M @ R
         A = A.copy()
-        A[g:] = unabsorbed(A[g:].T, self.model.input_gain(q, self.input_cols[:ku]), Mbar).T
+        A[g:] = unabsorbed(A[g:].T, self.model.input_gain(q, [self.input_cols[j] for j in cols]), Mbar).T
         return A
 
     def _input_noise(self, Qz: np.ndarray, dt: float) -> np.ndarray:

@@ -49,8 +49,8 @@ import numpy as np
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import UpdateResult
 from mbde_core.engine import kinematics
-from mbde_core.estimators.kalman.input_states import (InputStates, jump_directions, jump_variance, project_inputs,
-                                                     unabsorbed)
+from mbde_core.estimators.kalman.input_states import (InputStates, absorbing, jump_directions, jump_variance,
+                                                     project_inputs, unabsorbed)
 from mbde_core.engine.linalg import solve_one
 from mbde_core.estimators.kalman.adaptive_noise import AdaptivePlantNoise
 from mbde_core.estimators.kalman.algebra import cholesky_floats, cholesky, gate, reading_noise, update_result
@@ -185,16 +185,17 @@ class UKF(AdaptivePlantNoise, ExplicitTransition, InputStates, ReducedKalman):
         input takes the force's dependence on the state): each point keeps the mean's
         acceleration, the inputs' own deviations through the mean's B, and what the inputs
         cannot produce (with g = k: the double integrator of F = [[I, dt I], [0, I]] plus
-        B u). ``absorb_inputs`` off, or no unknown input: zdd + B(z_i) u_i."""
-        ku = self.k_unknown
+        B u). ``absorb_inputs`` off, or no unknown input on a coordinate without a measured
+        torque (:func:`input_states.absorbing`): zdd + B(z_i) u_i."""
+        cols = absorbing(self) if self.options.absorb_inputs else []
         zdd = self.with_inputs(q, zdd, None, U)[0]
-        if not ku or not self.options.absorb_inputs:
+        if not cols:
             return zdd
         R = kinematics.r_matrix(self.mech, q[0])
         Mbar = R.T @ self.mech.M @ R
         B = np.linalg.solve(Mbar, R.T @ self._E)
         own = (U - U[0]) @ B.T  # the inputs' deviations, through the mean's B
-        return zdd[0] + own + unabsorbed(zdd - zdd[0] - own, B[:, :ku], Mbar)
+        return zdd[0] + own + unabsorbed(zdd - zdd[0] - own, B[:, cols], Mbar)
 
     def _predicted(self, x0, Xp, Qd, dt: float) -> None:
         """Mean and covariance of the propagated sigma points Xp, plus the plant noise Qd."""
