@@ -24,12 +24,13 @@ def test_diekfpm_takes_the_rules_input_with_jumps(slider):
         validate("diekfpm", {"input_jump_nis": -1.0})
 
 
-def _diekfpm(slider):
+def _diekfpm(slider, **options):
     from mbde_core.estimators.base import InitialState
     from mbde_core.estimators import make_estimator
 
     _, mech, sensors, _ = slider
-    cfg = configure("diekfpm", validate("diekfpm", {"inputs": [{"coordinate": "theta", "psd": 90.0, "sigma0": 5.0}]}),
+    cfg = configure("diekfpm", validate("diekfpm", {"inputs": [{"coordinate": "theta", "psd": 90.0, "sigma0": 5.0}],
+                                                        **options}),
                          mech, sensors, None)
     est = make_estimator("diekfpm", mech, sensors, cfg)
     est.reset(0.0, InitialState(np.array([1.2]), np.array([40.0]), np.array([0.003]), np.array([0.2]), mech.q0, None))
@@ -42,10 +43,11 @@ def test_diekfpm_input_states_predict_as_the_dekfs(slider):
     coordinates, projected) against the DEKF (independent coordinates). The input's effect
     on the mean [rad/s per N m] agrees to 1 % (the two Heun steps differ by 2e-4 rad/s at
     40 rad/s with or without it), the covariance of [z, zd, u] to 1e-4 (the same
-    F = I + dt A with the inputs' columns dt^2/2 B and dt B, plus diag(psd dt))."""
+    F = I + dt A with the inputs' columns dt^2/2 B and dt B, plus diag(psd dt); the DIEKFpm's
+    df/dx in the input's direction kept, ``absorb_inputs`` off: test_absorbed_inputs)."""
     out = {}
     for u in (0.0, 0.5):  # N m
-        di = _diekfpm(slider)
+        di = _diekfpm(slider, absorb_inputs=False)
         di.u = np.array([u])
         de = _filter("dekf", slider, transition="heun", transition_jacobian="full")
         de.x[2] = u

@@ -111,6 +111,7 @@ class DIEKFpmOptions(KalmanOptions):
     transition: str = "heun"
     inputs: tuple | str = input_field()  # auto: the rule's (none without force limits; diekfpm_inputs.py)
     input_jump_nis: float = 16.0
+    absorb_inputs: bool = False          # the unknown inputs take f's state dependence (diekfpm_inputs)
 
 
 class DIEKFpm(ExplicitTransition, DependentInputs, Estimator):
@@ -190,7 +191,7 @@ class DIEKFpm(ExplicitTransition, DependentInputs, Estimator):
         full = self.options.transition_jacobian == "full"
         if self.k:
             Fz = np.eye(2 * g)
-            Fz += dt * self._transition_jacobian() if full else np.eye(2 * g, k=g) * dt  # else [[I, dt I], [0, I]]
+            Fz += dt * self._absorbed_jacobian(self._transition_jacobian(), q) if full else np.eye(2 * g, k=g) * dt
             Fz = self._input_transition(Fz, q, dt)
             self.Pz = Fz @ self.Pz @ Fz.T + self._input_noise(Qz, dt)
             self.Pz = 0.5 * (self.Pz + self.Pz.T)

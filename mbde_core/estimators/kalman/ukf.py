@@ -30,7 +30,15 @@ prediction and gains diag(psd) dt of plant noise. Input jumps (``input_jump_nis`
 update beyond an input's ``limit`` is projected back (:func:`input_states.project_inputs`).
 On adekf_slider_crank (5 N m motor, slider accelerometer) the UKF with the input but
 without jumps lost the crank where the motor leaves its limit at 18 ms (RMSE 1.3 rad);
-with jumps and the bound: 0.0103 rad, mean NEES 2.1.
+with jumps and the bound: 0.0103 rad, mean NEES 2.1. The prediction's sigma points keep
+the mean's acceleration in the unknown inputs' directions (``absorb_inputs``, on by
+default, :meth:`UKF._absorbed`): an estimated input takes the state dependence of the force
+it stands for (a speed controller's torque cancels the inertia's variation with the crank
+angle), so the points' spread along z, zd does not pass through the model's df/dx there.
+Through it, the UKF on adekf_slider_crank (1 kHz, 0.5 ms, 3 s, the trust bench's runs 0-2) sat
+0.3 ms ahead of the truth (bias +0.015 rad, +0.4 rad/s) with errorEKF's covariance: NEES/dim
+4.8-4.9, coverage 25 %; without: 0.70-0.72, 95 %, as errorEKF, DEKF, VI-EKF (the DEKF with
+the full transition Jacobian 5.5: the same cause).
 """
 from __future__ import annotations
 
@@ -40,7 +48,9 @@ import numpy as np
 
 from mbde_core.errors import ConfigError
 from mbde_core.estimators.base import UpdateResult
-from mbde_core.estimators.kalman.input_states import InputStates, jump_directions, jump_variance, project_inputs
+from mbde_core.engine import kinematics
+from mbde_core.estimators.kalman.input_states import (InputStates, absorbing, jump_directions, jump_variance,
+                                                     project_inputs, unabsorbed)
 from mbde_core.engine.linalg import solve_one
 from mbde_core.estimators.kalman.adaptive_noise import AdaptivePlantNoise
 from mbde_core.estimators.kalman.algebra import cholesky_floats, cholesky, gate, reading_noise, update_result
@@ -62,6 +72,7 @@ class UKFOptions(KalmanOptions):
     transition: str = "heun"         # transition.py
     inputs: tuple | str = input_field()  # auto: the rule's (none without force limits)
     input_jump_nis: float = 16.0
+    absorb_inputs: bool = True       # the unknown inputs take the known forces' state dependence (_absorbed)
 
 
 class UKF(AdaptivePlantNoise, ExplicitTransition, InputStates, ReducedKalman):
@@ -117,14 +128,20 @@ class UKF(AdaptivePlantNoise, ExplicitTransition, InputStates, ReducedKalman):
         self._reset_inputs()
         self._span = 0.0  # s since the last update (the input jumps' directions)
 
-    def _assemble_batch(self, X, accelerations: bool):
-        """(q, qd, zdd, qdd) of the sigma points X (row 0 = the mean); failures counted."""
+    def _assemble_batch(self, X, accelerations: bool, absorbed: bool = False):
+        """(q, qd, zdd, qdd) of the sigma points X (row 0 = the mean); failures counted.
+        absorbed: zdd + B u with the state dependence in the unknown inputs' directions
+        dropped (:meth:`_absorbed`, the prediction's; qdd then without the inputs)."""
         if self.k:
             rs = []  # R of the rows where the kernels gave it (no second evaluation in with_inputs)
             q, qd, zdd, qdd, ok = self.model.assemble_near(self.t, X[:, : 2 * self.g], self._full(), accelerations,
                                                            center=0, r_out=rs)
             if accelerations:
-                zdd, qdd = self.with_inputs(q, zdd, qdd, X[:, 2 * self.g:], np.array(rs) if rs else None)
+                Rs = np.array(rs) if rs else None
+                if absorbed:
+                    zdd = self._absorbed(q, zdd, X[:, 2 * self.g:], Rs)
+                else:
+                    zdd, qdd = self.with_inputs(q, zdd, qdd, X[:, 2 * self.g:], Rs)
         else:
             q, qd, zdd, qdd, ok = self.model.assemble_near(self.t, X, self._full(), accelerations, center=0)
         if not ok.all():
@@ -155,14 +172,34 @@ class UKF(AdaptivePlantNoise, ExplicitTransition, InputStates, ReducedKalman):
         g, g2 = self.g, 2 * self.g
         x0 = self.x
         X = self._sigma_points(x0, self.P)
-        zdd = self._assemble_batch(X, True)[2]
+        zdd = self._assemble_batch(X, True, absorbed=True)[2]
         Xp = np.hstack([position_step(self.options.transition, X[:, :g], X[:, g:g2], zdd, dt), X[:, g:g2] + dt * zdd])
         if self.options.transition == "heun":
             rs = []
             q1, _, zdd1, _, _ = self.model.assemble_near(self.t + dt, Xp, self._full(), True, r_out=rs)
-            zdd1 = self.with_inputs(q1, zdd1, None, X[:, g2:], np.array(rs) if rs else None)[0]
+            zdd1 = self._absorbed(q1, zdd1, X[:, g2:], np.array(rs) if rs else None)
             Xp = heun_step(X[:, :g2], zdd, zdd1, dt, g)
         self._predicted(x0, np.hstack([Xp, X[:, g2:]]), self.augmented_noise(dt), dt)
+
+    def _absorbed(self, q, zdd, U, Rs=None):
+        """zdd + B u (N, g) of the sigma points (q (N, n), zdd (N, g) of the known forces, row
+        0 the mean's; inputs U (N, k)) with the state dependence of their accelerations in
+        the unknown inputs' directions dropped (:func:`input_states.unabsorbed`: an unknown
+        input takes the force's dependence on the state): each point keeps the mean's
+        acceleration, the inputs' own deviations through the mean's B, and what the inputs
+        cannot produce (with g = k: the double integrator of F = [[I, dt I], [0, I]] plus
+        B u). ``absorb_inputs`` off, or no unknown input on a coordinate without a measured
+        torque (:func:`input_states.absorbing`): zdd + B(z_i) u_i. Rs (N, n, g): the sigma
+        points' R where the position kernels gave it (else evaluated here)."""
+        cols = absorbing(self) if self.options.absorb_inputs else []
+        zdd = self.with_inputs(q, zdd, None, U, Rs)[0]
+        if not cols:
+            return zdd
+        R = Rs[0] if Rs is not None else kinematics.r_matrix(self.mech, q[0])
+        Mbar = R.T @ self.mech.M @ R
+        B = np.linalg.solve(Mbar, R.T @ self._E)
+        own = (U - U[0]) @ B.T  # the inputs' deviations, through the mean's B
+        return zdd[0] + own + unabsorbed(zdd - zdd[0] - own, B[:, cols], Mbar)
 
     def _predicted(self, x0, Xp, Qd, dt: float) -> None:
         """Mean and covariance of the propagated sigma points Xp, plus the plant noise Qd."""
