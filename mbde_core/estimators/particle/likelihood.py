@@ -338,3 +338,31 @@ def log_likelihood(pf, measurements, gates=None):
     rd, rejected = readings(pf, measurements, gates)
     ll = plain_log_likelihood(rd, pf.N)
     return ll, [x.m.sensor for x in rd], rejected, [x.y for x in rd], [x.C + x.R for x in rd]
+
+
+def innovation_stats(ys, blocks):
+    """(nis, e, logdet) of the stacked innovations y = [y_1, ...] with the block-diagonal
+    S = diag(S_1, ...) (one block per reading), or (None, None, None) if a block is not
+    positive definite: the Cholesky factor of S is the blocks' factors on its diagonal, so
+    e = L^-1 y and log det S = 2 sum log diag L are those of the blocks, stacked and summed
+    (the full factor's values to rounding, without assembling S; a 1 x 1 block in scalar
+    arithmetic: an encoder's or a gyroscope's reading costs no LAPACK call)."""
+    es, nis, logdet = [], 0.0, 0.0
+    for y, S in zip(ys, blocks):
+        if S.shape == (1, 1):
+            s = float(S[0, 0])
+            if not s > 0.0:
+                return None, None, None
+            l = math.sqrt(s)
+            e = np.array([float(y[0]) / l])
+            logdet += math.log(s)
+        else:
+            try:
+                L = np.linalg.cholesky(S)
+            except np.linalg.LinAlgError:
+                return None, None, None
+            e = np.linalg.solve(L, y)
+            logdet += float(2.0 * np.log(np.diagonal(L)).sum())
+        nis += float(e @ e)
+        es.append(e)
+    return nis, (es[0] if len(es) == 1 else np.concatenate(es)), logdet
