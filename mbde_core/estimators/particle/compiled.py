@@ -42,6 +42,7 @@ from mbde_core.engine.numba_cache import SERIAL_MAX
 from mbde_core.estimators.particle import normals
 
 _K = None  # the compiled kernels (namespace), False when numba is missing
+_G = None  # the gate's kernel module (gate_kernels), False when numba is missing
 MOMENTS_MIN = 4096  # particles from which the moments run on numba with ``auto`` (see above)
 UPDATE_MIN = 4096  # particles from which the update kernels run with ``auto`` (the propagation's AUTO_MIN)
 
@@ -277,3 +278,21 @@ def gyroscope(sensor, q, qd, Rc, dt: float, threads: int = 1):
     Rk = Rc if with_G else np.empty((1, 1, 1))
     _run(kernels().gyro_range, N, threads, (q, qd, Rk, float(dt), lq, cq, lv, cv, with_G, pred, G))
     return pred, (G if with_G else None)
+
+
+def gate_d2(ll, logw, w, p, w0: float, angular: bool, cand) -> float:
+    """:func:`mbde_core.estimators.particle.likelihood.predictive_d2` of a scalar reading
+    (its scalar branch, no ``limit``) in one compiled pass per reference
+    (:mod:`.gate_kernels`; equal to the numpy code to rounding), or None when numba is
+    not importable. p: (N,) predictions; w0: the whitening; cand: the candidates."""
+    global _G
+    if _G is None:
+        # lazy: imports numba and compiles on first use (cached per machine); only when chosen
+        from mbde_core.estimators.particle import gate_kernels
+
+        _G = gate_kernels if numba_kernels.numba() is not None else False
+    if not _G:
+        return None
+    f = np.ascontiguousarray
+    return float(_G.gate_d2(f(ll, dtype=float), f(logw, dtype=float), f(w, dtype=float), f(p, dtype=float),
+                            float(w0), bool(angular), f(cand, dtype=np.int64)))
