@@ -89,7 +89,6 @@ sampling); Deutscher, Blake & Reid 2000 (annealed PF); Thrun, Burgard & Fox 2005
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 from mbde_core.engine.integrators import MBState, get_integrator
 from mbde_core.estimators.base import Estimator, InitialState, UpdateResult
@@ -276,15 +275,7 @@ class ParticleFilter(ParticleSet, Estimator):
             ll = np.where(np.isnan(ll), -np.inf, ll)
         self._vel_readings = [x.m for x in rd if velocity_linear(x.s) or position_only(x.s)]
         y = np.concatenate([x.y for x in rd])
-        blocks = [x.C + x.R + e for x, e in zip(rd, extra)]
-        S = blocks[0] if len(blocks) == 1 else scipy.linalg.block_diag(*blocks)  # one reading: no scipy call (~20 us)
-        try:
-            Ls = np.linalg.cholesky(S)
-            e = np.linalg.solve(Ls, y)
-            nis = float(e @ e)
-            logdet = float(2.0 * np.log(np.diagonal(Ls)).sum())
-        except np.linalg.LinAlgError:
-            nis, e, logdet = None, None, None
+        nis, e, logdet = likelihood.innovation_stats([x.y for x in rd], [x.C + x.R + e for x, e in zip(rd, extra)])
         result = UpdateResult(accepted, rejected, nis, int(y.size), y, e, logdet, distances=self._distances)
         underflow = not ll.max() >= self.ll_floor
         prior_logw = self.logw

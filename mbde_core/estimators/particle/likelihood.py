@@ -62,6 +62,7 @@ import math
 import numpy as np
 
 from mbde_core.estimators.chi2 import chi2_ppf
+from mbde_core.estimators.particle import compiled as pf_compiled
 from mbde_core.estimators.particle import scales as pf_scale
 from mbde_core.estimators.particle.prediction import (accelerations, h_memo, noise_jacobian,  # noqa: F401 (the update's names)
                                                      predict_at_state, r_columns, will_propose)
@@ -145,6 +146,14 @@ def _whitened_sq(residual, pred: np.ndarray, refs: np.ndarray, W: np.ndarray) ->
     return out
 
 
+def candidates(logw: np.ndarray) -> np.ndarray:
+    """The ``REFERENCES`` heaviest particles (all of them when fewer): the gate's candidate
+    references (:func:`predictive_d2`)."""
+    N = len(logw)
+    k = min(REFERENCES, N)
+    return np.argpartition(logw, N - k)[N - k :] if k < N else np.arange(N)
+
+
 def predictive_d2(ll: np.ndarray, logw: np.ndarray, pred: np.ndarray, residual, W: np.ndarray,
                   limit: float | None = None, w: np.ndarray | None = None) -> float:
     """d^2 of a reading (see the module docstring).
@@ -163,8 +172,8 @@ def predictive_d2(ll: np.ndarray, logw: np.ndarray, pred: np.ndarray, residual, 
         if limit is not None and -2.0 * top <= limit:
             return -2.0 * top
         N = len(logw)
-        k = min(REFERENCES, N)
-        cand = np.argpartition(logw, N - k)[N - k :] if k < N else np.arange(N)
+        cand = candidates(logw)
+        k = cand.size
         if w is None:
             w = np.exp(logw - logw.max())
             w = w / w.sum()
@@ -318,7 +327,12 @@ def readings(pf, measurements, gates, suspects=None):
             Rn = R if G is None else R + pf.sigma_a ** 2 * np.einsum("n,ndg,nkg->dk", w, G, G)
             Wg = kernel_whitening(Rn, C, n_eff)
             eg = np.einsum("nd,kd->nk", r, Wg)
-            d2 = predictive_d2(-0.5 * np.einsum("ij,ij->i", eg, eg), pf.logw, pred, s.residual, Wg, w=w)
+            ll_r = -0.5 * np.einsum("ij,ij->i", eg, eg)
+            d2 = None
+            if pred.shape[1] == 1 and pf_compiled.for_set(pf):  # the scalar branch in one compiled pass
+                d2 = pf_compiled.gate_d2(ll_r, pf.logw, w, pred[:, 0], Wg[0, 0], s.angular[0], candidates(pf.logw))
+            if d2 is None:
+                d2 = predictive_d2(ll_r, pf.logw, pred, s.residual, Wg, w=w)
             pf._distances.append((m.sensor, d2))  # UpdateResult.distances: the stage's adaptive gate scale
             if not d2 <= limit:
                 if hold and suspects is not None:  # judged at the next update (:mod:`.weights`)
@@ -338,3 +352,31 @@ def log_likelihood(pf, measurements, gates=None):
     rd, rejected = readings(pf, measurements, gates)
     ll = plain_log_likelihood(rd, pf.N)
     return ll, [x.m.sensor for x in rd], rejected, [x.y for x in rd], [x.C + x.R for x in rd]
+
+
+def innovation_stats(ys, blocks):
+    """(nis, e, logdet) of the stacked innovations y = [y_1, ...] with the block-diagonal
+    S = diag(S_1, ...) (one block per reading), or (None, None, None) if a block is not
+    positive definite: the Cholesky factor of S is the blocks' factors on its diagonal, so
+    e = L^-1 y and log det S = 2 sum log diag L are those of the blocks, stacked and summed
+    (the full factor's values to rounding, without assembling S; a 1 x 1 block in scalar
+    arithmetic: an encoder's or a gyroscope's reading costs no LAPACK call)."""
+    es, nis, logdet = [], 0.0, 0.0
+    for y, S in zip(ys, blocks):
+        if S.shape == (1, 1):
+            s = float(S[0, 0])
+            if not s > 0.0:
+                return None, None, None
+            l = math.sqrt(s)
+            e = np.array([float(y[0]) / l])
+            logdet += math.log(s)
+        else:
+            try:
+                L = np.linalg.cholesky(S)
+            except np.linalg.LinAlgError:
+                return None, None, None
+            e = np.linalg.solve(L, y)
+            logdet += float(2.0 * np.log(np.diagonal(L)).sum())
+        nis += float(e @ e)
+        es.append(e)
+    return nis, (es[0] if len(es) == 1 else np.concatenate(es)), logdet

@@ -210,7 +210,7 @@ def _copy(snap: MechanismSnapshot) -> MechanismSnapshot:
 def _estimate(pf) -> MechanismSnapshot:
     mech = pf.mech
     w = pf.weights()
-    if pf_numba.enabled(pf.N):  # the moments in two fused parallel passes (pf_numba)
+    if pf_numba.enabled(pf.N, pf_numba.stepped(pf)):  # the moments in two fused parallel passes (pf_numba)
         sc = _sincos_all(pf)
         (zm, zdm, zddm), P = pf_numba.moments(w, pf.q, pf.qd, pf.qdd, pf.accel_noise, sc[0], sc[1], pf.iz,
                                               pf.angular, pf.propagator.threads)

@@ -238,7 +238,7 @@ class ParticleSet:
         (Rc: the columns of R at q, if known)."""
         nt = self.propagator.threads
         Rc = prop.r_columns(self.mech, self.q, self._aux, threads=nt) if Rc is None else Rc
-        if pf_compiled.update_enabled(self.N) and self.qd.dtype == np.float64:
+        if pf_compiled.for_set(self) and self.qd.dtype == np.float64:
             self.qd = pf_compiled.impulse(self.qd, Rc, dt * v, nt)
         else:
             self.qd = prop.impulse_velocities(self.qd, Rc, dt * v, nt)

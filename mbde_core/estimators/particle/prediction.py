@@ -64,12 +64,13 @@ def predict_at_state(pf, s, qdd, with_G: bool):
     (:func:`noise_jacobian`), both per particle on the propagation's threads
     (:func:`mbde_core.engine.thread_pools.rows`: each range with its own ``h_many`` memo;
     a row depends on its own particle alone, so the values are those of one pass); a
-    gyroscope from 4096 particles in one compiled pass (:func:`.compiled.gyroscope`, the same
+    gyroscope from 4096 particles (any N once the propagation runs compiled) in one compiled
+    pass (:func:`.compiled.gyroscope`, the same
     formulas, equal to rounding)."""
     N = pf.N
     q, qd = pf.q, pf.qd
     with_G = with_G and pf.adapted and pf.sigma_a > 0
-    if type(s) is Gyroscope and pf_compiled.update_enabled(N) and q.dtype == qd.dtype == np.float64:
+    if type(s) is Gyroscope and pf_compiled.for_set(pf) and q.dtype == qd.dtype == np.float64:
         Rc = r_columns(pf) if with_G else None  # a gyroscope in one compiled pass (any thread count)
         return pf_compiled.gyroscope(s, q, qd, Rc, pf._pending or 0.0, pf.propagator.threads)
     if N < thread_pools.ROWS_MIN or pf.propagator.threads < 2:

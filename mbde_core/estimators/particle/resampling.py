@@ -214,7 +214,7 @@ def regularise(pf, move: np.ndarray, C: np.ndarray, h: float, readings) -> int:
         pf._noise(s.name)  # cached before the threads read it
     ctx = pf._aux  # the propagation's context at q (gathered with the particles), if known
     # the moves placed by a compiled kernel (numba_kernels.place), its module loaded here, before the threads
-    compiled = pf_compiled.update_enabled(pf.N) and numba_kernels.load(mech) is not None
+    compiled = pf_compiled.for_set(pf) and numba_kernels.load(mech) is not None
 
     def run(lo, hi):  # the moved particles lo .. hi - 1: each from its own draw and state alone
         sel = idx[lo:hi]
@@ -344,7 +344,7 @@ def resample_set(pf, w, ess):
     KLD-sampling: n = clip(n_KLD(occupied bins), particles, N)."""
     C = None
     nt = pf.propagator.threads
-    if pf.reg_factor > 0 and pf_compiled.update_enabled(pf.N):  # the same in three compiled block passes
+    if pf.reg_factor > 0 and pf_compiled.for_set(pf):  # the same in three compiled block passes
         C = pf_compiled.branch_covariances(w, pf.q, pf.qd, pf.iz, pf.label, pf.K, pf.angular, kernel_floor_of(pf), nt)
     elif pf.reg_factor > 0:
         dev = np.empty((pf.N, pf.g))
@@ -366,7 +366,7 @@ def resample_set(pf, w, ess):
         n = int(min(n, max(pf.N_track, kld_size(pf, idx))))
         if n < pf.N:
             idx = resample(pf.scheme, w, pf.rng, n, threads=nt)
-    if pf_compiled.update_enabled(pf.N):  # batch-last copies: the next propagation's input as is
+    if pf_compiled.for_set(pf):  # batch-last copies: the next propagation's input as is
         pf.q, pf.qd, pf.qdd, pf.v = (pf_compiled.gather(a, idx, nt) for a in (pf.q, pf.qd, pf.qdd, pf.v))
     else:
         pf.q, pf.qd, pf.qdd, pf.v = pf.q[idx], pf.qd[idx], pf.qdd[idx], pf.v[idx]

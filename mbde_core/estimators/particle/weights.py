@@ -122,7 +122,7 @@ def adapted(pf, rd):
     yws, Gws, extra = [], [], []
     w = pf.weights()
     s2 = pf.sigma_a**2
-    fused = len(rd) == 1 and pf_compiled.update_enabled(N)  # one compiled pass (compiled.adapted_reading)
+    fused = len(rd) == 1 and pf_compiled.for_set(pf)  # one compiled pass (compiled.adapted_reading)
     for x in rd:
         if x.s.uses_qdd and qdd_full is None:
             qdd_full = likelihood.accelerations(pf)
@@ -141,7 +141,7 @@ def adapted(pf, rd):
     bad = ~(np.isfinite(yw).all(axis=1) & np.isfinite(Gw).all(axis=(1, 2)))
     if bad.any():
         yw[bad], Gw[bad] = 0.0, 0.0
-    if pf_compiled.update_enabled(N):  # the same draws in one compiled pass on the thread pool
+    if pf_compiled.for_set(pf):  # the same draws in one compiled pass on the thread pool
         v, ll = pf_compiled.adapted_noise(pf.sigma_a, yw, Gw, pf.rng, pf.propagator.threads, pf.normals_ahead)
     else:
         v, ll = prop.adapted_noise(pf.sigma_a, yw, Gw, pf.rng)
