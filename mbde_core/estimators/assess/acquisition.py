@@ -17,9 +17,13 @@ whole-run NEES of 1e7 may be a filter that tracked to 0.003 rad after its first 
   last on-track stretch (to the end) at which the estimate is also *confident*: every
   coordinate's 5 sigma within its cap (``confident``; None if there is none). A cloud
   still spread over 0.2-1.6 rad whose mean happens to lie within 10 deg of the truth is
-  on track but not yet acquired: scored from there, the PF's (``refine: none``) tracking
-  RMSE was 1.2-2.3x the UKF's on fourbar_gyro / fourbar_imu / pf_rig_branch0 /
-  fivebar_gyro, against 1.0-1.4x after the first second. Once acquired, a sigma growing
+  on track but not yet acquired: the PF's (``refine: none``) tracking RMSE over a UKF's
+  on the same steps (started at the truth), 4 seeds x 5 s of fourbar_gyro / fourbar_imu /
+  pf_rig_branch0, was 1.07-2.33 / 0.87-2.15 / 1.20-1.76 from the first on-track step and
+  0.94-1.25 / 0.70-1.36 / 1.20-1.55 from the confident one (0.92-1.21 / 0.72-1.14 /
+  0.94-1.22 after the first second); the branch alone moved only the first. A 5-sigma
+  bound at every step instead would call a dead point a loss (pf_sim seeds 11 and 14
+  not acquired within 1 s). Once acquired, a sigma growing
   past the cap / 5 (a dead point) is not a loss; an error beyond the tolerance is, and
   the next acquisition again waits for a confident step. A consistent estimator leaves 5 sigma with
   probability 6e-7 per coordinate and step, so a later excursion is a real loss; an error
