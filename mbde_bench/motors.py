@@ -180,7 +180,7 @@ def run(args) -> int:
           f"Default options; {seeds} seed(s); {durations}. Acquisition vs tracking (mbde_core.estimators.assess."
           "acquisition): *on track after* = the time from which every coordinate stays within 5 sigma of the "
           "estimate's own covariance (0.5 deg floor, 10 deg cap) to the end, from the first step at which its own "
-          "5 sigma is within the cap (median over the seeds; never: not on "
+          "2 sigma is within the cap (median over the seeds; never: not on "
           f"track at the end); *tracking RMSE z* and NEES/dim (mean NEES of [z, zd] over 2g, 1 = consistent) over "
           "the steps from then on, median over the runs that got on track (at any time); lost: not on track "
           f"within {ACQUIRE_WITHIN:g} s, "

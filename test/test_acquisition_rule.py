@@ -1,5 +1,5 @@
 """The acquisition rule (assess/acquisition.py): acquired = on track to the end, and at its
-start confident (5 sigma within the cap) and on the true branch (P > 0.99)."""
+start confident (2 sigma within the cap) and on the true branch (P > 0.99)."""
 import math
 
 import numpy as np
@@ -22,7 +22,7 @@ def _run(ez, sd, p_true=None, **kw):
 
 def test_wide_cloud_within_its_own_sigma_is_not_acquired_until_confident():
     ez = np.full(len(T), 0.05)  # within the 10 deg cap all along
-    sd = np.where(T < 0.5, 0.2, 0.01)  # a wide cloud (5 sigma = 1 rad > the cap), then narrow
+    sd = np.where(T < 0.5, 0.2, 0.01)  # a wide cloud (2 sigma = 0.4 rad > the cap), then narrow
     assert math.isclose(_run(ez, sd)["acquired_after"], 0.5, abs_tol=1e-9)
     # the rule without the confident start: acquired at the first step
     assert _run(ez, sd, confident=False)["acquired_after"] == 0.0
@@ -41,7 +41,7 @@ def test_the_branch_must_be_certain():
 
 
 def test_sigma_growing_after_acquisition_is_not_a_loss():
-    """A dead point: the estimate's sigma grows past the cap / 5 while its error stays within
+    """A dead point: the estimate's sigma grows past the cap / 2 while its error stays within
     5 sigma (capped); acquired from the confident start, not restarted."""
     sd = np.where((T > 1.0) & (T < 1.2), 0.1, 0.005)
     ez = np.where((T > 1.0) & (T < 1.2), 0.9 * ANGLE_CAP, 0.001)
@@ -50,5 +50,5 @@ def test_sigma_growing_after_acquisition_is_not_a_loss():
 
 def test_an_error_beyond_the_tolerance_restarts_and_waits_for_confidence():
     ez = np.where((T > 0.8) & (T < 0.9), 0.5, 0.001)
-    sd = np.where(T < 1.1, 0.05, 0.005)  # 5 sigma = 0.25 rad > the cap until 1.1 s
+    sd = np.where(T < 1.1, 0.1, 0.005)  # 2 sigma = 0.2 rad > the cap until 1.1 s
     assert math.isclose(_run(ez, sd)["acquired_after"], 1.1, abs_tol=1e-9)
