@@ -5,8 +5,9 @@ A row is a :class:`Row` -- the whole run's (RMSE of z [rad or m], mean NEES of [
 over 2g), the CPU s, the failure text of a run that raised (else None), and acquisition
 versus tracking (:mod:`mbde_core.estimators.assess.acquisition`, the rule ``mbde replay``
 reports): ``acquired_after`` [s] (from then on every coordinate within 5 sigma of the
-estimate's own covariance, 0.5 deg floor, 10 deg cap, to the end; None: not on track at
-the end) and the RMSE of z and mean NEES/dim over the steps from then on. A particle
+estimate's own covariance, 0.5 deg floor, 10 deg cap, to the end, from a step at which its
+own 2 sigma is within the cap; None: not on track at the end) and the RMSE of z and mean
+NEES/dim over the steps from then on. A particle
 filter starts from a uniform prior (paper 000 sec. 6.1): its whole-run RMSE mixes the
 search with the tracking, the tracking RMSE does not. Or a row is the string
 ``"n/a: <why>"`` for an estimator that cannot take the variant's input (its traits do not

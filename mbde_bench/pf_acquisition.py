@@ -10,7 +10,8 @@ reference UKF, started at the true state, runs on the same readings.
 
 Scored with :mod:`mbde_core.estimators.assess.acquisition` (the rule ``mbde replay``
 reports): ``acquired_after`` [s] (every coordinate's error within 5 sigma of the
-estimate's own covariance, 0.5 deg floor, 10 deg cap, to the end of the run),
+estimate's own covariance, 0.5 deg floor, 10 deg cap, and P(true branch) > 0.99, to the
+end of the run, from a step at which the estimate's own 2 sigma is within the cap),
 ``branch_identified_after`` [s] (P(true branch) > 0.99 to the end), the tracking RMSE of z
 from acquisition on, the longest locked offset (NEES > 10 dof on a near-constant error
 for >= 1 s). A seed is **acquired** when both times are at most ``within`` (1 s) and no

@@ -106,7 +106,9 @@ def write_report(path: str, doc: dict, plots: list[str], title: str = "mbde repl
     lines += ["", "## Summary", "", summary_table(doc, markdown=True), ""]
     lines += ["'acquired [s]': the time from which the error of every coordinate stays within 5 sigma of the "
               "estimate's own covariance (or 0.5 deg for angles, 0.5 % of the largest body for lengths, whichever "
-              "is larger; never beyond 10 deg or 5 %) to the end; 'branch [s]': the time after which the true assembly branch keeps "
+              "is larger; never beyond 10 deg or 5 %) and the true assembly branch keeps P > 0.99 to the end, from the "
+              "first step at which the estimate's own 2 sigma is within those caps; 'branch [s]': the time after "
+              "which the true assembly branch keeps "
               "P > 0.99. RMSE, NEES and cover95 are the tracking figures, from the acquisition to the end (the "
               "whole run's, start-up included, are in metrics.json; its RMSE of z in the 'whole-run' column). "
               "NEES/NIS: mean and the 95 % chi-square band of the mean for the run's effective sample size "

@@ -11,9 +11,24 @@ whole-run NEES of 1e7 may be a filter that tracked to 0.003 rad after its first 
   a loss (``ANGLE_FLOOR`` rad for angles, ``LENGTH_FLOOR`` x the mechanism's length scale
   for lengths) and cap_i a coarse bound beyond which an estimate is not an estimate,
   however wide its covariance (``ANGLE_CAP``, ``LENGTH_CAP``: a particle filter's
-  uniform start is within its own 5 sigma but not acquired). ``acquired_after`` [s] is
-  the first time after which every step is on track to the end (None if the last step
-  is not). A consistent estimator leaves 5 sigma with
+  uniform start is within its own 5 sigma but not acquired). With the branch
+  probabilities, a step is on track only while P(true branch) > ``BRANCH_P`` (the issue's
+  "time to acquire (branch and state)"). ``acquired_after`` [s] is the first step of the
+  last on-track stretch (to the end) at which the estimate is also *confident*: every
+  coordinate's ``CONFIDENT_SIGMAS`` (2) sigma within its cap (``confident``; None if there
+  is none). A cloud still spread over 0.2-1.6 rad whose mean happens to lie within 10 deg
+  of the truth is on track but not yet acquired: the PF's (``refine: none``) tracking RMSE over a UKF's
+  on the same steps (started at the truth), 4 seeds x 5 s of fourbar_gyro / fourbar_imu /
+  pf_rig_branch0, was 1.07-2.33 / 0.87-2.15 / 1.20-1.76 from the first on-track step and
+  0.95-1.34 / 0.70-1.36 / 1.20-1.54 from the confident one (0.92-1.21 / 0.72-1.14 /
+  0.94-1.22 after the first second); the branch alone moved only the first. 5 sigma
+  within the cap instead gave about the same ratios but called the Kalman observers on
+  the torque-profile four-bar of ``mbde bench motors`` (started at the truth, sigma between
+  2 and 5 deg for their first 1.4 s) not acquired within 1 s; a bound at every step instead
+  of at the start would call a dead point a loss (pf_sim seeds 11 and 14). Once acquired,
+  a sigma growing past the bound (a dead point) is not a loss; an error beyond the
+  tolerance is, and the next acquisition again waits for a confident step. A consistent
+  estimator leaves 5 sigma with
   probability 6e-7 per coordinate and step, so a later excursion is a real loss; an error
   near a dead point of the output link, where the estimate's sigma grows, is not (the
   fixed 2-degree rule called a filter of RMSE 0.0045 rad unconverged for 9.2 s there).
@@ -22,7 +37,7 @@ whole-run NEES of 1e7 may be a filter that tracked to 0.003 rad after its first 
   size (:mod:`~mbde_core.estimators.assess.autocorrelation`) and the 95 % coverage, over
   the steps from ``acquired_after`` to the end.
 - branch: ``branch_identified_after`` [s], the first time after which the probability of
-  the true assembly branch stays above ``BRANCH_P``.
+  the true assembly branch stays above ``BRANCH_P`` (so ``acquired_after`` >= it).
 - locked offset: in windows of ``WINDOW`` s, the mean NEES above ``LOCK_NEES`` x its dof
   while the error is nearly constant (its mean over the window carries >= ``LOCK_SHARE``
   of its mean square): the estimate sits on a wrong state with a covariance that excludes
@@ -45,6 +60,7 @@ ANGLE_CAP = math.radians(10.0)  # rad
 LENGTH_CAP = 0.05  # of the mechanism's length scale
 NO_COV_FACTOR = 4.0  # without a covariance: 4 x the floor (2 deg)
 BRANCH_P = 0.99
+CONFIDENT_SIGMAS = 2.0  # acquired from a step whose CONFIDENT_SIGMAS x sigma is within the cap
 WINDOW = 0.5  # s
 LOCK_NEES = 10.0  # x dof
 LOCK_SHARE = 0.8
@@ -75,7 +91,13 @@ class _Tracking:
 class AcquisitionMetrics:
     """The module's metrics, streamed: :meth:`add` batches in time order, :meth:`result`."""
 
-    def __init__(self, angular, length_scale: float):
+    def __init__(self, angular, length_scale: float, with_branch: bool = True, confident: bool = True,
+                 confident_sigmas: float | None = None):
+        """``with_branch``: off track while P(true branch) <= BRANCH_P; ``confident``: acquired
+        from a step whose ``confident_sigmas`` (default CONFIDENT_SIGMAS) sigma is within the
+        cap (as the module docstring; False: the rule without them, for comparisons)."""
+        self.with_branch, self.confident = bool(with_branch), bool(confident)
+        self.confident_sigmas = CONFIDENT_SIGMAS if confident_sigmas is None else float(confident_sigmas)
         angular = np.asarray(angular, bool)
         self.g = len(angular)
         self.floor = np.where(angular, ANGLE_FLOOR, LENGTH_FLOOR * max(length_scale, 1e-12))
@@ -108,12 +130,21 @@ class AcquisitionMetrics:
             tol = np.minimum(np.maximum(SIGMAS * np.nan_to_num(np.asarray(sig_z, float), nan=0.0), self.floor),
                              self.cap)
         ok = np.all(np.abs(ez) <= tol, axis=1)
+        p_true = None
+        if branch_p is not None and true_branch is not None:
+            p_true = self._p_true(branch_p, true_branch)
+            if self.with_branch:
+                ok &= p_true > BRANCH_P
         bad = np.flatnonzero(~ok)
         start = 0
         if bad.size:  # the stretch restarts after the last step off track
             start = int(bad[-1]) + 1
             self.track = _Tracking(self.g)
             self.t_acq = None
+        if start < len(t) and self.t_acq is None and self.confident and sig_z is not None:
+            sure = np.all(self.confident_sigmas * np.nan_to_num(np.asarray(sig_z, float)[start:], nan=np.inf) <= self.cap, axis=1)
+            first = np.flatnonzero(sure)
+            start = start + int(first[0]) if first.size else len(t)
         if start < len(t):
             if self.t_acq is None:
                 self.t_acq = float(t[start])
@@ -121,15 +152,18 @@ class AcquisitionMetrics:
                            None if nees is None else np.asarray(nees, float)[start:], self.s95)
         if nees is not None:
             self._windows(t, ez, np.asarray(nees, float))
-        if branch_p is not None and true_branch is not None:
-            self._branch(t, branch_p, true_branch)
+        if p_true is not None:
+            self._branch(t, p_true)
 
-    def _branch(self, t, branch_p, true_branch) -> None:
-        self.has_branch = True
+    @staticmethod
+    def _p_true(branch_p, true_branch) -> np.ndarray:
         p = np.asarray(branch_p, float)
         lab = np.asarray(true_branch, int)
         inside = (lab >= 0) & (lab < p.shape[1])
-        p_true = np.where(inside, p[np.arange(len(p)), np.clip(lab, 0, p.shape[1] - 1)], 0.0)
+        return np.where(inside, p[np.arange(len(p)), np.clip(lab, 0, p.shape[1] - 1)], 0.0)
+
+    def _branch(self, t, p_true) -> None:
+        self.has_branch = True
         low = np.flatnonzero(p_true <= BRANCH_P)
         if low.size:
             self.t_branch = float(t[low[-1] + 1]) if low[-1] + 1 < len(t) else None
@@ -184,7 +218,8 @@ class AcquisitionMetrics:
         self._end_lock()
         out = {"acquisition_rule": {"sigmas": SIGMAS if self.used_cov else None,
                                     "floor": (self.floor * (1 if self.used_cov else NO_COV_FACTOR)).tolist(),
-                                    "cap": self.cap.tolist()},
+                                    "cap": self.cap.tolist(), "branch_p": BRANCH_P if self.with_branch else None,
+                                    "confident": self.confident and self.used_cov},
                "acquired_after": None if self.t_acq is None else self.t_acq - self.t0,
                "locked_offset": self.lock_best}
         tr = self.track
@@ -204,8 +239,8 @@ class AcquisitionMetrics:
 
 
 def acquisition_metrics(t, errs: dict, angular, length_scale: float, sig_z=None, nees=None, branch_p=None,
-                        true_branch=None) -> dict:
-    """:class:`AcquisitionMetrics` of a whole run at once."""
-    acc = AcquisitionMetrics(angular, length_scale)
+                        true_branch=None, **rule) -> dict:
+    """:class:`AcquisitionMetrics` of a whole run at once (``rule``: its keywords)."""
+    acc = AcquisitionMetrics(angular, length_scale, **rule)
     acc.add(t, errs, sig_z, nees, branch_p, true_branch)
     return acc.result()

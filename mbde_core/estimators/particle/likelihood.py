@@ -264,7 +264,7 @@ def noise(pf, name: str):
         by_name = pf.options.sensor_sigma
         by_type = pf.options.sensor_sigma_by_type.as_dict().get(s.kind)
         if name in by_name:
-            R = np.eye(s.dim) * float(by_name[name]) ** 2
+            R = np.diag(np.broadcast_to(np.asarray(by_name[name], dtype=float), (s.dim,)) ** 2)
         elif by_type is not None:
             R = np.eye(s.dim) * float(by_type) ** 2
         else:  # the noise model (accelerometers: plus the model-error term of pf_scale)
