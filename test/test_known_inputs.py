@@ -130,13 +130,10 @@ class Recorder(Estimator):
 
 
 def test_stage_holds_the_torque_between_readings_and_marks_it_stale():
-    """Gyro at 200 Hz, torque at 50 Hz until 0.3 s: a step that ends at a torque reading's
-    slot (predicted when that slot closes, the reading in) gets the line between the last
-    two readings at its middle (first-order hold) with the reading's variance plus (rate
-    dt/2)^2; every other step from a torque reading's slot on gets gain * y (zero-order
-    hold) with the reading's variance plus the hold's error (the rate of the last two
-    readings times the age at the middle of the step); after 5 periods without a reading
-    the force is stale: at least the variance of the largest force."""
+    """Gyro at 200 Hz, torque at 50 Hz until 0.3 s: every step from a torque reading's slot
+    on gets gain * y (zero-order hold) with the reading's variance plus the hold's error
+    (the rate of the last two readings times the age at the middle of the step); after 5
+    periods without a reading the force is stale: at least the variance of the largest force."""
     mech = _mech()
     sensors = _sensors(mech)
     rec = Recorder(mech, sensors)
@@ -152,14 +149,7 @@ def test_stage_holds_the_torque_between_readings_and_marks_it_stale():
     assert stage.counters.inputs == 16 and stage.counters.unknown_sensor == 0
     stale = 0
     assert {dt for *_, dt in rec.seen} == {0.0, 0.005}
-    lines = 0
     for t, u, v, dt in rec.seen:
-        n = min(math.floor((t + dt) / period + 1e-9), 15)  # the newest reading when the step is predicted
-        if dt and n >= 1 and n * period > t + dt / 2:  # the step ends at a reading: between the last two
-            lines += 1
-            assert u == pytest.approx(2.0 * 0.1 * n - (2.0 * 0.1 / period) * (n * period - t - dt / 2))
-            assert v == pytest.approx(var + (2.0 * 0.1 / period * dt / 2) ** 2)
-            continue
         k = math.floor(t / period + 1e-9)
         last = min(k, 15)
         age = t - last * period
@@ -170,7 +160,7 @@ def test_stage_holds_the_torque_between_readings_and_marks_it_stale():
         else:
             stale += dt > 0
             assert u == pytest.approx(2.0 * 1.5) and v == pytest.approx(max(hold, (2.0 * 1.5) ** 2))
-    assert stage.counters.stale_inputs == stale > 0 and lines == 15
+    assert stage.counters.stale_inputs == stale > 0
 
 
 def test_replay_feeds_the_torque_and_it_matches_the_simulator(tmp_path):

@@ -11,8 +11,9 @@ estimator slot by slot; when a slot closes (a reading of a later slot arrives, o
 in stamp order, and the estimate of t_k is emitted. Slots without readings are pure
 predictions (also emitted). Feeding readings one by one or in batches therefore gives
 bit-identical results. Known inputs (a measured torque) are held from their slot on
-(:mod:`.inputs`); with known inputs the predictions into a slot wait until it closes
-(``_owed``: the torque read at the slot's time then shapes the step into it); every
+(:mod:`.inputs`); with known inputs that change between readings (``hold: linear``) the
+predictions into a slot wait until it closes (``_owed``: the torque read at the slot's
+time then shapes the step into it); every
 record carries the trust verdict (:mod:`.trust`). The slot
 updates, predictions and emitted records are in :mod:`.steps`, the recovery in :mod:`.recovery`.
 
@@ -320,7 +321,7 @@ class EstimatorStage(StageSteps, StageRecovery):
                 k_m = 0
             else:
                 ceiling = self._ceiling() if silence > LOST_CHECK_GAP else None
-                if self.held is not None and silence <= LOST_CHECK_GAP and not self._unknown:
+                if self.held is not None and self.held.defers and silence <= LOST_CHECK_GAP and not self._unknown:
                     self._owed = k_m  # predicted when the slot closes, with its held inputs (.inputs)
                 else:
                     self._step_to(k_m)
