@@ -33,7 +33,7 @@ from mbde_core.simulator.bag import write_simulation_bag
 
 FILTERS = ("ukf", "errorekf", "dekf", "cekf", "diekfpm", "pf")
 EFFORT = {"name": "motor_torque", "type": "effort", "coordinate": "theta", "joint_name": "crank_joint", "rate": 200,
-          "noise": {"sigma": 0.02}}
+          "hold": "linear", "noise": {"sigma": 0.02}}  # a 1 kHz controller read at 200 Hz
 LOST = 0.1  # rad
 
 

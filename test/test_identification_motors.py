@@ -103,7 +103,7 @@ MECH = {
     "sensors": [{"name": "encoder", "type": "encoder", "body": "arm", "rate": 1000, "counts_per_revolution": 4096,
                  "noise": {"sigma": 0}},
                 {"name": "motor_u", "type": "effort", "coordinate": "theta", "gain": 0.05, "rate": 1000,
-                 "noise": {"sigma": 0}}],
+                 "hold": "linear", "noise": {"sigma": 0}}],
 }
 
 

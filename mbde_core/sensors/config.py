@@ -26,8 +26,9 @@ motion-capture marker: x, y of a point [m], JointState joints ``<joint_name>_x/_
 dynamics: :mod:`mbde_core.sensors.effort`) ``coordinate`` (the coordinate of q it drives,
 e.g. the crank angle), ``joint_name``, ``gain`` (generalized force per unit of the
 reading: 1 for a torque in N m, the motor gain for a current or a voltage; default 1),
-``field`` (the JointState array: effort (default), position or velocity); its noise is in
-the reading's unit.
+``field`` (the JointState array: effort (default), position or velocity), ``hold`` (how the
+force behaves between readings: ``zero`` (default) held until the next, ``linear`` changing
+continuously); its noise is in the reading's unit.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from mbde_core.errors import ConfigError
 from mbde_core.sensors import schema
 from mbde_core.sensors.accelerometer import Accelerometer
 from mbde_core.sensors.base import NoiseModel
-from mbde_core.sensors.effort import FIELDS, Effort
+from mbde_core.sensors.effort import FIELDS, HOLDS, Effort
 from mbde_core.sensors.encoder import Encoder
 from mbde_core.sensors.gyroscope import Gyroscope
 from mbde_core.sensors.imu import IMU
@@ -238,5 +239,6 @@ def _effort(name, item: Node, mech, variables, common) -> Effort:
         raise item.get("gain").error(f"must be a finite non-zero number, got {gain}")
     field = item.get("field").string(FIELDS) if item.has("field") else "effort"
     joint = item.get("joint_name").string() if item.has("joint_name") else None
-    return Effort(mech, name, coordinate=col, joint_name=joint, gain=gain, field=field,
+    hold = item.get("hold").string(HOLDS) if item.has("hold") else "zero"
+    return Effort(mech, name, coordinate=col, joint_name=joint, gain=gain, field=field, hold=hold,
                   noise=_noise(item, 1, variables), **common)

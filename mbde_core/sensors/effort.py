@@ -18,6 +18,15 @@ R-matrix dynamics are linear in the applied forces, zdd = Mbar^-1 R^T (Q + E u -
 with E (n, m) the unit columns of the inputs' coordinates (:func:`input_matrix`), i.e.
 dzdd/du = Mbar^-1 R^T E.
 
+How the force behaves between two readings (``hold``): ``zero`` (the default) -- each
+reading holds until the next, as a digital driver's command updated at the reading rate
+(the torque over [t_k, t_k+1) is u_k: the Kalman stage holds it from its stamp on, the
+smoother ties it to the middle of that interval, t_k + period/2); ``linear`` -- the force
+changes continuously and the reading samples it (a measured motor current, a controller
+faster than the readings): the line between the readings (the stage predicts into a slot
+once its reading is in, :mod:`mbde_core.estimators.stage.inputs`; the smoother ties each
+reading to its stamp).
+
 Effort sensors are kept apart from the measurement sensors of a
 :class:`~mbde_core.sensors.sensor_set.SensorSet` (its ``inputs``): iterating a SensorSet
 gives the h(q, qd, qdd) sensors only. Their readings travel as ordinary
@@ -31,6 +40,7 @@ import numpy as np
 from mbde_core.sensors.base import Sensor
 
 FIELDS = ("effort", "position", "velocity")  # the JointState array that carries the reading
+HOLDS = ("zero", "linear")  # how the force behaves between readings (module doc)
 
 
 class Effort(Sensor):
@@ -42,8 +52,11 @@ class Effort(Sensor):
     is_input = True
 
     def __init__(self, mech, name, *, coordinate: int, joint_name: str | None = None, gain: float = 1.0,
-                 field: str = "effort", **kw):
+                 field: str = "effort", hold: str = "zero", **kw):
+        if hold not in HOLDS:
+            raise ValueError(f"hold must be one of {', '.join(HOLDS)}, got {hold!r}")
         self.coordinate = int(coordinate)
+        self.hold = hold
         self.gain = float(gain)
         self.joint_field = field
         self.channels = [joint_name or name]
@@ -61,6 +74,11 @@ class Effort(Sensor):
         """Variance of the generalized force of one reading: gain^2 (sigma^2 + step^2 / 12)."""
         return float(self.gain**2 * self.noise.variance()[0])
 
+    def center_offset(self) -> float:
+        """Time [s] from a reading's stamp to the middle of the interval it stands for:
+        half the period for a ``zero`` hold, 0 for ``linear`` (module doc)."""
+        return 0.5 * self.period if self.hold == "zero" else 0.0
+
     def reading(self, effort) -> np.ndarray:
         """The noise-free reading (..., 1) of a true generalized input ``effort`` (..., n)
         (the simulator's per-coordinate input forces): effort[c] / gain."""
@@ -75,7 +93,7 @@ class Effort(Sensor):
 
     def describe(self) -> dict:
         out = super().describe()
-        out.update(coordinate=self.coordinate_name, gain=self.gain, field=self.joint_field)
+        out.update(coordinate=self.coordinate_name, gain=self.gain, field=self.joint_field, hold=self.hold)
         return out
 
 

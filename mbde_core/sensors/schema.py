@@ -79,6 +79,9 @@ TYPES = {
             "it as `sensors.<name>.gain`)", "N m or N per unit", default="1"),
         Key("field", "`effort`, `position` or `velocity`", "the JointState array that carries the reading",
             default="`effort`"),
+        Key("hold", "`zero` or `linear`", "the force between readings: `zero` held until the next (a driver's "
+            "command updated at the reading rate), `linear` changing continuously (a measured current, a "
+            "controller faster than the readings)", default="`zero`"),
     )),
 }
 

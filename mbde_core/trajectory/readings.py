@@ -10,7 +10,13 @@ Bad readings are counted and skipped, never fatal (as the stage counts them): un
 sensor names, non-finite stamps or values and values of the wrong dimension. Readings of
 known inputs (a measured motor torque, ``sensors.inputs``) are binned the same way into
 ``Readings.inputs`` (their whitening 1 / sigma of the reading; infinite for a noise-free
-signal, floored where they are used, :mod:`.inputs`).
+signal, floored where they are used, :mod:`.inputs`), at the middle of the interval each
+stands for: a torque held until the next reading (the effort sensor's ``hold: zero``)
+at round((t + period/2 - t0) / dt) (:func:`center_offset`; past the grid's end: dropped).
+Tied to its stamp instead, the held torque of paper 004's slider-crank (1 kHz servo read
+at 1 kHz) led the smoothed motion by half a period: a steady angle error of 0.004 rad
+against a marginal sigma of 0.0011 (NEES/dim 7.7, 1 % of the angles within 95 %; seed
+100, 3 s); at the middle 0.0019 rad, NEES/dim 1.3, 98 %.
 
 :func:`bin_readings` puts a whole run on the grid at once; :class:`ReadingsStream` bins a
 stream of readings as it arrives and hands out windows of the grid (long bags, bounded
@@ -100,6 +106,13 @@ def _lookup(sensors, name: str):
     return getattr(sensors, "inputs_by_name", {}).get(name)
 
 
+def center_offset(sensor) -> float:
+    """Time [s] from a reading's stamp to the instant it stands for on the grid: half the
+    period of a known input held between readings, else 0 (module doc)."""
+    fn = getattr(sensor, "center_offset", None)
+    return float(fn()) if fn is not None else 0.0
+
+
 def _all(sensors) -> list:
     return list(sensors) + list(getattr(sensors, "inputs", []))
 
@@ -129,8 +142,10 @@ def bin_readings(measurements, sensors, dt: float, sensor_sigma: dict | None = N
             continue
         t = np.frombuffer(stamps[s.name], dtype=float)
         order = np.argsort(t, kind="stable")
-        idx = np.rint((t[order] - t0) / dt).astype(np.intp)
+        idx = np.rint((t[order] + center_offset(s) - t0) / dt).astype(np.intp)
         vals = np.frombuffer(values[s.name], dtype=float).reshape(len(t), s.dim)[order]
+        keep = idx < N
+        idx, vals = idx[keep], vals[keep]
         (inputs if getattr(s, "is_input", False) else rows).append(
             SensorRows(s.name, idx, vals, sensor_whitening(s, sigmas.get(s.name))))
         counters["per_sensor"][s.name] = len(t)
@@ -163,6 +178,7 @@ class ReadingsStream:
         self.sensors, self.dt, self.lag = sensors, float(dt), float(lag)
         sigmas = sensor_sigma or {}
         self.whiten = {s.name: sensor_whitening(s, sigmas.get(s.name)) for s in _all(sensors)}
+        self.offset = {s.name: center_offset(s) for s in _all(sensors)}
         self.counters = _new_counters()
         self.counters["late"] = 0
         self.stamps: dict[str, array] = {}
@@ -185,7 +201,7 @@ class ReadingsStream:
         if v is None:
             return
         t = float(m.stamp)
-        if self.t0 is not None and round((t - self.t0) / self.dt) < self.taken:
+        if self.t0 is not None and round((t + self.offset[m.sensor] - self.t0) / self.dt) < self.taken:
             self.counters["late"] += 1
             return
         if m.sensor not in self.stamps:
@@ -219,7 +235,7 @@ class ReadingsStream:
             if s.name not in self.stamps:
                 continue
             t = np.frombuffer(self.stamps[s.name], dtype=float)
-            idx = np.rint((t - self.t0) / self.dt).astype(np.intp)
+            idx = np.rint((t + self.offset[s.name] - self.t0) / self.dt).astype(np.intp)
             sel = np.flatnonzero((idx >= lo) & (idx < hi))
             sel = sel[np.argsort(t[sel], kind="stable")]
             vals = np.frombuffer(self.values[s.name], dtype=float).reshape(len(t), s.dim)
@@ -232,7 +248,7 @@ class ReadingsStream:
         """Forget the readings of steps < ``step``."""
         for name, t_arr in self.stamps.items():
             t = np.frombuffer(t_arr, dtype=float)
-            keep = np.rint((t - self.t0) / self.dt) >= step
+            keep = np.rint((t + self.offset[name] - self.t0) / self.dt) >= step
             if keep.all():
                 continue
             d = len(self.values[name]) // max(len(t), 1)

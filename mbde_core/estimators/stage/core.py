@@ -11,7 +11,10 @@ estimator slot by slot; when a slot closes (a reading of a later slot arrives, o
 in stamp order, and the estimate of t_k is emitted. Slots without readings are pure
 predictions (also emitted). Feeding readings one by one or in batches therefore gives
 bit-identical results. Known inputs (a measured torque) are held from their slot on
-(:mod:`.inputs`); every record carries the trust verdict (:mod:`.trust`). The slot
+(:mod:`.inputs`); with known inputs that change between readings (``hold: linear``) the
+predictions into a slot wait until it closes (``_owed``: the torque read at the slot's
+time then shapes the step into it); every
+record carries the trust verdict (:mod:`.trust`). The slot
 updates, predictions and emitted records are in :mod:`.steps`, the recovery in :mod:`.recovery`.
 
 Robustness (each case counted in ``counters``, nothing crashes, see also
@@ -169,6 +172,7 @@ class EstimatorStage(StageSteps, StageRecovery):
         self._latest = -math.inf
         self.t0: float | None = None
         self.k: int = -1  # current slot index (estimator is at t0 + k dt)
+        self._owed: int | None = None  # the open slot while its predictions wait for it to close (known inputs)
         self.pending: list[Measurement] = []
         self._in_flight: Measurement | None = None  # see _process
         self._last_stamp: dict[str, float] = {}
@@ -224,7 +228,7 @@ class EstimatorStage(StageSteps, StageRecovery):
         if self.first is None:
             self.first = t
         self.t0 = t
-        self.k = 0
+        self.k, self._owed = 0, None
         self.pending = []
         self._last_stamp = {}
         self._bank = None
@@ -268,7 +272,7 @@ class EstimatorStage(StageSteps, StageRecovery):
         if self.t0 is None:
             return
         k_target = int(math.floor((t - self.reorder_window - self.t0) / self.dt + 1e-9))
-        if k_target > self.k and (k_target - self.k) * self.dt <= self.max_gap:
+        if k_target > self._open() and (k_target - self.k) * self.dt <= self.max_gap:
             self._close_slot()
             self._step_to(k_target)
 
@@ -277,6 +281,7 @@ class EstimatorStage(StageSteps, StageRecovery):
         still held as possibly from the future are dropped (``future``)."""
         self.counters.future += self.guard.drop_all()
         self._drain(math.inf)
+        self._settle()
         if self.t0 is not None and self.pending:
             self._close_slot()
 
@@ -300,10 +305,10 @@ class EstimatorStage(StageSteps, StageRecovery):
             self.counters.duplicates += 1
             return
         k_m = int(round((m.stamp - self.t0) / self.dt))
-        if k_m < self.k:
+        if k_m < self._open():
             self.counters.out_of_order += 1
             return
-        if k_m > self.k:
+        if k_m > self._open():
             self._in_flight = m
             self._close_slot()
             silence = (k_m - self.k) * self.dt
@@ -316,7 +321,10 @@ class EstimatorStage(StageSteps, StageRecovery):
                 k_m = 0
             else:
                 ceiling = self._ceiling() if silence > LOST_CHECK_GAP else None
-                self._step_to(k_m)
+                if self.held is not None and self.held.defers and silence <= LOST_CHECK_GAP and not self._unknown:
+                    self._owed = k_m  # predicted when the slot closes, with its held inputs (.inputs)
+                else:
+                    self._step_to(k_m)
                 if silence > LOST_CHECK_GAP:  # lost in the gap: anywhere (an open-loop covariance is optimistic)
                     self._active.add_restart_hypotheses("silence", ceiling)  # a particle filter: in its cloud
                     self._multistart(self.t0 + self.k * self.dt, anywhere_if_lost=True, after_gap=True,

@@ -82,6 +82,7 @@ class StageRecovery:
         c.backward_jump_last = size
         c.backward_jump_max = max(c.backward_jump_max, size)
         self._in_flight = m
+        self._settle()
         if self.pending:
             self._close_slot()
         self._in_flight = None

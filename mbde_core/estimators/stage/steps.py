@@ -22,6 +22,7 @@ class StageSteps:
 
     def _close_slot(self) -> None:
         """Fuse the pending readings at the current slot and emit its estimate."""
+        self._settle()
         readings, self.pending = self.pending, []
         t_start = time.perf_counter()
         result = None
@@ -44,6 +45,18 @@ class StageSteps:
         self._fused = readings  # the verdict's stuck-channel test reads them (stage.trust_faults)
         self._emit(result, cost)
         self._fused = None
+
+    def _open(self) -> int:
+        """The open slot: the one the next readings join (ahead of the estimator's while
+        its predictions are owed)."""
+        return self.k if self._owed is None else self._owed
+
+    def _settle(self) -> None:
+        """The predictions owed to the open slot (known inputs: the stage predicts into a
+        slot when it closes, :mod:`.inputs`)."""
+        if self._owed is not None:
+            k, self._owed = self._owed, None
+            self._step_to(k)
 
     def _current_gates(self) -> dict[str, float]:
         """The gate thresholds for the next update (stage_guards.AdaptiveGate)."""
