@@ -58,8 +58,8 @@ import numpy as np
 
 from mbde_core.estimators.chi2 import chi2_ppf
 from mbde_core.estimators.stage.trust_faults import StepDetector, StuckReadings, stuck_reason
-from mbde_core.estimators.stage.trust_sources import (add_sum, angular_coordinates, follower_verdict, most_biased,
-                                                      remove_sum)
+from mbde_core.estimators.stage.trust_sources import (add_sum, angular_coordinates, follower_fault, follower_verdict,
+                                                      most_biased, remove_sum)
 
 OK, DEGRADED, LOST = 0, 1, 2
 LEVELS = ("OK", "DEGRADED", "LOST")
@@ -209,9 +209,12 @@ class TrustMonitor:
         self.published = follower_verdict(est)
         f = getattr(est, "follower", None)  # a particle filter switching between cloud and follower jumps: no evidence
         source = (bool(getattr(f, "following", False)), (getattr(f, "counts", None) or {}).get("seeds"))
-        same, self.source = source == self.source, source
+        same, was, self.source = source == self.source, self.source, source
         if not same:
             self.jumps.episode = None
+            fault = follower_fault(est) if was and was[0] and not source[0] else None
+            if fault is not None:
+                self.jumps.last = (estimate.stamp, fault)
         # the jump test anchored at a gate rejection: not for a particle filter (n > 0), whose
         # mean moves with its weights
         rejected = update is not None and bool(update.rejected)
