@@ -90,3 +90,32 @@ def test_a_follower_dropped_by_a_sensor_fault_makes_the_stage_lost():
             for k in range(301, k_end):
                 v = mon.observe(stage, snap(k), res())
             assert v.level == DEGRADED
+
+
+def _window_run(nis_sd: float, n: int = 300):
+    """Verdicts of n steps of one channel whose normalised innovations are N(0, nis_sd^2)."""
+    mon, rng = TrustMonitor(), np.random.default_rng(3)
+    out = []
+    for k in range(n):
+        e = float(rng.normal(0.0, nis_sd))
+        out.append(mon.step(k * DT, UpdateResult(["enc"], [], e * e, 1, normalized_innovation=np.array([e]))))
+    return out
+
+
+def test_an_estimate_never_consistent_for_a_second_is_lost_not_acquired():
+    """Innovations 1.6x too wide from the start (mean NIS ~2.6 x dof: DEGRADED, below the
+    LOST ratio): LOST "not acquired" once 1 s of readings never gave an OK verdict; the
+    same innovations after an OK start stay DEGRADED; consistent ones are OK."""
+    from mbde_core.estimators.stage.trust import UNACQUIRED
+
+    out = _window_run(1.6)
+    first = next(k for k, v in enumerate(out) if v.level == LOST)
+    assert out[first].code == "unacquired" and "not acquired" in out[first].reason
+    assert abs(first * DT - UNACQUIRED) < 2 * DT
+    assert all(v.level < LOST for v in out[:first])
+    assert _window_run(1.0)[-1].level == OK
+    mon, rng = TrustMonitor(), np.random.default_rng(3)
+    for k in range(400):
+        e = float(rng.normal(0.0, 1.0 if k < 200 else 1.6))
+        v = mon.step(k * DT, UpdateResult(["enc"], [], e * e, 1, normalized_innovation=np.array([e])))
+    assert v.level == DEGRADED and v.code == "nis", v.reason
