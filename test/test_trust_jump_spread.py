@@ -119,3 +119,22 @@ def test_an_estimate_never_consistent_for_a_second_is_lost_not_acquired():
         e = float(rng.normal(0.0, 1.0 if k < 200 else 1.6))
         v = mon.step(k * DT, UpdateResult(["enc"], [], e * e, 1, normalized_innovation=np.array([e])))
     assert v.level == DEGRADED and v.code == "nis", v.reason
+
+
+def test_an_acceleration_that_jumps_between_steps_is_no_jump():
+    """A position integrated exactly from an acceleration switching between +-3000 rad/s^2
+    every 4 steps of 2.5 ms (a held torque reading stepping at the motor's limit), its
+    velocity known to 0.01 rad/s and its position to 0.001 rad: no jump; the same with a
+    0.012 rad shift of z over 3 steps is one (a constant-acceleration extrapolation from
+    the last step missed by 19 sigma at each switch)."""
+    for shift, jumped in ((0.0, False), (0.004, True)):
+        det, dt = StepDetector(), 0.0025
+        z, zd = 0.0, 20.0
+        for k in range(40):
+            a = 3000.0 if (k // 4) % 2 else -3000.0
+            z += zd * dt + 0.5 * a * dt * dt + (shift if 20 <= k < 23 else 0.0)
+            zd += a * dt
+            est = SimpleNamespace(z=np.array([z]), zd=np.array([zd]), zdd=np.array([a]),
+                                  cov=np.diag([1e-6, 1e-4]))
+            det.moved(k * dt, est, np.array([True]), armed=True)
+        assert (det.last is not None) == jumped, det.last
