@@ -39,7 +39,7 @@ stays until a whole window of readings agrees with the estimate, then it is DEGR
 readings are DEGRADED (acquiring). Far-off gyroscope-only starts (the four-bar UKF
 0.6-1.3 rad off) otherwise returned to OK after one window while still locked 0.35 rad
 (30 sigma) off, with white innovations of the right size. An estimate never OK whose
-window is inconsistent (NIS or bias) ``UNACQUIRED`` s after its first reading is LOST (not
+window NIS is inconsistent ``UNACQUIRED`` s after its first reading is LOST (not
 acquired): errorEKF on adekf_slider_crank started 0.4-1.5 rad off with the mass error read
 a mean NIS of 1.5-3 x its dof (below ``LOST_RATIO``) for 1.7 s while 30-600 sigma off.
 
@@ -285,7 +285,7 @@ class TrustMonitor:
         f = self.published
         if f is not None and f[0] > v.level:
             v = Verdict(f[0], "follower", v.ratio, window=v.window, detail=f[1])
-        if not self.ever_ok and self.lost_reason is None and v.code in ("nis", "bias") and t - self.t_first >= UNACQUIRED:
+        if not self.ever_ok and self.lost_reason is None and v.code == "nis" and t - self.t_first >= UNACQUIRED:
             v = Verdict(LOST, "unacquired", v.ratio, window=v.window, detail=f"not acquired: never OK in "
                         f"{t - self.t_first:.2g} s of readings, {v.reason}")
         v = self._hysteresis(t, v)
