@@ -16,7 +16,9 @@ with the scenario's own estimator model and with a 5 % mass error added
    (:func:`mbde_bench.identify.run_case`) on ``--identify-cases``.
 2. The trust verdict against truth: the nominal runs, far-off starts (the estimators'
    initial guess of the first angle 0.4-1.5 rad off) and injected faults (``--faults``,
-   :mod:`mbde_core.faults.kinds`), every case and model: OK steps within 3 sigma
+   :mod:`mbde_core.faults.kinds`), every case and model, and nominal runs of the motors
+   bench's scenarios with the torque measured and unknown (``--motors``,
+   :mod:`mbde_bench.trust_motors`): OK steps within 3 sigma
    (target >= 95 %), steps off by more than 10 sigma for at least 1 s called LOST
    (target >= 90 %).
 3. ``mbde tune``'s held-out decision checked against the truth (``mbde bench tune``,
@@ -35,6 +37,7 @@ import time
 
 from mbde_bench import identify, smoother_calibration, trust_tables, tune
 from mbde_bench.results import table
+from mbde_bench.trust_motors import KIND as MOTORS, motor_cases, run_motor_case
 from mbde_bench.trust_runs import MODELS, run_case
 from mbde_core import runs
 from mbde_core.config.paths import config_path
@@ -58,6 +61,9 @@ def add_arguments(p):
     p.add_argument("--faults", default=FAULTS, help="injected faults of table 2 ('' for none; default %(default)s)")
     p.add_argument("--far", action=argparse.BooleanOptionalAction, default=True,
                    help="far-off starts in table 2 (default on)")
+    p.add_argument("--motors", action=argparse.BooleanOptionalAction, default=True,
+                   help="table 2's nominal runs of the motors bench's scenarios, torque measured and unknown, "
+                        "each for that bench's duration (default on)")
     p.add_argument("--tables", default="1,2,3", help="tables to run (default %(default)s)")
     p.add_argument("--smoother-runs", type=int, default=None, help="smoother runs per case (default: --seeds; 0: none)")
     p.add_argument("--identify-cases", default="pendulum,fourbar_gyro,motor_pendulum_disturbed",
@@ -101,7 +107,7 @@ def _check(args) -> tuple[set, list, list]:
 
 
 def _filter_task(shared, task):
-    return run_case(task)
+    return run_motor_case(task) if len(task) == 4 else run_case(task)
 
 
 def _smoother_task(shared, task):
@@ -117,9 +123,11 @@ def _filter_runs(args, cases, kinds) -> list:
     folder = os.path.join(args.out, "bags")
     os.makedirs(folder, exist_ok=True)
     tasks = [(c, p, m, k, r, args.duration, names, folder) for c, p in cases for m in MODELS for k in kinds
-             for r in range(args.seeds)]
+             if k != MOTORS for r in range(args.seeds)]
+    tasks += [(c, r, names, folder) for c, _ in (motor_cases() if MOTORS in kinds else []) for r in range(args.seeds)]
     outs = runs.run_tasks(_filter_task, tasks, label="trust runs", **runs.options(args))
-    for line in runs.failures(outs, lambda i: "{} {} {} run {}".format(*tasks[i][:1], *tasks[i][2:5])):
+    label = lambda t: f"{t[0]} run {t[1]}" if len(t) == 4 else "{} {} {} run {}".format(t[0], *t[2:5])  # noqa: E731
+    for line in runs.failures(outs, lambda i: label(tasks[i])):
         print(f"failed: {line}")
     return [row for o in outs if o.ok for row in o.value]
 
@@ -160,6 +168,7 @@ def run(args) -> int:
     c0 = time.process_time()
     out, pages = {}, []
     kinds = ["nominal"] + (["far"] if args.far and "2" in tables else []) + (faults if "2" in tables else [])
+    kinds += [MOTORS] if args.motors and "2" in tables else []
     if "1" in tables or "2" in tables:
         rows = _filter_runs(args, cases, kinds if "2" in tables else ["nominal"])
         out["runs"] = rows

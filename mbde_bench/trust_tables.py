@@ -9,7 +9,8 @@ the fraction of runs whose mean NEES lies above ``(!)`` or below ``(u)`` its 95 
 (a consistent estimator: about 5 % together).
 
 Table 2 (the trust verdict against truth): per kind of run (nominal, far-off start, each
-injected fault) x estimator, over every case and model: the steps the verdict called OK
+injected fault, ``motors``: the motors bench's scenarios with the torque measured and
+unknown, nominal) x estimator, over every case and model: the steps the verdict called OK
 and the percentage of them with every coordinate of z within 3 sigma of the estimate's
 own covariance (target >= 95 %), the steps off by more than 10 sigma (sqrt(NEES) > 10)
 for at least 1 s and the percentage of them called LOST (target >= 90 %), the longest

@@ -18,7 +18,7 @@ def bench(tmp_path_factory):
     out = tmp_path_factory.mktemp("trust") / "b"
     res = run_mbde("bench", "trust", "--out", out, "--scenarios", f"{REPO}/{SCEN}", "--estimators", "errorekf",
                    "--seeds", 1, "--duration", 1.5, "--faults", "bias_step", "--tables", "1,2", "--smoother-runs", 0,
-                   "--identify-cases", "", "--jobs", 1, "--results", out.parent / "page")
+                   "--identify-cases", "", "--no-motors", "--jobs", 1, "--results", out.parent / "page")
     assert res.returncode == 0, res.stderr
     return out, json.loads((out / "trust.json").read_text()), res.stdout
 

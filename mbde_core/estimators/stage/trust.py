@@ -38,7 +38,10 @@ stays until a whole window of readings agrees with the estimate, then it is DEGR
 (recovering) until ``RECOVER`` s after the last LOST; the first ``ACQUIRE`` s of
 readings are DEGRADED (acquiring). Far-off gyroscope-only starts (the four-bar UKF
 0.6-1.3 rad off) otherwise returned to OK after one window while still locked 0.35 rad
-(30 sigma) off, with white innovations of the right size.
+(30 sigma) off, with white innovations of the right size. An estimate never OK whose
+window NIS is inconsistent ``UNACQUIRED`` s after its first reading is LOST (not
+acquired): errorEKF on adekf_slider_crank started 0.4-1.5 rad off with the mass error read
+a mean NIS of 1.5-3 x its dof (below ``LOST_RATIO``) for 1.7 s while 30-600 sigma off.
 
 While recovering, the evidence must be fresh: a DEGRADED window returns the estimate to
 LOST, and so does a channel whose innovations since the last LOST window (at most
@@ -58,8 +61,8 @@ import numpy as np
 
 from mbde_core.estimators.chi2 import chi2_ppf
 from mbde_core.estimators.stage.trust_faults import StepDetector, StuckReadings, stuck_reason
-from mbde_core.estimators.stage.trust_sources import (add_sum, angular_coordinates, follower_verdict, most_biased,
-                                                      remove_sum)
+from mbde_core.estimators.stage.trust_sources import (add_sum, angular_coordinates, follower_fault, follower_verdict,
+                                                      most_biased, remove_sum)
 
 OK, DEGRADED, LOST = 0, 1, 2
 LEVELS = ("OK", "DEGRADED", "LOST")
@@ -79,6 +82,7 @@ BIAS_RECOVER = 3.5  # the bias of the innovations since the last LOST window tha
 SINCE_WINDOW = 3.0  # s: at most this many seconds of them
 LOW_P = 1e-3  # a NIS sum below its quantile at LOW_P: conservative (said, still OK)
 ACQUIRE = 0.5  # s of readings before the first OK (evidence of less is no evidence)
+UNACQUIRED = 1.0  # s of readings never OK, the window's innovations inconsistent: LOST (not acquired)
 RECOVER = 1.0  # s after the last LOST before OK again
 ESS_DEGRADED = 0.1  # median effective sample size / particles over the window's updates
 RESTARTS = {  # what restarted the track (the stage's counters, a PF's recovery reasons)
@@ -124,7 +128,7 @@ class Verdict:
         if self.code == "ess":
             return (f"particle weights degenerate: median effective sample size {self.ratio:.2g} of the particles "
                     f"{w} (below {ESS_DEGRADED:g})")
-        if self.code in ("fit", "unconverged", "stuck", "step", "follower"):
+        if self.code in ("fit", "unconverged", "stuck", "step", "follower", "unacquired"):
             return self.detail
         if self.code == "silent":
             return f"no reading fused {w}: predicting open loop"
@@ -172,6 +176,7 @@ class TrustMonitor:
         self.since_sums: dict = {}  # key -> [sum of e, count] over self.since
         self.stuck, self.jumps = StuckReadings(), StepDetector()  # sensor faults (:mod:`.trust_faults`)
         self.trusted = False  # the last verdict was OK (a step in the innovations may start)
+        self.ever_ok = False  # a verdict was OK since the start (else still acquiring: UNACQUIRED)
         self.from_trust = False  # the verdicts since the last OK one followed a trusted estimate
         self.source = None  # which part of a particle filter publishes (follower or cloud, seed count)
         self.last = None  # the last verdict (a particle filter's follower's monitor is read by the stage's)
@@ -209,9 +214,12 @@ class TrustMonitor:
         self.published = follower_verdict(est)
         f = getattr(est, "follower", None)  # a particle filter switching between cloud and follower jumps: no evidence
         source = (bool(getattr(f, "following", False)), (getattr(f, "counts", None) or {}).get("seeds"))
-        same, self.source = source == self.source, source
+        same, was, self.source = source == self.source, self.source, source
         if not same:
             self.jumps.episode = None
+            fault = follower_fault(est) if was and was[0] and not source[0] else None
+            if fault is not None:
+                self.jumps.last = (estimate.stamp, fault)
         # the jump test anchored at a gate rejection: not for a particle filter (n > 0), whose
         # mean moves with its weights
         rejected = update is not None and bool(update.rejected)
@@ -277,7 +285,11 @@ class TrustMonitor:
         f = self.published
         if f is not None and f[0] > v.level:
             v = Verdict(f[0], "follower", v.ratio, window=v.window, detail=f[1])
+        if not self.ever_ok and self.lost_reason is None and v.code == "nis" and t - self.t_first >= UNACQUIRED:
+            v = Verdict(LOST, "unacquired", v.ratio, window=v.window, detail=f"not acquired: never OK in "
+                        f"{t - self.t_first:.2g} s of readings, {v.reason}")
         v = self._hysteresis(t, v)
+        self.ever_ok = self.ever_ok or v.level == OK
         self.from_trust = v.level != OK and (self.trusted or self.from_trust)
         self.trusted, self.last = v.level == OK, v
         return v
