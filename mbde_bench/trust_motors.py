@@ -16,14 +16,12 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import time
 
 from mbde_bench.motors import MOTOR_VARIANTS, SCENARIOS, _simulate, variant_inputs
 from mbde_bench.motors_rows import estimator_of, not_applicable
-from mbde_bench.trust_runs import score
+from mbde_bench.trust_runs import scored_run
 from mbde_core.config.paths import config_path
 from mbde_core.estimators.configure import defaults
-from mbde_core.replay.runner import evaluate, run_estimator
 from mbde_core.scenario import load_scenario
 
 KIND = "motors"
@@ -63,12 +61,5 @@ def run_motor_case(task) -> list:
         options = {**defaults(base), **opts}
         if variant_opt == "adaptive":
             options["plant_noise"]["adaptive"] = True
-        c0 = time.process_time()
-        try:
-            r = run_estimator(inputs, base, options, seed=SEED + run, particle_budget=0)
-            row.update(score(evaluate(inputs, r)), status="ok")
-        except Exception as exc:  # noqa: BLE001 - a failed run is counted, never stops the bench
-            row.update(status="error", note=f"{type(exc).__name__}: {exc}"[:300])
-        row["cpu_s"] = time.process_time() - c0
-        rows.append(row)
+        rows.append(scored_run(row, inputs, base, options, seed=SEED + run))
     return rows

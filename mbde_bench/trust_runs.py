@@ -88,15 +88,22 @@ def run_case(task) -> list:
         except UnsuitableError as exc:
             rows.append({**row, "status": "n/a", "note": str(exc).split(":")[0]})
             continue
-        c0 = time.process_time()
-        try:
-            r = run_estimator(inputs, base, options, seed=run, particle_budget=0)
-            row.update(score(evaluate(inputs, r)), status="ok")
-        except Exception as exc:  # noqa: BLE001 - a failed run is counted, never stops the bench
-            row.update(status="error", note=f"{type(exc).__name__}: {exc}"[:300])
-        row["cpu_s"] = time.process_time() - c0
-        rows.append(row)
+        rows.append(scored_run(row, inputs, base, options, seed=run))
     return rows
+
+
+def scored_run(row: dict, inputs, name: str, options: dict, seed: int) -> dict:
+    """``row`` with the scores of one run of estimator ``name`` (its ``options``) on the
+    replay ``inputs`` against their truth, its status and process CPU [s]: a failed run is
+    counted (status "error" with its note), never stops the bench."""
+    c0 = time.process_time()
+    try:
+        r = run_estimator(inputs, name, options, seed=seed, particle_budget=0)
+        row.update(score(evaluate(inputs, r)), status="ok")
+    except Exception as exc:  # noqa: BLE001 - a failed run is counted, never stops the bench
+        row.update(status="error", note=f"{type(exc).__name__}: {exc}"[:300])
+    row["cpu_s"] = time.process_time() - c0
+    return row
 
 
 def score(metrics: dict) -> dict:

@@ -7,39 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import REPO
-from mbde_core.estimators import make_estimator
-from mbde_core.estimators.base import InitialState
-from mbde_core.estimators.configure import configure, defaults
-from mbde_core.estimators.options.rule import scenario_context
-from mbde_core.types import Measurement
-
-SCENARIO = f"{REPO}/config/scenarios/adekf_slider_crank.yaml"
+from adekf_rig import adekf_rig, started, stepped
 
 
 @pytest.fixture(scope="module")
 def rig():
-    from mbde_core.scenario.scenario import load_scenario
-
-    sc = load_scenario(SCENARIO).with_overrides(duration=3.0)
-    mech, sensors = sc.estimator_mechanism(), sc.estimator_sensors()
-    return mech, sensors, configure("errorekf", defaults("errorekf"), mech, sensors, scenario_context(sc))
+    return adekf_rig("errorekf")
 
 
 def _run(rig, evaluate_r: bool):
-    mech, sensors, options = rig
-    est = make_estimator("errorekf", mech, sensors, options, rng=np.random.default_rng(0))
-    assert est.k >= 1  # the torque as an input state
+    est = started(rig, "errorekf")
     if evaluate_r:
         est._gain = lambda q: est.model.input_gain(q, est.input_cols)
-    z0 = mech.q0[mech.independent]
-    est.reset(0.0, InitialState(z0, np.full(len(z0), 40.0), np.full(len(z0), 0.01), np.full(len(z0), 1.0), mech.q0, None))
-    rng = np.random.default_rng(1)
-    for k in range(20):
-        est.predict(0.0005)
-        if k % 2:
-            est.update([Measurement(est.t, "accel_slider", np.array([rng.normal(0.0, 5.0)]))], {})
-    return est
+    return stepped(est)
 
 
 def test_gain_with_the_fullstates_r_equals_the_evaluated_one(rig):

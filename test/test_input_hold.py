@@ -16,13 +16,12 @@ import pytest
 
 from mbde_core.config.yamlnode import Node
 from mbde_core.errors import ConfigError
-from mbde_core.estimators.stage.core import EstimatorStage
 from mbde_core.estimators.stage.inputs import STALE_MIN, STALE_PERIODS
 from mbde_core.sensors.config import load_sensors
 from mbde_core.trajectory.readings import ReadingsStream, bin_readings
 from mbde_core.types import Measurement
 from test_effort_sensor import _mech
-from test_known_inputs import Recorder, _init
+from test_known_inputs import fed_ramp
 
 GYRO = {"name": "gyro", "type": "gyroscope", "body": "rod", "rate": 200, "noise": {"sigma": 0.01}}
 
@@ -50,15 +49,8 @@ def test_linear_hold_gives_each_step_the_line_between_readings():
     (rate x age at the middle of the step); after 5 periods the force is stale."""
     mech = _mech()
     sensors = _sensors(mech, "linear")
-    rec = Recorder(mech, sensors)
-    stage = EstimatorStage(rec, 0.005, lambda t: _init(mech), keep=False)
+    rec, stage = fed_ramp(mech, sensors)
     assert stage.held.defers
-    ms = [Measurement(k * 0.005, "gyro", np.array([0.0])) for k in range(121)]
-    ms += [Measurement(k * 0.02, "tau", np.array([0.1 * k])) for k in range(16)]
-    ms.sort(key=lambda m: m.stamp)
-    for m in ms:
-        stage.feed(m)
-    stage.flush()
     var = sensors.input("tau").force_variance()
     period, rate = 0.02, 2.0 * 0.1 / 0.02
     lines = stale = 0

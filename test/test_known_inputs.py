@@ -129,13 +129,9 @@ class Recorder(Estimator):
                                  zd=np.zeros(1), zdd=np.zeros(1), cov=np.eye(2))
 
 
-def test_stage_holds_the_torque_between_readings_and_marks_it_stale():
-    """Gyro at 200 Hz, torque at 50 Hz until 0.3 s: every step from a torque reading's slot
-    on gets gain * y (zero-order hold) with the reading's variance plus the hold's error
-    (the rate of the last two readings times the age at the middle of the step); after 5
-    periods without a reading the force is stale: at least the variance of the largest force."""
-    mech = _mech()
-    sensors = _sensors(mech)
+def fed_ramp(mech, sensors):
+    """(Recorder, its 5 ms stage) fed a zero gyro reading at 200 Hz to 0.6 s and a torque
+    ramp y = 0.1 k at 50 Hz to 0.3 s, flushed."""
     rec = Recorder(mech, sensors)
     stage = EstimatorStage(rec, 0.005, lambda t: _init(mech), keep=False)
     ms = [Measurement(k * 0.005, "gyro", np.array([0.0])) for k in range(121)]
@@ -144,6 +140,17 @@ def test_stage_holds_the_torque_between_readings_and_marks_it_stale():
     for m in ms:
         stage.feed(m)
     stage.flush()
+    return rec, stage
+
+
+def test_stage_holds_the_torque_between_readings_and_marks_it_stale():
+    """Gyro at 200 Hz, torque at 50 Hz until 0.3 s: every step from a torque reading's slot
+    on gets gain * y (zero-order hold) with the reading's variance plus the hold's error
+    (the rate of the last two readings times the age at the middle of the step); after 5
+    periods without a reading the force is stale: at least the variance of the largest force."""
+    mech = _mech()
+    sensors = _sensors(mech)
+    rec, stage = fed_ramp(mech, sensors)
     var = sensors.input("tau").force_variance()
     period = 0.02
     assert stage.counters.inputs == 16 and stage.counters.unknown_sensor == 0
