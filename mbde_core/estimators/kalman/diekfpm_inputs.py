@@ -86,7 +86,7 @@ class DependentInputs(JumpHypothesis):
 
     def _absorbed_jacobian(self, A: np.ndarray, q: np.ndarray) -> np.ndarray:
         """A (2g, 2g) with df/dx's part in the unknown inputs' directions dropped
-        (:func:`input_states.unabsorbed`; ``absorb_inputs``, on by default): the unknown
+        (:func:`input_states.unabsorbed`; ``absorb_inputs``, off by default): the unknown
         inputs take the known forces' state dependence, as in the UKF's sigma points."""
         cols = absorbing(self) if self.options.absorb_inputs else []
         g = self.mech.dof

@@ -197,7 +197,7 @@ class UKF(AdaptivePlantNoise, ExplicitTransition, InputStates, ReducedKalman):
             return zdd
         R = Rs[0] if Rs is not None else kinematics.r_matrix(self.mech, q[0])
         Mbar = R.T @ self.mech.M @ R
-        B = np.linalg.solve(Mbar, R.T @ self._E)
+        B = self.input_gain(R)
         own = (U - U[0]) @ B.T  # the inputs' deviations, through the mean's B
         return zdd[0] + own + unabsorbed(zdd - zdd[0] - own, B[:, cols], Mbar)
 
