@@ -174,7 +174,7 @@ class StepDetector:
     def __init__(self):
         self.g: dict = {}  # (key, channel) -> [g+, g-, n+, n-, sum+, sum-, c (squares), its terms]
         self.last = None  # (t, sentence) of the last alarm
-        self.prev = None  # (t, z, zd, zdd, cov) of the last estimate
+        self.prev = None  # (t, z, zd, cov) of the last estimate
         self.span: list = []  # (t, change of z beyond the extrapolation, covariance of [z, zd] and t before)
         self.episode = None  # [t first rejection, t last, covariance of z before it, summed change] (module doc)
 
@@ -211,14 +211,13 @@ class StepDetector:
         of distrust that started from a trusted estimate; rejected: the gate rejected a
         reading at this step; trusted: the previous verdict was OK (and the same source
         publishes)."""
-        z, zd, zdd, cov = (getattr(estimate, k, None) for k in ("z", "zd", "zdd", "cov"))
+        z, zd, cov = (getattr(estimate, k, None) for k in ("z", "zd", "cov"))
         prev, self.prev = self.prev, None
         if z is None or zd is None or cov is None or not np.all(np.isfinite(cov)):
             self.span, self.episode = [], None
             return
         z, zd = np.asarray(z, float), np.asarray(zd, float)
-        zdd = np.zeros_like(zd) if zdd is None else np.asarray(zdd, float)
-        self.prev = (t, z, zd, zdd, np.asarray(cov, float))
+        self.prev = (t, z, zd, np.asarray(cov, float))
         if prev is None or len(prev[1]) != len(z) or not t > prev[0]:
             self.span, self.episode = [], None
             return
@@ -227,11 +226,11 @@ class StepDetector:
         if angular is not None and len(angular) == len(dz):
             dz = np.where(angular, wrap_angle(dz), dz)
         g = len(z)
-        self._rejections(t, dz, prev[4][:g, :g], rejected, trusted)
+        self._rejections(t, dz, prev[3][:g, :g], rejected, trusted)
         if not armed:
             self.span = []
             return
-        self.span.append((t, dz, prev[4], prev[0]))
+        self.span.append((t, dz, prev[3], prev[0]))
         while self.span and self.span[0][0] <= t - JUMP_TIME:
             self.span.pop(0)
         self._alarm(t, np.sum([x[1] for x in self.span], axis=0), spread(self.span[0][2], g, t - self.span[0][3]))
