@@ -10,21 +10,16 @@ import math
 import numpy as np
 from numba import njit
 
-TWO_PI = 2.0 * math.pi
+from mbde_core.estimators.particle.compiled_kernels import _wrap
+
 CUT = -50.0  # exp(-50) = 2e-22: below half an ulp of the sums (>= 1, the largest term is exp(0)) even
 #               summed over 1e5 particles; skipping it avoids libm's slow underflow path
 
 
 @njit(cache=True, nogil=True, fastmath=False)
 def _res(a, b, angular):
-    """a - b, wrapped to [-pi, pi) when ``angular`` (sensors.base.wrap_angle)."""
-    r = a - b
-    if angular:
-        t = r + math.pi
-        if not (t >= 0.0 and t < TWO_PI):
-            t = t % TWO_PI
-        r = t - math.pi
-    return r
+    """a - b, wrapped to [-pi, pi) when ``angular`` (the other kernels' wrap)."""
+    return _wrap(a - b) if angular else a - b
 
 
 @njit(cache=True, nogil=True, fastmath=False)
