@@ -91,13 +91,11 @@ class _Tracking:
 class AcquisitionMetrics:
     """The module's metrics, streamed: :meth:`add` batches in time order, :meth:`result`."""
 
-    def __init__(self, angular, length_scale: float, with_branch: bool = True, confident: bool = True,
-                 confident_sigmas: float | None = None):
+    def __init__(self, angular, length_scale: float, with_branch: bool = True, confident: bool = True):
         """``with_branch``: off track while P(true branch) <= BRANCH_P; ``confident``: acquired
-        from a step whose ``confident_sigmas`` (default CONFIDENT_SIGMAS) sigma is within the
-        cap (as the module docstring; False: the rule without them, for comparisons)."""
+        from a step whose CONFIDENT_SIGMAS sigma is within the cap (as the module docstring;
+        False: the rule without them, for comparisons)."""
         self.with_branch, self.confident = bool(with_branch), bool(confident)
-        self.confident_sigmas = CONFIDENT_SIGMAS if confident_sigmas is None else float(confident_sigmas)
         angular = np.asarray(angular, bool)
         self.g = len(angular)
         self.floor = np.where(angular, ANGLE_FLOOR, LENGTH_FLOOR * max(length_scale, 1e-12))
@@ -142,7 +140,7 @@ class AcquisitionMetrics:
             self.track = _Tracking(self.g)
             self.t_acq = None
         if start < len(t) and self.t_acq is None and self.confident and sig_z is not None:
-            sure = np.all(self.confident_sigmas * np.nan_to_num(np.asarray(sig_z, float)[start:], nan=np.inf) <= self.cap, axis=1)
+            sure = np.all(CONFIDENT_SIGMAS * np.nan_to_num(np.asarray(sig_z, float)[start:], nan=np.inf) <= self.cap, axis=1)
             first = np.flatnonzero(sure)
             start = start + int(first[0]) if first.size else len(t)
         if start < len(t):
