@@ -19,9 +19,8 @@ import shutil
 
 from mbde_bench.motors import MOTOR_VARIANTS, SCENARIOS, _simulate, variant_inputs
 from mbde_bench.motors_rows import estimator_of, not_applicable
-from mbde_bench.trust_runs import scored_run
+from mbde_bench.trust_runs import scored_run, variant_options
 from mbde_core.config.paths import config_path
-from mbde_core.estimators.configure import defaults
 from mbde_core.scenario import load_scenario
 
 KIND = "motors"
@@ -52,14 +51,11 @@ def run_motor_case(task) -> list:
     rows = []
     for est in names:
         row = {"case": case, "model": "exact", "kind": KIND, "run": run, "estimator": est}
-        name_, _, variant_opt = est.partition("+")  # NAME+adaptive: plant_noise.adaptive on
+        name_ = est.partition("+")[0]
         why = not_applicable(name_, variant, inputs.sensors)
         if why:
             rows.append({**row, "status": "n/a", "note": why})
             continue
         base, opts = estimator_of(name_)  # a motors-bench row (pf_noinputs): its options over the defaults
-        options = {**defaults(base), **opts}
-        if variant_opt == "adaptive":
-            options["plant_noise"]["adaptive"] = True
-        rows.append(scored_run(row, inputs, base, options, seed=SEED + run))
+        rows.append(scored_run(row, inputs, base, variant_options(est, base, opts), seed=SEED + run))
     return rows

@@ -79,10 +79,8 @@ def run_case(task) -> list:
     rows = []
     for name in names:
         row = {"case": case, "model": model, "kind": kind, "run": run, "estimator": name}
-        base, _, variant = name.partition("+")  # ukf+adaptive: plant_noise.adaptive on
-        options = defaults(base)
-        if variant == "adaptive":
-            options["plant_noise"]["adaptive"] = True
+        base = name.partition("+")[0]
+        options = variant_options(name, base)
         try:
             precheck(base, inputs.sensors)
         except UnsuitableError as exc:
@@ -90,6 +88,15 @@ def run_case(task) -> list:
             continue
         rows.append(scored_run(row, inputs, base, options, seed=run))
     return rows
+
+
+def variant_options(name: str, base: str, over: dict | None = None) -> dict:
+    """The options of table 2's estimator ``name`` (``BASE`` or ``BASE+adaptive``:
+    plant_noise.adaptive on): estimator ``base``'s defaults with ``over`` over them."""
+    options = {**defaults(base), **(over or {})}
+    if name.partition("+")[2] == "adaptive":
+        options["plant_noise"]["adaptive"] = True
+    return options
 
 
 def scored_run(row: dict, inputs, name: str, options: dict, seed: int) -> dict:
